@@ -1,0 +1,212 @@
+"""Settings: defaults, then ``settings.toml``, then ``GATEWAY_LIMITER_<KEY>``, then keywords.
+
+Every key is validated when loaded; an error names the key and the (masked) value, so
+a typo in a file or an environment variable fails at start, never on the first call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+ENV_PREFIX: Final = "GATEWAY_LIMITER_"
+SETTINGS_ENV: Final = ENV_PREFIX + "SETTINGS"
+POLICIES: Final = ("local", "allow", "deny")
+REDIS_SCHEMES: Final = (
+    "redis",
+    "rediss",
+    "unix",
+    "redis+cluster",
+    "redis+sentinel",
+    "memory",
+)
+
+_PASSWORD_IN_URL = re.compile(r"(?P<head>[a-z0-9+.-]+://[^:/@]*:)(?P<secret>[^@]*)(?P<tail>@)", re.I)
+
+
+class SettingsError(ValueError):
+    """A setting has a bad value, or the settings file cannot be read."""
+
+
+def mask_secrets(text: str) -> str:
+    """Return ``text`` with any password inside a URL replaced by ``***``."""
+    return _PASSWORD_IN_URL.sub(r"\g<head>***\g<tail>", text)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every setting of the limiter (DESIGN.md section 4), validated."""
+
+    database_url: str = "sqlite:///gateway_limiter.db"
+    redis_url: str = "memory://"
+    key_prefix: str = "gwl"
+    reload_interval: float = 10.0
+    switch: bool = True
+    default_cache: float = 0.5
+    on_backend_error: str = "local"
+    redis_timeout: float = 0.05
+    redis_connect_timeout: float = 0.5
+    #: Connections kept for decisions; threads beyond this wait at most redis_timeout.
+    redis_pool_size: int = 64
+    #: After a Redis failure, decide by ``on_backend_error`` for this long, then probe.
+    breaker_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with ``changes`` applied (validated the same way)."""
+        for key in changes:
+            if key not in _FIELDS:
+                raise TypeError(f"unknown setting {key!r}")
+        coerced = {k: float(v) if _is_float_field(k, v) else v for k, v in changes.items()}
+        return dataclasses.replace(self, **coerced)
+
+    def masked(self) -> dict[str, Any]:
+        """The settings as a dict fit for logs and ``status``: no password shown."""
+        return {
+            k: mask_secrets(v) if isinstance(v, str) else v
+            for k, v in dataclasses.asdict(self).items()
+        }
+
+
+_FIELDS: Final = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+def _bad(key: str, value: object, why: str) -> SettingsError:
+    shown = mask_secrets(value) if isinstance(value, str) else repr(value)
+    return SettingsError(f"setting {key}={shown!s}: {why}")
+
+
+def _validate(s: Settings) -> None:
+    for key in _FIELDS:
+        value = getattr(s, key)
+        expected = _FIELDS[key].type
+        if expected in ("float", float) and not (
+            isinstance(value, (int, float)) and not isinstance(value, bool)
+        ):
+            raise _bad(key, value, "must be a number")
+        if expected in ("int", int) and (not isinstance(value, int) or isinstance(value, bool)):
+            raise _bad(key, value, "must be a whole number")
+        if expected in ("bool", bool) and not isinstance(value, bool):
+            raise _bad(key, value, "must be true or false")
+        if expected in ("str", str) and not isinstance(value, str):
+            raise _bad(key, value, "must be a string")
+    if "://" not in s.database_url:
+        raise _bad("database_url", s.database_url, "must be a SQLAlchemy URL such as sqlite:///x.db")
+    scheme = s.redis_url.split("://", 1)[0].lower() if "://" in s.redis_url else ""
+    if scheme not in REDIS_SCHEMES:
+        raise _bad("redis_url", s.redis_url, f"scheme must be one of {', '.join(REDIS_SCHEMES)}")
+    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,32}", s.key_prefix):
+        raise _bad("key_prefix", s.key_prefix, "must be 1-32 of letters, digits, _ . : -")
+    if s.on_backend_error not in POLICIES:
+        raise _bad("on_backend_error", s.on_backend_error, f"must be one of {', '.join(POLICIES)}")
+    _positive("reload_interval", s.reload_interval, low=0.05)
+    _positive("redis_timeout", s.redis_timeout, low=0.001)
+    _positive("redis_connect_timeout", s.redis_connect_timeout, low=0.001)
+    _positive("breaker_seconds", s.breaker_seconds, low=0.0)
+    if not (math.isfinite(s.default_cache) and 0 <= s.default_cache <= 9.99):
+        raise _bad("default_cache", s.default_cache, "must be between 0 and 9.99 seconds")
+    if not 1 <= s.redis_pool_size <= 10_000:
+        raise _bad("redis_pool_size", s.redis_pool_size, "must be between 1 and 10000")
+
+
+def _positive(key: str, value: float, *, low: float) -> None:
+    if not (math.isfinite(value) and value >= low):
+        raise _bad(key, value, f"must be a number >= {low}")
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _from_text(key: str, text: str) -> object:
+    """Turn an environment variable's text into the type of setting ``key``."""
+    kind = _FIELDS[key].type
+    if kind in ("bool", bool):
+        low = text.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise _bad(key, text, "must be true or false")
+    if kind in ("float", float):
+        try:
+            return float(text)
+        except ValueError:
+            raise _bad(key, text, "must be a number") from None
+    if kind in ("int", int):
+        try:
+            return int(text)
+        except ValueError:
+            raise _bad(key, text, "must be a whole number") from None
+    return text
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise SettingsError(f"settings file {path} does not exist") from None
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise SettingsError(f"settings file {path} cannot be read: {e}") from None
+    # Accept keys at the top level or under a [gateway_limiter] table.
+    section = data.get("gateway_limiter", data)
+    if not isinstance(section, dict):
+        raise SettingsError(f"settings file {path}: [gateway_limiter] must be a table")
+    return {k: v for k, v in section.items() if k != "gateway_limiter"}
+
+
+def settings_path(path: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> Path | None:
+    """Which settings file applies: ``path``, else $GATEWAY_LIMITER_SETTINGS, else ./settings.toml."""
+    if path is not None:
+        return Path(path)
+    if environ.get(SETTINGS_ENV):
+        return Path(environ[SETTINGS_ENV])
+    local = Path("settings.toml")
+    return local if local.is_file() else None
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    base: Settings | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Load settings: ``base`` (or defaults) < file < environment < ``overrides``.
+
+    ``path=None`` looks for $GATEWAY_LIMITER_SETTINGS, then ./settings.toml. Unknown
+    keys are errors (a misspelt key would otherwise be ignored silently).
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = dataclasses.asdict(base) if base is not None else {}
+    file = settings_path(path, env)
+    if file is not None:
+        for key, value in _read_file(file).items():
+            if key not in _FIELDS:
+                raise SettingsError(f"settings file {file}: unknown key {key!r}")
+            values[key] = float(value) if _is_float_field(key, value) else value
+    for key in _FIELDS:
+        text = env.get(ENV_PREFIX + key.upper())
+        if text is not None:
+            values[key] = _from_text(key, text)
+    for key, value in overrides.items():
+        if key not in _FIELDS:
+            raise TypeError(f"unknown setting {key!r}")
+        if value is not None:
+            values[key] = float(value) if _is_float_field(key, value) else value
+    return Settings(**values)
+
+
+def _is_float_field(key: str, value: object) -> bool:
+    # TOML and callers write 10 for 10.0; accept whole numbers where a float is meant.
+    return _FIELDS[key].type in ("float", float) and type(value) is int

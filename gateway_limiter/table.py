@@ -1,0 +1,208 @@
+"""The limits table ``t_ratelimite_conf`` and the switch table, and every query on them.
+
+The model mirrors DESIGN.md section 1 column for column; ``sql/`` holds the same DDL
+for MySQL, and ``migrations/`` creates it (a test compares the two). Nothing else in
+the package speaks SQL, and no SQL here is built from strings.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    DateTime,
+    Engine,
+    Float,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    create_engine,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from .settings import mask_secrets
+
+CONF_TABLE = "t_ratelimite_conf"
+SWITCH_TABLE = "t_ratelimite_switch"
+SWITCH_ROW_ID = 1
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# MySQL types exactly as the DDL; plain types elsewhere (SQLite).
+_INT11 = Integer().with_variant(mysql.INTEGER(display_width=11), "mysql", "mariadb")
+_FLOAT32 = Float().with_variant(mysql.FLOAT(precision=3, scale=2), "mysql", "mariadb")
+_TINYINT1 = SmallInteger().with_variant(mysql.TINYINT(display_width=1), "mysql", "mariadb")
+
+
+class Base(DeclarativeBase):
+    """Declarative base carrying the naming convention."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class RateLimitConf(Base):
+    """One row of ``t_ratelimite_conf``: a limit on one upstream interface."""
+
+    __tablename__ = CONF_TABLE
+
+    config_id: Mapped[int] = mapped_column("configId", _INT11, primary_key=True, autoincrement=True)
+    channel_type: Mapped[str | None] = mapped_column("channelType", String(24))
+    interface_no: Mapped[str | None] = mapped_column("interfaceNo", String(24))
+    interface_url: Mapped[str | None] = mapped_column("interfaceUrl", String(128))
+    rate_limit: Mapped[int | None] = mapped_column("rateLimit", _INT11)
+    cache: Mapped[float | None] = mapped_column("cache", _FLOAT32)
+    status: Mapped[int] = mapped_column("status", _TINYINT1, nullable=False, server_default="0")
+    last_modify_time: Mapped[dt.datetime | None] = mapped_column(
+        "lastModifyTime",
+        DateTime,
+        server_default=func.current_timestamp(),
+        onupdate=func.current_timestamp(),
+    )
+
+
+class LimiterSwitch(Base):
+    """The global switch: one row; ``enabled`` NULL means "the settings default"."""
+
+    __tablename__ = SWITCH_TABLE
+
+    switch_id: Mapped[int] = mapped_column("switchId", _INT11, primary_key=True, autoincrement=False)
+    enabled: Mapped[int | None] = mapped_column("enabled", _TINYINT1)
+    last_modify_time: Mapped[dt.datetime | None] = mapped_column(
+        "lastModifyTime",
+        DateTime,
+        server_default=func.current_timestamp(),
+        onupdate=func.current_timestamp(),
+    )
+
+
+class DatabaseUrlError(ValueError):
+    """The database URL cannot be used (bad form, or no driver for it)."""
+
+
+def make_engine(url: str, *, timeout: float = 5.0) -> Engine:
+    """An engine that never hangs a reload: bounded connect/read timeouts, pre-ping."""
+    connect_args: dict[str, Any] = {}
+    if url.startswith(("mysql", "mariadb")):
+        connect_args = {"connect_timeout": max(1, round(timeout)),
+                        "read_timeout": max(1, round(timeout)),
+                        "write_timeout": max(1, round(timeout))}
+    elif url.startswith("sqlite"):
+        connect_args = {"timeout": timeout, "check_same_thread": False}
+    try:
+        return create_engine(url, pool_pre_ping=True, pool_recycle=3600, connect_args=connect_args)
+    except (ArgumentError, NoSuchModuleError, ValueError) as e:
+        raise DatabaseUrlError(f"database_url {mask_secrets(url)}: {e}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfRow:
+    """A row as read, before any validation (values as the database holds them)."""
+
+    config_id: int
+    channel_type: str | None
+    interface_no: str | None
+    interface_url: str | None
+    rate_limit: int | None
+    cache: float | None
+    status: int | None
+    last_modify_time: dt.datetime | None = None
+
+
+def read_rows(engine: Engine) -> list[ConfRow]:
+    """Every row of the limits table, in configId order."""
+    t = RateLimitConf.__table__
+    with engine.connect() as conn:
+        result = conn.execute(select(t).order_by(t.c.configId))
+        return [
+            ConfRow(
+                config_id=r.configId,
+                channel_type=r.channelType,
+                interface_no=r.interfaceNo,
+                interface_url=r.interfaceUrl,
+                rate_limit=r.rateLimit,
+                cache=r.cache,
+                status=r.status,
+                last_modify_time=r.lastModifyTime,
+            )
+            for r in result
+        ]
+
+
+def read_switch(engine: Engine) -> bool | None:
+    """The switch as stored: True/False, or None when it follows the settings default."""
+    with engine.connect() as conn:
+        value = conn.execute(
+            select(LimiterSwitch.enabled).where(LimiterSwitch.switch_id == SWITCH_ROW_ID)
+        ).scalar_one_or_none()
+    return None if value is None else bool(value)
+
+
+def write_switch(engine: Engine, enabled: bool | None) -> None:
+    """Store the switch (None: back to the settings default), creating its row if needed."""
+    with Session(engine) as session, session.begin():
+        row = session.get(LimiterSwitch, SWITCH_ROW_ID)
+        value = None if enabled is None else int(enabled)
+        if row is None:
+            session.add(LimiterSwitch(switch_id=SWITCH_ROW_ID, enabled=value))
+        else:
+            row.enabled = value
+
+
+def find_rows(engine: Engine, url: str) -> list[RateLimitConf]:
+    """The rows for ``url`` (detached, read-only use), in configId order."""
+    with Session(engine, expire_on_commit=False) as session:
+        rows = session.scalars(
+            select(RateLimitConf)
+            .where(RateLimitConf.interface_url == url)
+            .order_by(RateLimitConf.config_id)
+        ).all()
+        session.expunge_all()
+        return list(rows)
+
+
+def upsert_conf(engine: Engine, url: str, **fields: Any) -> tuple[RateLimitConf, bool]:
+    """Update the lowest-configId row for ``url`` with ``fields``, or insert one.
+
+    Returns the row and whether it was created. One transaction: all or nothing.
+    """
+    with Session(engine, expire_on_commit=False) as session, session.begin():
+        row = session.scalars(
+            select(RateLimitConf)
+            .where(RateLimitConf.interface_url == url)
+            .order_by(RateLimitConf.config_id)
+            .limit(1)
+        ).first()
+        created = row is None
+        if row is None:
+            row = RateLimitConf(interface_url=url, status=0)
+            session.add(row)
+        for name, value in fields.items():
+            setattr(row, name, value)
+        session.flush()
+        session.refresh(row)
+    return row, created
+
+
+def set_status(engine: Engine, url: str, status: int) -> int:
+    """Set ``status`` on every row of ``url``; returns how many rows there were."""
+    with engine.begin() as conn:
+        result = conn.execute(
+            update(RateLimitConf.__table__)
+            .where(RateLimitConf.__table__.c.interfaceUrl == url)
+            .values(status=status)
+        )
+        return int(result.rowcount)

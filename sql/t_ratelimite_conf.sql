@@ -1,0 +1,25 @@
+-- gateway-limiter schema for MySQL / MariaDB: the same tables the Alembic history
+-- (gateway-limiter db upgrade) creates. Prefer the migration: it also records the
+-- revision, so later upgrades know where to start.
+
+create table t_ratelimite_conf (
+    configId       INT(11)              NOT NULL AUTO_INCREMENT,
+    channelType    VARCHAR(24)          NULL,     -- supplier, e.g. IBE+
+    interfaceNo    VARCHAR(24)          NULL,     -- supplier's interface number
+    interfaceUrl   VARCHAR(128)         NULL,     -- bucket name; also part of the Redis key
+    rateLimit      INT(11)              NULL,     -- permits per second
+    cache          FLOAT(3, 2)          NULL,     -- wait budget in seconds (0.5 = may wait 500 ms)
+    status         TINYINT(1) DEFAULT 0 NOT NULL, -- 0 disabled, 1 enabled
+    lastModifyTime datetime   DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+    PRIMARY KEY (`configId`)
+);
+
+-- The global switch: one row. enabled NULL = follow the `switch` setting,
+-- 1 = limiting on, 0 = limiting off for every process at its next reload.
+create table t_ratelimite_switch (
+    switchId       INT(11)    NOT NULL,
+    enabled        TINYINT(1) NULL,
+    lastModifyTime datetime   DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+    PRIMARY KEY (`switchId`)
+);
+insert into t_ratelimite_switch (switchId, enabled) values (1, NULL);
