@@ -28,7 +28,9 @@ REDIS_SCHEMES: Final = (
     "memory",
 )
 
-_PASSWORD_IN_URL = re.compile(r"(?P<head>[a-z0-9+.-]+://[^:/@]*:)(?P<secret>[^@]*)(?P<tail>@)", re.I)
+_PASSWORD_IN_URL = re.compile(
+    r"(?P<head>[a-z0-9+.-]+://[^:/@]*:)(?P<secret>[^@]*)(?P<tail>@)", re.IGNORECASE
+)
 
 
 class SettingsError(ValueError):
@@ -67,7 +69,7 @@ class Settings:
             if key not in _FIELDS:
                 raise TypeError(f"unknown setting {key!r}")
         coerced = {k: float(v) if _is_float_field(k, v) else v for k, v in changes.items()}
-        return dataclasses.replace(self, **coerced)
+        return dataclasses.replace(self, **coerced)  # type: ignore[arg-type]
 
     def masked(self) -> dict[str, Any]:
         """The settings as a dict fit for logs and ``status``: no password shown."""
@@ -100,7 +102,9 @@ def _validate(s: Settings) -> None:
         if expected in ("str", str) and not isinstance(value, str):
             raise _bad(key, value, "must be a string")
     if "://" not in s.database_url:
-        raise _bad("database_url", s.database_url, "must be a SQLAlchemy URL such as sqlite:///x.db")
+        raise _bad(
+            "database_url", s.database_url, "must be a SQLAlchemy URL such as sqlite:///x.db"
+        )
     scheme = s.redis_url.split("://", 1)[0].lower() if "://" in s.redis_url else ""
     if scheme not in REDIS_SCHEMES:
         raise _bad("redis_url", s.redis_url, f"scheme must be one of {', '.join(REDIS_SCHEMES)}")
@@ -166,7 +170,7 @@ def _read_file(path: Path) -> dict[str, Any]:
 
 
 def settings_path(path: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> Path | None:
-    """Which settings file applies: ``path``, else $GATEWAY_LIMITER_SETTINGS, else ./settings.toml."""
+    """The settings file that applies: ``path``, $GATEWAY_LIMITER_SETTINGS, ./settings.toml."""
     if path is not None:
         return Path(path)
     if environ.get(SETTINGS_ENV):

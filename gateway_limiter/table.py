@@ -79,7 +79,9 @@ class LimiterSwitch(Base):
 
     __tablename__ = SWITCH_TABLE
 
-    switch_id: Mapped[int] = mapped_column("switchId", _INT11, primary_key=True, autoincrement=False)
+    switch_id: Mapped[int] = mapped_column(
+        "switchId", _INT11, primary_key=True, autoincrement=False
+    )
     enabled: Mapped[int | None] = mapped_column("enabled", _TINYINT1)
     last_modify_time: Mapped[dt.datetime | None] = mapped_column(
         "lastModifyTime",
@@ -97,9 +99,11 @@ def make_engine(url: str, *, timeout: float = 5.0) -> Engine:
     """An engine that never hangs a reload: bounded connect/read timeouts, pre-ping."""
     connect_args: dict[str, Any] = {}
     if url.startswith(("mysql", "mariadb")):
-        connect_args = {"connect_timeout": max(1, round(timeout)),
-                        "read_timeout": max(1, round(timeout)),
-                        "write_timeout": max(1, round(timeout))}
+        connect_args = {
+            "connect_timeout": max(1, round(timeout)),
+            "read_timeout": max(1, round(timeout)),
+            "write_timeout": max(1, round(timeout)),
+        }
     elif url.startswith("sqlite"):
         connect_args = {"timeout": timeout, "check_same_thread": False}
     try:
@@ -201,8 +205,6 @@ def set_status(engine: Engine, url: str, status: int) -> int:
     """Set ``status`` on every row of ``url``; returns how many rows there were."""
     with engine.begin() as conn:
         result = conn.execute(
-            update(RateLimitConf.__table__)
-            .where(RateLimitConf.__table__.c.interfaceUrl == url)
-            .values(status=status)
+            update(RateLimitConf).where(RateLimitConf.interface_url == url).values(status=status)
         )
         return int(result.rowcount)

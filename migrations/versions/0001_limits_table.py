@@ -36,8 +36,9 @@ def upgrade() -> None:
         sa.Column("rateLimit", int11, nullable=True),
         sa.Column("cache", float32, nullable=True),
         sa.Column("status", tinyint1, nullable=False, server_default="0"),
-        sa.Column("lastModifyTime", sa.DateTime(), nullable=True,
-                  server_default=_on_update_default()),
+        sa.Column(
+            "lastModifyTime", sa.DateTime(), nullable=True, server_default=_on_update_default()
+        ),
         sa.PrimaryKeyConstraint("configId", name="pk_t_ratelimite_conf"),
     )
 

@@ -1,0 +1,205 @@
+"""The registry: the rules in force, reloaded from the table, swapped in one assignment.
+
+A reload reads every row and the switch, builds a new immutable ``Snapshot`` and
+assigns it to ``registry.snapshot``. The decision path reads that attribute and never
+takes a lock. A reload that cannot read the database keeps the last good snapshot,
+logs once per outage, and the next tick tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from .rules import Rule, Skipped, build_rules
+from .settings import Settings, mask_secrets
+from .table import make_engine, read_rows, read_switch
+
+log = logging.getLogger("gateway_limiter")
+
+#: Spread reloads of a fleet so they do not hit the database in the same instant.
+RELOAD_JITTER = 0.1  # as a fraction of reload_interval
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Rules and switch as of one reload; never mutated, only replaced."""
+
+    rules: Mapping[str, Rule] = field(default_factory=lambda: MappingProxyType({}))
+    switch: bool = True
+    #: "database" when the switch row decided it, "settings" when the default did.
+    switch_source: str = "settings"
+    skipped: tuple[Skipped, ...] = ()
+    #: time.time() of the reload that built it; None before any successful reload.
+    loaded_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadSummary:
+    """What a reload did."""
+
+    ok: bool
+    added: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+    switch: bool = True
+    rules: int = 0
+    error: str | None = None
+
+    def __str__(self) -> str:
+        if not self.ok:
+            return f"reload failed, last good limits kept: {self.error}"
+        return (
+            f"{self.rules} rules (+{len(self.added)} ~{len(self.changed)} -{len(self.removed)}), "
+            f"{len(self.skipped)} rows skipped, switch {'on' if self.switch else 'off'}"
+        )
+
+
+def describe_db_error(error: BaseException) -> str:
+    """A one-line, password-free account of a database error."""
+    if isinstance(error, DBAPIError) and error.orig is not None:
+        text = f"{type(error.orig).__name__}: {error.orig}"
+    else:
+        text = f"{type(error).__name__}: {error}"
+    return mask_secrets(text.splitlines()[0] if text else type(error).__name__)
+
+
+class Registry:
+    """Loads rules from the table; ``snapshot`` is what the decision path reads."""
+
+    def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
+        self.settings = settings
+        self.snapshot = Snapshot(switch=settings.switch)
+        self._engine = engine if engine is not None else make_engine(settings.database_url)
+        self._reload_lock = threading.Lock()
+        self._db_down = False
+        self._switch_table_missing = False
+        self._scheduler: Any = None
+
+    @property
+    def engine(self) -> Engine:
+        """The engine the rules are read with."""
+        return self._engine
+
+    def reload(self) -> ReloadSummary:
+        """Read the table now and swap the new snapshot in; never raises for the database."""
+        with self._reload_lock:  # one reload at a time (the scheduler and a caller may race)
+            try:
+                rows = read_rows(self._engine)
+            except SQLAlchemyError as e:
+                return self._failed(e)
+            stored_switch = self._read_switch()
+            ruleset = build_rules(rows, self.settings.default_cache)
+            switch = self.settings.switch if stored_switch is None else stored_switch
+            new = Snapshot(
+                rules=ruleset.rules,
+                switch=switch,
+                switch_source="settings" if stored_switch is None else "database",
+                skipped=ruleset.skipped,
+                loaded_at=time.time(),
+            )
+            old = self.snapshot
+            self.snapshot = new  # the one assignment the decision path sees
+            return self._succeeded(old, new)
+
+    def _read_switch(self) -> bool | None:
+        try:
+            value = read_switch(self._engine)
+        except SQLAlchemyError as e:
+            # The limits table answered, so the database is up: the switch table is
+            # missing (a schema made from older DDL). The settings default applies.
+            if not self._switch_table_missing:
+                log.warning(
+                    "switch table unreadable (%s); using the switch setting. "
+                    "Run 'gateway-limiter db upgrade'.",
+                    describe_db_error(e),
+                )
+                self._switch_table_missing = True
+            return None
+        self._switch_table_missing = False
+        return value
+
+    def _failed(self, error: BaseException) -> ReloadSummary:
+        reason = describe_db_error(error)
+        never_loaded = self.snapshot.loaded_at is None
+        if never_loaded and not self._db_down:
+            log.error(
+                "cannot load limits from the database (%s): NO LIMITS IN FORCE, every call "
+                "is admitted until a reload succeeds",
+                reason,
+            )
+        elif not self._db_down:
+            log.error("cannot reload limits (%s); keeping the last good limits", reason)
+        else:
+            log.debug("reload still failing: %s", reason)
+        self._db_down = True
+        return ReloadSummary(
+            ok=False, switch=self.snapshot.switch, rules=len(self.snapshot.rules), error=reason
+        )
+
+    def _succeeded(self, old: Snapshot, new: Snapshot) -> ReloadSummary:
+        if self._db_down:
+            log.warning("database reachable again; limits reloaded")
+            self._db_down = False
+        added = tuple(sorted(u for u in new.rules if u not in old.rules))
+        removed = tuple(sorted(u for u in old.rules if u not in new.rules))
+        changed = tuple(
+            sorted(u for u, r in new.rules.items() if u in old.rules and old.rules[u] != r)
+        )
+        # Warn about a skipped row when it first appears, not on every tick.
+        before = {(s.config_id, s.reason) for s in old.skipped}
+        for s in new.skipped:
+            if (s.config_id, s.reason) not in before:
+                log.warning("row skipped: %s", s)
+        if old.switch != new.switch and old.loaded_at is not None:
+            log.warning("global switch turned %s", "on" if new.switch else "off")
+        summary = ReloadSummary(
+            ok=True,
+            added=added,
+            changed=changed,
+            removed=removed,
+            skipped=new.skipped,
+            switch=new.switch,
+            rules=len(new.rules),
+        )
+        if added or changed or removed:
+            log.info("limits reloaded: %s", summary)
+        return summary
+
+    def start(self) -> ReloadSummary:
+        """Reload now, then every ``reload_interval`` seconds in a background thread."""
+        summary = self.reload()
+        if self._scheduler is None:
+            from apscheduler.schedulers.background import BackgroundScheduler
+
+            interval = self.settings.reload_interval
+            scheduler = BackgroundScheduler(daemon=True)
+            scheduler.add_job(
+                self.reload,
+                "interval",
+                seconds=interval,
+                jitter=interval * RELOAD_JITTER,
+                id="gateway_limiter.reload",
+                coalesce=True,  # missed ticks (a stalled process) run once, not in a burst
+                max_instances=1,  # a slow database never gets two reloads at once
+                misfire_grace_time=max(1, int(interval)),
+            )
+            scheduler.start()
+            self._scheduler = scheduler
+        return summary
+
+    def close(self) -> None:
+        """Stop reloading and release database connections."""
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.shutdown(wait=False)
+        self._engine.dispose()

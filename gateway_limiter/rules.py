@@ -1,0 +1,117 @@
+"""Rules: what the table's rows mean (DESIGN.md section 1), decided in one place.
+
+``build_rules`` turns rows into an immutable mapping url -> Rule plus the list of rows
+it skipped and why. Rows never raise: a bad row is skipped with a warning naming its
+configId, and every valid row still applies.
+
+Two enabled rows for one URL: **the stricter row wins** (the lower ``rateLimit``; on a
+tie, the lower ``configId``), and a warning names both. A supplier's cap is never
+exceeded because someone inserted a second row by mistake.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from .table import ConfRow
+
+MAX_URL_LENGTH = 128
+MAX_CACHE = 9.99
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """An enforced limit: ``rate`` permits/s on ``url``, callers may wait ``cache`` s."""
+
+    url: str
+    rate: int
+    cache: float
+    config_id: int
+    capacity: int = 0  # 0: the rate (one second's worth)
+
+    @property
+    def closed(self) -> bool:
+        """``rateLimit = 0``: every call refused."""
+        return self.rate == 0
+
+    @property
+    def burst(self) -> int:
+        """The most permits the bucket saves up."""
+        return self.capacity or self.rate
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A row that was not applied, and why."""
+
+    config_id: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"configId {self.config_id}: {self.reason}"
+
+
+def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
+    """The rule of one row, a Skipped with the reason, or None for a disabled row."""
+    if row.status not in (0, 1):
+        return Skipped(row.config_id, f"status {row.status!r} is not 0 or 1")
+    if row.status == 0:
+        return None
+    url = row.interface_url
+    if url is None or url == "":
+        return Skipped(row.config_id, "interfaceUrl is empty")
+    if len(url) > MAX_URL_LENGTH:
+        return Skipped(row.config_id, f"interfaceUrl longer than {MAX_URL_LENGTH} characters")
+    if row.rate_limit is None:
+        return Skipped(row.config_id, "rateLimit is NULL")
+    if row.rate_limit < 0:
+        return Skipped(row.config_id, f"rateLimit {row.rate_limit} is negative")
+    cache = default_cache if row.cache is None else float(row.cache)
+    if not math.isfinite(cache) or cache < 0:
+        return Skipped(row.config_id, f"cache {row.cache!r} is negative")
+    # FLOAT(3,2) on MySQL reads back as e.g. 0.300000011920929; keep what was meant.
+    cache = min(round(cache, 2), MAX_CACHE)
+    return Rule(url=url, rate=int(row.rate_limit), cache=cache, config_id=row.config_id)
+
+
+def _stricter(a: Rule, b: Rule) -> Rule:
+    return min(a, b, key=lambda r: (r.rate, r.config_id))
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    """The rules in force, and what was skipped on the way."""
+
+    rules: Mapping[str, Rule]
+    skipped: tuple[Skipped, ...] = field(default=())
+
+
+def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
+    """Turn rows into rules: skip bad rows, resolve duplicate URLs (stricter wins)."""
+    rules: dict[str, Rule] = {}
+    skipped: list[Skipped] = []
+    for row in rows:
+        outcome = rule_from_row(row, default_cache)
+        if outcome is None:
+            continue
+        if isinstance(outcome, Skipped):
+            skipped.append(outcome)
+            continue
+        other = rules.get(outcome.url)
+        if other is None:
+            rules[outcome.url] = outcome
+            continue
+        winner = _stricter(other, outcome)
+        loser = outcome if winner is other else other
+        rules[outcome.url] = winner
+        skipped.append(
+            Skipped(
+                loser.config_id,
+                f"duplicate enabled row for {outcome.url!r}: configId {winner.config_id} "
+                f"(rateLimit {winner.rate}) is stricter and applies",
+            )
+        )
+    return RuleSet(MappingProxyType(rules), tuple(skipped))
