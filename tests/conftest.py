@@ -1,0 +1,93 @@
+"""Fixtures on real services: MariaDB databases, SQLite files, private Redis servers."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from sqlalchemy import Engine
+
+from gateway_limiter.migrate import upgrade
+from gateway_limiter.table import make_engine
+from tests.services import RedisServer, fresh_mariadb_database, mariadb_url
+
+
+@pytest.fixture(autouse=True)
+def _quiet_scheduler_logs() -> None:
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One private redis-server for the whole session (tests isolate by key prefix)."""
+    server = RedisServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def private_redis() -> Iterator[RedisServer]:
+    """A redis-server of this test's own, which it may kill and restart."""
+    server = RedisServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A plain client on the session's Redis."""
+    client = redis_server.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def key_prefix() -> str:
+    """A key prefix no other test uses."""
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def mariadb_db() -> Iterator[str]:
+    """URL of a new, empty MariaDB database (dropped afterwards)."""
+    with fresh_mariadb_database() as name:
+        yield mariadb_url(name)
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> str:
+    """URL of a new SQLite file."""
+    return f"sqlite:///{tmp_path / 'limits.db'}"
+
+
+@pytest.fixture(params=["mariadb", "sqlite"])
+def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Each supported config store in turn: a new MariaDB database, then a SQLite file."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'limits.db'}"
+    else:
+        with fresh_mariadb_database() as name:
+            yield mariadb_url(name)
+
+
+@pytest.fixture
+def migrated_db(mariadb_db: str) -> Iterator[tuple[str, Engine]]:
+    """A MariaDB database at the newest revision, with an engine on it."""
+    engine = make_engine(mariadb_db)
+    upgrade(engine)
+    yield mariadb_db, engine
+    engine.dispose()
+
+
+@pytest.fixture
+def migrated_any_db(any_db: str) -> Iterator[tuple[str, Engine]]:
+    """Each config store at the newest revision, with an engine on it."""
+    engine = make_engine(any_db)
+    upgrade(engine)
+    yield any_db, engine
+    engine.dispose()
