@@ -114,6 +114,8 @@ def decide(
     ``timeout=None`` means wait as long as it takes (``acquire``). Returns the verdict
     and the state to store, or None when nothing must be written (a refusal).
     """
+    # Doubles throughout, as in Lua, so both sides round alike.
+    rate, capacity, permits = float(rate), float(capacity), float(permits)
     current = fresh(rate, capacity, now) if state is None else state
     current = reconfigure(resync(current, now), rate, capacity)
     interval = MICROS / rate

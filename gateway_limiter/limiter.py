@@ -204,6 +204,10 @@ class GatewayLimiter:
                 "redis_url is memory://: limits hold in this process only "
                 "(N processes admit N x the rate)"
             )
+        try:
+            self.backend.prepare()
+        except BackendError as e:
+            self._breaker.failed(e)  # start anyway: the failure policy decides meanwhile
         summary = self.registry.start()
         self._started = True
         return summary

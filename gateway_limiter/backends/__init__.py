@@ -34,8 +34,8 @@ class Backend(Protocol):
     def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """The stored state of ``rule``'s bucket (None: none stored) and the clock, in µs."""
 
-    def ping(self) -> None:
-        """Raise BackendError unless the state can be reached."""
+    def prepare(self) -> None:
+        """Get ready for decisions (load the script); BackendError when unreachable."""
 
     def close(self) -> None:
         """Release connections."""

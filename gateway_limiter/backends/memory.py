@@ -58,8 +58,8 @@ class MemoryBackend:
             now = self._clock()
             return self._live(rule.url, now), now
 
-    def ping(self) -> None:
-        """Always reachable."""
+    def prepare(self) -> None:
+        """Nothing to prepare."""
 
     def close(self) -> None:
         """Forget every bucket."""

@@ -125,10 +125,10 @@ class RedisBackend:
             raise BackendError(f"{type(e).__name__}: {e}") from e
         return parse_state(raw), sec * 1_000_000.0 + usec
 
-    def ping(self) -> None:
-        """PING, as the circuit breaker's probe."""
+    def prepare(self) -> None:
+        """SCRIPT LOAD now, so the first decision is one round trip, not NOSCRIPT + load."""
         try:
-            self._client.ping()
+            self._client.script_load(BUCKET_LUA)
         except (redis.RedisError, OSError) as e:
             raise BackendError(f"{type(e).__name__}: {e}") from e
 

@@ -1,0 +1,118 @@
+"""The bucket's semantics (DESIGN.md section 2), on the reference model with a driven clock."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway_limiter.bucket import BucketState, Verdict, decide
+
+T0 = 1_000_000_000.0
+SECOND = 1_000_000.0
+
+
+def run(requests: list[tuple[float, int, float | None]], rate: int, capacity: int) -> list[Verdict]:
+    """Feed (now, permits, timeout µs) to one bucket; return the verdicts."""
+    state: BucketState | None = None
+    out = []
+    for now, permits, timeout in requests:
+        verdict, new = decide(state, rate, capacity, permits, timeout, now)
+        state = new if new is not None else state
+        out.append(verdict)
+    return out
+
+
+def test_a_fresh_bucket_serves_its_capacity_at_once_then_one_per_interval() -> None:
+    verdicts = run([(T0, 1, None)] * 13, rate=10, capacity=10)
+    assert [v.wait for v in verdicts[:10]] == [0.0] * 10
+    # the shortfall becomes debt, and each caller waits for its own permit
+    assert [v.wait for v in verdicts[10:]] == pytest.approx([100_000, 200_000, 300_000])
+
+
+def test_a_reservation_of_n_waits_for_its_whole_shortfall() -> None:
+    verdicts = run([(T0, 4, None), (T0, 3, None)], rate=4, capacity=4)
+    assert verdicts[0] == Verdict(True, 0.0, 0.0)
+    assert verdicts[1].wait == pytest.approx(0.75 * SECOND)
+
+
+def test_refused_when_the_wait_exceeds_the_timeout_and_nothing_is_reserved() -> None:
+    state = None
+    for _ in range(5):
+        _, state = decide(state, 5, 5, 1, 0.0, T0)
+    refused, untouched = decide(state, 5, 5, 1, 199_999.0, T0)
+    assert not refused.allowed
+    assert untouched is None  # nothing to write
+    admitted, _ = decide(state, 5, 5, 1, 200_000.0, T0)  # the same state still serves
+    assert admitted.allowed
+    assert admitted.wait == pytest.approx(200_000.0)
+
+
+def test_timeout_zero_never_waits() -> None:
+    verdicts = run([(T0, 1, 0.0)] * 12, rate=10, capacity=10)
+    assert [v.allowed for v in verdicts] == [True] * 10 + [False] * 2
+    assert all(v.wait == 0.0 for v in verdicts if v.allowed)
+
+
+def test_idle_time_refills_up_to_capacity_only() -> None:
+    verdicts = run(
+        [(T0, 10, 0.0), (T0 + 60 * SECOND, 10, 0.0), (T0 + 60 * SECOND, 1, 0.0)],
+        rate=10,
+        capacity=10,
+    )
+    assert [v.allowed for v in verdicts] == [True, True, False]
+
+
+def test_later_callers_queue_behind_debt() -> None:
+    # 10 stored spent; a 5-permit reservation creates 0.5 s of debt; the next caller,
+    # 0.1 s later, pays after that debt.
+    verdicts = run([(T0, 10, None), (T0, 5, None), (T0 + 100_000, 1, None)], rate=10, capacity=10)
+    assert verdicts[1].wait == pytest.approx(500_000)
+    assert verdicts[2].wait == pytest.approx(500_000)  # balance T0+0.6 s, now T0+0.1 s
+
+
+def test_rate_change_rescales_stored_permits_and_keeps_debt() -> None:
+    _, state = decide(None, 10, 10, 5, None, T0)  # half full at 10/s
+    assert state is not None
+    verdict, state = decide(state, 100, 100, 1, 0.0, T0)
+    assert verdict.stored == pytest.approx(49.0)  # half of 100, minus the one taken
+    # debt survives a rate change: queue 1 s of debt at 10/s, then halve the rate
+    _, state = decide(None, 10, 10, 20, None, T0)
+    assert state is not None
+    assert state.balance == pytest.approx(T0 + SECOND)
+    verdict, _ = decide(state, 5, 5, 1, None, T0)
+    assert verdict.wait == pytest.approx(SECOND + 200_000)  # old debt + one permit at 5/s
+
+
+requests = st.lists(
+    st.tuples(st.integers(0, 400_000), st.integers(1, 5), st.one_of(st.none(), st.floats(0, 1e6))),
+    min_size=1,
+    max_size=80,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rate=st.integers(1, 50), capacity=st.integers(1, 50), steps=requests)
+def test_admitted_never_exceeds_capacity_plus_rate_times_any_interval(
+    rate: int, capacity: int, steps: list[tuple[int, int, float | None]]
+) -> None:
+    now = T0
+    state: BucketState | None = None
+    releases: list[tuple[float, int]] = []
+    for dt, wanted, timeout in steps:
+        now += dt
+        # A batch larger than the capacity is released at once, beyond any window bound.
+        permits = min(wanted, capacity)
+        verdict, new = decide(state, rate, capacity, permits, timeout, now)
+        if new is not None:
+            state = new
+        if verdict.allowed:
+            assert timeout is None or verdict.wait <= timeout  # never beyond the budget
+            releases.append((now + verdict.wait, permits))
+    releases.sort()
+    for i in range(len(releases)):
+        total = 0
+        for j in range(i, len(releases)):
+            total += releases[j][1]
+            span = (releases[j][0] - releases[i][0]) / SECOND
+            assert total <= capacity + rate * span + 1e-6
