@@ -20,6 +20,10 @@ from .table import ConfRow
 
 MAX_URL_LENGTH = 128
 MAX_CACHE = 9.99
+TOKEN_BUCKET = "token_bucket"
+WARM_UP = "warm_up"
+SLIDING_WINDOW = "sliding_window"
+ALGORITHMS = (TOKEN_BUCKET, WARM_UP, SLIDING_WINDOW)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +34,9 @@ class Rule:
     rate: int
     cache: float
     config_id: int
-    capacity: int = 0  # 0: the rate (one second's worth)
+    capacity: int = 0  # token bucket: maxPermits; 0 = the rate (one second's worth)
+    algorithm: str = TOKEN_BUCKET
+    warmup: float = 0.0  # warm_up: seconds from cold to the full rate
 
     @property
     def closed(self) -> bool:
@@ -74,7 +80,33 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         return Skipped(row.config_id, f"cache {row.cache!r} is negative")
     # FLOAT(3,2) on MySQL reads back as e.g. 0.300000011920929; keep what was meant.
     cache = min(round(cache, 2), MAX_CACHE)
-    return Rule(url=url, rate=int(row.rate_limit), cache=cache, config_id=row.config_id)
+    algorithm = row.algorithm or TOKEN_BUCKET
+    problem = _algorithm_problem(algorithm, row.max_permits, row.warmup_period)
+    if problem:
+        return Skipped(row.config_id, problem)
+    return Rule(
+        url=url,
+        rate=int(row.rate_limit),
+        cache=cache,
+        config_id=row.config_id,
+        capacity=row.max_permits or 0,
+        algorithm=algorithm,
+        warmup=float(row.warmup_period or 0.0),
+    )
+
+
+def _algorithm_problem(algorithm: str, max_permits: int | None, warmup: float | None) -> str:
+    """Why these algorithm columns cannot go together ("" when they can)."""
+    if algorithm not in ALGORITHMS:
+        return f"algorithm {algorithm!r} is not one of {', '.join(ALGORITHMS)}"
+    if max_permits is not None and (max_permits < 1 or algorithm != TOKEN_BUCKET):
+        return f"maxPermits {max_permits} is invalid for {algorithm} (token_bucket only, >= 1)"
+    if algorithm == WARM_UP:
+        if warmup is None or not (math.isfinite(warmup) and 0 < warmup <= 3600):
+            return f"warm_up needs warmupPeriod between 0 and 3600 seconds, got {warmup!r}"
+    elif warmup is not None:
+        return f"warmupPeriod is for warm_up only, not {algorithm}"
+    return ""
 
 
 def _stricter(a: Rule, b: Rule) -> Rule:

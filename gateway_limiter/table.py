@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     create_engine,
     func,
+    inspect,
     select,
     update,
 )
@@ -72,6 +73,12 @@ class RateLimitConf(Base):
         server_default=func.current_timestamp(),
         onupdate=func.current_timestamp(),
     )
+    # Revision 0003
+    algorithm: Mapped[str | None] = mapped_column(
+        "algorithm", String(16), server_default="token_bucket"
+    )
+    max_permits: Mapped[int | None] = mapped_column("maxPermits", _INT11)
+    warmup_period: Mapped[float | None] = mapped_column("warmupPeriod", Float)
 
 
 class LimiterSwitch(Base):
@@ -124,24 +131,40 @@ class ConfRow:
     cache: float | None
     status: int | None
     last_modify_time: dt.datetime | None = None
+    algorithm: str | None = None
+    max_permits: int | None = None
+    warmup_period: float | None = None
+
+
+_ROW_FIELDS = {
+    "configId": "config_id",
+    "channelType": "channel_type",
+    "interfaceNo": "interface_no",
+    "interfaceUrl": "interface_url",
+    "rateLimit": "rate_limit",
+    "cache": "cache",
+    "status": "status",
+    "lastModifyTime": "last_modify_time",
+    "algorithm": "algorithm",
+    "maxPermits": "max_permits",
+    "warmupPeriod": "warmup_period",
+}
 
 
 def read_rows(engine: Engine) -> list[ConfRow]:
-    """Every row of the limits table, in configId order."""
+    """Every row of the limits table, in configId order.
+
+    Only the columns the table has are read, so a process running newer code than
+    the schema (deployed before ``db upgrade``) still reads its limits; missing
+    columns read as NULL, which means today's behaviour.
+    """
     t = RateLimitConf.__table__
     with engine.connect() as conn:
-        result = conn.execute(select(t).order_by(t.c.configId))
+        present = {c["name"] for c in inspect(conn).get_columns(CONF_TABLE)}
+        columns = [t.c[name] for name in _ROW_FIELDS if name in present]
+        result = conn.execute(select(*columns).order_by(t.c.configId))
         return [
-            ConfRow(
-                config_id=r.configId,
-                channel_type=r.channelType,
-                interface_no=r.interfaceNo,
-                interface_url=r.interfaceUrl,
-                rate_limit=r.rateLimit,
-                cache=r.cache,
-                status=r.status,
-                last_modify_time=r.lastModifyTime,
-            )
+            ConfRow(**{_ROW_FIELDS[key]: value for key, value in r._mapping.items()})
             for r in result
         ]
 

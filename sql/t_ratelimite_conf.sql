@@ -14,6 +14,12 @@ create table t_ratelimite_conf (
     PRIMARY KEY (`configId`)
 );
 
+-- Revision 0003: how strictly each interface is limited (docs/algorithms.md).
+alter table t_ratelimite_conf
+    add column algorithm    VARCHAR(16) NULL DEFAULT 'token_bucket', -- token_bucket, warm_up, sliding_window
+    add column maxPermits   INT(11)     NULL,  -- token_bucket capacity; NULL = rateLimit
+    add column warmupPeriod FLOAT       NULL;  -- warm_up: seconds from cold to the full rate
+
 -- The global switch: one row. enabled NULL = follow the `switch` setting,
 -- 1 = limiting on, 0 = limiting off for every process at its next reload.
 create table t_ratelimite_switch (

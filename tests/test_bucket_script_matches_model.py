@@ -14,8 +14,8 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway_limiter.backends.redis import RedisBackend, bucket_key
-from gateway_limiter.bucket import BucketState, decide, expiry_ms
+from gateway_limiter.backends.redis import RedisBackend, bucket_key, window_key
+from gateway_limiter.bucket import BucketState, decide, decide_window, expiry_ms
 from gateway_limiter.rules import Rule
 from gateway_limiter.settings import Settings
 from tests.services import RedisServer
@@ -28,7 +28,7 @@ class Step:
     dt: int  # microseconds since the previous step
     permits: int
     timeout: float | None  # microseconds; None = acquire
-    config: tuple[int, int] | None  # new (rate, capacity), or None to keep
+    config: tuple[int, int, float] | None  # new (rate, capacity, warm-up s), or None
 
 
 steps = st.lists(
@@ -38,7 +38,13 @@ steps = st.lists(
         permits=st.integers(1, 40),
         timeout=st.one_of(st.none(), st.just(0.0), st.floats(0, 2_000_000)),
         config=st.one_of(
-            st.none(), st.none(), st.tuples(st.integers(1, 2_000), st.integers(1, 2_000))
+            st.none(),
+            st.none(),
+            st.tuples(
+                st.integers(1, 2_000),
+                st.integers(1, 2_000),
+                st.one_of(st.just(0.0), st.floats(0.01, 30.0)),
+            ),
         ),
     ),
     min_size=1,
@@ -55,7 +61,7 @@ def stored_state(client: redis.Redis, url: str) -> BucketState | None:
     raw = client.hgetall(bucket_key("prop", url))
     if not raw:
         return None
-    return BucketState(float(raw[b"s"]), float(raw[b"b"]), float(raw[b"r"]), float(raw[b"c"]))
+    return BucketState(*(float(raw[f]) for f in (b"s", b"b", b"r", b"c", b"k")))
 
 
 @settings(
@@ -64,10 +70,11 @@ def stored_state(client: redis.Redis, url: str) -> BucketState | None:
 @given(
     rate=st.integers(1, 2_000),
     capacity=st.one_of(st.none(), st.integers(1, 2_000)),
+    warmup=st.one_of(st.just(0.0), st.floats(0.01, 30.0)),
     sequence=steps,
 )
 def test_script_and_model_agree_on_every_decision_and_state(
-    backend: RedisBackend, rate: int, capacity: int | None, sequence: list[Step]
+    backend: RedisBackend, rate: int, capacity: int | None, warmup: float, sequence: list[Step]
 ) -> None:
     url = f"/p/{uuid.uuid4().hex}"
     cap = capacity or rate
@@ -76,18 +83,13 @@ def test_script_and_model_agree_on_every_decision_and_state(
     for step in sequence:
         now += step.dt
         if step.config is not None:
-            rate, cap = step.config
-        rule = Rule(url=url, rate=rate, cache=0.0, config_id=1, capacity=cap)
+            rate, cap, warmup = step.config
+        algorithm = "warm_up" if warmup else "token_bucket"
+        rule = Rule(url, rate, 0.0, 1, capacity=cap, algorithm=algorithm, warmup=warmup)
         timeout_s = None if step.timeout is None else step.timeout / 1e6
         got = backend.reserve(rule, step.permits, timeout_s, now=now)
-        expected, new = decide(
-            model,
-            rate,
-            cap,
-            step.permits,
-            None if timeout_s is None else timeout_s * 1_000_000.0,
-            now,
-        )
+        budget = None if timeout_s is None else timeout_s * 1_000_000.0
+        expected, new = decide(model, rate, cap, step.permits, budget, now, warmup * 1e6)
         assert got == expected
         if new is not None:
             model = new
@@ -119,3 +121,40 @@ def test_refusal_writes_nothing(backend: RedisBackend) -> None:
     assert not verdict.allowed
     assert verdict.wait == pytest.approx(200_000.0)  # one permit at 5/s
     assert backend.client.hgetall(bucket_key("prop", url)) == before
+
+
+window_steps = st.lists(
+    st.tuples(
+        st.one_of(st.integers(0, 5_000), st.integers(0, 1_500_000)),  # dt µs
+        st.integers(1, 12),  # permits (may exceed the rate)
+        st.one_of(st.none(), st.just(0.0), st.floats(0, 2_000_000)),  # timeout µs
+        st.one_of(st.none(), st.none(), st.none(), st.integers(1, 10)),  # new rate
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(rate=st.integers(1, 10), sequence=window_steps)
+def test_window_script_and_model_agree_on_every_decision_and_list(
+    backend: RedisBackend, rate: int, sequence: list[tuple[int, int, float | None, int | None]]
+) -> None:
+    url = f"/w/{uuid.uuid4().hex}"
+    now = START
+    model: tuple[float, ...] = ()
+    for dt, permits, timeout, new_rate in sequence:
+        now += dt
+        rate = new_rate or rate
+        rule = Rule(url, rate, 0.0, 1, algorithm="sliding_window")
+        timeout_s = None if timeout is None else timeout / 1e6
+        got = backend.reserve(rule, permits, timeout_s, now=now)
+        budget = None if timeout_s is None else timeout_s * 1_000_000.0
+        expected, kept = decide_window(model, rate, permits, budget, now)
+        assert got == expected
+        if kept is not None:
+            model = kept
+        stored = backend.client.lrange(window_key("prop", url), 0, -1)
+        assert tuple(float(t) for t in stored) == model

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway_limiter.bucket import BucketState, Verdict, decide
+from gateway_limiter.bucket import WINDOW, BucketState, Verdict, decide, decide_window
 
 T0 = 1_000_000_000.0
 SECOND = 1_000_000.0
@@ -116,3 +116,85 @@ def test_admitted_never_exceeds_capacity_plus_rate_times_any_interval(
             total += releases[j][1]
             span = (releases[j][0] - releases[i][0]) / SECOND
             assert total <= capacity + rate * span + 1e-6
+
+
+def paced_admissions(rate: int, warmup_s: float, seconds: float, start: float) -> list[float]:
+    """Release times of callers that acquire back to back on a cold warm-up bucket."""
+    state: BucketState | None = None
+    now, releases = start, []
+    while now < start + seconds * SECOND:
+        verdict, state = decide(state, rate, rate, 1, None, now, warmup_s * SECOND)
+        now += verdict.wait  # the caller sleeps, then the next one asks
+        releases.append(now)
+    return releases
+
+
+def test_warm_up_serves_a_cold_interface_at_a_third_of_the_rate_then_ramps() -> None:
+    rate, warmup = 100, 2.0
+    releases = paced_admissions(rate, warmup, seconds=4.0, start=T0)
+    first_gap = releases[0] - T0
+    assert first_gap == pytest.approx(3 * SECOND / rate, rel=0.02)  # cold: 3 intervals
+    in_first_second = sum(1 for t in releases if t < T0 + SECOND)
+    assert in_first_second <= 0.5 * rate  # "about half the rate" after idle, at most
+    # full rate once warm (within warmupPeriod): the last second is paced at the rate
+    late = [t for t in releases if T0 + 3 * SECOND <= t < T0 + 4 * SECOND]
+    assert len(late) == pytest.approx(rate, abs=1)
+
+
+def test_warm_up_bucket_goes_cold_again_after_idle() -> None:
+    rate, warmup = 50, 1.0
+    warm = paced_admissions(rate, warmup, seconds=3.0, start=T0)
+    state = None
+    for t in warm:
+        _, state = decide(state, rate, rate, 1, None, t, warmup * SECOND)
+    later = warm[-1] + 10 * SECOND  # idle much longer than the warm-up period
+    verdict, _ = decide(state, rate, rate, 1, None, later, warmup * SECOND)
+    assert verdict.wait == pytest.approx(3 * SECOND / rate, rel=0.02)
+
+
+window_requests = st.lists(
+    st.tuples(st.integers(0, 300_000), st.integers(1, 3), st.one_of(st.none(), st.floats(0, 2e6))),
+    min_size=1,
+    max_size=120,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rate=st.integers(1, 20), steps=window_requests)
+def test_sliding_window_never_holds_more_than_the_rate_in_any_second(
+    rate: int, steps: list[tuple[int, int, float | None]]
+) -> None:
+    now, times = T0, ()
+    releases: list[float] = []
+    for dt, permits, timeout in steps:
+        now += dt
+        verdict, kept = decide_window(times, rate, permits, timeout, now)
+        if kept is not None:
+            times = kept
+            assert timeout is None or verdict.wait <= timeout
+            releases += [now + verdict.wait] * permits
+    releases.sort()
+    lo = 0
+    for hi, t in enumerate(releases):
+        while t - releases[lo] >= SECOND:
+            lo += 1
+        assert hi - lo + 1 <= rate
+
+
+def test_sliding_window_serves_the_full_rate_under_overload_and_waits_for_the_next_slot() -> None:
+    rate, now, times = 10, T0, ()
+    admitted = []
+    for i in range(30):  # a caller every 10 ms, each willing to wait 2 s: 3 windows fit
+        verdict, kept = decide_window(times, rate, 1, 2 * SECOND, T0 + i * 10_000)
+        assert verdict.allowed
+        times = kept or times
+        admitted.append(T0 + i * 10_000 + verdict.wait)
+    assert admitted[:10] == [T0 + i * 10_000 for i in range(10)]  # the first 10 at once
+    assert admitted[10] == pytest.approx(admitted[0] + WINDOW)  # the 11th: a window later
+    refused, _ = decide_window(times, rate, 1, 2 * SECOND, now + 0.3 * SECOND)
+    assert not refused.allowed
+
+
+def test_sliding_window_refuses_a_batch_larger_than_the_rate() -> None:
+    verdict, kept = decide_window((), 5, 6, None, T0)
+    assert not verdict.allowed and kept is None

@@ -9,9 +9,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
-from ..bucket import BucketState, Verdict, decide, expiry_ms
-from ..rules import Rule
+from ..bucket import (
+    MICROS,
+    BucketState,
+    Verdict,
+    decide,
+    decide_window,
+    expiry_ms,
+    window_expiry_ms,
+)
+from ..rules import SLIDING_WINDOW, Rule
 from ..settings import Settings
 from . import register, to_micros
 
@@ -34,7 +43,8 @@ class MemoryBackend:
     def __init__(
         self, settings: Settings | None = None, *, clock: Callable[[], float] = monotonic_micros
     ) -> None:
-        self._buckets: dict[str, tuple[BucketState, float]] = {}
+        # (kind, url) -> (state, expires at µs); kind "tb" bucket state, "sw" window times
+        self._buckets: dict[tuple[str, str], tuple[Any, float]] = {}
         self._lock = threading.Lock()
         self._clock = clock
         self._writes = 0
@@ -43,10 +53,21 @@ class MemoryBackend:
         """Decide with the model; the state expires as it would in Redis."""
         with self._lock:
             now = self._clock()
-            state = self._live(rule.url, now)
-            verdict, new = decide(state, rule.rate, rule.burst, permits, to_micros(timeout), now)
+            budget = to_micros(timeout)
+            new: Any
+            if rule.algorithm == SLIDING_WINDOW:
+                key = ("sw", rule.url)
+                times = self._live(key, now) or ()
+                verdict, new = decide_window(times, rule.rate, permits, budget, now)
+                lifetime = 0 if new is None else window_expiry_ms(new, now)
+            else:
+                key = ("tb", rule.url)
+                warmup = rule.warmup * MICROS
+                state = self._live(key, now)
+                verdict, new = decide(state, rule.rate, rule.burst, permits, budget, now, warmup)
+                lifetime = 0 if new is None else expiry_ms(new, now)
             if new is not None:
-                self._buckets[rule.url] = (new, now + expiry_ms(new, now) * 1000.0)
+                self._buckets[key] = (new, now + lifetime * 1000.0)
                 self._writes += 1
                 if self._writes % _SWEEP_EVERY == 0:
                     self._sweep(now)
@@ -56,7 +77,7 @@ class MemoryBackend:
         """The live state of ``rule``'s bucket, if any."""
         with self._lock:
             now = self._clock()
-            return self._live(rule.url, now), now
+            return self._live(("tb", rule.url), now), now
 
     def prepare(self) -> None:
         """Nothing to prepare."""
@@ -69,12 +90,12 @@ class MemoryBackend:
     def __len__(self) -> int:
         return len(self._buckets)
 
-    def _live(self, url: str, now: float) -> BucketState | None:
-        entry = self._buckets.get(url)
+    def _live(self, key: tuple[str, str], now: float) -> Any:
+        entry = self._buckets.get(key)
         if entry is None or entry[1] <= now:
             return None
         return entry[0]
 
     def _sweep(self, now: float) -> None:
-        for url in [u for u, (_, until) in self._buckets.items() if until <= now]:
-            del self._buckets[url]
+        for key in [k for k, (_, until) in self._buckets.items() if until <= now]:
+            del self._buckets[key]

@@ -18,17 +18,45 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..bucket import BucketState, Verdict
-from ..rules import Rule
+from ..bucket import MICROS, WINDOW, BucketState, Verdict
+from ..rules import SLIDING_WINDOW, Rule
 from ..settings import Settings, mask_secrets
 from . import BackendError, register, to_micros
 
 BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
+WINDOW_LUA = resources.files(__package__).joinpath("window.lua").read_text(encoding="utf-8")
+#: Script name -> source; a backend registers each once.
+SCRIPTS = {"bucket": BUCKET_LUA, "window": WINDOW_LUA}
 
 
 def bucket_key(prefix: str, url: str) -> str:
     """The Redis key of ``url``'s bucket: prefix, then the URL as the cluster hash tag."""
     return f"{prefix}:{{{url}}}:tb"
+
+
+def window_key(prefix: str, url: str) -> str:
+    """The Redis key of ``url``'s sliding window (same hash tag as its bucket)."""
+    return f"{prefix}:{{{url}}}:sw"
+
+
+def script_call(
+    prefix: str, rule: Rule, permits: int, timeout: float | None, now: float | None = None
+) -> tuple[str, str, list[str]]:
+    """(script name, key, ARGV) of one decision; shared by the sync and asyncio clients."""
+    micros = to_micros(timeout)
+    budget = "-1" if micros is None else repr(micros)
+    clock = "" if now is None else repr(now)
+    if rule.algorithm == SLIDING_WINDOW:
+        return (
+            "window",
+            window_key(prefix, rule.url),
+            [str(rule.rate), str(permits), budget, clock, repr(WINDOW)],
+        )
+    return (
+        "bucket",
+        bucket_key(prefix, rule.url),
+        [str(rule.rate), str(rule.burst), str(permits), budget, clock, repr(rule.warmup * MICROS)],
+    )
 
 
 def script_args(rule: Rule, permits: int, timeout: float | None, now: float | None) -> list[str]:
@@ -78,10 +106,10 @@ def redis_url(settings: Settings) -> str:
 
 @register("redis", "rediss", "unix")
 class RedisBackend:
-    """The bucket script on one Redis server (a master)."""
+    """The bucket scripts on one Redis server (a master)."""
 
     shared = True
-    __slots__ = ("_client", "_prefix", "_script")
+    __slots__ = ("_client", "_prefix", "_scripts")
 
     def __init__(self, settings: Settings, client: redis.Redis | None = None) -> None:
         if client is None:
@@ -94,7 +122,7 @@ class RedisBackend:
             client = redis.Redis(connection_pool=pool)
         self._client = client
         self._prefix = settings.key_prefix
-        self._script = client.register_script(BUCKET_LUA)
+        self._scripts = {name: client.register_script(src) for name, src in SCRIPTS.items()}
 
     @property
     def client(self) -> redis.Redis:
@@ -105,11 +133,9 @@ class RedisBackend:
         self, rule: Rule, permits: int, timeout: float | None, *, now: float | None = None
     ) -> Verdict:
         """One EVALSHA. ``now`` (µs) is for tests that drive the clock."""
+        name, key, args = script_call(self._prefix, rule, permits, timeout, now)
         try:
-            reply = self._script(
-                keys=[bucket_key(self._prefix, rule.url)],
-                args=script_args(rule, permits, timeout, now),
-            )
+            reply = self._scripts[name](keys=[key], args=args)
         except (redis.RedisError, OSError) as e:
             raise BackendError(f"{type(e).__name__}: {e}") from e
         return parse_reply(reply)
@@ -128,7 +154,8 @@ class RedisBackend:
     def prepare(self) -> None:
         """SCRIPT LOAD now, so the first decision is one round trip, not NOSCRIPT + load."""
         try:
-            self._client.script_load(BUCKET_LUA)
+            for source in SCRIPTS.values():
+                self._client.script_load(source)
         except (redis.RedisError, OSError) as e:
             raise BackendError(f"{type(e).__name__}: {e}") from e
 

@@ -1,0 +1,116 @@
+"""Per-interface algorithms chosen by row (revision 0003), enforced through real Redis."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import Engine, text
+
+from gateway_limiter import GatewayLimiter
+from tests.limiting import limiter
+from tests.services import RedisServer
+
+
+def insert(
+    engine: Engine,
+    url: str,
+    rate: int,
+    cache: float,
+    algorithm: str | None,
+    max_permits: int | None = None,
+    warmup: float | None = None,
+) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "insert into t_ratelimite_conf (interfaceUrl, rateLimit, cache, status, "
+                "algorithm, maxPermits, warmupPeriod) values (:u, :r, :c, 1, :a, :m, :w)"
+            ),
+            {"u": url, "r": rate, "c": cache, "a": algorithm, "m": max_permits, "w": warmup},
+        )
+
+
+@pytest.fixture
+def lim(
+    migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
+) -> GatewayLimiter:
+    url, engine = migrated_db
+    insert(engine, "/tb", 10, 0.0, None, max_permits=3)
+    insert(engine, "/sw", 5, 0.0, "sliding_window")
+    insert(engine, "/wu", 20, 0.5, "warm_up", warmup=1.0)
+    insert(engine, "/bad1", 5, 0.0, "sliding_window", max_permits=9)
+    insert(engine, "/bad2", 5, 0.0, "token_bucket", warmup=2.0)
+    insert(engine, "/bad3", 5, 0.0, "leaky")
+    lim = limiter(url, redis_server.url, key_prefix)
+    yield lim
+    lim.close()
+
+
+def test_columns_default_to_todays_token_bucket(migrated_db: tuple[str, Engine]) -> None:
+    with migrated_db[1].begin() as conn:
+        conn.execute(
+            text(
+                "insert into t_ratelimite_conf (interfaceUrl, rateLimit, status) "
+                "values ('/plain', 5, 1)"
+            )
+        )
+        algorithm = conn.execute(
+            text("select algorithm from t_ratelimite_conf where interfaceUrl = '/plain'")
+        ).scalar_one()
+    assert algorithm == "token_bucket"
+
+
+def test_max_permits_sets_the_token_bucket_capacity(lim: GatewayLimiter) -> None:
+    assert [lim.try_acquire("/tb") for _ in range(4)] == [True] * 3 + [False]
+
+
+def test_sliding_window_admits_the_rate_then_refuses_until_a_slot_frees(
+    lim: GatewayLimiter,
+) -> None:
+    assert [lim.try_acquire("/sw") for _ in range(7)] == [True] * 5 + [False] * 2
+    verdict = lim.reserve("/sw", timeout=2.0)
+    assert verdict.allowed
+    assert 0.8 < verdict.wait / 1e6 <= 1.02  # the earliest slot: a window after the first
+
+
+def test_warm_up_paces_a_cold_interface_at_a_third_of_the_rate(lim: GatewayLimiter) -> None:
+    start = time.monotonic()
+    waits = [lim.acquire("/wu") for _ in range(3)]
+    assert waits[0] == pytest.approx(3 / 20, abs=0.02)  # cold: three stable intervals
+    assert all(w > 0.05 for w in waits)  # paced, no burst
+    assert time.monotonic() - start >= 0.35
+
+
+def test_invalid_algorithm_combinations_are_skipped_with_reasons(lim: GatewayLimiter) -> None:
+    summary = lim.reload()
+    assert summary.ok
+    reasons = " | ".join(s.reason for s in summary.skipped)
+    assert "maxPermits 9 is invalid for sliding_window" in reasons
+    assert "warmupPeriod is for warm_up only" in reasons
+    assert "'leaky' is not one of" in reasons
+    assert {"/tb", "/sw", "/wu"} <= set(lim.registry.snapshot.rules)
+
+
+def test_an_unmigrated_0002_table_still_loads(
+    mariadb_db: str, redis_server: RedisServer, key_prefix: str
+) -> None:
+    from gateway_limiter.migrate import upgrade
+    from gateway_limiter.table import make_engine
+
+    engine = make_engine(mariadb_db)
+    upgrade(engine, "0002")  # code newer than schema: the new columns read as NULL
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "insert into t_ratelimite_conf (interfaceUrl, rateLimit, cache, "
+                "status) values ('/old', 2, 0, 1)"
+            )
+        )
+    lim = limiter(mariadb_db, redis_server.url, key_prefix)
+    try:
+        assert lim.registry.snapshot.rules["/old"].algorithm == "token_bucket"
+        assert [lim.try_acquire("/old") for _ in range(3)] == [True, True, False]
+    finally:
+        lim.close()
+        engine.dispose()
