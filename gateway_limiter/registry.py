@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, NoSuchTableError, SQLAlchemyError
 
 from .rules import Rule, Skipped, build_rules
 from .settings import Settings, mask_secrets
@@ -66,7 +66,9 @@ class ReloadSummary:
 
 def describe_db_error(error: BaseException) -> str:
     """A one-line, password-free account of a database error."""
-    if isinstance(error, DBAPIError) and error.orig is not None:
+    if isinstance(error, NoSuchTableError):
+        text = f"NoSuchTableError: table {error} does not exist"
+    elif isinstance(error, DBAPIError) and error.orig is not None:
         text = f"{type(error.orig).__name__}: {error.orig}"
     else:
         text = f"{type(error).__name__}: {error}"

@@ -28,8 +28,12 @@ REDIS_SCHEMES: Final = (
     "memory",
 )
 
+# user:password@ in a URL's authority, with or without a scheme in front of it.
 _PASSWORD_IN_URL = re.compile(
-    r"(?P<head>[a-z0-9+.-]+://[^:/@]*:)(?P<secret>[^@]*)(?P<tail>@)", re.IGNORECASE
+    r"(?P<head>(?:[a-z0-9+.-]+://|^|(?<=[\s'\"(=]))[^:/@\s'\"=]*:)"
+    # greedy: a password with a raw "@" in it is masked up to the last "@"
+    r"(?P<secret>(?!//)[^\s'\"]*)(?P<tail>@)",
+    re.IGNORECASE,
 )
 
 
