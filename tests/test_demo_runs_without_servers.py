@@ -1,0 +1,109 @@
+"""``gateway-limiter demo`` runs on a bare machine: no database server, no Redis.
+
+It is run as a real process with stdout a pipe (not a terminal), so it prints plain
+blocks, one per second, which the assertions read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gateway_limiter.demo import INTERFACES
+
+SECONDS = 4
+
+
+@pytest.fixture(scope="module")
+def demo_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], float, Path]:
+    """One demo run shared by the tests below: its result, wall time and temp dir."""
+    workdir = tmp_path_factory.mktemp("demo-cwd")
+    tmpdir = tmp_path_factory.mktemp("demo-tmp")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_LIMITER_")}
+    # Nothing to reach: any server the demo tried would refuse.
+    env["GATEWAY_LIMITER_DATABASE_URL"] = "mysql+pymysql://root@127.0.0.1:1/none"
+    env["GATEWAY_LIMITER_REDIS_URL"] = "redis://127.0.0.1:1/0"
+    env["TMPDIR"] = str(tmpdir)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway_limiter", "demo", "--seconds", str(SECONDS)],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        env=env,
+        timeout=30,
+        check=False,
+    )
+    return done, time.monotonic() - started, tmpdir
+
+
+def test_the_demo_exits_0_in_about_its_seconds_and_cleans_up(
+    demo_run: tuple[subprocess.CompletedProcess[str], float, Path],
+) -> None:
+    done, took, tmpdir = demo_run
+    assert done.returncode == 0, done.stderr
+    assert SECONDS <= took < 10
+    assert done.stderr == ""  # no warnings, no tracebacks
+    assert "\x1b" not in done.stdout  # not a terminal: no ANSI codes
+    assert list(tmpdir.iterdir()) == []  # its temporary SQLite file is gone
+
+
+def test_the_demo_explains_itself_and_shows_every_interface_each_second(
+    demo_run: tuple[subprocess.CompletedProcess[str], float, Path],
+) -> None:
+    out = demo_run[0].stdout
+    assert "memory://" in out
+    for second in range(1, SECONDS + 1):
+        assert f"second {second} ({second - 1}-{second} s)" in out
+    for iface in INTERFACES:
+        assert out.count(iface.url) >= SECONDS + 2  # header, every block, totals
+    assert "gateway-limiter db upgrade" in out  # the footer says what to try next
+    assert "gateway-limiter conf list" in out
+
+
+def _block_lines(out: str, url: str) -> list[tuple[str, int, int, int]]:
+    """(rule in force, admitted, waited, refused) of ``url`` in each per-second block."""
+    pattern = re.compile(rf"^  {re.escape(url)}\s+(.+?)\s+(\d+)\s+(\d+)\s+(\d+)$", re.MULTILINE)
+    return [(m[1], int(m[2]), int(m[3]), int(m[4])) for m in pattern.finditer(out)]
+
+
+def test_the_closed_interface_is_refused_and_the_limited_one_admits_about_its_rate(
+    demo_run: tuple[subprocess.CompletedProcess[str], float, Path],
+) -> None:
+    out = demo_run[0].stdout
+    closed = _block_lines(out, "/ibe/fare/quote")
+    assert len(closed) == SECONDS
+    first_rule, admitted, _, refused = closed[0]
+    assert (first_rule, admitted) == ("closed", 0)
+    assert refused > 0
+    # The first second: one second's refill on top of a full bucket of 20, no more.
+    search = _block_lines(out, "/ibe/flight/search")
+    assert search[0][0] == "20/s (0.2 s)"
+    assert 20 <= search[0][1] <= 45
+    # The disabled row: never limited, never refused.
+    assert all(r == 0 for *_, r in _block_lines(out, "/ibe/order/cancel"))
+
+
+def test_the_rate_change_and_the_switch_show_up_through_the_reload(
+    demo_run: tuple[subprocess.CompletedProcess[str], float, Path],
+) -> None:
+    out = demo_run[0].stdout
+    assert re.search(
+        r"event: lower /ibe/flight/search .*UPDATE t_ratelimite_conf SET rateLimit = 8", out
+    )
+    assert re.search(r"event: switch off: UPDATE t_ratelimite_switch SET enabled = 0", out)
+    assert re.search(r"event: switch on: UPDATE t_ratelimite_switch SET enabled = 1", out)
+    # Reloads every second: each change is in force within about a second.
+    for effect in ("now limited to 8/s", "switch off: every call is admitted"):
+        found = re.search(rf"reload, (\d+\.\d) s later: .*{re.escape(effect)}", out)
+        assert found, effect
+        assert float(found[1]) <= 2.0  # 1 s interval, 10 % jitter, slack for a busy machine
+    assert any("switch off" in rule for rule, *_ in _block_lines(out, "/ibe/fare/quote"))
