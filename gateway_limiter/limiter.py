@@ -191,6 +191,7 @@ class GatewayLimiter:
         self.policy = Policy(self.settings.on_backend_error)
         self._breaker = Breaker(self.settings.breaker_seconds)
         self._started = False
+        self._fallbacks = 0
 
     @classmethod
     def from_settings(cls, path: str | Path | None = None, **overrides: Any) -> Self:
@@ -239,6 +240,11 @@ class GatewayLimiter:
         """False while the failure policy is deciding instead of the backend."""
         return not self._breaker.is_open
 
+    @property
+    def backend_fallbacks(self) -> int:
+        """How many decisions the failure policy made instead of the backend."""
+        return self._fallbacks
+
     def reserve(self, url: str, permits: int = 1, timeout: float | None = None) -> Verdict:
         """Decide without sleeping: the verdict, whose ``wait`` (µs) the caller must honour.
 
@@ -255,15 +261,16 @@ class GatewayLimiter:
         return self._decide(rule, permits, rule.cache if timeout is None else timeout)
 
     def _decide(self, rule: Rule, permits: int, timeout: float | None) -> Verdict:
-        if not self._breaker.allows():
-            return self.policy.decide(rule, permits, timeout)
-        try:
-            verdict = self.backend.reserve(rule, permits, timeout)
-        except BackendError as e:
-            self._breaker.failed(e)
-            return self.policy.decide(rule, permits, timeout)
-        self._breaker.succeeded()
-        return verdict
+        if self._breaker.allows():
+            try:
+                verdict = self.backend.reserve(rule, permits, timeout)
+            except BackendError as e:
+                self._breaker.failed(e)
+            else:
+                self._breaker.succeeded()
+                return verdict
+        self._fallbacks += 1  # off the hot path: only while the backend is failing
+        return self.policy.decide(rule, permits, timeout)
 
     def try_acquire(self, url: str, permits: int = 1, timeout: float | None = None) -> bool:
         """Take ``permits`` for ``url`` if the wait fits in ``timeout`` (default: the row's
