@@ -27,7 +27,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from .settings import mask_secrets
 
@@ -47,6 +50,25 @@ NAMING_CONVENTION = {
 _INT11 = Integer().with_variant(mysql.INTEGER(display_width=11), "mysql", "mariadb")
 _FLOAT32 = Float().with_variant(mysql.FLOAT(precision=3, scale=2), "mysql", "mariadb")
 _TINYINT1 = SmallInteger().with_variant(mysql.TINYINT(display_width=1), "mysql", "mariadb")
+
+
+class StampedNow(FunctionElement[dt.datetime]):
+    """Server default of lastModifyTime: now, and on MySQL/MariaDB again on every UPDATE."""
+
+    type = DateTime()
+    name = "stamped_now"
+    inherit_cache = True
+
+
+@compiles(StampedNow)
+def _stamped_now(element: StampedNow, compiler: SQLCompiler, **kw: Any) -> str:
+    return "CURRENT_TIMESTAMP"
+
+
+@compiles(StampedNow, "mysql")
+@compiles(StampedNow, "mariadb")
+def _stamped_now_mysql(element: StampedNow, compiler: SQLCompiler, **kw: Any) -> str:
+    return "CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP"
 
 
 class Base(DeclarativeBase):
@@ -70,7 +92,7 @@ class RateLimitConf(Base):
     last_modify_time: Mapped[dt.datetime | None] = mapped_column(
         "lastModifyTime",
         DateTime,
-        server_default=func.current_timestamp(),
+        server_default=StampedNow(),
         onupdate=func.current_timestamp(),
     )
     # Revision 0003
@@ -93,7 +115,7 @@ class LimiterSwitch(Base):
     last_modify_time: Mapped[dt.datetime | None] = mapped_column(
         "lastModifyTime",
         DateTime,
-        server_default=func.current_timestamp(),
+        server_default=StampedNow(),
         onupdate=func.current_timestamp(),
     )
 
