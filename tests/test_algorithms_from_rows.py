@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine, text
@@ -34,7 +35,7 @@ def insert(
 @pytest.fixture
 def lim(
     migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
-) -> GatewayLimiter:
+) -> Iterator[GatewayLimiter]:
     url, engine = migrated_db
     insert(engine, "/tb", 10, 0.0, None, max_permits=3)
     insert(engine, "/sw", 5, 0.0, "sliding_window")

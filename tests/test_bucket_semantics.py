@@ -164,7 +164,8 @@ window_requests = st.lists(
 def test_sliding_window_never_holds_more_than_the_rate_in_any_second(
     rate: int, steps: list[tuple[int, int, float | None]]
 ) -> None:
-    now, times = T0, ()
+    now = T0
+    times: tuple[float, ...] = ()
     releases: list[float] = []
     for dt, permits, timeout in steps:
         now += dt
@@ -182,7 +183,8 @@ def test_sliding_window_never_holds_more_than_the_rate_in_any_second(
 
 
 def test_sliding_window_serves_the_full_rate_under_overload_and_waits_for_the_next_slot() -> None:
-    rate, now, times = 10, T0, ()
+    rate, now = 10, T0
+    times: tuple[float, ...] = ()
     admitted = []
     for i in range(30):  # a caller every 10 ms, each willing to wait 2 s: 3 windows fit
         verdict, kept = decide_window(times, rate, 1, 2 * SECOND, T0 + i * 10_000)

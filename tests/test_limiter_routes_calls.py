@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import redis
 from sqlalchemy import Engine
@@ -14,7 +16,7 @@ from tests.services import RedisServer
 @pytest.fixture
 def lim(
     migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
-) -> GatewayLimiter:
+) -> Iterator[GatewayLimiter]:
     url, engine = migrated_db
     set_row(engine, "/limited", rate=5, cache=0.0, status=1)
     set_row(engine, "/disabled", rate=5, cache=0.0, status=0)

@@ -131,7 +131,7 @@ def test_redis_paused_longer_than_the_timeout_never_stalls_a_call(
     try:
         with Load(lim, "/r") as load:
             time.sleep(0.3)
-            admin.execute_command("CLIENT", "PAUSE", "1000", "ALL")
+            admin.client_pause(1000, all=True)
             time.sleep(1.3)
             wait_for(lambda: lim.backend_healthy, 5)
         assert load.errors == []

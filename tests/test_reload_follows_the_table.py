@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -30,7 +31,7 @@ def wait_until(condition: object, seconds: float = 5.0) -> float:
 @pytest.fixture
 def lim(
     migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
-) -> GatewayLimiter:
+) -> Iterator[GatewayLimiter]:
     url, engine = migrated_db
     set_row(engine, "/r", rate=4, cache=0.0, status=1)
     lim = limiter(url, redis_server.url, key_prefix, reload_interval=INTERVAL)
