@@ -36,10 +36,22 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from .backends import BackendError
+from .bucket import MICROS, shape, stored_cost
 from .limiter import BucketStatus, GatewayLimiter
 from .migrate import current_revision, head_revision, upgrade
 from .registry import describe_db_error
-from .rules import MAX_CACHE, MAX_URL_LENGTH, Rule, RuleSet, build_rules
+from .rules import (
+    ALGORITHMS,
+    MAX_CACHE,
+    MAX_URL_LENGTH,
+    SLIDING_WINDOW,
+    TOKEN_BUCKET,
+    WARM_UP,
+    Rule,
+    RuleSet,
+    algorithm_problem,
+    build_rules,
+)
 from .settings import Settings, SettingsError, load_settings, mask_secrets
 from .table import (
     CONF_TABLE,
@@ -64,6 +76,8 @@ MAX_LABEL_LENGTH = 24
 CLI_REDIS_TIMEOUT = 2.0
 #: Loggers kept quiet unless --verbose: the CLI reports what matters itself, once.
 QUIET_LOGGERS = ("gateway_limiter", "apscheduler")
+#: How ``--max-permits`` and ``--warmup`` say "clear the column to NULL".
+NONE_WORD = "none"
 
 
 class CliError(Exception):
@@ -130,6 +144,40 @@ def label_arg(text: str) -> str:
             f"invalid value {_shown(text)}: at most {MAX_LABEL_LENGTH} characters"
         )
     return text
+
+
+def max_permits_arg(text: str) -> int | None:
+    """``--max-permits``: a whole number (INT(11)), or ``none`` for NULL (capacity = rate).
+
+    Only the form is checked here; whether the value suits the row's algorithm is
+    ``rules.algorithm_problem``'s to say, as it is for the reload.
+    """
+    if text.strip().lower() == NONE_WORD:
+        return None
+    if not re.fullmatch(r"-?[0-9]+", text.strip()) or not -MAX_RATE <= int(text) <= MAX_RATE:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {_shown(text)}: must be a whole number of permits (1 to "
+            f"{MAX_RATE}) or '{NONE_WORD}'"
+        )
+    return int(text)
+
+
+def warmup_arg(text: str) -> float | None:
+    """``--warmup``: seconds from cold to the full rate, or ``none`` for NULL.
+
+    Only the form is checked here; the range is ``rules.algorithm_problem``'s to say.
+    """
+    if text.strip().lower() == NONE_WORD:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(
+            f"invalid value {_shown(text)}: must be a number of seconds or '{NONE_WORD}'"
+        )
+    return value
 
 
 def seconds_arg(text: str) -> int:
@@ -369,15 +417,51 @@ def _fmt_opt(value: object) -> str:
     return "NULL" if value is None else str(value)
 
 
+def _fmt_seconds(value: float | None) -> str:
+    # warmupPeriod is a FLOAT: 0.1 reads back from MySQL as 0.100000001490116.
+    return "NULL" if value is None else f"{value:.6g}"
+
+
+def _fmt_field(name: str, value: Any) -> str:
+    """A column's value as messages show it (model attribute ``name``)."""
+    if name == "cache":
+        return _fmt_cache(value)
+    if name == "warmup_period":
+        return _fmt_seconds(value)
+    return _fmt_opt(value)
+
+
 def _fmt_time(row: ConfRow) -> str:
     t = row.last_modify_time
     return "-" if t is None else t.isoformat(sep=" ", timespec="seconds")
 
 
+def _algorithm_text(rule: Rule) -> str:
+    """What the rule's algorithm does with the rate, in a few words."""
+    if rule.algorithm == SLIDING_WINDOW:
+        return "sliding_window: never more in any 1 s"
+    if rule.algorithm == WARM_UP:
+        return f"warm_up: a third of the rate when idle, full after {rule.warmup:g} s of use"
+    return f"token_bucket: bursts of up to {rule.burst}"
+
+
 def _rule_text(rule: Rule) -> str:
     if rule.closed:
         return "closed: every call refused"
-    return f"limited to {rule.rate}/s, callers wait up to {rule.cache:g} s"
+    return (
+        f"limited to {rule.rate}/s ({_algorithm_text(rule)}), callers wait up to {rule.cache:g} s"
+    )
+
+
+def _rule_brief(rule: Rule) -> str:
+    """A rule in a table cell: rate, what its algorithm adds, wait budget."""
+    if rule.closed:
+        return "closed"
+    shaped = {
+        SLIDING_WINDOW: f"{rule.rate}/s in any 1 s",
+        WARM_UP: f"{rule.rate}/s, {rule.warmup:g} s warm-up",
+    }.get(rule.algorithm, f"{rule.rate}/s, burst {rule.burst}")
+    return f"{shaped}, wait <= {rule.cache:g} s"
 
 
 def row_effect(row: ConfRow, ruleset: RuleSet) -> str:
@@ -388,7 +472,7 @@ def row_effect(row: ConfRow, ruleset: RuleSet) -> str:
         return "disabled"
     rule = ruleset.rules.get(row.interface_url or "")
     if rule is not None and rule.config_id == row.config_id:
-        return "closed" if rule.closed else f"{rule.rate}/s, wait <= {rule.cache:g} s"
+        return _rule_brief(rule)
     return "-"
 
 
@@ -433,6 +517,9 @@ CONF_COLUMNS = (
     Column("cache", numeric=True),
     Column("status", numeric=True),
     Column("lastModifyTime"),
+    Column("algorithm"),
+    Column("maxPermits", numeric=True),
+    Column("warmupPeriod", numeric=True),
     Column("effect"),
 )
 
@@ -461,6 +548,9 @@ def cmd_conf_list(ctx: Context) -> int:
                 _fmt_cache(r.cache),
                 _fmt_opt(r.status),
                 _fmt_time(r),
+                _fmt_opt(r.algorithm),
+                _fmt_opt(r.max_permits),
+                _fmt_seconds(r.warmup_period),
                 row_effect(r, ruleset),
             ]
             for r in rows
@@ -507,16 +597,104 @@ _CONF_FIELDS = (
     ("channel_type", "channelType"),
     ("interface_no", "interfaceNo"),
     ("status", "status"),
+    ("algorithm", "algorithm"),
+    ("max_permits", "maxPermits"),
+    ("warmup_period", "warmupPeriod"),
 )
+
+#: The algorithm columns: model attribute -> (column, the ``conf set`` flag that sets it).
+_ALGORITHM_FIELDS = {
+    "algorithm": ("algorithm", "--algorithm"),
+    "max_permits": ("maxPermits", "--max-permits"),
+    "warmup_period": ("warmupPeriod", "--warmup"),
+}
+
+
+def _given_algorithm_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The algorithm columns given on the command line (their defaults are SUPPRESS, so
+    a flag left out is absent, and ``none`` is a given NULL)."""
+    return {name: getattr(args, name) for name in _ALGORITHM_FIELDS if hasattr(args, name)}
+
+
+def algorithm_args_problem(given: dict[str, Any], old: RateLimitConf | None) -> str:
+    """Why the row would have invalid algorithm columns after ``conf set``, as an error
+    naming the argument to change ("" when the row will be valid).
+
+    The row after the change is the old row (or a new one) with only the given columns
+    replaced, judged by ``rules.algorithm_problem``: the very check the reload makes.
+    A value left over from the old row is never cleared silently; the message says
+    which flag clears or sets it.
+    """
+    after = {
+        name: given[name] if name in given else getattr(old, name, None)
+        for name in _ALGORITHM_FIELDS
+    }
+    algorithm = after["algorithm"] or TOKEN_BUCKET
+    max_permits, warmup = after["max_permits"], after["warmup_period"]
+    problem = algorithm_problem(algorithm, max_permits, warmup)
+    if not problem:
+        return ""
+    # algorithm_problem checks algorithm, then maxPermits, then warmupPeriod: the first
+    # whose removal changes the answer is the one it complains about.
+    if algorithm not in ALGORITHMS:
+        culprit = "algorithm"
+    elif max_permits is not None and algorithm_problem(algorithm, None, warmup) != problem:
+        culprit = "max_permits"
+    else:
+        culprit = "warmup_period"
+    column, flag = _ALGORITHM_FIELDS[culprit]
+    if culprit in given:
+        # The flag given is wrong, or right only with another algorithm than the row's.
+        wants = {"max_permits": TOKEN_BUCKET, "warmup_period": WARM_UP}.get(culprit)
+        hint = ""
+        if given[culprit] is not None and wants and wants != algorithm:
+            hint = f"; the row's algorithm is {algorithm}: add --algorithm {wants}"
+        return f"argument {flag}: {problem}{hint}"
+    left = after[culprit]
+    if culprit == "algorithm":  # an unknown name written by SQL
+        fix = f"the row has algorithm {left!r}: add --algorithm {{{','.join(ALGORITHMS)}}}"
+    elif left is None:  # warm_up without a warmupPeriod
+        fix = f"add {flag} S (seconds, more than 0, at most 3600)"
+    else:
+        value = _fmt_field(culprit, left)
+        fix = f"the row has {column} {value}: add '{flag} {NONE_WORD}' to clear it"
+    blamed = "--algorithm" if "algorithm" in given else flag
+    return f"argument {blamed}: {problem}; {fix}"
+
+
+def warm_up_cache_warning(rate: int, cache: float, warmup: float) -> str:
+    """A warning when a warm-up row's wait budget is below the price of its first cold
+    permit: every call on a cold interface would be refused, so it never warms up."""
+    if rate <= 0:
+        return ""
+    sh = shape(rate, rate, warmup * MICROS)
+    first = stored_cost(sh, sh.capacity, 1.0) / MICROS
+    if cache >= first:
+        return ""
+    need = math.ceil(first * 100) / 100
+    return (
+        f"warning: on a cold warm_up interface the first call waits {first * 1000:.0f} ms "
+        f"(about 3 / rate), more than cache {cache:g} s: callers that wait only the row's "
+        f"cache are all refused and it never warms up; give --cache {need:g} or more"
+    )
 
 
 def cmd_conf_set(ctx: Context) -> int:
-    """Create or update the row of a URL (lowest configId); a new row starts disabled."""
+    """Create or update the row of a URL (lowest configId); a new row starts disabled.
+
+    Only the columns given change. The algorithm columns are checked together with
+    what the row already holds, by the same rule the reload uses, before anything is
+    written: the reload never skips a row ``conf set`` wrote for its algorithm columns.
+    """
     a = ctx.args
     engine = ctx.engine()
     before = _refuse_collation_twins(engine, a.url)
     old = before[0] if before else None
-    fields: dict[str, Any] = {"rate_limit": a.rate}
+    given = _given_algorithm_fields(a)
+    problem = algorithm_args_problem(given, old)
+    if problem:
+        raise CliError(problem, code=2)
+    fields: dict[str, Any] = {"rate_limit": a.rate, **given}
     if a.cache is not None:
         fields["cache"] = a.cache
     if a.channel is not None:
@@ -526,21 +704,17 @@ def cmd_conf_set(ctx: Context) -> int:
     if a.status is not None:
         fields["status"] = a.status
     row, created = upsert_conf(engine, a.url, **fields)
-
-    def shown(name: str, value: Any) -> str:
-        return _fmt_cache(value) if name == "cache" else _fmt_opt(value)
-
     if created or old is None:  # (old is None only when created; this tells mypy)
         values = ", ".join(
-            f"{column} {shown(name, getattr(row, name))}" for name, column in _CONF_FIELDS
+            f"{column} {_fmt_field(name, getattr(row, name))}" for name, column in _CONF_FIELDS
         )
         ctx.out.line(f"created configId {row.config_id} for {a.url}: {values}")
     else:
-        changes = [
-            f"{column} {shown(name, getattr(old, name))} -> {shown(name, getattr(row, name))}"
+        pairs = [
+            (column, _fmt_field(name, getattr(old, name)), _fmt_field(name, getattr(row, name)))
             for name, column in _CONF_FIELDS
-            if shown(name, getattr(old, name)) != shown(name, getattr(row, name))
         ]
+        changes = [f"{column} {was} -> {now}" for column, was, now in pairs if was != now]
         ctx.out.line(
             f"updated configId {row.config_id} for {a.url}: "
             + (", ".join(changes) if changes else "no change")
@@ -553,6 +727,11 @@ def cmd_conf_set(ctx: Context) -> int:
         )
     rows = read_rows(engine)
     ctx.out.line(url_effect(a.url, rows, build_rules(rows, ctx.settings.default_cache)))
+    if row.algorithm == WARM_UP and row.rate_limit and row.warmup_period:
+        cache = ctx.settings.default_cache if row.cache is None else round(row.cache, 2)
+        warning = warm_up_cache_warning(row.rate_limit, cache, row.warmup_period)
+        if warning:
+            ctx.out.line(warning)
     if row.status == 0:
         ctx.out.line(f"enable it with: {PROG} conf enable {a.url}")
     ctx.out.line(_reload_note(ctx))
@@ -621,6 +800,7 @@ STATUS_COLUMNS = (
     Column("capacity", numeric=True),
     Column("stored permits", numeric=True),
     Column("debt ms", numeric=True),
+    Column("algorithm"),
     Column("state"),
 )
 
@@ -678,17 +858,35 @@ def cmd_status(ctx: Context) -> int:
     return 0
 
 
+def _capacity(rule: Rule) -> float:
+    """The most the bucket stores: maxPermits, or for warm_up the model's (rate x warm-up)."""
+    if rule.algorithm == WARM_UP and rule.rate > 0:
+        return shape(rule.rate, rule.burst, rule.warmup * MICROS).capacity
+    return float(rule.burst)
+
+
 def _status_cells(s: BucketStatus) -> list[str]:
     rule = s.rule
-    head = [rule.url, str(rule.config_id), str(rule.rate), f"{rule.cache:g}", str(rule.burst)]
+    capacity = _capacity(rule)
+    head = [rule.url, str(rule.config_id), str(rule.rate), f"{rule.cache:g}", f"{capacity:g}"]
+
+    def row(stored: str, debt: str, state: str) -> list[str]:
+        return [*head, stored, debt, rule.algorithm, state]
+
     if rule.closed:
-        return [*head, "-", "-", "closed: every call refused"]
+        return row("-", "-", "closed: every call refused")
+    if rule.algorithm == SLIDING_WINDOW:
+        # Its state is a list of admission times, not stored permits; not read here.
+        return row("-", "-", f"at most {rule.rate} in any 1 s (window state not shown)")
     if s.error is not None:
-        return [*head, "?", "?", f"error: {s.error}"]
+        return row("?", "?", f"error: {s.error}")
+    cold = "; cold: paced below the rate until warm" if rule.algorithm == WARM_UP else ""
     if s.stored is None:
-        return [*head, f"{rule.burst:.2f}", "0.0", "idle (full, no state stored)"]
+        return row(f"{capacity:.2f}", "0.0", f"idle (full, no state stored){cold}")
     state = "in debt: callers queue" if s.debt_ms > 0 else "ok"
-    return [*head, f"{s.stored:.2f}", f"{s.debt_ms:.1f}", state]
+    if cold and s.stored > shape(rule.rate, rule.burst, rule.warmup * MICROS).threshold:
+        state += cold
+    return row(f"{s.stored:.2f}", f"{s.debt_ms:.1f}", state)
 
 
 # --- demo ----------------------------------------------------------------------------------
@@ -792,6 +990,13 @@ def build_parser() -> argparse.ArgumentParser:
         "set",
         cmd_conf_set,
         "create or update the row of URL (a new row is disabled unless --enable)",
+        epilog="Only the columns given change. The algorithm columns are checked together "
+        "with what the row already holds, as the reload checks them, before anything is "
+        "written; nothing is cleared silently. maxPermits is for token_bucket only and "
+        "warmupPeriod for warm_up only, so switching a row's algorithm away from them "
+        f"needs '--max-permits {NONE_WORD}' or '--warmup {NONE_WORD}' too (the error says "
+        f"which), e.g. '{PROG} conf set URL --rate 50 --algorithm sliding_window "
+        f"--max-permits {NONE_WORD}'.",
     )
     setp.add_argument("url", metavar="URL", type=url_arg, help="interfaceUrl (1-128 characters)")
     setp.add_argument(
@@ -803,6 +1008,33 @@ def build_parser() -> argparse.ArgumentParser:
     setp.add_argument("--channel", type=label_arg, metavar="C", help="channelType ('' clears it)")
     setp.add_argument(
         "--interface-no", type=label_arg, metavar="N", help="interfaceNo ('' clears it)"
+    )
+    # SUPPRESS: a flag left out leaves its column as it is; 'none' clears it to NULL.
+    setp.add_argument(
+        "--algorithm",
+        choices=ALGORITHMS,
+        default=argparse.SUPPRESS,
+        help="token_bucket (the default for a new row): bursts of up to --max-permits; "
+        "sliding_window: never more than N in any 1 s; warm_up: a third of the rate "
+        "after idling, the full rate after --warmup seconds of use",
+    )
+    setp.add_argument(
+        "--max-permits",
+        dest="max_permits",
+        type=max_permits_arg,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help=f"token_bucket capacity (maxPermits, >= 1); '{NONE_WORD}': NULL, one "
+        "second's worth (the rate)",
+    )
+    setp.add_argument(
+        "--warmup",
+        dest="warmup_period",
+        type=warmup_arg,
+        default=argparse.SUPPRESS,
+        metavar="S",
+        help=f"warm_up: seconds from cold to the full rate (warmupPeriod, 0 < S <= 3600); "
+        f"'{NONE_WORD}': NULL",
     )
     onoff = setp.add_mutually_exclusive_group()
     onoff.add_argument("--enable", dest="status", action="store_const", const=1, help="status 1")

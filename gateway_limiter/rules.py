@@ -81,7 +81,7 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
     # FLOAT(3,2) on MySQL reads back as e.g. 0.300000011920929; keep what was meant.
     cache = min(round(cache, 2), MAX_CACHE)
     algorithm = row.algorithm or TOKEN_BUCKET
-    problem = _algorithm_problem(algorithm, row.max_permits, row.warmup_period)
+    problem = algorithm_problem(algorithm, row.max_permits, row.warmup_period)
     if problem:
         return Skipped(row.config_id, problem)
     return Rule(
@@ -95,7 +95,7 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
     )
 
 
-def _algorithm_problem(algorithm: str, max_permits: int | None, warmup: float | None) -> str:
+def algorithm_problem(algorithm: str, max_permits: int | None, warmup: float | None) -> str:
     """Why these algorithm columns cannot go together ("" when they can)."""
     if algorithm not in ALGORITHMS:
         return f"algorithm {algorithm!r} is not one of {', '.join(ALGORITHMS)}"
