@@ -48,8 +48,18 @@ class NotStarted(LimiterError, RuntimeError):
     """A decision was asked of a limiter that was never started (or already closed)."""
 
 
+_INF = math.inf
+
+
 def check_args(url: object, permits: object, timeout: object) -> None:
     """Raise TypeError/ValueError naming the bad argument."""
+    if (
+        type(url) is str
+        and type(permits) is int
+        and permits >= 1
+        and (timeout is None or (type(timeout) in (float, int) and 0 <= timeout < _INF))  # type: ignore[operator]
+    ):
+        return  # the common case, in a few type checks; the rest explains what is wrong
     if not isinstance(url, str):
         raise TypeError(f"url must be a string, got {type(url).__name__}")
     if not isinstance(permits, int) or isinstance(permits, bool):

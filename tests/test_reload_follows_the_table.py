@@ -11,7 +11,7 @@ import redis
 from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.backends.redis import bucket_key
+from gateway_limiter.backends.redis import bucket_key, parse_state
 from tests.limiting import limiter, set_row, set_switch
 from tests.services import RedisServer, fresh_mariadb_database, mariadb_url
 
@@ -94,8 +94,8 @@ def test_a_rate_change_keeps_the_bucket_instead_of_refilling_it(
     assert admitted <= 1
     # the state was built at 4/s; the next reservation adopts 8/s (refusals write nothing)
     assert lim.acquire("/r") > 0
-    state = redis_client.hgetall(bucket_key(key_prefix, "/r"))
-    assert float(state[b"r"]) == 8.0
+    state = parse_state(redis_client.get(bucket_key(key_prefix, "/r")))
+    assert state is not None and state.rate == 8.0
 
 
 def test_database_outage_keeps_the_last_good_limits_logs_once_and_recovers(

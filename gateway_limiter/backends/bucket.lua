@@ -5,9 +5,10 @@ the same model in Python and explains it at length; in short:
   config (ARGV, from the row): rate r permits/s (stable interval = 1e6 / r
          microseconds per permit), capacity C (most permits that can be saved up),
          warm-up period W (microseconds; 0 = a plain token bucket);
-  state  (KEYS[1], a hash): s = stored permits, b = balance time (microseconds on the
-         server's clock: when the bucket next owes nothing), r, c, k = the rate,
-         capacity and refill interval the state was built with.
+  state  (KEYS[1], a string of five little-endian doubles, packed by struct): s =
+         stored permits, b = balance time (microseconds on the server's clock: when
+         the bucket next owes nothing), r, c, k = the rate, capacity and refill
+         interval the state was built with.
 
   1. resync: past the balance time, elapsed time adds stored permits (one per refill
      interval, up to C);
@@ -20,13 +21,18 @@ the same model in Python and explains it at length; in short:
      otherwise store the new state and let the key expire once the bucket would be
      full again (from then on, no state and a full bucket are the same thing).
 
-KEYS[1]  the bucket's hash
+Why one packed string and not a hash: the state is read with one GET and written with
+one SET ... PX (value and expiry together), and doubles go in and out exactly without
+formatting or parsing text. That is less than half the server time of HMGET + HSET of
+five formatted fields + PEXPIRE, on the call every gateway request waits for.
+
+KEYS[1]  the bucket's state
 ARGV[1]  rate (permits per second, > 0)
 ARGV[2]  capacity (> 0; ignored for warm-up, which derives it from the rate and W)
 ARGV[3]  permits wanted (>= 1)
 ARGV[4]  timeout in microseconds; negative = wait as long as it takes
-ARGV[5]  now in microseconds, or "" for the server's TIME (tests drive the clock)
-ARGV[6]  warm-up period W in microseconds ("0" or absent: a token bucket)
+ARGV[5]  now in microseconds; absent or "" = the server's TIME (tests drive the clock)
+ARGV[6]  warm-up period W in microseconds; absent or "0" = a token bucket
 
 Returns {allowed (1/0), wait in microseconds, stored permits left}, numbers as strings
 with 17 significant digits so the caller reads back exactly the doubles computed here.
@@ -43,7 +49,7 @@ local permits = tonumber(ARGV[3])
 local timeout = tonumber(ARGV[4])
 local warmup = tonumber(ARGV[6] or "0")
 local now
-if ARGV[5] == "" then
+if ARGV[5] == nil or ARGV[5] == "" then
   local t = redis.call("TIME")
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 else
@@ -76,13 +82,10 @@ local function stored_cost(stored, take)
   return micros + stable * take
 end
 
-local saved = redis.call("HMGET", KEYS[1], "s", "b", "r", "c", "k")
+local saved = redis.call("GET", KEYS[1])
 local stored, balance, old_rate, old_capacity, old_refill
-if saved[1] then
-  stored, balance = tonumber(saved[1]), tonumber(saved[2])
-  old_rate, old_capacity = tonumber(saved[3]), tonumber(saved[4])
-  old_refill = tonumber(saved[5] or "0")
-  if old_refill == 0 then old_refill = 1000000 / old_rate end
+if saved and #saved == 40 then  -- anything else is not ours: start afresh, as if lost
+  stored, balance, old_rate, old_capacity, old_refill = struct.unpack("<ddddd", saved)
 else
   -- No state: a bucket left alone for long, full and in balance.
   stored, balance = capacity, now
@@ -116,8 +119,7 @@ if timeout >= 0 and wait > timeout then
   return {0, num(wait), num(stored)}
 end
 stored = stored - spend
-redis.call("HSET", KEYS[1], "s", num(stored), "b", num(new_balance), "r", num(rate),
-  "c", num(capacity), "k", num(refill))
 local full_at = math.max(new_balance, now) + (capacity - stored) * refill
-redis.call("PEXPIRE", KEYS[1], math.ceil((full_at - now) / 1000) + 1000)
+redis.call("SET", KEYS[1], struct.pack("<ddddd", stored, new_balance, rate, capacity, refill),
+  "PX", math.ceil((full_at - now) / 1000) + 1000)
 return {1, num(wait), num(stored)}

@@ -1,8 +1,9 @@
 """``redis://``, ``rediss://``, ``unix://``: the bucket script on a shared Redis.
 
-One decision is one EVALSHA of ``bucket.lua``: no lock, no read-then-write from here.
-The script is registered once; redis-py's Script reloads it after NOSCRIPT (a Redis
-restart or SCRIPT FLUSH), so that costs one extra round trip, never an error.
+One decision is one EVALSHA of ``bucket.lua`` (or ``window.lua``): no lock, no
+read-then-write from here. The scripts are loaded at ``prepare()``; after NOSCRIPT (a
+Redis restart or SCRIPT FLUSH) the script is loaded again and the call repeated, so
+that costs one extra round trip, never an error.
 
 The client is tuned for a hot path: a socket timeout of ``redis_timeout`` (a slow
 Redis must not stall the gateway), no retries (the failure policy is the retry), and a
@@ -11,6 +12,8 @@ blocking pool sized for threads that waits at most ``redis_timeout`` for a conne
 
 from __future__ import annotations
 
+import struct
+from hashlib import sha1
 from importlib import resources
 from typing import Any
 
@@ -21,7 +24,7 @@ from redis.retry import Retry
 from ..bucket import MICROS, WINDOW, BucketState, Verdict
 from ..rules import SLIDING_WINDOW, Rule
 from ..settings import Settings, mask_secrets
-from . import BackendError, register, to_micros
+from . import BackendError, register
 
 BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
 WINDOW_LUA = resources.files(__package__).joinpath("window.lua").read_text(encoding="utf-8")
@@ -39,53 +42,74 @@ def window_key(prefix: str, url: str) -> str:
     return f"{prefix}:{{{url}}}:sw"
 
 
-def script_call(
-    prefix: str, rule: Rule, permits: int, timeout: float | None, now: float | None = None
-) -> tuple[str, str, list[str]]:
-    """(script name, key, ARGV) of one decision; shared by the sync and asyncio clients."""
-    micros = to_micros(timeout)
-    budget = "-1" if micros is None else repr(micros)
-    clock = "" if now is None else repr(now)
-    if rule.algorithm == SLIDING_WINDOW:
+class Commands:
+    """The EVALSHA of each decision, with what depends only on the rule computed once.
+
+    A rule is immutable, so its script, key and fixed arguments are kept per URL (and
+    rebuilt when a reload hands over a new Rule object); a decision then adds only the
+    permits and the budget. Shared by the sync and asyncio clients.
+    """
+
+    __slots__ = ("_cache", "_prefix", "shas")
+
+    #: Rules kept at most; past this the cache starts over (URLs of removed rows go).
+    LIMIT = 65_536
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._cache: dict[str, tuple[Rule, str, str, tuple[str, ...]]] = {}
+        #: script name -> SHA1 of its source
+        self.shas = {name: sha1(src.encode()).hexdigest() for name, src in SCRIPTS.items()}
+
+    def _build(self, rule: Rule) -> tuple[Rule, str, str, tuple[str, ...]]:
+        if rule.algorithm == SLIDING_WINDOW:
+            return (rule, "window", window_key(self._prefix, rule.url), (str(rule.rate),))
         return (
-            "window",
-            window_key(prefix, rule.url),
-            [str(rule.rate), str(permits), budget, clock, repr(WINDOW)],
+            rule,
+            "bucket",
+            bucket_key(self._prefix, rule.url),
+            (str(rule.rate), str(rule.burst)),
         )
-    return (
-        "bucket",
-        bucket_key(prefix, rule.url),
-        [str(rule.rate), str(rule.burst), str(permits), budget, clock, repr(rule.warmup * MICROS)],
-    )
 
-
-def script_args(rule: Rule, permits: int, timeout: float | None, now: float | None) -> list[str]:
-    """ARGV for bucket.lua (shared by the sync and asyncio clients)."""
-    micros = to_micros(timeout)
-    return [
-        str(rule.rate),
-        str(rule.burst),
-        str(permits),
-        "-1" if micros is None else repr(micros),
-        "" if now is None else repr(now),
-    ]
+    def __call__(
+        self, rule: Rule, permits: int, timeout: float | None, now: float | None = None
+    ) -> tuple[str, str, list[str]]:
+        """(script name, key, ARGV) of one decision. ``now`` (µs) drives the clock in tests."""
+        entry = self._cache.get(rule.url)
+        if entry is None or entry[0] is not rule:
+            if len(self._cache) >= self.LIMIT:
+                self._cache.clear()
+            entry = self._cache[rule.url] = self._build(rule)
+        _, name, key, head = entry
+        budget = "-1" if timeout is None else repr(timeout * MICROS)
+        clock = "" if now is None else repr(now)
+        if name == "window":
+            return name, key, [*head, str(permits), budget, clock, repr(WINDOW)]
+        if rule.warmup:
+            return name, key, [*head, str(permits), budget, clock, repr(rule.warmup * MICROS)]
+        if now is not None:
+            return name, key, [*head, str(permits), budget, clock]
+        return name, key, [*head, str(permits), budget]
 
 
 def parse_reply(reply: Any) -> Verdict:
-    """bucket.lua's reply as a Verdict (BackendError when it is not one)."""
+    """A script's reply as a Verdict (BackendError when it is not one)."""
     try:
         allowed, wait, stored = reply
-        return Verdict(bool(int(allowed)), float(wait), float(stored))
+        return Verdict(allowed == 1, float(wait), float(stored))
     except (TypeError, ValueError) as e:
         raise BackendError(f"unexpected reply from the bucket script: {reply!r}") from e
 
 
-def parse_state(raw: dict[Any, Any]) -> BucketState | None:
-    """A bucket hash (HGETALL) as a BucketState, or None when empty."""
-    if not raw:
+#: A bucket's state in Redis: stored, balance, rate, capacity, refill (bucket.lua).
+STATE = struct.Struct("<5d")
+
+
+def parse_state(raw: object) -> BucketState | None:
+    """A bucket's packed state (GET) as a BucketState, or None when there is none."""
+    if not isinstance(raw, bytes) or len(raw) != STATE.size:
         return None
-    get = {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in raw.items()}
-    return BucketState(get["s"], get["b"], get["r"], get["c"])
+    return BucketState(*STATE.unpack(raw))
 
 
 def client_options(settings: Settings) -> dict[str, Any]:
@@ -109,7 +133,7 @@ class RedisBackend:
     """The bucket scripts on one Redis server (a master)."""
 
     shared = True
-    __slots__ = ("_client", "_prefix", "_scripts")
+    __slots__ = ("_client", "_commands", "_prefix")
 
     def __init__(self, settings: Settings, client: redis.Redis | None = None) -> None:
         if client is None:
@@ -122,7 +146,7 @@ class RedisBackend:
             client = redis.Redis(connection_pool=pool)
         self._client = client
         self._prefix = settings.key_prefix
-        self._scripts = {name: client.register_script(src) for name, src in SCRIPTS.items()}
+        self._commands = Commands(settings.key_prefix)
 
     @property
     def client(self) -> redis.Redis:
@@ -132,19 +156,27 @@ class RedisBackend:
     def reserve(
         self, rule: Rule, permits: int, timeout: float | None, *, now: float | None = None
     ) -> Verdict:
-        """One EVALSHA. ``now`` (µs) is for tests that drive the clock."""
-        name, key, args = script_call(self._prefix, rule, permits, timeout, now)
+        """One EVALSHA (plus a SCRIPT LOAD after Redis lost its scripts).
+
+        ``now`` (µs) is for tests that drive the clock.
+        """
+        name, key, args = self._commands(rule, permits, timeout, now)
+        sha = self._commands.shas[name]
         try:
-            reply = self._scripts[name](keys=[key], args=args)
+            try:
+                reply = self._client.evalsha(sha, 1, key, *args)
+            except redis.exceptions.NoScriptError:  # restarted or SCRIPT FLUSH: load, again
+                self._client.script_load(SCRIPTS[name])
+                reply = self._client.evalsha(sha, 1, key, *args)
         except (redis.RedisError, OSError) as e:
             raise BackendError(f"{type(e).__name__}: {e}") from e
         return parse_reply(reply)
 
     def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
-        """HGETALL and TIME in one pipeline."""
+        """GET and TIME in one pipeline."""
         try:
             pipe = self._client.pipeline(transaction=False)
-            pipe.hgetall(bucket_key(self._prefix, rule.url))
+            pipe.get(bucket_key(self._prefix, rule.url))
             pipe.time()
             raw, (sec, usec) = pipe.execute()
         except (redis.RedisError, OSError) as e:
