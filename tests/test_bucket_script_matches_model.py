@@ -157,3 +157,18 @@ def test_window_script_and_model_agree_on_every_decision_and_list(
             model = kept
         stored = backend.client.lrange(window_key("prop", url), 0, -1)
         assert tuple(float(t) for t in stored) == model
+
+
+def test_a_foreign_value_at_the_key_is_lost_state_not_an_error(backend: RedisBackend) -> None:
+    url = f"/p/{uuid.uuid4().hex}"
+    rule = Rule(url=url, rate=5, cache=0.0, config_id=1)
+    key = bucket_key("prop", url)
+    for foreign in ("hash", "short"):
+        backend.client.delete(key)
+        if foreign == "hash":  # e.g. left by another program, or an older layout
+            backend.client.hset(key, mapping={"s": "1", "b": "2"})
+        else:
+            backend.client.set(key, b"not five doubles")
+        verdicts = [backend.reserve(rule, 1, 0.0, now=START) for _ in range(6)]
+        assert [v.allowed for v in verdicts] == [True] * 5 + [False]  # a full bucket of 5
+        assert stored_state(backend.client, url) is not None

@@ -82,9 +82,10 @@ local function stored_cost(stored, take)
   return micros + stable * take
 end
 
-local saved = redis.call("GET", KEYS[1])
+-- pcall: a key of another type (WRONGTYPE) is not ours either; SET below replaces it.
+local saved = redis.pcall("GET", KEYS[1])
 local stored, balance, old_rate, old_capacity, old_refill
-if saved and #saved == 40 then  -- anything else is not ours: start afresh, as if lost
+if type(saved) == "string" and #saved == 40 then  -- anything else: start afresh, as if lost
   stored, balance, old_rate, old_capacity, old_refill = struct.unpack("<ddddd", saved)
 else
   -- No state: a bucket left alone for long, full and in balance.
