@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import ctypes
 import datetime as dt
 import itertools
 import logging
@@ -49,18 +48,15 @@ import os
 import platform
 import queue
 import shlex
-import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager, suppress
+from collections.abc import Sequence
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
@@ -70,6 +66,8 @@ import redis
 
 # Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _redis import private_redis
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.migrate import upgrade
@@ -118,84 +116,6 @@ class Plan:
 FULL = Plan(busy=10.0, idle=5.0, processes=4, threads=8)
 # idle = warmupPeriod: just long enough for the warm-up bucket to be cold again.
 QUICK = Plan(busy=2.0, idle=3.0, processes=2, threads=8)
-
-
-# --------------------------------------------------------------------------- Redis
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM if this script dies, even by SIGKILL (Linux)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-@contextmanager
-def private_redis() -> Iterator[str]:
-    """A ``redis-server`` of this run's own on a free port; its URL. Stopped on exit."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not on PATH (or pass --redis-url)")
-    workdir = Path(tempfile.mkdtemp(prefix="gwl-accuracy-redis-"))
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        for _attempt in range(5):  # a free port can be taken between probe and bind
-            port = free_port()
-            options = ["--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-            options += ["--appendonly", "no", "--dir", str(workdir)]
-            proc = subprocess.Popen(
-                [binary, *options],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # Ctrl-C reaches this script, which stops it
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
-            )
-            if _answers(port, proc):
-                break
-            _stop(proc)
-            proc = None
-        if proc is None:
-            raise SystemExit("could not start a private redis-server")
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        if proc is not None:
-            _stop(proc)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _answers(port: int, proc: subprocess.Popen[bytes], seconds: float = 5.0) -> bool:
-    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5)
-    deadline = time.monotonic() + seconds
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if client.ping():
-                    return True
-            except (redis.ConnectionError, redis.TimeoutError):
-                time.sleep(0.02)
-        return False
-    finally:
-        client.close()
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 # --------------------------------------------------------------------------- the table

@@ -1,0 +1,929 @@
+#!/usr/bin/env python
+"""What one gateway-limiter decision costs, and how exact it is, next to its peers.
+
+Run from the checkout, with the venv's Python::
+
+    python bench/decision_cost.py            # full run, about a minute
+    python bench/decision_cost.py --quick    # smoke run, about 15 s
+    python bench/decision_cost.py --redis-url redis://127.0.0.1:6379/0   # an existing Redis
+
+Everything is measured in one run, on one Redis: by default a private ``redis-server``
+this script starts on a free port (no persistence) and stops on exit, Ctrl-C included,
+so nothing else disturbs it.
+
+1. Throughput: calls/s of one decision, from 1 thread and from N threads (default 8),
+   each cell warmed up first and then counted for a fixed duration:
+
+   - floor: redis-py ``EVALSHA`` of ``return 1`` (``register_script``) on the very
+     client the limiter uses (same pool, timeouts, parser): a round trip with no work;
+   - ref: ``EVALSHA`` of a script that only runs the Redis commands a shared bucket
+     cannot do without (TIME, GET, SET with PX) and no logic, same client: the
+     part of the gap to the floor that any design keeping this contract pays;
+   - gateway-limiter: ``GatewayLimiter.try_acquire(url, timeout=0)`` on an enabled row
+     with rateLimit 10,000,000, so every call is admitted and decided by bucket.lua;
+   - limits: ``MovingWindowRateLimiter.hit`` on its Redis storage, 10,000,000/second;
+   - pyrate-limiter: ``Limiter.try_acquire(blocking=False)`` on a ``RedisBucket``
+     (its sliding-window log) and, for a like-for-like token bucket, on a
+     ``StateBucket(TokenBucket, RedisStateStore)``; 10,000,000/second.
+
+2. Accuracy under contention: N threads hammer one interface limited at 50/s with
+   capacity 50 and a wait budget of 0.2 s. gateway-limiter goes through
+   ``GatewayLimiter.reserve`` and then sleeps the verdict's wait, which is exactly what
+   ``try_acquire`` does, so the release time can be measured against the reserved one.
+   The peers do not wait; a refused caller simply retries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime as dt
+import importlib.metadata
+import logging
+import math
+import os
+import platform
+import shlex
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import ExitStack, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import redis
+
+# Run as a script from anywhere: the checkout's package wins over any installed copy.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _redis import private_redis
+
+from gateway_limiter import GatewayLimiter
+from gateway_limiter.migrate import upgrade
+from gateway_limiter.table import make_engine, upsert_conf
+
+#: Decided on every call, never limited in practice: the throughput row.
+OPEN_RATE = 10_000_000
+#: The contended interface: 50/s, capacity 50 (the default: one second's worth), 0.2 s.
+CONTENDED_RATE = 50
+CONTENDED_CAPACITY = 50
+CONTENDED_BUDGET = 0.2
+OPEN_URL = "/bench/open"
+CONTENDED_URL = "/bench/contended"
+
+#: Errors a call may raise that are counted, not fatal (timeouts on a loaded host).
+REDIS_ERRORS = (redis.RedisError, OSError)
+#: A decision: True when admitted (throughput cells).
+Call = Callable[[], bool]
+#: A contended attempt: (admitted, seconds the caller must wait before going ahead).
+Attempt = Callable[[], tuple[bool, float]]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long each measurement runs.
+
+    Every throughput cell is warmed up once for ``prewarm`` seconds, then counted for
+    ``rounds`` x ``duration`` seconds in all, in ``rounds`` short interleaved slices
+    (every cell once per round, order rotated, each slice after a ``warmup`` of its own
+    threads): background load on a shared machine then hits every contender alike,
+    and each contender is compared with a floor measured moments apart.
+    """
+
+    prewarm: float
+    warmup: float
+    duration: float
+    rounds: int
+    contention: float
+    threads: int
+
+    @property
+    def counted(self) -> float:
+        """Seconds each throughput cell is counted, over all rounds."""
+        return self.duration * self.rounds
+
+
+FULL = Plan(prewarm=0.2, warmup=0.03, duration=0.125, rounds=16, contention=3.0, threads=8)
+QUICK = Plan(prewarm=0.05, warmup=0.02, duration=0.1, rounds=4, contention=1.0, threads=8)
+
+
+# --------------------------------------------------------------------------- contenders
+
+
+@dataclass
+class Contender:
+    """One implementation under test: its throughput call and its contended attempt."""
+
+    name: str
+    call: Call
+    attempt: Attempt
+    #: What it may admit in a run of T seconds at rate r with capacity C (as text).
+    bound_text: str
+    bound: Callable[[float], float]
+    #: Most it may admit in any 1 s window, as a multiple of the rate.
+    window_bound: float
+    waits: bool = False
+
+
+def token_bound(seconds: float) -> float:
+    """A token bucket: the capacity, plus the rate for the time elapsed."""
+    return CONTENDED_RATE * seconds + CONTENDED_CAPACITY
+
+
+def window_bound(seconds: float) -> float:
+    """A 1 s sliding window: the rate for each started second."""
+    return CONTENDED_RATE * math.ceil(seconds - 1e-9)
+
+
+def gateway_limiter(
+    stack: ExitStack, redis_url: str, run_id: str
+) -> tuple[Contender, GatewayLimiter]:
+    """gateway-limiter on a temporary SQLite table with an open and a contended row."""
+    workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gwl-bench-db-")))
+    database_url = f"sqlite:///{workdir / 'limits.db'}"
+    engine = make_engine(database_url)
+    try:
+        upgrade(engine)
+        upsert_conf(
+            engine, OPEN_URL, channel_type="BENCH", rate_limit=OPEN_RATE, cache=0.0, status=1
+        )
+        upsert_conf(
+            engine,
+            CONTENDED_URL,
+            channel_type="BENCH",
+            rate_limit=CONTENDED_RATE,
+            cache=CONTENDED_BUDGET,
+            status=1,
+        )
+    finally:
+        engine.dispose()
+    limiter = GatewayLimiter(
+        database_url=database_url,
+        redis_url=redis_url,
+        key_prefix=f"gwlbench{run_id}",
+        # No reload may land inside a measurement; the rows never change here.
+        reload_interval=3600,
+        # A Redis error shows as a refusal (counted), never hidden behind the
+        # in-process fallback that `local` would measure instead of Redis.
+        on_backend_error="deny",
+    )
+    summary = limiter.start()
+    stack.callback(limiter.close)
+    if summary.rules != 2:
+        raise SystemExit(f"gateway-limiter loaded {summary} instead of the 2 benchmark rows")
+    rule = limiter.registry.snapshot.rules[CONTENDED_URL]
+    if rule.burst != CONTENDED_CAPACITY or rule.cache != CONTENDED_BUDGET:
+        raise SystemExit(f"contended rule is {rule}, expected capacity 50 and cache 0.2")
+
+    def call() -> bool:
+        return limiter.try_acquire(OPEN_URL, timeout=0)
+
+    def attempt() -> tuple[bool, float]:
+        verdict = limiter.reserve(CONTENDED_URL)  # timeout None: the row's cache, 0.2 s
+        return verdict.allowed, verdict.wait / 1_000_000.0
+
+    return (
+        Contender(
+            "gateway-limiter try_acquire",
+            call,
+            attempt,
+            "rT+C",
+            token_bound,
+            (CONTENDED_RATE + CONTENDED_CAPACITY) / CONTENDED_RATE,
+            waits=True,
+        ),
+        limiter,
+    )
+
+
+#: The Redis commands any bucket decision needs (server clock, read, write, expiry),
+#: with no logic: what is left of the gap to the floor after this is our own cost.
+STATE_COMMANDS_LUA = """
+local t = redis.call("TIME")
+local s = redis.call("GET", KEYS[1])
+redis.call("SET", KEYS[1], ARGV[1], "PX", 2000)
+return {1, "0", ARGV[2]}
+"""
+
+
+def floors(limiter: GatewayLimiter, run_id: str) -> tuple[Call, Call]:
+    """EVALSHA of ``return 1``, and of the bare state commands, on the limiter's own client."""
+    client: redis.Redis = limiter.backend.client  # type: ignore[attr-defined]
+    bare = client.register_script("return 1")
+    state = client.register_script(STATE_COMMANDS_LUA)
+    key = f"gwlbench{run_id}:{{/bench/state}}:tb"
+    args = ["0123456789012345678901234567890123456789", "9999999"]  # 40 bytes, like a state
+
+    def bare_call() -> bool:
+        return bool(bare() == 1)
+
+    def state_call() -> bool:
+        return bool(state(keys=[key], args=args)[0] == 1)
+
+    return bare_call, state_call
+
+
+def limits_moving_window(stack: ExitStack, redis_url: str, run_id: str) -> Contender:
+    """``limits``: moving window on its Redis storage."""
+    from limits import RateLimitItemPerSecond
+    from limits.storage import storage_from_string
+    from limits.strategies import MovingWindowRateLimiter
+
+    storage = storage_from_string(redis_url)
+    stack.callback(_close_limits_storage, storage)
+    strategy = MovingWindowRateLimiter(storage)
+    open_item = RateLimitItemPerSecond(OPEN_RATE)
+    contended_item = RateLimitItemPerSecond(CONTENDED_RATE)
+    open_key, contended_key = f"bench{run_id}:open", f"bench{run_id}:contended"
+
+    def call() -> bool:
+        return bool(strategy.hit(open_item, open_key))
+
+    def attempt() -> tuple[bool, float]:
+        return bool(strategy.hit(contended_item, contended_key)), 0.0
+
+    return Contender("limits MovingWindow hit", call, attempt, "rT", window_bound, 1.0)
+
+
+def _close_limits_storage(storage: Any) -> None:
+    client = getattr(storage, "storage", None)
+    if client is not None:
+        client.close()
+        client.connection_pool.disconnect()
+
+
+def pyrate(stack: ExitStack, redis_url: str, run_id: str, *, token_bucket: bool) -> Contender:
+    """pyrate-limiter 4: a ``RedisBucket`` (sliding-window log) or a Redis ``TokenBucket``."""
+    from pyrate_limiter import (
+        Duration,
+        Limiter,
+        Rate,
+        RedisBucket,
+        RedisStateStore,
+        StateBucket,
+        TokenBucket,
+    )
+
+    client = redis.Redis.from_url(redis_url)
+    stack.callback(client.close)
+
+    def limiter(rate: int, key: str) -> Any:
+        rates = [Rate(rate, Duration.SECOND)]  # burst defaults to the limit
+        if token_bucket:
+            bucket: Any = StateBucket(rates, TokenBucket(), RedisStateStore(client, key))
+        else:
+            bucket = RedisBucket.init(rates, client, key)
+        lim = Limiter(bucket)
+        stack.callback(lim.close)
+        return lim
+
+    kind = "tb" if token_bucket else "log"
+    open_lim = limiter(OPEN_RATE, f"bench{run_id}:pyrate-{kind}:open")
+    contended_lim = limiter(CONTENDED_RATE, f"bench{run_id}:pyrate-{kind}:contended")
+
+    def call() -> bool:
+        return bool(open_lim.try_acquire("open", blocking=False))
+
+    def attempt() -> tuple[bool, float]:
+        return bool(contended_lim.try_acquire("contended", blocking=False)), 0.0
+
+    if token_bucket:
+        return Contender(
+            "pyrate StateBucket(TokenBucket)",
+            call,
+            attempt,
+            "rT+C",
+            token_bound,
+            (CONTENDED_RATE + CONTENDED_CAPACITY) / CONTENDED_RATE,
+        )
+    return Contender("pyrate RedisBucket (log)", call, attempt, "rT", window_bound, 1.0)
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One counted slice of one throughput cell."""
+
+    admitted: float  # admitted calls per second
+    refused: int  # calls refused although the limit is huge
+    errors: int  # calls that raised a Redis error (a timeout, a lost connection)
+
+
+def run_threads(threads: int, worker: Callable[[int, threading.Event], None]) -> None:
+    """Run ``worker(i, halt)`` on ``threads`` daemon threads; re-raise the first error.
+
+    ``halt`` is set when a worker fails or the main thread is interrupted (Ctrl-C), so
+    every worker leaves its loop instead of talking to a Redis that is going away.
+    """
+    halt = threading.Event()
+    errors: list[BaseException] = []
+
+    def guarded(i: int) -> None:
+        try:
+            worker(i, halt)
+        except BaseException as e:  # handed to the main thread
+            errors.append(e)
+            halt.set()
+
+    pool = [
+        threading.Thread(target=guarded, args=(i,), daemon=True, name=f"bench-{i}")
+        for i in range(threads)
+    ]
+    try:
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+    except BaseException:
+        halt.set()
+        raise
+    if errors:
+        raise errors[0]
+
+
+def measure_slice(call: Call, threads: int, warmup: float, duration: float) -> Slice:
+    """Warm up for ``warmup`` s, then count completed calls for ``duration`` s."""
+    admitted = [0] * threads
+    refused = [0] * threads
+    errors = [0] * threads
+    marks: dict[str, float] = {}
+
+    def set_marks() -> None:
+        now = time.perf_counter()
+        marks["measure"] = now + warmup
+        marks["end"] = now + warmup + duration
+
+    barrier = threading.Barrier(threads, action=set_marks)
+
+    def worker(i: int, halt: threading.Event) -> None:
+        barrier.wait()
+        clock, stopped = time.perf_counter, halt.is_set
+        measure, end = marks["measure"], marks["end"]
+        while clock() < measure and not stopped():
+            with suppress(*REDIS_ERRORS):
+                call()
+        ok = bad = err = 0
+        while clock() < end and not stopped():
+            try:
+                if call():
+                    ok += 1
+                else:
+                    bad += 1
+            except REDIS_ERRORS:  # counted, never fatal: a loaded host times out
+                err += 1
+        admitted[i], refused[i], errors[i] = ok, bad, err
+
+    run_threads(threads, worker)
+    rate = sum(admitted) / duration if duration else 0.0
+    return Slice(rate, sum(refused), sum(errors))
+
+
+def measure_throughput(calls: dict[str, Call], plan: Plan) -> dict[str, dict[int, list[Slice]]]:
+    """Every cell (contender x thread count), in ``plan.rounds`` interleaved rounds."""
+    names = list(calls)
+    results: dict[str, dict[int, list[Slice]]] = {n: {1: [], plan.threads: []} for n in names}
+    for threads in (1, plan.threads):
+        for name in names:  # connections opened, scripts loaded, code paths warm
+            measure_slice(calls[name], threads, plan.prewarm, 0.0)
+    for r in range(plan.rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for threads in (1, plan.threads):
+            for name in order:
+                results[name][threads].append(
+                    measure_slice(calls[name], threads, plan.warmup, plan.duration)
+                )
+    return results
+
+
+@dataclass
+class Contention:
+    """What happened when threads hammered one contended interface."""
+
+    calls: int = 0
+    #: Time (perf_counter) each admitted caller went ahead, after any wait.
+    released: list[float] = field(default_factory=list)
+    #: For callers told to wait: release minus (decision returned + wait), seconds.
+    lateness: list[float] = field(default_factory=list)
+    #: For callers told to wait: release minus (call started + wait): adds the round trip.
+    lateness_bound: list[float] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+    #: Longest time from the call to going ahead, seconds.
+    longest: float = 0.0
+    start: float = 0.0
+    errors: int = 0
+
+
+def measure_contention(attempt: Attempt, threads: int, seconds: float) -> Contention:
+    """``threads`` callers attempt back to back for ``seconds``; admitted ones wait as told."""
+    per_thread = [Contention() for _ in range(threads)]
+    marks: dict[str, float] = {}
+
+    def set_marks() -> None:
+        marks["start"] = time.perf_counter()
+
+    barrier = threading.Barrier(threads, action=set_marks)
+
+    def worker(i: int, halt: threading.Event) -> None:
+        mine = per_thread[i]
+        barrier.wait()
+        clock, stopped = time.perf_counter, halt.is_set
+        end = marks["start"] + seconds
+        while not stopped():
+            called = clock()
+            if called >= end:
+                break
+            try:
+                allowed, wait = attempt()
+            except REDIS_ERRORS:
+                mine.errors += 1
+                continue
+            returned = clock()
+            mine.calls += 1
+            if not allowed:
+                continue
+            if wait > 0:
+                time.sleep(wait)  # as GatewayLimiter.try_acquire does
+                released = clock()
+                mine.waits.append(wait)
+                mine.lateness.append(released - (returned + wait))
+                mine.lateness_bound.append(released - (called + wait))
+            else:
+                released = returned
+            mine.released.append(released)
+            mine.longest = max(mine.longest, released - called)
+
+    run_threads(threads, worker)
+    total = Contention(start=marks["start"])
+    for part in per_thread:
+        total.calls += part.calls
+        total.errors += part.errors
+        total.released.extend(part.released)
+        total.lateness.extend(part.lateness)
+        total.lateness_bound.extend(part.lateness_bound)
+        total.waits.extend(part.waits)
+        total.longest = max(total.longest, part.longest)
+    total.released.sort()
+    return total
+
+
+def max_in_window(times: Sequence[float], window: float = 1.0) -> int:
+    """The most timestamps (sorted) inside any half-open window of ``window`` seconds."""
+    best = lo = 0
+    for hi, t in enumerate(times):
+        while times[lo] <= t - window:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-quantile (0..1) by nearest rank; NaN when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+# --------------------------------------------------------------------------- asyncio
+
+#: An awaitable decision: True when admitted (asyncio throughput cells).
+AsyncCall = Callable[[], Awaitable[bool]]
+
+
+async def measure_async_slice(call: AsyncCall, tasks: int, warmup: float, duration: float) -> Slice:
+    """``tasks`` coroutines calling in a loop: warm up, then count for ``duration`` s."""
+    counting = stop = False
+    admitted = refused = errors = 0
+
+    async def worker() -> None:
+        nonlocal admitted, refused, errors
+        while not stop:
+            try:
+                ok = await call()
+            except REDIS_ERRORS:  # counted, never fatal: a loaded host times out
+                if counting:
+                    errors += 1
+                continue
+            if counting:
+                if ok:
+                    admitted += 1
+                else:
+                    refused += 1
+
+    workers = [asyncio.create_task(worker()) for _ in range(tasks)]
+    try:
+        await asyncio.sleep(warmup)
+        counting, began = True, time.perf_counter()
+        await asyncio.sleep(duration)
+        counting, took = False, time.perf_counter() - began
+    finally:
+        stop = True
+        await asyncio.gather(*workers, return_exceptions=True)
+    return Slice(admitted / took if duration else 0.0, refused, errors)
+
+
+async def measure_async(
+    limiter: GatewayLimiter, redis_url: str, run_id: str, plan: Plan
+) -> dict[str, list[Slice]]:
+    """Table 3: the async floor, AsyncGatewayLimiter and limits.aio, interleaved rounds."""
+    from limits import RateLimitItemPerSecond
+    from limits.aio.storage import RedisStorage
+    from limits.aio.strategies import MovingWindowRateLimiter
+
+    from gateway_limiter.aio import AsyncGatewayLimiter
+
+    async with AsyncGatewayLimiter(limiter.settings) as alimiter:
+        client = alimiter.backend.client  # type: ignore[attr-defined]
+        bare = client.register_script("return 1")
+        storage = RedisStorage(redis_url, implementation="redispy")
+        strategy = MovingWindowRateLimiter(storage)
+        item, key = RateLimitItemPerSecond(OPEN_RATE), f"bench{run_id}:aio-open"
+
+        async def floor() -> bool:
+            return bool(await bare() == 1)
+
+        async def gwl() -> bool:
+            return await alimiter.try_acquire(OPEN_URL, timeout=0)
+
+        async def limits_hit() -> bool:
+            return bool(await strategy.hit(item, key))
+
+        calls: dict[str, AsyncCall] = {
+            ASYNC_FLOOR: floor,
+            "gateway-limiter (async) try_acquire": gwl,
+            "limits.aio MovingWindow hit": limits_hit,
+        }
+        names = list(calls)
+        results: dict[str, list[Slice]] = {n: [] for n in names}
+        for name in names:  # connections opened, scripts loaded
+            await measure_async_slice(calls[name], ASYNC_TASKS, plan.prewarm, 0.0)
+        for r in range(plan.rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                results[name].append(
+                    await measure_async_slice(calls[name], ASYNC_TASKS, plan.warmup, plan.duration)
+                )
+        with suppress(Exception):
+            await storage.reset()
+        return results
+
+
+ASYNC_TASKS = 64
+ASYNC_FLOOR = "floor: async EVALSHA 'return 1'"
+
+
+def print_async(results: dict[str, list[Slice]], plan: Plan) -> None:
+    """Table 3 and its legend."""
+    print(
+        f"3. asyncio: {ASYNC_TASKS} concurrent tasks on one event loop, admitted decisions "
+        f"per second on a huge limit (median of {plan.rounds} rounds)"
+    )
+    base = results[ASYNC_FLOOR]
+    rows = []
+    for name, cells in results.items():
+        rows.append(
+            [
+                name,
+                f"{median([c.admitted for c in cells]):,.0f}",
+                ratio_text(cells, base),
+                f"{sum(c.refused for c in cells):,}/{sum(c.errors for c in cells):,}",
+            ]
+        )
+    print(table(["contender", "calls/s", "x floor (p25-p75)", "refused/err"], rows))
+    print(
+        "floor: redis.asyncio EVALSHA of 'return 1' on the async limiter's own client. "
+        "limits.aio: RedisStorage(implementation='redispy')."
+    )
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def version(dist: str) -> str:
+    """Installed version of a distribution, or 'absent'."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def machine_facts(client: redis.Redis, redis_url: str, private: bool) -> list[str]:
+    """The lines that say where and with what the numbers were measured."""
+    from redis.utils import HIREDIS_AVAILABLE
+
+    info = client.info("server")
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
+    where = "private, started by this run" if private else "existing, --redis-url"
+    return [
+        f"date:     {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
+        f"command:  {shlex.join([sys.executable, *sys.argv])}",
+        f"machine:  nproc {os.cpu_count()} (usable {affinity}), {cpu}, "
+        f"{platform.system()} {platform.release()}",
+        f"python:   {platform.python_implementation()} {platform.python_version()}",
+        f"redis:    redis-server {info.get('redis_version')} at {redis_url} ({where}); "
+        f"redis-py {redis.__version__}; hiredis "
+        + (f"yes ({version('hiredis')})" if HIREDIS_AVAILABLE else "no"),
+        f"peers:    limits {version('limits')}, pyrate-limiter {version('pyrate-limiter')}",
+        f"load:     {load_average()} (1/5/15-min load average at start)",
+    ]
+
+
+def load_average() -> str:
+    """The load average, to show how busy the machine was besides this run."""
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Fixed-width plain text: first column left-aligned, the rest right-aligned."""
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
+        return "  ".join([first, *rest]).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
+
+
+def fmt(value: float, spec: str) -> str:
+    """Format a number, or n/a for NaN."""
+    return "n/a" if math.isnan(value) else format(value, spec)
+
+
+def median(values: Sequence[float]) -> float:
+    """The median (NaN when empty)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q``-quantile (0..1), linearly interpolated; NaN when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def ratio_text(cell: Sequence[Slice], base: Sequence[Slice]) -> str:
+    """Median of the per-round ratios to the floor, with their interquartile range."""
+    ratios = [c.admitted / b.admitted for c, b in zip(cell, base, strict=True) if b.admitted]
+    if not ratios:
+        return "n/a"
+    return f"{median(ratios):.2f} ({quantile(ratios, 0.25):.2f}-{quantile(ratios, 0.75):.2f})"
+
+
+def throughput_rows(
+    results: dict[str, dict[int, list[Slice]]], threads: int, floor_name: str
+) -> list[list[str]]:
+    """Rows of table 1: medians over the rounds."""
+    base = results[floor_name]
+    rows = []
+    for name, cells in results.items():
+        one = median([s.admitted for s in cells[1]])
+        many = median([s.admitted for s in cells[threads]])
+        refused = sum(s.refused for s in cells[1] + cells[threads])
+        errors = sum(s.errors for s in cells[1] + cells[threads])
+        rows.append(
+            [
+                name,
+                f"{one:,.0f}",
+                f"{1e6 / one:.0f}" if one else "n/a",
+                ratio_text(cells[1], base[1]),
+                f"{many:,.0f}",
+                ratio_text(cells[threads], base[threads]),
+                f"{refused:,}/{errors:,}",
+            ]
+        )
+    return rows
+
+
+def contention_row(c: Contender, result: Contention, seconds: float) -> list[str]:
+    """One row of table 2."""
+    in_run = sum(1 for t in result.released if t < result.start + seconds)
+    window = max_in_window(result.released)
+    own = c.bound(seconds)
+    late = [x * 1000 for x in result.lateness]
+    over = sum(1 for w in result.waits if w > CONTENDED_BUDGET + 1e-9)
+    waited = c.waits
+    return [
+        c.name,
+        f"{result.calls:,}/{result.errors:,}",
+        str(in_run),
+        f"{in_run / token_bound(seconds):.3f}",
+        f"{own:.0f} ({c.bound_text})",
+        f"{in_run / own:.3f}",
+        f"{window / CONTENDED_RATE:.2f} ({c.window_bound:.2f})",
+        str(len(result.waits)) if waited else "-",
+        fmt(percentile(late, 0.50), ".2f") if waited else "-",
+        fmt(percentile(late, 0.99), ".2f") if waited else "-",
+        f"{max(result.waits, default=0) * 1000:.0f}/{result.longest * 1000:.0f}" if waited else "-",
+        str(over) if waited else "-",
+    ]
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="short smoke run (~15 s)")
+    parser.add_argument(
+        "--redis-url",
+        help="use this Redis instead of starting a private redis-server "
+        "(keys are unique to the run and deleted afterwards)",
+    )
+    parser.add_argument("--threads", type=int, default=None, help="threads of the N-thread cells")
+    return parser.parse_args(argv)
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+class ErrorLog(logging.Handler):
+    """Counts the limiter's ERROR records (each one is a circuit-breaker opening)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Count one record."""
+        self.count += 1
+
+
+def print_throughput(
+    results: dict[str, dict[int, list[Slice]]], plan: Plan, floor_name: str
+) -> None:
+    """Table 1 and its legend."""
+    print(
+        "1. Throughput: admitted decisions per second on a huge limit "
+        f"(median of {plan.rounds} rounds)"
+    )
+    headers = [
+        "contender",
+        "1 thread/s",
+        "us/call",
+        "x floor (p25-p75)",
+        f"{plan.threads} threads/s",
+        "x floor (p25-p75)",
+        "refused/err",
+    ]
+    print(table(headers, throughput_rows(results, plan.threads, floor_name)))
+    print(
+        "us/call: 1e6 / (1 thread/s). x floor: median of the per-round ratios to the floor "
+        "(interquartile range).\nrefused/err: calls refused although the limit is huge / "
+        "calls that raised a Redis error, all rounds."
+    )
+
+
+def print_contention(rows: list[list[str]], gwl: Contention | None, plan: Plan) -> None:
+    """Table 2 and its legend."""
+    print(
+        f"2. Accuracy under contention: {plan.threads} threads, one interface at "
+        f"r={CONTENDED_RATE}/s, capacity C={CONTENDED_CAPACITY}, wait budget "
+        f"{CONTENDED_BUDGET:g} s, T={plan.contention:g} s"
+    )
+    headers = [
+        "contender",
+        "calls/err",
+        "admitted",
+        "/(rT+C)",
+        "own bound",
+        "/bound",
+        "max1s/r (bound)",
+        "waited",
+        "late p50 ms",
+        "late p99 ms",
+        "max wait/took ms",
+        "over budget",
+    ]
+    print(table(headers, rows))
+    print(
+        "admitted: callers that went ahead (after any wait) within T. own bound: what the "
+        "algorithm may admit in T\n(token bucket rT+C, 1 s window rT). max1s/r: most "
+        "admitted in any sliding 1 s window / r.\nlate: release time minus reserved time "
+        "(decision returned + granted wait), callers that waited.\nmax wait/took: longest "
+        "wait granted / longest call-to-release. over budget: waits granted > budget."
+    )
+    if gwl is not None and gwl.lateness_bound:
+        bound = [x * 1000 for x in gwl.lateness_bound]
+        print(
+            "gateway-limiter lateness counted from the call's start instead (adds the "
+            f"decision round trip): p50 {percentile(bound, 0.5):.2f} ms, "
+            f"p99 {percentile(bound, 0.99):.2f} ms"
+        )
+
+
+def run(args: argparse.Namespace, plan: Plan, stack: ExitStack) -> None:
+    """Both measurements, printed as they complete."""
+    run_id = uuid.uuid4().hex[:8]
+    redis_url = args.redis_url or stack.enter_context(private_redis())
+    admin = redis.Redis.from_url(redis_url, socket_timeout=5)
+    stack.callback(admin.close)
+    if args.redis_url:
+        stack.callback(_delete_run_keys, admin, run_id)
+    for line in machine_facts(admin, redis_url, private=not args.redis_url):
+        print(line)
+    print(
+        f"plan:     throughput: per cell {plan.prewarm:g} s warm-up, then {plan.rounds} "
+        f"interleaved rounds x {plan.duration:g} s counted ({plan.counted:g} s); "
+        f"contention {plan.contention:g} s; {plan.threads} threads"
+        + (" (--quick)" if args.quick else "")
+    )
+    print(flush=True)
+
+    errors = ErrorLog()
+    logging.getLogger("gateway_limiter").addHandler(errors)
+    stack.callback(logging.getLogger("gateway_limiter").removeHandler, errors)
+    gwl, limiter = gateway_limiter(stack, redis_url, run_id)
+    contenders = [
+        gwl,
+        limits_moving_window(stack, redis_url, run_id),
+        pyrate(stack, redis_url, run_id, token_bucket=False),
+        pyrate(stack, redis_url, run_id, token_bucket=True),
+    ]
+    floor_name = "floor: EVALSHA 'return 1'"
+    bare_call, state_call = floors(limiter, run_id)
+    calls: dict[str, Call] = {
+        floor_name: bare_call,
+        "ref: EVALSHA TIME+GET+SET PX": state_call,
+    }
+    calls.update((c.name, c.call) for c in contenders)
+
+    print_throughput(measure_throughput(calls, plan), plan, floor_name)
+    print(flush=True)
+
+    rows, gwl_result = [], None
+    for c in contenders:
+        result = measure_contention(c.attempt, plan.threads, plan.contention)
+        rows.append(contention_row(c, result, plan.contention))
+        if c is gwl:
+            gwl_result = result
+    print_contention(rows, gwl_result, plan)
+    print(flush=True)
+
+    print_async(asyncio.run(measure_async(limiter, redis_url, run_id, plan)), plan)
+    if errors.count:
+        print(
+            f"gateway-limiter opened its circuit breaker {errors.count} time(s) "
+            "(Redis errors; on_backend_error=deny refused meanwhile)"
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run both measurements and print the tables; 130 when interrupted."""
+    args = parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    if args.threads is not None:
+        if args.threads < 2:
+            raise SystemExit("--threads must be >= 2")
+        plan = dataclasses.replace(plan, threads=args.threads)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` cleans up like Ctrl-C
+    began = time.monotonic()
+    try:
+        with ExitStack() as stack:  # closes limiters and clients, then stops redis-server
+            run(args, plan, stack)
+    except KeyboardInterrupt:
+        print("\ninterrupted; cleaned up", file=sys.stderr)
+        return 130
+    print(f"\n(run took {time.monotonic() - began:.1f} s; load average now {load_average()})")
+    return 0
+
+
+def _delete_run_keys(client: redis.Redis, run_id: str) -> None:
+    """On a shared Redis, remove every key this run made (all carry the run id)."""
+    for key in client.scan_iter(match=f"*{run_id}*", count=1000):
+        client.delete(key)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+#!/usr/bin/env python
+"""Where a gateway-limiter decision spends the time that a bare EVALSHA does not.
+
+Run from the checkout, with the venv's Python (about 15 s)::
+
+    python bench/where_time_goes.py
+
+It splits the gap between ``try_acquire`` and the floor of ``decision_cost.py`` into:
+
+1. Redis server time per EVALSHA (``INFO commandstats`` usec_per_call): ``return 1``,
+   ``TIME`` alone, the bare state commands (TIME, GET, SET with PX), and
+   ``bucket.lua`` as shipped. What bucket.lua costs beyond the state commands is the
+   script's own logic (arithmetic, closures, ``string.format``).
+2. Wall and client CPU per call (``time.thread_time``), layer by layer: the floor,
+   the shipped script called through redis-py with the limiter's own ARGV, the
+   backend's ``reserve`` (adds building ARGV and parsing the reply), ``try_acquire``
+   (adds argument checks, routing, the breaker). Client CPU is a rough guide only:
+   the kernel charges loopback work to whichever side happens to run it.
+3. Python alone, Redis stubbed out: ``evalsha`` on the limiter's client replaced by a
+   function returning a canned reply, so what is left is the limiter's own code
+   (argument checks, routing, breaker, ARGV building, reply parsing) plus redis-py's
+   ``Script.__call__``.
+
+Every number is a median over interleaved repetitions; the machine facts are printed
+first so the numbers can be read against the host they came from.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+import timeit
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _redis import private_redis
+from decision_cost import (
+    OPEN_URL,
+    STATE_COMMANDS_LUA,
+    gateway_limiter,
+    machine_facts,
+    table,
+)
+
+from gateway_limiter.backends.redis import BUCKET_LUA
+
+REPEATS = 5
+
+
+def sent_args(client: redis.Redis, decide: Callable[[], Any]) -> list[str]:
+    """The ARGV the limiter sends with its EVALSHA, captured from one real decision."""
+    seen: list[tuple[Any, ...]] = []
+    real = client.evalsha
+
+    def recording(sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        seen.append(keys_and_args)
+        return real(sha, numkeys, *keys_and_args)
+
+    client.evalsha = recording  # type: ignore[method-assign]
+    try:
+        decide()
+    finally:
+        del client.evalsha  # back to the class's method
+    if not seen:
+        raise SystemExit("the limiter made no EVALSHA (is the row limited?)")
+    return [str(a) for a in seen[0][1:]]
+
+
+def server_micros(
+    client: redis.Redis, scripts: dict[str, str], key: str, args: list[str]
+) -> dict[str, float]:
+    """Median server-side µs per EVALSHA of each script (INFO commandstats)."""
+    found: dict[str, list[float]] = {name: [] for name in scripts}
+    registered = {name: client.register_script(src) for name, src in scripts.items()}
+    for _ in range(REPEATS):
+        for i, (name, script) in enumerate(registered.items()):
+            k = f"{key}{i}"
+            script(keys=[k], args=args)
+            client.config_resetstat()
+            for _ in range(1000):
+                script(keys=[k], args=args)
+            stats = client.info("commandstats")["cmdstat_evalsha"]
+            found[name].append(float(stats["usec_per_call"]))
+    return {name: statistics.median(v) for name, v in found.items()}
+
+
+def client_micros(
+    calls: dict[str, Callable[[], Any]], n: int = 1000
+) -> dict[str, tuple[float, float]]:
+    """Median (client CPU µs, wall µs) per call of each callable, interleaved."""
+    cpu: dict[str, list[float]] = {name: [] for name in calls}
+    wall: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(REPEATS):
+        for name, call in calls.items():
+            for _ in range(100):
+                call()
+            c0, w0 = time.thread_time(), time.perf_counter()
+            for _ in range(n):
+                call()
+            cpu[name].append(1e6 * (time.thread_time() - c0) / n)
+            wall[name].append(1e6 * (time.perf_counter() - w0) / n)
+    return {name: (statistics.median(cpu[name]), statistics.median(wall[name])) for name in calls}
+
+
+def python_micros(calls: dict[str, Callable[[], Any]], n: int = 20_000) -> dict[str, float]:
+    """Best-of µs per call with no I/O at all."""
+    return {
+        name: min(timeit.repeat(call, number=n, repeat=REPEATS)) / n * 1e6
+        for name, call in calls.items()
+    }
+
+
+def main() -> int:
+    """Measure and print the three tables."""
+    with ExitStack() as stack:
+        redis_url = stack.enter_context(private_redis())
+        admin = redis.Redis.from_url(redis_url, socket_timeout=5)
+        stack.callback(admin.close)
+        for line in machine_facts(admin, redis_url, private=True):
+            print(line)
+        print()
+
+        _, limiter = gateway_limiter(stack, redis_url, "where")
+        client: redis.Redis = limiter.backend.client  # type: ignore[attr-defined]
+        args = sent_args(client, lambda: limiter.try_acquire(OPEN_URL, timeout=0))
+
+        server = server_micros(
+            admin,
+            {
+                "return 1": "return 1",
+                "TIME only": 'redis.call("TIME") return 1',
+                "TIME+GET+SET PX": STATE_COMMANDS_LUA,
+                "bucket.lua as shipped": BUCKET_LUA,
+            },
+            "where:{/srv}:",
+            args,
+        )
+        base = server["return 1"]
+        print("1. Redis server time per EVALSHA (INFO commandstats)")
+        print(
+            table(
+                ["script", "us/call", "+ over return 1"],
+                [[name, f"{us:.1f}", f"{us - base:+.1f}"] for name, us in server.items()],
+            )
+        )
+        print()
+
+        rule = limiter.registry.snapshot.rules[OPEN_URL]
+        bare = client.register_script("return 1")
+        shipped = client.register_script(BUCKET_LUA)
+        measured = client_micros(
+            {
+                "floor: EVALSHA return 1": bare,
+                "bucket.lua via redis-py": lambda: shipped(keys=["where:{/c}:tb"], args=args),
+                "backend.reserve(rule)": lambda: limiter.backend.reserve(rule, 1, 0.0),
+                "try_acquire(timeout=0)": lambda: limiter.try_acquire(OPEN_URL, timeout=0),
+            }
+        )
+        floor_cpu, floor_wall = measured["floor: EVALSHA return 1"]
+        print("2. Client CPU and wall time per call, 1 thread, layer by layer")
+        print(
+            table(
+                ["call", "CPU us", "+ CPU", "wall us", "+ wall"],
+                [
+                    [
+                        name,
+                        f"{cpu:.1f}",
+                        f"{cpu - floor_cpu:+.1f}",
+                        f"{wall:.1f}",
+                        f"{wall - floor_wall:+.1f}",
+                    ]
+                    for name, (cpu, wall) in measured.items()
+                ],
+            )
+        )
+        print()
+
+        # Redis stubbed out below: nothing after this may talk to Redis.
+        canned = [1, b"0", b"9999999"]
+        client.evalsha = lambda *a, **k: canned  # type: ignore[method-assign]
+        stub = python_micros(
+            {
+                "Script.__call__ (return 1, stubbed)": bare,
+                "backend.reserve (stubbed)": lambda: limiter.backend.reserve(rule, 1, 0.0),
+                "try_acquire (stubbed)": lambda: limiter.try_acquire(OPEN_URL, timeout=0),
+            }
+        )
+        script_only = stub["Script.__call__ (return 1, stubbed)"]
+        print("3. Python alone (evalsha stubbed with a canned reply)")
+        print(
+            table(
+                ["call", "us/call", "+ over Script.__call__"],
+                [[name, f"{us:.2f}", f"{us - script_only:+.2f}"] for name, us in stub.items()],
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
