@@ -63,7 +63,7 @@ import redis
 # Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _redis import private_redis
+from _common import max_in_window, percentile, private_redis
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.migrate import upgrade
@@ -473,24 +473,6 @@ def measure_contention(attempt: Attempt, threads: int, seconds: float) -> Conten
         total.longest = max(total.longest, part.longest)
     total.released.sort()
     return total
-
-
-def max_in_window(times: Sequence[float], window: float = 1.0) -> int:
-    """The most timestamps (sorted) inside any half-open window of ``window`` seconds."""
-    best = lo = 0
-    for hi, t in enumerate(times):
-        while times[lo] <= t - window:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return best
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-quantile (0..1) by nearest rank; NaN when empty."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 # --------------------------------------------------------------------------- asyncio

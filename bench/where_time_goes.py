@@ -41,7 +41,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _redis import private_redis
+from _common import private_redis
 from decision_cost import (
     OPEN_URL,
     STATE_COMMANDS_LUA,

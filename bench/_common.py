@@ -1,9 +1,11 @@
-"""A private ``redis-server`` for a benchmark run: on a free port, no persistence,
-stopped when the run ends (Ctrl-C, ``kill`` and, on Linux, even SIGKILL of the run)."""
+"""What the benchmarks share: a private ``redis-server`` for a run (a free port, no
+persistence, stopped when the run ends: Ctrl-C, ``kill`` and, on Linux, even SIGKILL of
+the run), and the statistics they report."""
 
 from __future__ import annotations
 
 import ctypes
+import math
 import shutil
 import signal
 import socket
@@ -11,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -94,3 +96,21 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def max_in_window(times: Sequence[float], window: float = 1.0) -> int:
+    """The most timestamps (sorted) inside any half-open window of ``window`` seconds."""
+    best = lo = 0
+    for hi, t in enumerate(times):
+        while times[lo] <= t - window:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-quantile (0..1) by nearest rank; NaN when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
