@@ -101,6 +101,13 @@ class RateLimitConf(Base):
     )
     max_permits: Mapped[int | None] = mapped_column("maxPermits", _INT11)
     warmup_period: Mapped[float | None] = mapped_column("warmupPeriod", Float)
+    # Revision 0004
+    period_seconds: Mapped[int] = mapped_column(
+        "periodSeconds", _INT11, nullable=False, server_default="1"
+    )
+    per_caller: Mapped[int] = mapped_column(
+        "perCaller", _TINYINT1, nullable=False, server_default="0"
+    )
 
 
 class LimiterSwitch(Base):
@@ -156,6 +163,8 @@ class ConfRow:
     algorithm: str | None = None
     max_permits: int | None = None
     warmup_period: float | None = None
+    period_seconds: int | None = None
+    per_caller: int | None = None
 
 
 _ROW_FIELDS = {
@@ -170,6 +179,8 @@ _ROW_FIELDS = {
     "algorithm": "algorithm",
     "maxPermits": "max_permits",
     "warmupPeriod": "warmup_period",
+    "periodSeconds": "period_seconds",
+    "perCaller": "per_caller",
 }
 
 
