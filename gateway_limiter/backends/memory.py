@@ -42,7 +42,8 @@ class MemoryBackend:
     """State in dicts; every decision under one lock (decisions take microseconds).
 
     Shared limits' state is bounded by the rules; per-caller state by ``max_callers``
-    (least recently used first out), and both expire as they would in Redis.
+    (least recently used first out, a refusal counting as a use), and both expire as
+    they would in Redis.
     """
 
     shared = False
@@ -117,7 +118,12 @@ class MemoryBackend:
         return key + caller_part(caller) if rule.per_caller else key
 
     def _live(self, key: str, per_caller: bool, now: float) -> Any:
-        entry = (self._callers if per_caller else self._shared).get(key)
+        if not per_caller:
+            entry = self._shared.get(key)
+        else:  # a caller refused again and again is in use too: to the end, most recent
+            entry = self._callers.pop(key, None)
+            if entry is not None:
+                self._callers[key] = entry
         if entry is None or entry[1] <= now:
             return None
         return entry[0]
