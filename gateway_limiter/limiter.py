@@ -17,7 +17,7 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -194,10 +194,13 @@ def settings_from(settings: Settings | str | Path | None, overrides: dict[str, A
 
 
 def chosen_limits(registry: Registry, url: str | None) -> list[Rule]:
-    """The limits ``status`` shows: every limit of ``url``, or of every URL, in order."""
+    """The limits ``status`` shows: every limit of ``url``, or of every URL, in order,
+    each on its own with its interface's wait budget (the one that applies)."""
     rules = registry.snapshot.rules
     urls = sorted(rules) if url is None else [url] if url in rules else []
-    return [limit for u in urls for limit in rules[u].limits]
+    return [
+        replace(limit, cache=rules[u].cache, also=()) for u in urls for limit in rules[u].limits
+    ]
 
 
 def describe_state(rule: Rule, backend: Backend) -> BucketStatus:
