@@ -274,3 +274,22 @@ def test_limits_script_and_model_agree_on_every_decision_and_state(
         if new is not None:
             model = list(new)
         assert [stored_limit(backend.client, r) for r in rule.limits] == model
+
+
+@pytest.mark.parametrize("algorithm", ["token_bucket", "sliding_window", "fixed_window"])
+def test_a_foreign_value_at_a_limit_key_is_lost_state_not_an_error(
+    backend: RedisBackend, algorithm: str
+) -> None:
+    url = f"/f/{uuid.uuid4().hex}"
+    rule = interface(url, [(algorithm, 3, 1, 3), ("token_bucket", 100, 60, 100)])
+    key = state_key("prop", rule)
+    for foreign in ("hash", "string"):
+        backend.client.delete(key)
+        if foreign == "hash":  # e.g. left by another program, or an older layout
+            backend.client.hset(key, mapping={"s": "1", "b": "2"})
+        else:
+            backend.client.set(key, b"not the state of any limit")
+        now = START + 10 * 1_000_000.0 * (foreign == "string")  # a fresh window for each
+        verdicts = [backend.reserve(rule, 1, 0.0, now=now) for _ in range(4)]
+        assert [v.allowed for v in verdicts] == [True] * 3 + [False]  # a fresh limit of 3
+        assert stored_limit(backend.client, rule) is not None

@@ -52,8 +52,11 @@ end
 
 local function num(x) return string.format("%.17g", x) end
 
+-- A key holding anything else than its kind's state (another type, another length) is
+-- lost state, as in bucket.lua: read with pcall, start afresh, replace it on a write.
+
 -- 1. each limit's earliest time; T (at) is the latest of them
-local kinds, rates, sizes, states = {}, {}, {}, {}
+local kinds, rates, sizes, states, foreign = {}, {}, {}, {}, {}
 local at = now
 for i = 1, #KEYS do
   local kind, rate, size = ARGV[3 * i + 1], tonumber(ARGV[3 * i + 2]), tonumber(ARGV[3 * i + 3])
@@ -61,9 +64,9 @@ for i = 1, #KEYS do
   local earliest
   if kind == "tb" then
     local stable = 1000000 / rate
-    local saved = redis.call("GET", KEYS[i])
+    local saved = redis.pcall("GET", KEYS[i])
     local stored, balance, old_rate, old_capacity, old_refill
-    if saved and #saved == 40 then
+    if type(saved) == "string" and #saved == 40 then
       stored, balance, old_rate, old_capacity, old_refill = struct.unpack("<ddddd", saved)
     else  -- no state: full and in balance
       stored, balance, old_rate, old_capacity, old_refill = size, now, rate, size, stable
@@ -86,7 +89,10 @@ for i = 1, #KEYS do
     return {0, "inf", "0"}
   elseif kind == "sw" then
     earliest = now
-    local count = redis.call("LLEN", KEYS[i])
+    local count = redis.pcall("LLEN", KEYS[i])
+    if type(count) ~= "number" then  -- not a list: an empty window, the key replaced
+      count, foreign[i] = 0, true
+    end
     if count > 0 then
       earliest = math.max(earliest, tonumber(redis.call("LINDEX", KEYS[i], -1)))
     end
@@ -96,8 +102,8 @@ for i = 1, #KEYS do
     end
   else  -- "fw"
     local window, used = math.floor(now / size), 0
-    local saved = redis.call("GET", KEYS[i])
-    if saved and #saved == 16 then
+    local saved = redis.pcall("GET", KEYS[i])
+    if type(saved) == "string" and #saved == 16 then
       local w, u = struct.unpack("<dd", saved)
       if w >= window then window, used = w, u end
     end
@@ -134,6 +140,7 @@ for i = 1, #KEYS do
     if least == nil or stored < least then least = stored end
   elseif kind == "sw" then
     local slot = num(at)
+    if foreign[i] then redis.call("DEL", KEYS[i]) end
     for _ = 1, permits do
       redis.call("RPUSH", KEYS[i], slot)
     end
