@@ -482,9 +482,8 @@ def _rule_brief(rule: Rule, cache: float) -> str:
     """One limit in a table cell: rate, what its algorithm adds, scope, wait budget."""
     if rule.closed:
         return "closed"
-    period = f"{rule.period} s" if rule.period != 1 else "1 s"
     shaped = {
-        SLIDING_WINDOW: f"{_per(rule)} in any {period}",
+        SLIDING_WINDOW: f"{_per(rule)} in any {rule.period} s",
         FIXED_WINDOW: f"{_per(rule)} in aligned windows",
         WARM_UP: f"{_per(rule)}, {rule.warmup:g} s warm-up",
     }.get(rule.algorithm, f"{_per(rule)}, burst {rule.burst}")
@@ -822,15 +821,16 @@ def cmd_conf_set(ctx: Context) -> int:
         if warning:
             ctx.out.line(warning)
     if row.status == 0:
-        ctx.out.line(f"enable it with: {PROG} conf enable {a.url}{_scope_flags(row)}")
+        # the URL's other rows stay as they are: name exactly this one
+        flags = _scope_flags(row) if any(r.config_id != row.config_id for r in everything) else ""
+        ctx.out.line(f"enable it with: {PROG} conf enable {a.url}{flags}")
     ctx.out.line(_reload_note(ctx))
     return 0
 
 
 def _scope_flags(row: RateLimitConf) -> str:
-    """The ``--period``/``--per-caller`` flags that pick ``row`` (none for the defaults)."""
-    period = f" --period {row.period_seconds}" if row.period_seconds != 1 else ""
-    return period + (" --per-caller" if row.per_caller else "")
+    """The ``conf enable/disable`` flags that pick ``row``'s period and scope."""
+    return f" --period {row.period_seconds} --{'per-caller' if row.per_caller else 'shared'}"
 
 
 def _scope_of(args: argparse.Namespace) -> dict[str, Any]:

@@ -96,7 +96,7 @@ def waited_seconds(verdict: Verdict, rule: Rule, permits: int) -> float:
     interface holds.
     """
     if not verdict.allowed:
-        most = min(r.rate for r in rule.limits if r.algorithm in WINDOWS)
+        most = min((r.rate for r in rule.limits if r.algorithm in WINDOWS), default=0)
         raise ValueError(
             f"permits must be at most {most} for {rule.url!r} (what its window holds), "
             f"got {permits}"

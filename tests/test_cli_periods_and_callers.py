@@ -246,3 +246,16 @@ def test_status_shows_every_limit_of_an_interface(
     assert 197.9 <= float(mine[2][5]) < 200  # 2 taken of 200, refilling at 3.3/s since
     fixed_line = next(line for line in out.splitlines() if line.startswith("/fixed "))
     assert re.search(r"at most 3 in each aligned 2 s", fixed_line)
+
+
+def test_a_new_row_beside_others_says_exactly_how_to_enable_it(
+    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+) -> None:
+    db, engine = migrated_any_db
+    ran = cli(capsys, db, "conf", "set", URL, "--rate", "5")
+    assert f"enable it with: gateway-limiter conf enable {URL}\n" in ran.out  # the only row
+    ran = cli(capsys, db, "conf", "set", URL, "--rate", "200", "--period", "60")
+    hint = f"enable it with: gateway-limiter conf enable {URL} --period 60 --shared"
+    assert hint in ran.out
+    assert cli(capsys, db, *hint.split()[4:]).code == 0  # conf enable URL --period ...
+    assert [row[3] for row in table(engine)] == [0, 1]  # that row only
