@@ -71,8 +71,12 @@ from _common import max_in_window, percentile, private_redis
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.migrate import upgrade
-from gateway_limiter.rules import ALGORITHMS, SLIDING_WINDOW, TOKEN_BUCKET, WARM_UP
+from gateway_limiter.rules import SLIDING_WINDOW, TOKEN_BUCKET, WARM_UP
 from gateway_limiter.table import make_engine, upsert_conf
+
+#: The algorithms this run measures and docs/algorithms.md reports (fixed_window's
+#: per-window count needs no overload run to show; its boundary is in the docs).
+ALGORITHMS = (TOKEN_BUCKET, WARM_UP, SLIDING_WINDOW)
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 RATE = 50

@@ -64,11 +64,13 @@ def default_limiter() -> GatewayLimiter:
     return limiter
 
 
-def try_acquire(url: str, permits: int = 1, timeout: float | None = None) -> bool:
+def try_acquire(
+    url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+) -> bool:
     """``GatewayLimiter.try_acquire`` on the process-wide limiter."""
-    return default_limiter().try_acquire(url, permits, timeout)
+    return default_limiter().try_acquire(url, permits, timeout, key)
 
 
-def acquire(url: str, permits: int = 1) -> float:
+def acquire(url: str, permits: int = 1, key: str | None = None) -> float:
     """``GatewayLimiter.acquire`` on the process-wide limiter."""
-    return default_limiter().acquire(url, permits)
+    return default_limiter().acquire(url, permits, key)

@@ -71,7 +71,7 @@ from typing import Any, Self
 
 from .backends import BackendError
 from .backends.aio import AsyncBackend, open_async_backend
-from .bucket import MICROS, Verdict, resync
+from .bucket import MICROS, Verdict
 from .limiter import (
     ADMIT,
     REFUSE,
@@ -82,9 +82,13 @@ from .limiter import (
     LimiterError,
     NotStarted,
     Policy,
+    bucket_status,
     check_args,
+    chosen_limits,
+    has_shared_bucket,
     route,
     settings_from,
+    waited_seconds,
 )
 from .registry import Registry, ReloadSummary
 from .rules import Rule
@@ -179,12 +183,15 @@ class AsyncGatewayLimiter:
         """False while the failure policy is deciding instead of the backend."""
         return not self._breaker.is_open
 
-    async def reserve(self, url: str, permits: int = 1, timeout: float | None = None) -> Verdict:
+    async def reserve(
+        self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+    ) -> Verdict:
         """Decide without sleeping: the verdict, whose ``wait`` (µs) the caller must honour.
 
-        ``timeout=None`` here means the row's ``cache``.
+        ``timeout=None`` here means the row's ``cache``; ``key`` is the caller, for
+        per-caller limits.
         """
-        check_args(url, permits, timeout)
+        check_args(url, permits, timeout, key)
         if not self._started:
             raise NotStarted(_NOT_STARTED)
         rule = route(self.registry.snapshot, url)
@@ -192,37 +199,44 @@ class AsyncGatewayLimiter:
             return ADMIT
         if rule.closed:
             return REFUSE
-        return await self._decide(rule, permits, rule.cache if timeout is None else timeout)
+        return await self._decide(rule, permits, rule.cache if timeout is None else timeout, key)
 
-    async def _decide(self, rule: Rule, permits: int, timeout: float | None) -> Verdict:
+    async def _decide(
+        self, rule: Rule, permits: int, timeout: float | None, key: str | None
+    ) -> Verdict:
         if not self._breaker.allows():
-            return self.policy.decide(rule, permits, timeout)
+            return self.policy.decide(rule, permits, timeout, key)
         try:
-            verdict = await self.backend.reserve(rule, permits, timeout)
+            verdict = await self.backend.reserve(rule, permits, timeout, key)
         except BackendError as e:
             self._breaker.failed(e)
-            return self.policy.decide(rule, permits, timeout)
+            return self.policy.decide(rule, permits, timeout, key)
         self._breaker.succeeded()
         return verdict
 
-    async def try_acquire(self, url: str, permits: int = 1, timeout: float | None = None) -> bool:
+    async def try_acquire(
+        self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+    ) -> bool:
         """Take ``permits`` for ``url`` if the wait fits in ``timeout`` (default: the row's
         ``cache``): wait, then True. Otherwise False at once, with nothing reserved.
 
+        ``key`` names the caller: rows with ``perCaller = 1`` give each key its own
+        limits; other rows ignore it.
         Cancelled while waiting: CancelledError at once; the permits stay spent.
         """
-        verdict = await self.reserve(url, permits, timeout)
+        verdict = await self.reserve(url, permits, timeout, key)
         if verdict.allowed and verdict.wait > 0:
             await asyncio.sleep(verdict.wait / MICROS)
         return verdict.allowed
 
-    async def acquire(self, url: str, permits: int = 1) -> float:
+    async def acquire(self, url: str, permits: int = 1, key: str | None = None) -> float:
         """Take ``permits`` for ``url`` however long it takes; returns the seconds waited.
 
-        Raises InterfaceClosed for a closed interface (it would never return).
+        Raises InterfaceClosed for a closed interface (it would never return), and
+        ValueError for more permits than a window of the interface can ever hold.
         Cancelled while waiting: CancelledError at once; the permits stay spent.
         """
-        check_args(url, permits, None)
+        check_args(url, permits, None, key)
         if not self._started:
             raise NotStarted(_NOT_STARTED)
         rule = route(self.registry.snapshot, url)
@@ -230,32 +244,25 @@ class AsyncGatewayLimiter:
             return 0.0
         if rule.closed:
             raise InterfaceClosed(f"interface {url!r} is closed (rateLimit 0)")
-        verdict = await self._decide(rule, permits, None)
-        seconds = verdict.wait / MICROS
+        seconds = waited_seconds(await self._decide(rule, permits, None, key), rule, permits)
         if seconds > 0:
             await asyncio.sleep(seconds)
         return seconds
 
     async def status(self, url: str | None = None) -> list[BucketStatus]:
-        """The rules in force (or ``url``'s) with each bucket's live state."""
-        rules = self.registry.snapshot.rules
-        if url is not None:
-            chosen = [rules[url]] if url in rules else []
-        else:
-            chosen = [rules[u] for u in sorted(rules)]
-        return [await self._describe(rule) for rule in chosen]
+        """Every limit in force (or ``url``'s) with its live state (shared buckets)."""
+        return [await self._describe(rule) for rule in chosen_limits(self.registry, url)]
 
     async def _describe(self, rule: Rule) -> BucketStatus:
         # limiter.describe_state, with the peek awaited.
         shared = self.backend.shared
+        if not has_shared_bucket(rule):
+            return BucketStatus(rule, None, 0.0, shared)
         try:
             state, now = await self.backend.peek(rule)
         except BackendError as e:
             return BucketStatus(rule, None, 0.0, shared, str(e))
-        if state is None:
-            return BucketStatus(rule, None, 0.0, shared)
-        current = resync(state, now)
-        return BucketStatus(rule, current.stored, max(0.0, current.balance - now) / 1000.0, shared)
+        return bucket_status(rule, shared, state, now)
 
 
 # --- the process-wide limiter ------------------------------------------------------
@@ -333,11 +340,13 @@ async def aclose_default() -> None:
     await limiter.aclose()
 
 
-async def try_acquire(url: str, permits: int = 1, timeout: float | None = None) -> bool:
+async def try_acquire(
+    url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+) -> bool:
     """``AsyncGatewayLimiter.try_acquire`` on the process-wide asyncio limiter."""
-    return await (await default_limiter()).try_acquire(url, permits, timeout)
+    return await (await default_limiter()).try_acquire(url, permits, timeout, key)
 
 
-async def acquire(url: str, permits: int = 1) -> float:
+async def acquire(url: str, permits: int = 1, key: str | None = None) -> float:
     """``AsyncGatewayLimiter.acquire`` on the process-wide asyncio limiter."""
-    return await (await default_limiter()).acquire(url, permits)
+    return await (await default_limiter()).acquire(url, permits, key)

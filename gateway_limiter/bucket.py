@@ -71,15 +71,53 @@ otherwise. The window is one second plus ``WINDOW_GUARD`` so that the few
 milliseconds by which a sleeping caller wakes late never put ``r + 1`` calls into
 one real second. Memory is bounded by ``r`` times per interface.
 
-Every number is a double in the same order of operations as the Lua script, so the
-model and the script agree exactly (the property tests check this against a real Redis).
+Periods
+-------
+A row allows ``rateLimit`` permits per ``periodSeconds`` P. A token bucket then refills
+at ``rateLimit / P`` per second and holds ``rateLimit`` (one period's worth) unless
+``maxPermits`` says otherwise; a sliding window is P seconds (plus the guard) long.
+
+Fixed window (``fixed_window``)
+-------------------------------
+Time is cut into aligned windows of P seconds (window k is ``[k P, (k + 1) P)`` on the
+shared clock), and each window admits at most r permits. The state is one counter: the
+latest window that holds reservations, and how many permits it holds. A call goes into
+that window if it still has room and has begun, else into the next one: a caller that
+waits goes at the start of its window, callers keep their order (nobody squeezes into
+an earlier window than one already given out), and a refusal counts nothing. The
+counter expires when its window ends. Cheap and exact per window, but two windows
+meet at a boundary: up to 2 r calls can come within a moment across it.
+
+Several limits at once
+----------------------
+An interface with several limits (different periods, or shared and per caller)
+admits a call only when every limit admits it, all or nothing (``decide_limits``):
+
+1. each limit says the earliest time it could let the call go (a bucket: once its
+   debt and the call's shortfall are paid; a window: its earliest slot);
+2. the call goes at the latest of these, T; if T - now exceeds the timeout, the call
+   is refused and no limit records anything;
+3. otherwise every limit records the call *at T*: a bucket refills up to T, then
+   gives the permits (its balance time becomes T); a window records the admission at
+   T, in the window that contains T.
+
+Recording at T, not at each limit's own earliest time, is what keeps every limit
+exact: a limit that could have served earlier must not count the call before it
+really happens, or it would refill (or let its window slide past the call) while the
+call still waits for the slower limit. Warm-up is never part of such a set (rules.py).
+
+Every number is a double in the same order of operations as the Lua scripts, so the
+model and the scripts agree exactly (the property tests check this against a real
+Redis). ``decide`` is ``bucket.lua``; ``decide_limits`` is ``limits.lua``, which also
+serves the single windows.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias, cast
 
 MICROS = 1_000_000.0
 #: A key outlives the moment its bucket would be full again by this much.
@@ -238,12 +276,7 @@ def decide_window(
     """
     if permits > rate:
         return Verdict(False, math.inf, 0.0), None
-    at = now
-    if times:
-        at = max(at, times[-1])
-    need = len(times) + permits - rate  # admissions that must have left the window
-    if need > 0:
-        at = max(at, times[need - 1] + WINDOW)
+    at = window_slot(times, rate, permits, now, WINDOW)
     wait = at - now
     if timeout is not None and wait > timeout:
         return Verdict(False, wait, 0.0), None
@@ -254,3 +287,133 @@ def decide_window(
 def window_expiry_ms(times: tuple[float, ...], now: float) -> int:
     """Milliseconds after which the window's times no longer matter."""
     return math.ceil((times[-1] + WINDOW - now) / 1000.0) + EXPIRY_GRACE_MS
+
+
+def window_slot(
+    times: tuple[float, ...], rate: int, permits: int, now: float, window: float
+) -> float:
+    """The earliest time >= ``now`` at which a sliding window can place ``permits`` more."""
+    at = now
+    if times:
+        at = max(at, times[-1])
+    need = len(times) + permits - rate  # admissions that must have left the window
+    if need > 0:
+        at = max(at, times[need - 1] + window)
+    return at
+
+
+# --- several limits at once (limits.lua) -------------------------------------------------
+
+#: The kinds of state a limit keeps (also the last part of its key).
+BUCKET = "tb"
+SLIDING = "sw"
+FIXED = "fw"
+
+
+class Limit(NamedTuple):
+    """One limit as ``limits.lua`` is told it."""
+
+    kind: str  # BUCKET, SLIDING or FIXED
+    rate: float  # BUCKET: permits per second; windows: permits per window
+    size: float  # BUCKET: capacity; SLIDING: window length, µs; FIXED: period, µs
+
+
+class FixedWindow(NamedTuple):
+    """A fixed window's counter: the latest window holding reservations, and its count."""
+
+    window: float  # k, for the window [k * period, (k + 1) * period)
+    used: float  # permits reserved in it
+
+
+#: The state of one limit: BUCKET, SLIDING (admission times, oldest first), FIXED.
+LimitState: TypeAlias = BucketState | tuple[float, ...] | FixedWindow
+
+
+def fixed_window_now(state: FixedWindow | None, now: float, period: float) -> FixedWindow:
+    """The counter as of ``now``: the stored one, or an empty current window if it ended."""
+    current = float(math.floor(now / period))
+    if state is None or state.window < current:
+        return FixedWindow(current, 0.0)
+    return state
+
+
+def decide_limits(
+    limits: Sequence[Limit],
+    states: Sequence[LimitState | None],
+    permits: int,
+    timeout: float | None,
+    now: float,
+) -> tuple[Verdict, tuple[LimitState, ...] | None]:
+    """Decide ``permits`` against every limit at once, all or nothing.
+
+    Returns the verdict and each limit's new state (None on refusal: nothing is
+    written). ``wait`` is until the latest of the limits' earliest times; ``stored`` is
+    the least any token bucket among them holds (0 without one). A window that can
+    never hold ``permits`` refuses with an infinite wait.
+    """
+    n = float(permits)
+    at = now
+    current: list[LimitState] = []
+    for limit, state in zip(limits, states, strict=True):
+        if limit.kind == BUCKET:
+            sh = shape(limit.rate, limit.size)
+            bucket = fresh(sh, now) if state is None else cast(BucketState, state)
+            bucket = reconfigure(resync(bucket, now), sh)
+            spend = min(n, bucket.stored)
+            earliest = max(bucket.balance, now) + (n - spend) * sh.stable
+            current.append(bucket)
+        elif permits > limit.rate:
+            return Verdict(False, math.inf, 0.0), None
+        elif limit.kind == SLIDING:
+            times = cast(tuple[float, ...], state or ())
+            earliest = window_slot(times, int(limit.rate), permits, now, limit.size)
+            current.append(times)
+        else:
+            counter = fixed_window_now(cast(FixedWindow | None, state), now, limit.size)
+            if counter.used + n > limit.rate:
+                counter = FixedWindow(counter.window + 1, 0.0)
+            earliest = max(now, counter.window * limit.size)
+            current.append(counter)
+        at = max(at, earliest)
+    wait = at - now
+    if timeout is not None and wait > timeout:
+        return Verdict(False, wait, _least_stored(current)), None
+    new = tuple(_record(limit, state, n, at) for limit, state in zip(limits, current, strict=True))
+    return Verdict(True, wait, _least_stored(new)), new
+
+
+def _record(limit: Limit, state: LimitState, n: float, at: float) -> LimitState:
+    """``state`` after admitting ``n`` permits at ``at`` (a time the limit allows)."""
+    if limit.kind == BUCKET:
+        bucket = cast(BucketState, state)
+        stored = bucket.stored
+        if at > bucket.balance:
+            stored = min(bucket.capacity, stored + (at - bucket.balance) / bucket.refill_interval)
+        return BucketState(max(0.0, stored - n), at, bucket.rate, bucket.capacity, bucket.refill)
+    if limit.kind == FIXED:
+        counter = cast(FixedWindow, state)
+        window = float(math.floor(at / limit.size))
+        if window > counter.window:
+            counter = FixedWindow(window, 0.0)
+        return FixedWindow(counter.window, counter.used + n)
+    times = cast(tuple[float, ...], state)
+    return (*times, *([at] * int(n)))[-int(limit.rate) :]
+
+
+def _least_stored(states: Sequence[LimitState]) -> float:
+    least: float | None = None
+    for state in states:
+        if isinstance(state, BucketState) and (least is None or state.stored < least):
+            least = state.stored
+    return 0.0 if least is None else least
+
+
+def limit_expiry_ms(limit: Limit, state: LimitState, now: float) -> int:
+    """Milliseconds after which ``state`` of ``limit`` is the same as no state."""
+    if limit.kind == BUCKET:
+        return expiry_ms(cast(BucketState, state), now)
+    if limit.kind == FIXED:
+        counter = cast(FixedWindow, state)
+        return math.ceil(((counter.window + 1.0) * limit.size - now) / 1000.0) + EXPIRY_GRACE_MS
+    times = cast(tuple[float, ...], state)
+    return math.ceil((times[-1] + limit.size - now) / 1000.0) + EXPIRY_GRACE_MS

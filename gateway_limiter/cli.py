@@ -22,7 +22,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -42,7 +42,9 @@ from .migrate import current_revision, head_revision, upgrade
 from .registry import describe_db_error
 from .rules import (
     ALGORITHMS,
+    FIXED_WINDOW,
     MAX_CACHE,
+    MAX_PERIOD,
     MAX_URL_LENGTH,
     SLIDING_WINDOW,
     TOKEN_BUCKET,
@@ -51,6 +53,7 @@ from .rules import (
     RuleSet,
     algorithm_problem,
     build_rules,
+    scope_text,
 )
 from .settings import Settings, SettingsError, load_settings, mask_secrets
 from .table import (
@@ -178,6 +181,16 @@ def warmup_arg(text: str) -> float | None:
             f"invalid value {_shown(text)}: must be a number of seconds or '{NONE_WORD}'"
         )
     return value
+
+
+def period_arg(text: str) -> int:
+    """``--period``: the seconds a rate is for, a whole number from 1 to a day."""
+    if not re.fullmatch(r"[0-9]+", text.strip()) or not 1 <= int(text) <= MAX_PERIOD:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {_shown(text)}: must be a whole number of seconds from 1 to "
+            f"{MAX_PERIOD}"
+        )
+    return int(text)
 
 
 def seconds_arg(text: str) -> int:
@@ -436,32 +449,46 @@ def _fmt_time(row: ConfRow) -> str:
     return "-" if t is None else t.isoformat(sep=" ", timespec="seconds")
 
 
+def _per(rule: Rule) -> str:
+    """A limit's rate with its period: "20/s", "200 per 60 s"."""
+    return f"{rule.rate}/s" if rule.period == 1 else f"{rule.rate} per {rule.period} s"
+
+
 def _algorithm_text(rule: Rule) -> str:
     """What the rule's algorithm does with the rate, in a few words."""
     if rule.algorithm == SLIDING_WINDOW:
-        return "sliding_window: never more in any 1 s"
+        return f"sliding_window: never more in any {rule.period} s"
+    if rule.algorithm == FIXED_WINDOW:
+        return f"fixed_window: at most {rule.rate} in each aligned {rule.period} s window"
     if rule.algorithm == WARM_UP:
         return f"warm_up: a third of the rate when idle, full after {rule.warmup:g} s of use"
     return f"token_bucket: bursts of up to {rule.burst}"
 
 
+def _limit_text(rule: Rule) -> str:
+    caller = " for each caller" if rule.per_caller else ""
+    return f"{_per(rule)}{caller} ({_algorithm_text(rule)})"
+
+
 def _rule_text(rule: Rule) -> str:
+    """An interface's rule in words: every limit, and the wait budget."""
     if rule.closed:
         return "closed: every call refused"
-    return (
-        f"limited to {rule.rate}/s ({_algorithm_text(rule)}), callers wait up to {rule.cache:g} s"
-    )
+    limits = " and ".join(_limit_text(r) for r in rule.limits)
+    return f"limited to {limits}, callers wait up to {rule.cache:g} s"
 
 
-def _rule_brief(rule: Rule) -> str:
-    """A rule in a table cell: rate, what its algorithm adds, wait budget."""
+def _rule_brief(rule: Rule, cache: float) -> str:
+    """One limit in a table cell: rate, what its algorithm adds, scope, wait budget."""
     if rule.closed:
         return "closed"
     shaped = {
-        SLIDING_WINDOW: f"{rule.rate}/s in any 1 s",
-        WARM_UP: f"{rule.rate}/s, {rule.warmup:g} s warm-up",
-    }.get(rule.algorithm, f"{rule.rate}/s, burst {rule.burst}")
-    return f"{shaped}, wait <= {rule.cache:g} s"
+        SLIDING_WINDOW: f"{_per(rule)} in any {rule.period} s",
+        FIXED_WINDOW: f"{_per(rule)} in aligned windows",
+        WARM_UP: f"{_per(rule)}, {rule.warmup:g} s warm-up",
+    }.get(rule.algorithm, f"{_per(rule)}, burst {rule.burst}")
+    caller = ", per caller" if rule.per_caller else ""
+    return f"{shaped}{caller}, wait <= {cache:g} s"
 
 
 def row_effect(row: ConfRow, ruleset: RuleSet) -> str:
@@ -471,8 +498,12 @@ def row_effect(row: ConfRow, ruleset: RuleSet) -> str:
     if row.status == 0:
         return "disabled"
     rule = ruleset.rules.get(row.interface_url or "")
-    if rule is not None and rule.config_id == row.config_id:
-        return _rule_brief(rule)
+    if rule is None:
+        return "-"
+    for limit in rule.limits:
+        if limit.config_id == row.config_id:
+            # a closed limit closes its interface: the other rows say so too
+            return _rule_brief(rule if rule.closed else limit, rule.cache)
     return "-"
 
 
@@ -480,7 +511,8 @@ def url_effect(url: str, rows: Sequence[ConfRow], ruleset: RuleSet) -> str:
     """What the reload makes of ``url``: its rule, or why it is not limited."""
     rule = ruleset.rules.get(url)
     if rule is not None:
-        return f"{url} is {_rule_text(rule)} (configId {rule.config_id})"
+        ids = ", ".join(str(r.config_id) for r in rule.limits)
+        return f"{url} is {_rule_text(rule)} (configId {ids})"
     mine = {r.config_id for r in rows if r.interface_url == url}
     reasons = [str(s) for s in ruleset.skipped if s.config_id in mine]
     if reasons:
@@ -520,6 +552,8 @@ CONF_COLUMNS = (
     Column("algorithm"),
     Column("maxPermits", numeric=True),
     Column("warmupPeriod", numeric=True),
+    Column("periodSeconds", numeric=True),
+    Column("perCaller", numeric=True),
     Column("effect"),
 )
 
@@ -551,6 +585,8 @@ def cmd_conf_list(ctx: Context) -> int:
                 _fmt_opt(r.algorithm),
                 _fmt_opt(r.max_permits),
                 _fmt_seconds(r.warmup_period),
+                _fmt_opt(r.period_seconds),
+                _fmt_opt(r.per_caller),
                 row_effect(r, ruleset),
             ]
             for r in rows
@@ -600,6 +636,8 @@ _CONF_FIELDS = (
     ("algorithm", "algorithm"),
     ("max_permits", "maxPermits"),
     ("warmup_period", "warmupPeriod"),
+    ("period_seconds", "periodSeconds"),
+    ("per_caller", "perCaller"),
 )
 
 #: The algorithm columns: model attribute -> (column, the ``conf set`` flag that sets it).
@@ -616,14 +654,18 @@ def _given_algorithm_fields(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in _ALGORITHM_FIELDS if hasattr(args, name)}
 
 
-def algorithm_args_problem(given: dict[str, Any], old: RateLimitConf | None) -> str:
+def algorithm_args_problem(
+    given: dict[str, Any], old: RateLimitConf | None, period: int = 1, per_caller: bool = False
+) -> str:
     """Why the row would have invalid algorithm columns after ``conf set``, as an error
     naming the argument to change ("" when the row will be valid).
 
     The row after the change is the old row (or a new one) with only the given columns
     replaced, judged by ``rules.algorithm_problem``: the very check the reload makes.
     A value left over from the old row is never cleared silently; the message says
-    which flag clears or sets it.
+    which flag clears or sets it. ``period`` and ``per_caller`` pick the row, so they
+    are the row's: a problem with them (warm_up is per second and shared) names the
+    ``--period`` or ``--per-caller`` that picked it.
     """
     after = {
         name: given[name] if name in given else getattr(old, name, None)
@@ -631,9 +673,12 @@ def algorithm_args_problem(given: dict[str, Any], old: RateLimitConf | None) -> 
     }
     algorithm = after["algorithm"] or TOKEN_BUCKET
     max_permits, warmup = after["max_permits"], after["warmup_period"]
-    problem = algorithm_problem(algorithm, max_permits, warmup)
+    problem = algorithm_problem(algorithm, max_permits, warmup, period, per_caller)
     if not problem:
         return ""
+    if not algorithm_problem(algorithm, max_permits, warmup):
+        flag = "--period" if period != 1 else "--per-caller"
+        return f"argument {flag}: {problem}"
     # algorithm_problem checks algorithm, then maxPermits, then warmupPeriod: the first
     # whose removal changes the answer is the one it complains about.
     if algorithm not in ALGORITHMS:
@@ -679,8 +724,30 @@ def warm_up_cache_warning(rate: int, cache: float, warmup: float) -> str:
     )
 
 
+def combination_problem(
+    rows: Sequence[ConfRow], url: str, after: ConfRow, default_cache: float
+) -> str:
+    """Why the reload would skip a row of ``url`` once ``after`` is written (the row as
+    changed, or a new one), when the rows now do not make it skip that ("" if not).
+
+    Duplicates of one period and scope are not a problem (the stricter applies, as
+    ever); what is left is ``warm_up`` beside other limits of its URL.
+    """
+    before = build_rules(rows, default_cache).skipped
+    changed = [after if r.config_id == after.config_id else r for r in rows]
+    if all(r.config_id != after.config_id for r in rows):
+        changed.append(after)
+    mine = {r.config_id for r in changed if r.interface_url == url}
+    for skipped in build_rules(changed, default_cache).skipped:
+        new = skipped not in before and not skipped.reason.startswith("duplicate")
+        if new and skipped.config_id in mine:
+            return str(skipped)
+    return ""
+
+
 def cmd_conf_set(ctx: Context) -> int:
-    """Create or update the row of a URL (lowest configId); a new row starts disabled.
+    """Create or update the row of a URL for one period and scope (lowest configId); a
+    new row starts disabled.
 
     Only the columns given change. The algorithm columns are checked together with
     what the row already holds, by the same rule the reload uses, before anything is
@@ -688,10 +755,13 @@ def cmd_conf_set(ctx: Context) -> int:
     """
     a = ctx.args
     engine = ctx.engine()
-    before = _refuse_collation_twins(engine, a.url)
+    period, per_caller = a.period or 1, bool(a.per_caller)
+    everything = _refuse_collation_twins(engine, a.url)
+    scope: dict[str, int] = {"period_seconds": period, "per_caller": int(per_caller)}
+    before = [r for r in everything if (r.period_seconds, r.per_caller) == (period, per_caller)]
     old = before[0] if before else None
     given = _given_algorithm_fields(a)
-    problem = algorithm_args_problem(given, old)
+    problem = algorithm_args_problem(given, old, period, per_caller)
     if problem:
         raise CliError(problem, code=2)
     fields: dict[str, Any] = {"rate_limit": a.rate, **given}
@@ -703,7 +773,25 @@ def cmd_conf_set(ctx: Context) -> int:
         fields["interface_no"] = a.interface_no or None
     if a.status is not None:
         fields["status"] = a.status
-    row, created = upsert_conf(engine, a.url, **fields)
+    rows = read_rows(engine)
+    if old is None:
+        target = ConfRow(
+            config_id=max([0, *(r.config_id for r in rows)]) + 1,
+            channel_type=None,
+            interface_no=None,
+            interface_url=a.url,
+            rate_limit=None,
+            cache=None,
+            status=0,
+            period_seconds=period,
+            per_caller=int(per_caller),
+        )
+    else:
+        target = next(r for r in rows if r.config_id == old.config_id)
+    clash = combination_problem(rows, a.url, replace(target, **fields), ctx.settings.default_cache)
+    if clash:
+        raise CliError(f"{a.url} would not be limited as meant: the reload would skip {clash}", 2)
+    row, created = upsert_conf(engine, a.url, where=scope, **fields)
     if created or old is None:  # (old is None only when created; this tells mypy)
         values = ", ".join(
             f"{column} {_fmt_field(name, getattr(row, name))}" for name, column in _CONF_FIELDS
@@ -722,8 +810,8 @@ def cmd_conf_set(ctx: Context) -> int:
     if len(before) > 1:
         others = ", ".join(str(r.config_id) for r in before[1:])
         ctx.out.line(
-            f"note: {a.url} has other rows (configId {others}); "
-            "of the enabled ones, the stricter applies"
+            f"note: {a.url} has other rows {scope_text(period, per_caller)} "
+            f"(configId {others}); of the enabled ones, the stricter applies"
         )
     rows = read_rows(engine)
     ctx.out.line(url_effect(a.url, rows, build_rules(rows, ctx.settings.default_cache)))
@@ -733,18 +821,39 @@ def cmd_conf_set(ctx: Context) -> int:
         if warning:
             ctx.out.line(warning)
     if row.status == 0:
-        ctx.out.line(f"enable it with: {PROG} conf enable {a.url}")
+        # the URL's other rows stay as they are: name exactly this one
+        flags = _scope_flags(row) if any(r.config_id != row.config_id for r in everything) else ""
+        ctx.out.line(f"enable it with: {PROG} conf enable {a.url}{flags}")
     ctx.out.line(_reload_note(ctx))
     return 0
+
+
+def _scope_flags(row: RateLimitConf) -> str:
+    """The ``conf enable/disable`` flags that pick ``row``'s period and scope."""
+    return f" --period {row.period_seconds} --{'per-caller' if row.per_caller else 'shared'}"
+
+
+def _scope_of(args: argparse.Namespace) -> dict[str, Any]:
+    """``conf enable/disable``: the rows ``--period``, ``--per-caller``/``--shared`` pick."""
+    scope: dict[str, Any] = {}
+    if args.period is not None:
+        scope["period_seconds"] = args.period
+    if args.per_caller is not None:
+        scope["per_caller"] = int(args.per_caller)
+    return scope
 
 
 def _cmd_conf_status(ctx: Context, status: int) -> int:
     url = ctx.args.url
     engine = ctx.engine()
     _refuse_collation_twins(engine, url)
-    count = set_status(engine, url, status)
+    scope = _scope_of(ctx.args)
+    count = set_status(engine, url, status, **scope)
     if count == 0:
-        raise CliError(f"no row for URL {url}; create one with '{PROG} conf set {url} --rate N'")
+        which = f" {scope_text(ctx.args.period or 1, bool(ctx.args.per_caller))}" if scope else ""
+        raise CliError(
+            f"no row for URL {url}{which}; create one with '{PROG} conf set {url} --rate N'"
+        )
     verb = "enabled" if status else "disabled"
     rows = read_rows(engine)
     ids = ", ".join(str(r.config_id) for r in rows if r.interface_url == url)
@@ -795,7 +904,7 @@ def cmd_switch(ctx: Context) -> int:
 STATUS_COLUMNS = (
     Column("interfaceUrl"),
     Column("configId", numeric=True),
-    Column("rate/s", numeric=True),
+    Column("rate", numeric=True),
     Column("cache s", numeric=True),
     Column("capacity", numeric=True),
     Column("stored permits", numeric=True),
@@ -858,6 +967,10 @@ def cmd_status(ctx: Context) -> int:
     return 0
 
 
+def _for_each_caller(rule: Rule, state: str) -> str:
+    return f"{state}, for each caller" if rule.per_caller else state
+
+
 def _capacity(rule: Rule) -> float:
     """The most the bucket stores: maxPermits, or for warm_up the model's (rate x warm-up)."""
     if rule.algorithm == WARM_UP and rule.rate > 0:
@@ -868,7 +981,8 @@ def _capacity(rule: Rule) -> float:
 def _status_cells(s: BucketStatus) -> list[str]:
     rule = s.rule
     capacity = _capacity(rule)
-    head = [rule.url, str(rule.config_id), str(rule.rate), f"{rule.cache:g}", f"{capacity:g}"]
+    rate = str(rule.rate) if rule.period == 1 else f"{rule.rate}/{rule.period}s"
+    head = [rule.url, str(rule.config_id), rate, f"{rule.cache:g}", f"{capacity:g}"]
 
     def row(stored: str, debt: str, state: str) -> list[str]:
         return [*head, stored, debt, rule.algorithm, state]
@@ -877,7 +991,13 @@ def _status_cells(s: BucketStatus) -> list[str]:
         return row("-", "-", "closed: every call refused")
     if rule.algorithm == SLIDING_WINDOW:
         # Its state is a list of admission times, not stored permits; not read here.
-        return row("-", "-", f"at most {rule.rate} in any 1 s (window state not shown)")
+        state = f"at most {rule.rate} in any {rule.period} s (window state not shown)"
+        return row("-", "-", _for_each_caller(rule, state))
+    if rule.algorithm == FIXED_WINDOW:
+        state = f"at most {rule.rate} in each aligned {rule.period} s (window state not shown)"
+        return row("-", "-", _for_each_caller(rule, state))
+    if rule.per_caller:
+        return row("-", "-", "per caller: each key has its own bucket (not shown)")
     if s.error is not None:
         return row("?", "?", f"error: {s.error}")
     cold = "; cold: paced below the rate until warm" if rule.algorithm == WARM_UP else ""
@@ -1003,6 +1123,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--rate", required=True, type=rate_arg, metavar="N", help="permits per second (0: closed)"
     )
     setp.add_argument(
+        "--period",
+        type=period_arg,
+        metavar="S",
+        help=f"the row for a rate per S seconds (periodSeconds, 1 to {MAX_PERIOD}; default 1): "
+        "a URL may have a row for each period, and every enabled one applies",
+    )
+    setp.add_argument(
+        "--per-caller",
+        dest="per_caller",
+        action="store_true",
+        help="the row whose limits apply to each caller key apart (perCaller 1); without "
+        "it, the row for all callers together",
+    )
+    setp.add_argument(
         "--cache", type=cache_arg, metavar="S", help="seconds a caller may wait (0-9.99)"
     )
     setp.add_argument("--channel", type=label_arg, metavar="C", help="channelType ('' clears it)")
@@ -1043,7 +1177,26 @@ def build_parser() -> argparse.ArgumentParser:
         ("enable", cmd_conf_enable, "set status 1 on the rows of URL"),
         ("disable", cmd_conf_disable, "set status 0 on the rows of URL"),
     ):
-        leaf(conf, name, run, text).add_argument("url", metavar="URL", type=url_arg)
+        flip = leaf(conf, name, run, text)
+        flip.add_argument("url", metavar="URL", type=url_arg)
+        flip.add_argument(
+            "--period", type=period_arg, metavar="S", help="only the rows for S seconds"
+        )
+        scope = flip.add_mutually_exclusive_group()
+        scope.add_argument(
+            "--per-caller",
+            dest="per_caller",
+            action="store_const",
+            const=True,
+            help="only the per-caller rows",
+        )
+        scope.add_argument(
+            "--shared",
+            dest="per_caller",
+            action="store_const",
+            const=False,
+            help="only the rows for all callers together",
+        )
 
     switch = leaf(
         commands,

@@ -17,16 +17,16 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 from .backends import Backend, BackendError, open_backend
 from .backends.memory import MemoryBackend
-from .bucket import MICROS, Verdict, resync
+from .bucket import MICROS, BucketState, Verdict, resync
 from .registry import Registry, ReloadSummary, Snapshot
-from .rules import Rule
+from .rules import FIXED_WINDOW, SLIDING_WINDOW, Rule
 from .settings import Settings, load_settings, mask_secrets
 
 log = logging.getLogger("gateway_limiter")
@@ -49,17 +49,22 @@ class NotStarted(LimiterError, RuntimeError):
 
 
 _INF = math.inf
+#: Algorithms whose state is a window of admissions, not a bucket.
+WINDOWS = (SLIDING_WINDOW, FIXED_WINDOW)
 
 
-def check_args(url: object, permits: object, timeout: object) -> None:
+def check_args(url: object, permits: object, timeout: object, key: object = None) -> None:
     """Raise TypeError/ValueError naming the bad argument."""
     if (
         type(url) is str
         and type(permits) is int
         and permits >= 1
         and (timeout is None or (type(timeout) in (float, int) and 0 <= timeout < _INF))  # type: ignore[operator]
+        and (key is None or type(key) is str)
     ):
         return  # the common case, in a few type checks; the rest explains what is wrong
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"key must be a string or None, got {type(key).__name__}")
     if not isinstance(url, str):
         raise TypeError(f"url must be a string, got {type(url).__name__}")
     if not isinstance(permits, int) or isinstance(permits, bool):
@@ -82,6 +87,21 @@ def route(snapshot: Snapshot, url: str) -> Rule | None:
 
 ADMIT = Verdict(True, 0.0, 0.0)
 REFUSE = Verdict(False, 0.0, 0.0)
+
+
+def waited_seconds(verdict: Verdict, rule: Rule, permits: int) -> float:
+    """The seconds an ``acquire`` must wait for ``verdict`` (decided with no timeout).
+
+    Raises ValueError when no wait can ever do: ``permits`` more than a window of the
+    interface holds.
+    """
+    if not verdict.allowed:
+        most = min((r.rate for r in rule.limits if r.algorithm in WINDOWS), default=0)
+        raise ValueError(
+            f"permits must be at most {most} for {rule.url!r} (what its window holds), "
+            f"got {permits}"
+        )
+    return verdict.wait / MICROS
 
 
 class Breaker:
@@ -141,10 +161,13 @@ class Policy:
         self.name = name
         self.local = MemoryBackend() if name == "local" else None
 
-    def decide(self, rule: Rule, permits: int, timeout: float | None) -> Verdict:
-        """``local``: the model in this process; ``allow``/``deny``: at once."""
+    def decide(
+        self, rule: Rule, permits: int, timeout: float | None, key: str | None = None
+    ) -> Verdict:
+        """``local``: the model in this process (the same rules: every limit, per caller
+        too); ``allow``/``deny``: at once."""
         if self.local is not None:
-            return self.local.reserve(rule, permits, timeout)
+            return self.local.reserve(rule, permits, timeout, key)
         if self.name == "allow":
             return ADMIT
         if timeout is None:
@@ -170,18 +193,41 @@ def settings_from(settings: Settings | str | Path | None, overrides: dict[str, A
     return load_settings(settings, **overrides)
 
 
+def chosen_limits(registry: Registry, url: str | None) -> list[Rule]:
+    """The limits ``status`` shows: every limit of ``url``, or of every URL, in order,
+    each on its own with its interface's wait budget (the one that applies)."""
+    rules = registry.snapshot.rules
+    urls = sorted(rules) if url is None else [url] if url in rules else []
+    return [
+        replace(limit, cache=rules[u].cache, also=()) for u in urls for limit in rules[u].limits
+    ]
+
+
 def describe_state(rule: Rule, backend: Backend) -> BucketStatus:
-    """A rule's bucket as ``status`` shows it, brought up to the backend's clock."""
+    """A limit's shared bucket as ``status`` shows it, brought up to the backend's clock.
+
+    Windows and per-caller limits have no single bucket to show: no state is read.
+    """
+    if not has_shared_bucket(rule):
+        return BucketStatus(rule, None, 0.0, backend.shared)
     try:
         state, now = backend.peek(rule)
     except BackendError as e:
         return BucketStatus(rule, None, 0.0, backend.shared, str(e))
+    return bucket_status(rule, backend.shared, state, now)
+
+
+def has_shared_bucket(rule: Rule) -> bool:
+    """True when ``rule``'s limit is one bucket for all callers, whose state peek reads."""
+    return rule.algorithm not in WINDOWS and not rule.per_caller
+
+
+def bucket_status(rule: Rule, shared: bool, state: BucketState | None, now: float) -> BucketStatus:
+    """The status of ``rule``'s bucket from its peeked state, brought up to ``now``."""
     if state is None:
-        return BucketStatus(rule, None, 0.0, backend.shared)
+        return BucketStatus(rule, None, 0.0, shared)
     current = resync(state, now)
-    return BucketStatus(
-        rule, current.stored, max(0.0, current.balance - now) / 1000.0, backend.shared
-    )
+    return BucketStatus(rule, current.stored, max(0.0, current.balance - now) / 1000.0, shared)
 
 
 class GatewayLimiter:
@@ -255,12 +301,15 @@ class GatewayLimiter:
         """How many decisions the failure policy made instead of the backend."""
         return self._fallbacks
 
-    def reserve(self, url: str, permits: int = 1, timeout: float | None = None) -> Verdict:
+    def reserve(
+        self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+    ) -> Verdict:
         """Decide without sleeping: the verdict, whose ``wait`` (µs) the caller must honour.
 
-        ``timeout=None`` here means the row's ``cache``.
+        ``timeout=None`` here means the row's ``cache``; ``key`` is the caller, for
+        per-caller limits.
         """
-        check_args(url, permits, timeout)
+        check_args(url, permits, timeout, key)
         if not self._started:
             raise NotStarted("call start() (or use 'with GatewayLimiter(...)') first")
         rule = route(self.registry.snapshot, url)
@@ -268,34 +317,41 @@ class GatewayLimiter:
             return ADMIT
         if rule.closed:
             return REFUSE
-        return self._decide(rule, permits, rule.cache if timeout is None else timeout)
+        return self._decide(rule, permits, rule.cache if timeout is None else timeout, key)
 
-    def _decide(self, rule: Rule, permits: int, timeout: float | None) -> Verdict:
+    def _decide(self, rule: Rule, permits: int, timeout: float | None, key: str | None) -> Verdict:
         if self._breaker.allows():
             try:
-                verdict = self.backend.reserve(rule, permits, timeout)
+                verdict = self.backend.reserve(rule, permits, timeout, key)
             except BackendError as e:
                 self._breaker.failed(e)
             else:
                 self._breaker.succeeded()
                 return verdict
         self._fallbacks += 1  # off the hot path: only while the backend is failing
-        return self.policy.decide(rule, permits, timeout)
+        return self.policy.decide(rule, permits, timeout, key)
 
-    def try_acquire(self, url: str, permits: int = 1, timeout: float | None = None) -> bool:
+    def try_acquire(
+        self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+    ) -> bool:
         """Take ``permits`` for ``url`` if the wait fits in ``timeout`` (default: the row's
-        ``cache``): wait, then True. Otherwise False at once, with nothing reserved."""
-        verdict = self.reserve(url, permits, timeout)
+        ``cache``): wait, then True. Otherwise False at once, with nothing reserved.
+
+        ``key`` names the caller (an IP, a channel): rows with ``perCaller = 1`` give
+        each key its own limits; other rows ignore it.
+        """
+        verdict = self.reserve(url, permits, timeout, key)
         if verdict.allowed and verdict.wait > 0:
             time.sleep(verdict.wait / MICROS)
         return verdict.allowed
 
-    def acquire(self, url: str, permits: int = 1) -> float:
+    def acquire(self, url: str, permits: int = 1, key: str | None = None) -> float:
         """Take ``permits`` for ``url`` however long it takes; returns the seconds waited.
 
-        Raises InterfaceClosed for a closed interface (it would never return).
+        Raises InterfaceClosed for a closed interface (it would never return), and
+        ValueError for more permits than a window of the interface can ever hold.
         """
-        check_args(url, permits, None)
+        check_args(url, permits, None, key)
         if not self._started:
             raise NotStarted("call start() (or use 'with GatewayLimiter(...)') first")
         rule = route(self.registry.snapshot, url)
@@ -303,18 +359,11 @@ class GatewayLimiter:
             return 0.0
         if rule.closed:
             raise InterfaceClosed(f"interface {url!r} is closed (rateLimit 0)")
-        verdict = self._decide(rule, permits, None)
-        seconds = verdict.wait / MICROS
+        seconds = waited_seconds(self._decide(rule, permits, None, key), rule, permits)
         if seconds > 0:
             time.sleep(seconds)
         return seconds
 
     def status(self, url: str | None = None) -> list[BucketStatus]:
-        """The rules in force (or ``url``'s) with each bucket's live state."""
-        rules = self.registry.snapshot.rules
-        chosen = (
-            [rules[url]]
-            if url is not None and url in rules
-            else ([] if url is not None else [rules[u] for u in sorted(rules)])
-        )
-        return [describe_state(rule, self.backend) for rule in chosen]
+        """Every limit in force (or ``url``'s) with its live state (shared buckets)."""
+        return [describe_state(rule, self.backend) for rule in chosen_limits(self.registry, url)]

@@ -4,39 +4,64 @@
 it skipped and why. Rows never raise: a bad row is skipped with a warning naming its
 configId, and every valid row still applies.
 
-Two enabled rows for one URL: **the stricter row wins** (the lower ``rateLimit``; on a
-tie, the lower ``configId``), and a warning names both. A supplier's cap is never
-exceeded because someone inserted a second row by mistake.
+One interface, several limits. A row limits its interface to ``rateLimit`` permits per
+``periodSeconds`` (revision 0004), for all callers together or, with ``perCaller = 1``,
+for each caller key apart. Enabled rows of one URL that differ in period or in scope
+(shared / per caller) all apply, and a call is admitted only when every one of them
+admits it: "5 per second and 200 per minute", or "100 per second in all and 10 per
+second per caller". The Rule of such a URL is its first limit, with the others in
+``Rule.also`` (see ``interface_rule`` for the order and the wait budget).
+
+Two enabled rows for one URL with the same period and scope: **the stricter row wins**
+(the lower ``rateLimit``; on a tie, the lower ``configId``), and a warning names both.
+A supplier's cap is never exceeded because someone inserted a second row by mistake.
+
+``warm_up`` stands alone: it paces one per-second limit for the supplier as a whole, so
+it needs ``periodSeconds = 1`` and ``perCaller = 0``, and a warm_up row on a URL that
+has other limits is skipped (the others apply): a call's wait under warm-up depends on
+when it goes, which the other limits decide, so no exact common answer exists.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from .table import ConfRow
 
 MAX_URL_LENGTH = 128
 MAX_CACHE = 9.99
+#: The longest ``periodSeconds``: a day (suppliers sell daily quotas; no longer ones).
+MAX_PERIOD = 86_400
 TOKEN_BUCKET = "token_bucket"
 WARM_UP = "warm_up"
 SLIDING_WINDOW = "sliding_window"
-ALGORITHMS = (TOKEN_BUCKET, WARM_UP, SLIDING_WINDOW)
+FIXED_WINDOW = "fixed_window"
+ALGORITHMS = (TOKEN_BUCKET, WARM_UP, SLIDING_WINDOW, FIXED_WINDOW)
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """An enforced limit: ``rate`` permits/s on ``url``, callers may wait ``cache`` s."""
+    """An enforced limit: ``rate`` permits per ``period`` s on ``url``; callers may wait
+    ``cache`` s.
+
+    In ``Snapshot.rules`` a Rule stands for its whole interface: its own limit first,
+    the interface's other limits in ``also`` (decided with it, all or nothing), and
+    ``cache`` the interface's wait budget.
+    """
 
     url: str
     rate: int
     cache: float
     config_id: int
-    capacity: int = 0  # token bucket: maxPermits; 0 = the rate (one second's worth)
+    capacity: int = 0  # token bucket: maxPermits; 0 = the rate (one period's worth)
     algorithm: str = TOKEN_BUCKET
     warmup: float = 0.0  # warm_up: seconds from cold to the full rate
+    period: int = 1  # seconds that ``rate`` permits are for
+    per_caller: bool = False  # True: each caller key has its own state
+    also: tuple[Rule, ...] = ()  # the interface's other limits
 
     @property
     def closed(self) -> bool:
@@ -47,6 +72,21 @@ class Rule:
     def burst(self) -> int:
         """The most permits the bucket saves up."""
         return self.capacity or self.rate
+
+    @property
+    def per_second(self) -> float:
+        """The rate in permits per second (``rate / period``)."""
+        return self.rate / self.period
+
+    @property
+    def limits(self) -> tuple[Rule, ...]:
+        """Every limit of the interface: this one, then ``also``."""
+        return (self, *self.also)
+
+    @property
+    def keyed(self) -> bool:
+        """True when the caller's key matters: some limit is per caller."""
+        return any(r.per_caller for r in self.limits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +121,14 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
     # FLOAT(3,2) on MySQL reads back as e.g. 0.300000011920929; keep what was meant.
     cache = min(round(cache, 2), MAX_CACHE)
     algorithm = row.algorithm or TOKEN_BUCKET
-    problem = algorithm_problem(algorithm, row.max_permits, row.warmup_period)
+    # NULL (a schema before revision 0004, or written so by hand): today's meaning.
+    period = 1 if row.period_seconds is None else row.period_seconds
+    per_caller = 0 if row.per_caller is None else row.per_caller
+    if per_caller not in (0, 1):
+        return Skipped(row.config_id, f"perCaller {per_caller!r} is not 0 or 1")
+    problem = algorithm_problem(
+        algorithm, row.max_permits, row.warmup_period, period, bool(per_caller)
+    )
     if problem:
         return Skipped(row.config_id, problem)
     return Rule(
@@ -92,11 +139,25 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         capacity=row.max_permits or 0,
         algorithm=algorithm,
         warmup=float(row.warmup_period or 0.0),
+        period=period,
+        per_caller=bool(per_caller),
     )
 
 
-def algorithm_problem(algorithm: str, max_permits: int | None, warmup: float | None) -> str:
-    """Why these algorithm columns cannot go together ("" when they can)."""
+def algorithm_problem(
+    algorithm: str,
+    max_permits: int | None,
+    warmup: float | None,
+    period: object = 1,
+    per_caller: bool = False,
+) -> str:
+    """Why these columns of one row cannot go together ("" when they can).
+
+    Every algorithm takes any ``periodSeconds`` from 1 to MAX_PERIOD and ``perCaller``,
+    except ``warm_up``: one per-second limit on the supplier as a whole.
+    """
+    if type(period) is not int or not 1 <= period <= MAX_PERIOD:
+        return f"periodSeconds {period!r} is not a whole number from 1 to {MAX_PERIOD}"
     if algorithm not in ALGORITHMS:
         return f"algorithm {algorithm!r} is not one of {', '.join(ALGORITHMS)}"
     if max_permits is not None and (max_permits < 1 or algorithm != TOKEN_BUCKET):
@@ -104,13 +165,35 @@ def algorithm_problem(algorithm: str, max_permits: int | None, warmup: float | N
     if algorithm == WARM_UP:
         if warmup is None or not (math.isfinite(warmup) and 0 < warmup <= 3600):
             return f"warm_up needs warmupPeriod between 0 and 3600 seconds, got {warmup!r}"
+        if period != 1:
+            return f"warm_up paces per second: periodSeconds must be 1, got {period}"
+        if per_caller:
+            return "warm_up warms the supplier as a whole: it cannot be perCaller"
     elif warmup is not None:
         return f"warmupPeriod is for warm_up only, not {algorithm}"
     return ""
 
 
+def scope_text(period: int, per_caller: bool) -> str:
+    """A limit's period and scope in words: "per 60 s, per caller"."""
+    return f"per {period} s" + (", per caller" if per_caller else "")
+
+
 def _stricter(a: Rule, b: Rule) -> Rule:
     return min(a, b, key=lambda r: (r.rate, r.config_id))
+
+
+def interface_rule(limits: Iterable[Rule]) -> Rule:
+    """One interface's limits as the Rule ``Snapshot.rules`` holds for it.
+
+    The first limit is a closed one if any (a call must pass every limit, so one closed
+    limit closes the interface), else the shortest period, shared before per caller,
+    then the lowest configId; the rest go into ``also`` in that order. The interface's
+    wait budget is the smallest ``cache`` among its rows: the caller waits for every
+    limit at once, and no row allows more waiting than its own.
+    """
+    lead, *rest = sorted(limits, key=lambda r: (not r.closed, r.period, r.per_caller, r.config_id))
+    return replace(lead, cache=min(r.cache for r in (lead, *rest)), also=tuple(rest))
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +205,10 @@ class RuleSet:
 
 
 def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
-    """Turn rows into rules: skip bad rows, resolve duplicate URLs (stricter wins)."""
-    rules: dict[str, Rule] = {}
+    """Turn rows into rules: skip bad rows, resolve duplicate limits (stricter wins), and
+    gather each URL's limits into one Rule."""
+    # url -> (period, per caller) -> the row's limit
+    limits: dict[str, dict[tuple[int, bool], Rule]] = {}
     skipped: list[Skipped] = []
     for row in rows:
         outcome = rule_from_row(row, default_cache)
@@ -132,18 +217,39 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
         if isinstance(outcome, Skipped):
             skipped.append(outcome)
             continue
-        other = rules.get(outcome.url)
+        slots = limits.setdefault(outcome.url, {})
+        slot = (outcome.period, outcome.per_caller)
+        other = slots.get(slot)
         if other is None:
-            rules[outcome.url] = outcome
+            slots[slot] = outcome
             continue
         winner = _stricter(other, outcome)
         loser = outcome if winner is other else other
-        rules[outcome.url] = winner
+        slots[slot] = winner
+        where = "" if slot == (1, False) else f" ({scope_text(*slot)})"
         skipped.append(
             Skipped(
                 loser.config_id,
-                f"duplicate enabled row for {outcome.url!r}: configId {winner.config_id} "
-                f"(rateLimit {winner.rate}) is stricter and applies",
+                f"duplicate enabled row for {outcome.url!r}{where}: configId "
+                f"{winner.config_id} (rateLimit {winner.rate}) is stricter and applies",
             )
         )
+    rules: dict[str, Rule] = {}
+    for url, slots in limits.items():
+        chosen = list(slots.values())
+        if len(chosen) > 1:
+            others = [r for r in chosen if r.algorithm != WARM_UP]
+            applies = ", ".join(str(r.config_id) for r in others)
+            skipped.extend(
+                Skipped(
+                    r.config_id,
+                    f"warm_up cannot be combined with other limits of {url!r} "
+                    f"(configId {applies} apply); for pacing at the rate give this row "
+                    "algorithm token_bucket with maxPermits 1",
+                )
+                for r in chosen
+                if r.algorithm == WARM_UP
+            )
+            chosen = others
+        rules[url] = interface_rule(chosen)
     return RuleSet(MappingProxyType(rules), tuple(skipped))

@@ -101,6 +101,13 @@ class RateLimitConf(Base):
     )
     max_permits: Mapped[int | None] = mapped_column("maxPermits", _INT11)
     warmup_period: Mapped[float | None] = mapped_column("warmupPeriod", Float)
+    # Revision 0004
+    period_seconds: Mapped[int] = mapped_column(
+        "periodSeconds", _INT11, nullable=False, server_default="1"
+    )
+    per_caller: Mapped[int] = mapped_column(
+        "perCaller", _TINYINT1, nullable=False, server_default="0"
+    )
 
 
 class LimiterSwitch(Base):
@@ -156,6 +163,8 @@ class ConfRow:
     algorithm: str | None = None
     max_permits: int | None = None
     warmup_period: float | None = None
+    period_seconds: int | None = None
+    per_caller: int | None = None
 
 
 _ROW_FIELDS = {
@@ -170,6 +179,8 @@ _ROW_FIELDS = {
     "algorithm": "algorithm",
     "maxPermits": "max_permits",
     "warmupPeriod": "warmup_period",
+    "periodSeconds": "period_seconds",
+    "perCaller": "per_caller",
 }
 
 
@@ -223,21 +234,27 @@ def find_rows(engine: Engine, url: str) -> list[RateLimitConf]:
         return list(rows)
 
 
-def upsert_conf(engine: Engine, url: str, **fields: Any) -> tuple[RateLimitConf, bool]:
+def upsert_conf(
+    engine: Engine, url: str, *, where: dict[str, Any] | None = None, **fields: Any
+) -> tuple[RateLimitConf, bool]:
     """Update the lowest-configId row for ``url`` with ``fields``, or insert one.
 
-    Returns the row and whether it was created. One transaction: all or nothing.
+    ``where`` (model attribute -> value) narrows the rows to choose from, e.g. to one
+    period and scope, and a row inserted gets those values too. Returns the row and
+    whether it was created. One transaction: all or nothing.
     """
+    where = where or {}
     with Session(engine, expire_on_commit=False) as session, session.begin():
         row = session.scalars(
             select(RateLimitConf)
             .where(RateLimitConf.interface_url == url)
+            .filter_by(**where)
             .order_by(RateLimitConf.config_id)
             .limit(1)
         ).first()
         created = row is None
         if row is None:
-            row = RateLimitConf(interface_url=url, status=0)
+            row = RateLimitConf(interface_url=url, status=0, **where)
             session.add(row)
         for name, value in fields.items():
             setattr(row, name, value)
@@ -246,10 +263,14 @@ def upsert_conf(engine: Engine, url: str, **fields: Any) -> tuple[RateLimitConf,
     return row, created
 
 
-def set_status(engine: Engine, url: str, status: int) -> int:
-    """Set ``status`` on every row of ``url``; returns how many rows there were."""
+def set_status(engine: Engine, url: str, status: int, **where: Any) -> int:
+    """Set ``status`` on every row of ``url`` (narrowed by ``where``: model attribute ->
+    value); returns how many rows there were."""
     with engine.begin() as conn:
         result = conn.execute(
-            update(RateLimitConf).where(RateLimitConf.interface_url == url).values(status=status)
+            update(RateLimitConf)
+            .where(RateLimitConf.interface_url == url)
+            .filter_by(**where)
+            .values(status=status)
         )
         return int(result.rowcount)

@@ -16,9 +16,14 @@ create table t_ratelimite_conf (
 
 -- Revision 0003: how strictly each interface is limited (docs/algorithms.md).
 alter table t_ratelimite_conf
-    add column algorithm    VARCHAR(16) NULL DEFAULT 'token_bucket', -- token_bucket, warm_up, sliding_window
+    add column algorithm    VARCHAR(16) NULL DEFAULT 'token_bucket', -- token_bucket, warm_up, sliding_window, fixed_window
     add column maxPermits   INT(11)     NULL,  -- token_bucket capacity; NULL = rateLimit
     add column warmupPeriod FLOAT       NULL;  -- warm_up: seconds from cold to the full rate
+
+-- Revision 0004: several limits per interface, and limits per caller (docs/algorithms.md).
+alter table t_ratelimite_conf
+    add column periodSeconds INT(11)    NOT NULL DEFAULT 1, -- rateLimit permits per this many seconds
+    add column perCaller     TINYINT(1) NOT NULL DEFAULT 0; -- 1: each caller key has its own bucket
 
 -- The global switch: one row. enabled NULL = follow the `switch` setting,
 -- 1 = limiting on, 0 = limiting off for every process at its next reload.

@@ -51,3 +51,22 @@ def limiter(db_url: str, redis_url: str, prefix: str, **settings: Any) -> Gatewa
     lim = GatewayLimiter(database_url=db_url, redis_url=redis_url, key_prefix=prefix, **settings)
     lim.start()
     return lim
+
+
+def insert_row(engine: Engine, url: str, **columns: Any) -> int:
+    """Plain SQL: insert an enabled row for ``url`` with ``columns`` (named as in the
+    table: rateLimit, cache, periodSeconds, perCaller, algorithm...); its configId."""
+    values = {"status": 1} | columns
+    names = ", ".join(values)
+    marks = ", ".join(f":{name}" for name in values)
+    with engine.begin() as conn:
+        conn.execute(
+            text(f"insert into t_ratelimite_conf (interfaceUrl, {names}) values (:u, {marks})"),
+            values | {"u": url},
+        )
+        return int(
+            conn.execute(
+                text("select max(configId) from t_ratelimite_conf where interfaceUrl = :u"),
+                {"u": url},
+            ).scalar_one()
+        )

@@ -117,3 +117,23 @@ async def test_a_second_running_loop_is_told_to_build_its_own(sqlite_limits: Non
         done.set()
         await asyncio.to_thread(thread.join, 10)
     assert errors == []
+
+
+async def test_module_level_coroutines_pass_the_caller_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = f"sqlite:///{tmp_path / 'limits.db'}"
+    engine = make_engine(db)
+    upgrade(engine)
+    upsert_conf(engine, "/per-caller", rate_limit=1, cache=0.0, status=1, per_caller=1)
+    engine.dispose()
+    monkeypatch.setenv("GATEWAY_LIMITER_DATABASE_URL", db)
+    monkeypatch.setenv("GATEWAY_LIMITER_REDIS_URL", "memory://")
+    try:
+        assert await aio.try_acquire("/per-caller", key="a")
+        assert not await aio.try_acquire("/per-caller", key="a")
+        assert await aio.try_acquire("/per-caller", timeout=0, key="b")
+        assert await aio.acquire("/per-caller", key="c") == 0.0
+        assert 0.9 <= await aio.acquire("/per-caller", key="c") <= 1.01
+    finally:
+        await aio.aclose_default()

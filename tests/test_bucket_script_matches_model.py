@@ -6,8 +6,9 @@ change); the clock is driven through the script's ``now`` argument.
 
 from __future__ import annotations
 
+import struct
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 import redis
@@ -15,7 +16,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway_limiter.backends.redis import RedisBackend, bucket_key, parse_state, window_key
-from gateway_limiter.bucket import BucketState, decide, decide_window, expiry_ms
+from gateway_limiter.backends.state import limit, state_key
+from gateway_limiter.bucket import (
+    BucketState,
+    FixedWindow,
+    LimitState,
+    decide,
+    decide_limits,
+    decide_window,
+    expiry_ms,
+)
 from gateway_limiter.rules import Rule
 from gateway_limiter.settings import Settings
 from tests.services import RedisServer
@@ -172,3 +182,114 @@ def test_a_foreign_value_at_the_key_is_lost_state_not_an_error(backend: RedisBac
         verdicts = [backend.reserve(rule, 1, 0.0, now=START) for _ in range(6)]
         assert [v.allowed for v in verdicts] == [True] * 5 + [False]  # a full bucket of 5
         assert stored_state(backend.client, url) is not None
+
+
+# --- limits.lua: several limits at once, and the fixed window ------------------------
+
+#: (algorithm, rate range, period range): kinds limits.lua decides.
+KINDS = {
+    "token_bucket": ((1, 2_000), (1, 120)),
+    "sliding_window": ((1, 10), (1, 5)),
+    "fixed_window": ((1, 10), (1, 5)),
+}
+
+
+@st.composite
+def limit_sets(draw: st.DrawFn) -> list[tuple[str, int, int, int]]:
+    """1 to 3 limits (algorithm, rate, period, capacity), no two sharing a key."""
+    chosen: list[tuple[str, int, int, int]] = []
+    for _ in range(draw(st.integers(1, 3))):
+        algorithm = draw(st.sampled_from(sorted(KINDS)))
+        (low, high), (short, long) = KINDS[algorithm]
+        period = draw(st.integers(short, long))
+        if any((a, p) == (algorithm, period) for a, _, p, _ in chosen):
+            continue
+        capacity = draw(st.integers(1, 2_000)) if algorithm == "token_bucket" else 0
+        chosen.append((algorithm, draw(st.integers(low, high)), period, capacity))
+    return chosen
+
+
+limit_steps = st.lists(
+    st.tuples(
+        st.one_of(st.integers(0, 5_000), st.integers(0, 3_000_000)),  # dt µs
+        st.integers(1, 12),  # permits (may exceed a window's rate)
+        st.one_of(st.none(), st.just(0.0), st.floats(0, 5_000_000)),  # timeout µs
+        st.one_of(st.none(), st.none(), st.none(), st.integers(1, 10)),  # new rate, 1st limit
+    ),
+    min_size=1,
+    max_size=50,
+)
+
+
+def interface(url: str, limits: list[tuple[str, int, int, int]]) -> Rule:
+    rules = [
+        Rule(url, rate, 0.0, i, capacity=cap, algorithm=alg, period=period)
+        for i, (alg, rate, period, cap) in enumerate(limits)
+    ]
+    return replace(rules[0], also=tuple(rules[1:]))
+
+
+def stored_limit(client: redis.Redis, rule: Rule) -> LimitState | None:
+    """What limits.lua keeps for ``rule``'s limit, read back exactly."""
+    key = state_key("prop", rule)
+    if rule.algorithm == "sliding_window":
+        return tuple(float(t) for t in client.lrange(key, 0, -1)) or None
+    raw = client.get(key)
+    if not isinstance(raw, bytes):
+        return None
+    if rule.algorithm == "fixed_window":
+        assert len(raw) == 16, raw  # two doubles: the window, the permits in it
+        return FixedWindow(*struct.unpack("<2d", raw))
+    return parse_state(raw)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(limits=limit_sets(), sequence=limit_steps)
+def test_limits_script_and_model_agree_on_every_decision_and_state(
+    backend: RedisBackend,
+    limits: list[tuple[str, int, int, int]],
+    sequence: list[tuple[int, int, float | None, int | None]],
+) -> None:
+    url = f"/m/{uuid.uuid4().hex}"
+    now = START
+    model: list[LimitState | None] = [None] * len(limits)
+    for dt, permits, timeout, new_rate in sequence:
+        now += dt
+        if new_rate is not None:  # a reload changes the first limit's rate
+            alg, _, period, cap = limits[0]
+            limits[0] = (alg, new_rate, period, cap)
+        rule = interface(url, limits)
+        if len(rule.limits) == 1 and rule.algorithm == "token_bucket":
+            rule = replace(rule, also=(replace(rule, config_id=99, period=7),))
+            limits.append(("token_bucket", rule.rate, 7, rule.capacity))
+            model.append(None)  # a lone bucket is bucket.lua's: add a second limit
+        timeout_s = None if timeout is None else timeout / 1e6
+        got = backend.reserve(rule, permits, timeout_s, now=now)
+        budget = None if timeout_s is None else timeout_s * 1_000_000.0
+        specs = [limit(r) for r in rule.limits]
+        expected, new = decide_limits(specs, model, permits, budget, now)
+        assert got == expected
+        if new is not None:
+            model = list(new)
+        assert [stored_limit(backend.client, r) for r in rule.limits] == model
+
+
+@pytest.mark.parametrize("algorithm", ["token_bucket", "sliding_window", "fixed_window"])
+def test_a_foreign_value_at_a_limit_key_is_lost_state_not_an_error(
+    backend: RedisBackend, algorithm: str
+) -> None:
+    url = f"/f/{uuid.uuid4().hex}"
+    rule = interface(url, [(algorithm, 3, 1, 3), ("token_bucket", 100, 60, 100)])
+    key = state_key("prop", rule)
+    for foreign in ("hash", "string"):
+        backend.client.delete(key)
+        if foreign == "hash":  # e.g. left by another program, or an older layout
+            backend.client.hset(key, mapping={"s": "1", "b": "2"})
+        else:
+            backend.client.set(key, b"not the state of any limit")
+        now = START + 10 * 1_000_000.0 * (foreign == "string")  # a fresh window for each
+        verdicts = [backend.reserve(rule, 1, 0.0, now=now) for _ in range(4)]
+        assert [v.allowed for v in verdicts] == [True] * 3 + [False]  # a fresh limit of 3
+        assert stored_limit(backend.client, rule) is not None

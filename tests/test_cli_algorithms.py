@@ -398,21 +398,28 @@ def test_conf_list_shows_the_algorithm_columns_and_what_each_row_does(
     assert ran.code == 0, ran.err
     lines = ran.out.splitlines()
     header = lines[1].split()
-    assert header[-4:] == ["algorithm", "maxPermits", "warmupPeriod", "effect"]
+    assert header[-6:] == [
+        "algorithm",
+        "maxPermits",
+        "warmupPeriod",
+        "periodSeconds",
+        "perCaller",
+        "effect",
+    ]
 
     def cells(url: str) -> list[str]:
         line = next(line for line in lines if f" {url} " in line)
         # configId channelType interfaceNo interfaceUrl rateLimit cache status date time ...
         return line.split()[9:]
 
-    assert cells("/tb")[:3] == ["token_bucket", "40", "NULL"]
-    assert " ".join(cells("/tb")[3:]) == "20/s, burst 40, wait <= 0.2 s"
-    assert cells("/sw")[:3] == ["sliding_window", "NULL", "NULL"]
-    assert " ".join(cells("/sw")[3:]) == "50/s in any 1 s, wait <= 0.2 s"
+    assert cells("/tb")[:5] == ["token_bucket", "40", "NULL", "1", "0"]
+    assert " ".join(cells("/tb")[5:]) == "20/s, burst 40, wait <= 0.2 s"
+    assert cells("/sw")[:5] == ["sliding_window", "NULL", "NULL", "1", "0"]
+    assert " ".join(cells("/sw")[5:]) == "50/s in any 1 s, wait <= 0.2 s"
     # FLOAT: 0.1 reads back from MySQL as 0.100000001490116; shown as meant.
-    assert cells("/wu")[:3] == ["warm_up", "NULL", "0.1"]
-    assert " ".join(cells("/wu")[3:]) == "20/s, 0.1 s warm-up, wait <= 0.5 s"
-    assert cells("/bad")[:4] == ["sliding_window", "9", "NULL", "skipped"]
+    assert cells("/wu")[:5] == ["warm_up", "NULL", "0.1", "1", "0"]
+    assert " ".join(cells("/wu")[5:]) == "20/s, 0.1 s warm-up, wait <= 0.5 s"
+    assert cells("/bad")[:6] == ["sliding_window", "9", "NULL", "1", "0", "skipped"]
     assert any("maxPermits 9 is invalid for sliding_window" in line for line in lines)
 
 
@@ -482,7 +489,7 @@ def test_conf_set_help_explains_the_flags_and_how_to_clear_them(
     ran = cli(capsys, "conf", "set", "--help")
     assert ran.code == 0
     flat = re.sub(r"\s+", " ", ran.out)
-    assert "--algorithm {token_bucket,warm_up,sliding_window}" in flat
+    assert "--algorithm {token_bucket,warm_up,sliding_window,fixed_window}" in flat
     assert "--max-permits N" in flat
     assert "--warmup S" in flat
     assert "Only the columns given change" in flat

@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 
 import gateway_limiter
 from gateway_limiter import GatewayLimiter
-from tests.limiting import set_row
+from tests.limiting import insert_row, set_row
 from tests.services import RedisServer
 
 
@@ -68,3 +68,14 @@ def test_module_level_acquire_waits_for_its_permit(settings_file: Path) -> None:
         assert gateway_limiter.acquire("/m") == 0.0
     waited = gateway_limiter.acquire("/m")
     assert 0.05 < waited <= 0.1 + 0.01
+
+
+def test_module_level_functions_pass_the_caller_key(
+    settings_file: Path, migrated_db: tuple[str, Engine]
+) -> None:
+    insert_row(migrated_db[1], "/per-caller", rateLimit=1, cache=0.0, perCaller=1)
+    assert gateway_limiter.try_acquire("/per-caller", key="a")
+    assert not gateway_limiter.try_acquire("/per-caller", key="a")
+    assert gateway_limiter.try_acquire("/per-caller", timeout=0, key="b")
+    assert gateway_limiter.acquire("/per-caller", key="c") == 0.0
+    assert 0.9 <= gateway_limiter.acquire("/per-caller", key="c") <= 1.01

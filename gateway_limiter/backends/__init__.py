@@ -25,14 +25,18 @@ class Backend(Protocol):
     #: True when state is shared between processes (False for ``memory://``).
     shared: bool
 
-    def reserve(self, rule: Rule, permits: int, timeout: float | None) -> Verdict:
-        """Reserve ``permits`` if the wait is within ``timeout`` seconds (None: any wait).
+    def reserve(
+        self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
+    ) -> Verdict:
+        """Reserve ``permits`` on every limit of ``rule`` if the wait is within ``timeout``
+        seconds (None: any wait); ``caller`` picks the state of per-caller limits.
 
         Raises BackendError when the state cannot be reached.
         """
 
     def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
-        """The stored state of ``rule``'s bucket (None: none stored) and the clock, in µs."""
+        """The stored state of ``rule``'s own shared bucket (None: none stored) and the
+        clock, in µs."""
 
     def prepare(self) -> None:
         """Get ready for decisions (load the script); BackendError when unreachable."""

@@ -23,8 +23,11 @@ class AsyncBackend(Protocol):
     #: True when state is shared between processes (False for ``memory://``).
     shared: bool
 
-    async def reserve(self, rule: Rule, permits: int, timeout: float | None) -> Verdict:
-        """Reserve ``permits`` if the wait is within ``timeout`` seconds (None: any wait).
+    async def reserve(
+        self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
+    ) -> Verdict:
+        """Reserve ``permits`` on every limit of ``rule`` if the wait is within ``timeout``
+        seconds (None: any wait); ``caller`` picks the state of per-caller limits.
 
         Raises BackendError when the state cannot be reached. Never sleeps for the wait.
         """
@@ -84,9 +87,11 @@ class AsyncMemoryBackend:
     ) -> None:
         self._memory = MemoryBackend(settings) if memory is None else memory
 
-    async def reserve(self, rule: Rule, permits: int, timeout: float | None) -> Verdict:
+    async def reserve(
+        self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
+    ) -> Verdict:
         """The model's decision, made at once."""
-        return self._memory.reserve(rule, permits, timeout)
+        return self._memory.reserve(rule, permits, timeout, caller)
 
     async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """The live state of ``rule``'s bucket, if any."""

@@ -16,16 +16,20 @@ from ..bucket import (
     BucketState,
     Verdict,
     decide,
-    decide_window,
+    decide_limits,
     expiry_ms,
-    window_expiry_ms,
+    limit_expiry_ms,
 )
-from ..rules import SLIDING_WINDOW, Rule
+from ..rules import Rule
 from ..settings import Settings
 from . import register, to_micros
+from .state import caller_part, limit, single_bucket, state_key
 
-#: Sweep expired buckets after this many writes, so idle interfaces cost no memory.
+#: Sweep expired state after this many writes, so idle interfaces cost no memory.
 _SWEEP_EVERY = 1024
+#: Per-caller states kept at most. Past this the least recently used is forgotten:
+#: a forgotten caller starts again with a full bucket, as after a Redis eviction.
+MAX_CALLERS = 100_000
 
 
 def monotonic_micros() -> float:
@@ -35,49 +39,66 @@ def monotonic_micros() -> float:
 
 @register("memory")
 class MemoryBackend:
-    """Buckets in a dict; every decision under one lock (decisions take microseconds)."""
+    """State in dicts; every decision under one lock (decisions take microseconds).
+
+    Shared limits' state is bounded by the rules; per-caller state by ``max_callers``
+    (least recently used first out, a refusal counting as a use), and both expire as
+    they would in Redis.
+    """
 
     shared = False
-    __slots__ = ("_buckets", "_clock", "_lock", "_writes")
+    __slots__ = ("_callers", "_clock", "_lock", "_max_callers", "_shared", "_writes")
 
     def __init__(
-        self, settings: Settings | None = None, *, clock: Callable[[], float] = monotonic_micros
+        self,
+        settings: Settings | None = None,
+        *,
+        clock: Callable[[], float] = monotonic_micros,
+        max_callers: int = MAX_CALLERS,
     ) -> None:
-        # (kind, url) -> (state, expires at µs); kind "tb" bucket state, "sw" window times
-        self._buckets: dict[tuple[str, str], tuple[Any, float]] = {}
+        # key (as in Redis, without a prefix) -> (state, expires at µs); insertion order
+        # of _callers is the order of last use
+        self._shared: dict[str, tuple[Any, float]] = {}
+        self._callers: dict[str, tuple[Any, float]] = {}
+        self._max_callers = max_callers
         self._lock = threading.Lock()
         self._clock = clock
         self._writes = 0
 
-    def reserve(self, rule: Rule, permits: int, timeout: float | None) -> Verdict:
-        """Decide with the model; the state expires as it would in Redis."""
+    def reserve(
+        self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
+    ) -> Verdict:
+        """Decide with the model, as the Redis scripts would; state expires as in Redis."""
         with self._lock:
             now = self._clock()
             budget = to_micros(timeout)
-            new: Any
-            if rule.algorithm == SLIDING_WINDOW:
-                key = ("sw", rule.url)
-                times = self._live(key, now) or ()
-                verdict, new = decide_window(times, rule.rate, permits, budget, now)
-                lifetime = 0 if new is None else window_expiry_ms(new, now)
-            else:
-                key = ("tb", rule.url)
-                warmup = rule.warmup * MICROS
-                state = self._live(key, now)
-                verdict, new = decide(state, rule.rate, rule.burst, permits, budget, now, warmup)
-                lifetime = 0 if new is None else expiry_ms(new, now)
-            if new is not None:
-                self._buckets[key] = (new, now + lifetime * 1000.0)
-                self._writes += 1
-                if self._writes % _SWEEP_EVERY == 0:
-                    self._sweep(now)
+            if single_bucket(rule):  # bucket.lua
+                key = self._key(rule, caller)
+                state = self._live(key, rule.per_caller, now)
+                verdict, new = decide(
+                    state, rule.per_second, rule.burst, permits, budget, now, rule.warmup * MICROS
+                )
+                if new is not None:
+                    self._store(key, rule.per_caller, new, now + expiry_ms(new, now) * 1000.0)
+                    self._written(now)
+                return verdict
+            limits = rule.limits  # limits.lua
+            keys = [self._key(r, caller) for r in limits]
+            specs = [limit(r) for r in limits]
+            states = [self._live(k, r.per_caller, now) for k, r in zip(keys, limits, strict=True)]
+            verdict, changed = decide_limits(specs, states, permits, budget, now)
+            if changed is not None:
+                for k, r, spec, state in zip(keys, limits, specs, changed, strict=True):
+                    until = now + limit_expiry_ms(spec, state, now) * 1000.0
+                    self._store(k, r.per_caller, state, until)
+                self._written(now)
             return verdict
 
     def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
-        """The live state of ``rule``'s bucket, if any."""
+        """The live state of ``rule``'s own shared bucket, if any."""
         with self._lock:
             now = self._clock()
-            return self._live(("tb", rule.url), now), now
+            return self._live(state_key("", rule), False, now), now
 
     def prepare(self) -> None:
         """Nothing to prepare."""
@@ -85,17 +106,41 @@ class MemoryBackend:
     def close(self) -> None:
         """Forget every bucket."""
         with self._lock:
-            self._buckets.clear()
+            self._shared.clear()
+            self._callers.clear()
 
     def __len__(self) -> int:
-        return len(self._buckets)
+        return len(self._shared) + len(self._callers)
 
-    def _live(self, key: tuple[str, str], now: float) -> Any:
-        entry = self._buckets.get(key)
+    @staticmethod
+    def _key(rule: Rule, caller: str | None) -> str:
+        key = state_key("", rule)
+        return key + caller_part(caller) if rule.per_caller else key
+
+    def _live(self, key: str, per_caller: bool, now: float) -> Any:
+        if not per_caller:
+            entry = self._shared.get(key)
+        else:  # a caller refused again and again is in use too: to the end, most recent
+            entry = self._callers.pop(key, None)
+            if entry is not None:
+                self._callers[key] = entry
         if entry is None or entry[1] <= now:
             return None
         return entry[0]
 
-    def _sweep(self, now: float) -> None:
-        for key in [k for k, (_, until) in self._buckets.items() if until <= now]:
-            del self._buckets[key]
+    def _store(self, key: str, per_caller: bool, state: Any, until: float) -> None:
+        if not per_caller:
+            self._shared[key] = (state, until)
+            return
+        callers = self._callers
+        callers.pop(key, None)  # to the end: the most recently used
+        callers[key] = (state, until)
+        if len(callers) > self._max_callers:
+            del callers[next(iter(callers))]
+
+    def _written(self, now: float) -> None:
+        self._writes += 1
+        if self._writes % _SWEEP_EVERY == 0:
+            for states in (self._shared, self._callers):
+                for key in [k for k, (_, until) in states.items() if until <= now]:
+                    del states[key]

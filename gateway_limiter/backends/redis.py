@@ -1,9 +1,10 @@
-"""``redis://``, ``rediss://``, ``unix://``: the bucket script on a shared Redis.
+"""``redis://``, ``rediss://``, ``unix://``: the scripts on a shared Redis.
 
-One decision is one EVALSHA of ``bucket.lua`` (or ``window.lua``): no lock, no
-read-then-write from here. The scripts are loaded at ``prepare()``; after NOSCRIPT (a
-Redis restart or SCRIPT FLUSH) the script is loaded again and the call repeated, so
-that costs one extra round trip, never an error.
+One decision is one EVALSHA: of ``bucket.lua`` for an interface that is one token
+bucket (or warm-up), of ``limits.lua`` for every other (windows, several limits): no
+lock, no read-then-write from here. The scripts are loaded at ``prepare()``; after
+NOSCRIPT (a Redis restart or SCRIPT FLUSH) the script is loaded again and the call
+repeated, so that costs one extra round trip, never an error.
 
 The client is tuned for a hot path: a socket timeout of ``redis_timeout`` (a slow
 Redis must not stall the gateway), no retries (the failure policy is the retry), and a
@@ -21,33 +22,65 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..bucket import MICROS, WINDOW, BucketState, Verdict
+from ..bucket import MICROS, BucketState, Verdict
 from ..rules import SLIDING_WINDOW, Rule
 from ..settings import Settings, mask_secrets
 from . import BackendError, register
+from .state import caller_part, limit, single_bucket, state_key
 
 BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
-WINDOW_LUA = resources.files(__package__).joinpath("window.lua").read_text(encoding="utf-8")
+LIMITS_LUA = resources.files(__package__).joinpath("limits.lua").read_text(encoding="utf-8")
 #: Script name -> source; a backend registers each once.
-SCRIPTS = {"bucket": BUCKET_LUA, "window": WINDOW_LUA}
+SCRIPTS = {"bucket": BUCKET_LUA, "limits": LIMITS_LUA}
 
 
 def bucket_key(prefix: str, url: str) -> str:
-    """The Redis key of ``url``'s bucket: prefix, then the URL as the cluster hash tag."""
-    return f"{prefix}:{{{url}}}:tb"
+    """The Redis key of ``url``'s shared per-second bucket (the URL is the hash tag)."""
+    return state_key(prefix, Rule(url, 1, 0.0, 0))
 
 
 def window_key(prefix: str, url: str) -> str:
-    """The Redis key of ``url``'s sliding window (same hash tag as its bucket)."""
-    return f"{prefix}:{{{url}}}:sw"
+    """The Redis key of ``url``'s shared per-second sliding window (same hash tag)."""
+    return state_key(prefix, Rule(url, 1, 0.0, 0, algorithm=SLIDING_WINDOW))
+
+
+class _Plan:
+    """What a decision on one Rule needs, computed once per Rule object."""
+
+    __slots__ = ("args", "bucket", "key", "keyed", "keys", "per_caller", "rule")
+
+    def __init__(self, rule: Rule, prefix: str) -> None:
+        self.rule = rule
+        self.bucket = single_bucket(rule)
+        #: each limit's key without the caller part, and whether it takes one
+        self.keys = [state_key(prefix, r) for r in rule.limits]
+        self.per_caller = [r.per_caller for r in rule.limits]
+        self.key = self.keys[0]  # the single bucket's
+        self.keyed = any(self.per_caller)
+        if self.bucket:
+            rate = str(rule.rate) if rule.period == 1 else repr(rule.per_second)
+            self.args = [rate, str(rule.burst)]
+        else:
+            self.args = [str(x) for r in rule.limits for x in _spec(r)]
+
+    def keys_for(self, caller: str | None) -> list[str]:
+        """The keys of every limit for ``caller`` (ignored by shared limits)."""
+        part = caller_part(caller)
+        return [k + part if p else k for k, p in zip(self.keys, self.per_caller, strict=True)]
+
+
+def _spec(rule: Rule) -> tuple[str, str, str]:
+    kind, rate, size = limit(rule)
+    return kind, repr(rate), repr(size)
 
 
 class Commands:
     """The EVALSHA of each decision, with what depends only on the rule computed once.
 
-    A rule is immutable, so its script, key and fixed arguments are kept per URL (and
+    A rule is immutable, so its script, keys and fixed arguments are kept per URL (and
     rebuilt when a reload hands over a new Rule object); a decision then adds only the
-    permits and the budget. Shared by the sync and asyncio clients.
+    permits, the budget and, for per-caller limits, the caller's part of the keys.
+    Shared by the sync and asyncio clients.
     """
 
     __slots__ = ("_cache", "_prefix", "shas")
@@ -57,39 +90,37 @@ class Commands:
 
     def __init__(self, prefix: str) -> None:
         self._prefix = prefix
-        self._cache: dict[str, tuple[Rule, str, str, tuple[str, ...]]] = {}
+        self._cache: dict[str, _Plan] = {}
         #: script name -> SHA1 of its source
         self.shas = {name: sha1(src.encode()).hexdigest() for name, src in SCRIPTS.items()}
 
-    def _build(self, rule: Rule) -> tuple[Rule, str, str, tuple[str, ...]]:
-        if rule.algorithm == SLIDING_WINDOW:
-            return (rule, "window", window_key(self._prefix, rule.url), (str(rule.rate),))
-        return (
-            rule,
-            "bucket",
-            bucket_key(self._prefix, rule.url),
-            (str(rule.rate), str(rule.burst)),
-        )
-
     def __call__(
-        self, rule: Rule, permits: int, timeout: float | None, now: float | None = None
-    ) -> tuple[str, str, list[str]]:
-        """(script name, key, ARGV) of one decision. ``now`` (µs) drives the clock in tests."""
-        entry = self._cache.get(rule.url)
-        if entry is None or entry[0] is not rule:
+        self,
+        rule: Rule,
+        permits: int,
+        timeout: float | None,
+        caller: str | None = None,
+        now: float | None = None,
+    ) -> tuple[str, list[Any]]:
+        """(script name, EVALSHA arguments after the SHA: numkeys, keys, ARGV) of one
+        decision. ``now`` (µs) drives the clock in tests."""
+        plan = self._cache.get(rule.url)
+        if plan is None or plan.rule is not rule:
             if len(self._cache) >= self.LIMIT:
                 self._cache.clear()
-            entry = self._cache[rule.url] = self._build(rule)
-        _, name, key, head = entry
+            plan = self._cache[rule.url] = _Plan(rule, self._prefix)
         budget = "-1" if timeout is None else repr(timeout * MICROS)
         clock = "" if now is None else repr(now)
-        if name == "window":
-            return name, key, [*head, str(permits), budget, clock, repr(WINDOW)]
-        if rule.warmup:
-            return name, key, [*head, str(permits), budget, clock, repr(rule.warmup * MICROS)]
-        if now is not None:
-            return name, key, [*head, str(permits), budget, clock]
-        return name, key, [*head, str(permits), budget]
+        if plan.bucket:
+            key = plan.key + caller_part(caller) if plan.keyed else plan.key
+            if rule.warmup:
+                warmup = repr(rule.warmup * MICROS)
+                return "bucket", [1, key, *plan.args, str(permits), budget, clock, warmup]
+            if now is not None:
+                return "bucket", [1, key, *plan.args, str(permits), budget, clock]
+            return "bucket", [1, key, *plan.args, str(permits), budget]
+        keys = plan.keys_for(caller) if plan.keyed else plan.keys
+        return "limits", [len(keys), *keys, str(permits), budget, clock, *plan.args]
 
 
 def parse_reply(reply: Any) -> Verdict:
@@ -130,7 +161,7 @@ def redis_url(settings: Settings) -> str:
 
 @register("redis", "rediss", "unix")
 class RedisBackend:
-    """The bucket scripts on one Redis server (a master)."""
+    """The scripts on one Redis server (a master)."""
 
     shared = True
     __slots__ = ("_client", "_commands", "_prefix")
@@ -154,29 +185,35 @@ class RedisBackend:
         return self._client
 
     def reserve(
-        self, rule: Rule, permits: int, timeout: float | None, *, now: float | None = None
+        self,
+        rule: Rule,
+        permits: int,
+        timeout: float | None,
+        caller: str | None = None,
+        *,
+        now: float | None = None,
     ) -> Verdict:
         """One EVALSHA (plus a SCRIPT LOAD after Redis lost its scripts).
 
         ``now`` (µs) is for tests that drive the clock.
         """
-        name, key, args = self._commands(rule, permits, timeout, now)
+        name, args = self._commands(rule, permits, timeout, caller, now)
         sha = self._commands.shas[name]
         try:
             try:
-                reply = self._client.evalsha(sha, 1, key, *args)
+                reply = self._client.evalsha(sha, *args)
             except redis.exceptions.NoScriptError:  # restarted or SCRIPT FLUSH: load, again
                 self._client.script_load(SCRIPTS[name])
-                reply = self._client.evalsha(sha, 1, key, *args)
+                reply = self._client.evalsha(sha, *args)
         except (redis.RedisError, OSError) as e:
             raise BackendError(f"{type(e).__name__}: {e}") from e
         return parse_reply(reply)
 
     def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
-        """GET and TIME in one pipeline."""
+        """GET and TIME in one pipeline (``rule``'s own limit, shared state)."""
         try:
             pipe = self._client.pipeline(transaction=False)
-            pipe.get(bucket_key(self._prefix, rule.url))
+            pipe.get(state_key(self._prefix, rule))
             pipe.time()
             raw, (sec, usec) = pipe.execute()
         except (redis.RedisError, OSError) as e:

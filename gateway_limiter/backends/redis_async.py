@@ -58,7 +58,8 @@ from ..rules import Rule
 from ..settings import Settings, mask_secrets
 from . import BackendError
 from .aio import register_async
-from .redis import SCRIPTS, Commands, bucket_key, client_options, parse_reply, parse_state
+from .redis import SCRIPTS, Commands, client_options, parse_reply, parse_state
+from .state import state_key
 
 T = TypeVar("T")
 
@@ -213,16 +214,16 @@ class AsyncRedisBackend:
                 self._failures += 1
                 raise BackendError(_describe(e)) from e
 
-    async def _evalsha(self, name: str, key: str, args: list[str]) -> Any:
+    async def _evalsha(self, name: str, args: list[Any]) -> Any:
         sha = self._commands.shas[name]
         async with Deadline(self._connect_seconds):
             conn = await self._pool.get_connection(*_POOL_ARGS)  # type: ignore[no-untyped-call]
         try:
             try:
-                return await self._ask(conn, "EVALSHA", sha, 1, key, *args)
+                return await self._ask(conn, "EVALSHA", sha, *args)
             except NoScriptError:  # Redis restarted or flushed its scripts: load, ask again
                 await self._ask(conn, "SCRIPT", "LOAD", SCRIPTS[name])
-                return await self._ask(conn, "EVALSHA", sha, 1, key, *args)
+                return await self._ask(conn, "EVALSHA", sha, *args)
         finally:
             await self._pool.release(conn)  # redis-py has dropped it if it failed
 
@@ -232,11 +233,17 @@ class AsyncRedisBackend:
             return await conn.read_response()
 
     async def reserve(
-        self, rule: Rule, permits: int, timeout: float | None, *, now: float | None = None
+        self,
+        rule: Rule,
+        permits: int,
+        timeout: float | None,
+        caller: str | None = None,
+        *,
+        now: float | None = None,
     ) -> Verdict:
         """One EVALSHA. ``now`` (µs) is for tests that drive the clock."""
-        name, key, args = self._commands(rule, permits, timeout, now)
-        return parse_reply(await self._queued(lambda: self._evalsha(name, key, args)))
+        name, args = self._commands(rule, permits, timeout, caller, now)
+        return parse_reply(await self._queued(lambda: self._evalsha(name, args)))
 
     async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """GET and TIME in one pipeline."""
@@ -244,7 +251,7 @@ class AsyncRedisBackend:
         async def both() -> list[Any]:
             async with Deadline(self._connect_seconds + self._read_seconds):
                 pipe = self._client.pipeline(transaction=False)
-                pipe.get(bucket_key(self._prefix, rule.url))
+                pipe.get(state_key(self._prefix, rule))
                 pipe.time()
                 return await pipe.execute()
 

@@ -1,0 +1,72 @@
+"""Where a limit's state lives (its key), and what the scripts are told about it.
+
+Shared by every backend, so that Redis and ``memory://`` key and describe a limit alike.
+
+Keys: ``<prefix>:{<interfaceUrl>}:<kind>[:<P>s][:<caller>]``
+
+- ``{<interfaceUrl>}`` is the Redis Cluster hash tag: every key of one interface,
+  whatever its period or caller, lands in one slot, so one script call can decide all
+  of its limits at once.
+- ``<kind>`` is the state's shape: ``tb`` a token bucket (or warm-up), ``sw`` a
+  sliding window, ``fw`` a fixed window. A row changing between shapes starts the new
+  one afresh rather than misreading the old.
+- ``:<P>s`` only for a period other than 1 s, so the keys of rows that predate
+  periods stay what they were (their state carries over an upgrade).
+- ``<caller>`` only for a per-caller limit: ``k=<key>`` for a key of at most
+  ``MAX_PLAIN_CALLER`` characters from a plain set (letters, digits and ``._:@/+=-``:
+  IP addresses, channel names, client ids), which stays readable in ``redis-cli``;
+  any other key (long, spaces, braces, control or non-ASCII characters) becomes
+  ``k#<sha1 hex>`` of its UTF-8. So a key's length is bounded (prefix <= 32, URL
+  <= 128 characters, caller <= 66) and no caller can reach into another's state.
+  A call without a key (None) is the caller ``k=`` (the same as the key "").
+"""
+
+from __future__ import annotations
+
+import re
+from hashlib import sha1
+
+from ..bucket import BUCKET, FIXED, MICROS, SLIDING, WINDOW_GUARD, Limit
+from ..rules import FIXED_WINDOW, SLIDING_WINDOW, Rule
+
+#: Plain caller keys are kept as they are up to this many characters.
+MAX_PLAIN_CALLER = 64
+_PLAIN_CALLER = re.compile(rf"[A-Za-z0-9._:@/+=-]{{0,{MAX_PLAIN_CALLER}}}")
+
+#: algorithm -> kind of state
+KINDS = {SLIDING_WINDOW: SLIDING, FIXED_WINDOW: FIXED}
+
+
+def kind(rule: Rule) -> str:
+    """The kind of state ``rule``'s limit keeps: BUCKET, SLIDING or FIXED."""
+    return KINDS.get(rule.algorithm, BUCKET)
+
+
+def state_key(prefix: str, rule: Rule) -> str:
+    """The key of ``rule``'s own limit, without the caller part (see ``caller_part``)."""
+    key = f"{prefix}:{{{rule.url}}}:{kind(rule)}"
+    return key if rule.period == 1 else f"{key}:{rule.period}s"
+
+
+def caller_part(caller: str | None) -> str:
+    """The suffix a per-caller limit's key gets for ``caller``: bounded and plain."""
+    if caller is None:
+        return ":k="
+    if _PLAIN_CALLER.fullmatch(caller):
+        return f":k={caller}"
+    return f":k#{sha1(caller.encode('utf-8', 'surrogatepass')).hexdigest()}"
+
+
+def limit(rule: Rule) -> Limit:
+    """``rule``'s own limit as ``limits.lua`` and ``bucket.decide_limits`` take it."""
+    shape = kind(rule)
+    if shape == BUCKET:
+        return Limit(BUCKET, rule.per_second, float(rule.burst))
+    if shape == SLIDING:
+        return Limit(SLIDING, float(rule.rate), rule.period * MICROS + WINDOW_GUARD)
+    return Limit(FIXED, float(rule.rate), rule.period * MICROS)
+
+
+def single_bucket(rule: Rule) -> bool:
+    """True when ``rule``'s interface is one token bucket (or warm-up): ``bucket.lua``."""
+    return not rule.also and kind(rule) == BUCKET
