@@ -6,7 +6,12 @@ configId, and every valid row still applies.
 
 Two enabled rows for one URL: **the stricter row wins** (the lower ``rateLimit``; on a
 tie, the lower ``configId``), and a warning names both. A supplier's cap is never
-exceeded because someone inserted a second row by mistake.
+exceeded because someone inserted a second row by mistake. An enforced row always wins
+over a shadow row (``shadow = 1``: decided and counted, never enforced), so a row on
+trial can never lift a limit in force.
+
+Disabled rows make no rule, but their URLs are kept (``RuleSet.disabled``) so that a
+decision can say "disabled" rather than "not configured".
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class Rule:
     capacity: int = 0  # token bucket: maxPermits; 0 = the rate (one second's worth)
     algorithm: str = TOKEN_BUCKET
     warmup: float = 0.0  # warm_up: seconds from cold to the full rate
+    shadow: bool = False  # decided and counted, never enforced (the call always goes ahead)
 
     @property
     def closed(self) -> bool:
@@ -66,6 +72,8 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         return Skipped(row.config_id, f"status {row.status!r} is not 0 or 1")
     if row.status == 0:
         return None
+    if row.shadow not in (None, 0, 1):
+        return Skipped(row.config_id, f"shadow {row.shadow!r} is not 0 or 1")
     url = row.interface_url
     if url is None or url == "":
         return Skipped(row.config_id, "interfaceUrl is empty")
@@ -92,6 +100,7 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         capacity=row.max_permits or 0,
         algorithm=algorithm,
         warmup=float(row.warmup_period or 0.0),
+        shadow=bool(row.shadow),
     )
 
 
@@ -110,7 +119,8 @@ def algorithm_problem(algorithm: str, max_permits: int | None, warmup: float | N
 
 
 def _stricter(a: Rule, b: Rule) -> Rule:
-    return min(a, b, key=lambda r: (r.rate, r.config_id))
+    # Enforced before shadow (False < True), then the lower rate, then the lower configId.
+    return min(a, b, key=lambda r: (r.shadow, r.rate, r.config_id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,15 +129,20 @@ class RuleSet:
 
     rules: Mapping[str, Rule]
     skipped: tuple[Skipped, ...] = field(default=())
+    #: URLs whose rows are all disabled (``status = 0``): not limited, but configured.
+    disabled: frozenset[str] = frozenset()
 
 
 def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
     """Turn rows into rules: skip bad rows, resolve duplicate URLs (stricter wins)."""
     rules: dict[str, Rule] = {}
     skipped: list[Skipped] = []
+    disabled: set[str] = set()
     for row in rows:
         outcome = rule_from_row(row, default_cache)
         if outcome is None:
+            if row.interface_url:
+                disabled.add(row.interface_url)
             continue
         if isinstance(outcome, Skipped):
             skipped.append(outcome)
@@ -139,11 +154,14 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
         winner = _stricter(other, outcome)
         loser = outcome if winner is other else other
         rules[outcome.url] = winner
+        why = "is stricter"
+        if loser.shadow != winner.shadow:
+            why = "is enforced (this one is shadow)"
         skipped.append(
             Skipped(
                 loser.config_id,
                 f"duplicate enabled row for {outcome.url!r}: configId {winner.config_id} "
-                f"(rateLimit {winner.rate}) is stricter and applies",
+                f"(rateLimit {winner.rate}) {why} and applies",
             )
         )
-    return RuleSet(MappingProxyType(rules), tuple(skipped))
+    return RuleSet(MappingProxyType(rules), tuple(skipped), frozenset(disabled - rules.keys()))

@@ -101,6 +101,8 @@ class RateLimitConf(Base):
     )
     max_permits: Mapped[int | None] = mapped_column("maxPermits", _INT11)
     warmup_period: Mapped[float | None] = mapped_column("warmupPeriod", Float)
+    # Revision 0005
+    shadow: Mapped[int] = mapped_column("shadow", _TINYINT1, nullable=False, server_default="0")
 
 
 class LimiterSwitch(Base):
@@ -156,6 +158,7 @@ class ConfRow:
     algorithm: str | None = None
     max_permits: int | None = None
     warmup_period: float | None = None
+    shadow: int | None = None
 
 
 _ROW_FIELDS = {
@@ -170,6 +173,7 @@ _ROW_FIELDS = {
     "algorithm": "algorithm",
     "maxPermits": "max_permits",
     "warmupPeriod": "warmup_period",
+    "shadow": "shadow",
 }
 
 

@@ -20,6 +20,11 @@ alter table t_ratelimite_conf
     add column maxPermits   INT(11)     NULL,  -- token_bucket capacity; NULL = rateLimit
     add column warmupPeriod FLOAT       NULL;  -- warm_up: seconds from cold to the full rate
 
+-- Revision 0005: shadow mode. 1 = decide and count as usual, but always admit the call
+-- (a new limit on trial: refusals it would make are counted and logged, not enforced).
+alter table t_ratelimite_conf
+    add column shadow TINYINT(1) NOT NULL DEFAULT 0;
+
 -- The global switch: one row. enabled NULL = follow the `switch` setting,
 -- 1 = limiting on, 0 = limiting off for every process at its next reload.
 create table t_ratelimite_switch (
