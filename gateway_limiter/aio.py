@@ -1,9 +1,9 @@
 """``AsyncGatewayLimiter``: the limiter for asyncio gateways (aiohttp, FastAPI + httpx).
 
 The same names as ``GatewayLimiter``, as coroutines, and the same behaviour: the rules,
-the snapshot, the switch, the failure policies, the circuit breaker and the bucket are
-the sync limiter's own objects (imported, not copied). Only the I/O differs, and none
-of it blocks the event loop:
+the snapshot, the switch, the failure policies, the circuit breaker, shadow rules, the
+metrics and the bucket are the sync limiter's own objects (imported, not copied). Only
+the I/O differs, and none of it blocks the event loop:
 
 - a decision is one EVALSHA on ``redis.asyncio`` (``memory://``: the model, in-process);
 - a wait is ``asyncio.sleep``;
@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import logging
 import threading
 from pathlib import Path
 from types import TracebackType
@@ -71,21 +70,34 @@ from typing import Any, Self
 
 from .backends import BackendError
 from .backends.aio import AsyncBackend, open_async_backend
-from .bucket import MICROS, Verdict, resync
-from .limiter import (
-    ADMIT,
+from .bucket import MICROS, Verdict
+from .decision import (
+    ADMITTED,
+    BACKEND_FALLBACK,
+    CLOSED,
+    LIMITED,
     REFUSE,
+    Decision,
+    decision_of,
+)
+from .limiter import (
     BackendUnavailable,
     Breaker,
     BucketStatus,
     InterfaceClosed,
     LimiterError,
     NotStarted,
+    Outcome,
+    Outcomes,
     Policy,
+    bucket_status,
     check_args,
+    open_metrics,
     route,
     settings_from,
 )
+from .logs import log
+from .metrics import Source
 from .registry import Registry, ReloadSummary
 from .rules import Rule
 from .settings import Settings, load_settings
@@ -101,8 +113,6 @@ __all__ = [
     "default_limiter",
     "try_acquire",
 ]
-
-log = logging.getLogger("gateway_limiter")
 
 _NOT_STARTED = "await start() (or use 'async with AsyncGatewayLimiter(...)') first"
 
@@ -121,7 +131,18 @@ class AsyncGatewayLimiter:
     Build it anywhere; use it on one event loop.
     """
 
-    __slots__ = ("_breaker", "_started", "backend", "policy", "registry", "settings")
+    __slots__ = (
+        "_breaker",
+        "_fallbacks",
+        "_metrics",
+        "_outcomes",
+        "_source",
+        "_started",
+        "backend",
+        "policy",
+        "registry",
+        "settings",
+    )
 
     def __init__(self, settings: Settings | str | Path | None = None, **overrides: Any) -> None:
         self.settings = settings_from(settings, overrides)
@@ -130,6 +151,13 @@ class AsyncGatewayLimiter:
         self.policy = Policy(self.settings.on_backend_error)
         self._breaker = Breaker(self.settings.breaker_seconds)
         self._started = False
+        self._fallbacks = 0
+        self._metrics = open_metrics(self.settings)
+        self._outcomes = Outcomes(self._metrics)
+        self._source: Source | None = None
+        if self._metrics is not None:
+            self.registry.listeners.append(self._metrics.reloaded)
+            self._source = Source(lambda: self.registry.snapshot, lambda: self._breaker.is_open)
 
     @classmethod
     def from_settings(cls, path: str | Path | None = None, **overrides: Any) -> Self:
@@ -146,10 +174,12 @@ class AsyncGatewayLimiter:
         try:
             await self.backend.prepare()
         except BackendError as e:
-            self._breaker.failed(e)  # start anyway: the failure policy decides meanwhile
+            self._backend_failed(e)  # start anyway: the failure policy decides meanwhile
         # The registry's first reload and its reload thread, exactly as the sync limiter's.
         summary = await asyncio.to_thread(self.registry.start)
         self._started = True
+        if self._metrics is not None and self._source is not None:
+            self._metrics.attach(self._source)
         return summary
 
     async def reload(self) -> ReloadSummary:
@@ -159,6 +189,8 @@ class AsyncGatewayLimiter:
     async def aclose(self) -> None:
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
         self._started = False
+        if self._metrics is not None and self._source is not None:
+            self._metrics.detach(self._source)
         await asyncio.to_thread(self.registry.close)  # disposing the engine is database I/O
         await self.backend.aclose()
 
@@ -179,58 +211,107 @@ class AsyncGatewayLimiter:
         """False while the failure policy is deciding instead of the backend."""
         return not self._breaker.is_open
 
+    @property
+    def backend_fallbacks(self) -> int:
+        """How many decisions the failure policy made instead of the backend."""
+        return self._fallbacks
+
     async def reserve(self, url: str, permits: int = 1, timeout: float | None = None) -> Verdict:
         """Decide without sleeping: the verdict, whose ``wait`` (µs) the caller must honour.
 
-        ``timeout=None`` here means the row's ``cache``.
+        ``timeout=None`` here means the row's ``cache``. A shadow rule's verdict is
+        always allowed, with no wait.
         """
+        return (await self._reserve(url, permits, timeout))[0]
+
+    async def _reserve(self, url: str, permits: int, timeout: float | None) -> Outcome:
         check_args(url, permits, timeout)
         if not self._started:
             raise NotStarted(_NOT_STARTED)
-        rule = route(self.registry.snapshot, url)
+        snapshot = self.registry.snapshot
+        rule = route(snapshot, url)
         if rule is None:
-            return ADMIT
+            return self._outcomes.unlimited(snapshot, url)
         if rule.closed:
-            return REFUSE
-        return await self._decide(rule, permits, rule.cache if timeout is None else timeout)
+            verdict, reason = REFUSE, CLOSED
+        else:
+            budget = rule.cache if timeout is None else timeout
+            verdict, reason = await self._decide(rule, permits, budget)
+        if rule.shadow or self._metrics is not None:
+            return self._outcomes.settle(rule, verdict, reason)
+        return verdict, reason, rule
 
-    async def _decide(self, rule: Rule, permits: int, timeout: float | None) -> Verdict:
-        if not self._breaker.allows():
-            return self.policy.decide(rule, permits, timeout)
-        try:
-            verdict = await self.backend.reserve(rule, permits, timeout)
-        except BackendError as e:
-            self._breaker.failed(e)
-            return self.policy.decide(rule, permits, timeout)
-        self._breaker.succeeded()
-        return verdict
+    async def _decide(self, rule: Rule, permits: int, timeout: float | None) -> tuple[Verdict, str]:
+        if self._breaker.allows():
+            try:
+                verdict = await self.backend.reserve(rule, permits, timeout)
+            except BackendError as e:
+                self._backend_failed(e)
+            else:
+                self._breaker.succeeded()
+                return verdict, ADMITTED if verdict.allowed else LIMITED
+        self._fallbacks += 1
+        if self._metrics is not None:
+            self._metrics.fallback()
+        return self.policy.decide(rule, permits, timeout), BACKEND_FALLBACK
+
+    def _backend_failed(self, error: BackendError) -> None:
+        self._breaker.failed(error)
+        if self._metrics is not None:
+            self._metrics.backend_error()
 
     async def try_acquire(self, url: str, permits: int = 1, timeout: float | None = None) -> bool:
         """Take ``permits`` for ``url`` if the wait fits in ``timeout`` (default: the row's
         ``cache``): wait, then True. Otherwise False at once, with nothing reserved.
 
-        Cancelled while waiting: CancelledError at once; the permits stay spent.
+        Always ``(await decide(url, permits, timeout)).allowed``. Cancelled while
+        waiting: CancelledError at once; the permits stay spent.
         """
-        verdict = await self.reserve(url, permits, timeout)
+        verdict = (await self._reserve(url, permits, timeout))[0]
         if verdict.allowed and verdict.wait > 0:
             await asyncio.sleep(verdict.wait / MICROS)
         return verdict.allowed
 
+    async def decide(self, url: str, permits: int = 1, timeout: float | None = None) -> Decision:
+        """``try_acquire``, answering with the whole Decision (see ``GatewayLimiter.decide``).
+
+        Cancelled while waiting: CancelledError at once; the permits stay spent.
+        """
+        verdict, reason, rule = await self._reserve(url, permits, timeout)
+        if verdict.allowed and verdict.wait > 0:
+            await asyncio.sleep(verdict.wait / MICROS)
+        if rule is None:
+            return decision_of(verdict, reason, None, 0.0, 0.0)
+        budget = rule.cache if timeout is None else timeout
+        return decision_of(verdict, reason, rule, budget, self.settings.breaker_seconds)
+
     async def acquire(self, url: str, permits: int = 1) -> float:
         """Take ``permits`` for ``url`` however long it takes; returns the seconds waited.
 
-        Raises InterfaceClosed for a closed interface (it would never return).
-        Cancelled while waiting: CancelledError at once; the permits stay spent.
+        Raises InterfaceClosed for a closed interface (it would never return). A shadow
+        rule returns 0.0 at once. Cancelled while waiting: CancelledError at once; the
+        permits stay spent.
         """
         check_args(url, permits, None)
         if not self._started:
             raise NotStarted(_NOT_STARTED)
-        rule = route(self.registry.snapshot, url)
+        snapshot = self.registry.snapshot
+        rule = route(snapshot, url)
         if rule is None:
+            self._outcomes.unlimited(snapshot, url)
             return 0.0
         if rule.closed:
+            verdict, reason = REFUSE, CLOSED
+        else:
+            try:
+                verdict, reason = await self._decide(rule, permits, None)
+            except BackendUnavailable:
+                if not rule.shadow:
+                    raise
+                verdict, reason = REFUSE, BACKEND_FALLBACK  # a shadow rule never stops a call
+        verdict, reason, _ = self._outcomes.settle(rule, verdict, reason)
+        if not verdict.allowed:
             raise InterfaceClosed(f"interface {url!r} is closed (rateLimit 0)")
-        verdict = await self._decide(rule, permits, None)
         seconds = verdict.wait / MICROS
         if seconds > 0:
             await asyncio.sleep(seconds)
@@ -252,10 +333,7 @@ class AsyncGatewayLimiter:
             state, now = await self.backend.peek(rule)
         except BackendError as e:
             return BucketStatus(rule, None, 0.0, shared, str(e))
-        if state is None:
-            return BucketStatus(rule, None, 0.0, shared)
-        current = resync(state, now)
-        return BucketStatus(rule, current.stored, max(0.0, current.balance - now) / 1000.0, shared)
+        return bucket_status(rule, state, now, shared)
 
 
 # --- the process-wide limiter ------------------------------------------------------
