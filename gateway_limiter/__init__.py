@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import threading
 
+from .decision import Decision
 from .limiter import (
     BackendUnavailable,
     BucketStatus,
@@ -29,6 +30,7 @@ from .settings import Settings, SettingsError, load_settings
 __all__ = [
     "BackendUnavailable",
     "BucketStatus",
+    "Decision",
     "GatewayLimiter",
     "InterfaceClosed",
     "LimiterError",
@@ -38,6 +40,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "acquire",
+    "decide",
     "default_limiter",
     "load_settings",
     "try_acquire",
@@ -72,3 +75,8 @@ def try_acquire(url: str, permits: int = 1, timeout: float | None = None) -> boo
 def acquire(url: str, permits: int = 1) -> float:
     """``GatewayLimiter.acquire`` on the process-wide limiter."""
     return default_limiter().acquire(url, permits)
+
+
+def decide(url: str, permits: int = 1, timeout: float | None = None) -> Decision:
+    """``GatewayLimiter.decide`` on the process-wide limiter."""
+    return default_limiter().decide(url, permits, timeout)

@@ -110,6 +110,7 @@ __all__ = [
     "NotStarted",
     "aclose_default",
     "acquire",
+    "decide",
     "default_limiter",
     "try_acquire",
 ]
@@ -193,6 +194,14 @@ class AsyncGatewayLimiter:
             self._metrics.detach(self._source)
         await asyncio.to_thread(self.registry.close)  # disposing the engine is database I/O
         await self.backend.aclose()
+
+    def abandon(self) -> None:
+        """Stop reloading and leave the metrics' gauges, with no I/O on the connections
+        (for a limiter whose event loop is gone, and its connections with it)."""
+        self._started = False
+        if self._metrics is not None and self._source is not None:
+            self._metrics.detach(self._source)
+        self.registry.close()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -391,7 +400,7 @@ async def default_limiter() -> AsyncGatewayLimiter:
     lock, left_behind = _process.claim(loop)
     if left_behind is not None:
         # Its loop is gone, and its connections with it; stop its reloads.
-        await asyncio.to_thread(left_behind.registry.close)
+        await asyncio.to_thread(left_behind.abandon)
     async with lock:  # concurrent first callers build it once
         limiter = _process.limiter
         if limiter is None:
@@ -419,3 +428,8 @@ async def try_acquire(url: str, permits: int = 1, timeout: float | None = None) 
 async def acquire(url: str, permits: int = 1) -> float:
     """``AsyncGatewayLimiter.acquire`` on the process-wide asyncio limiter."""
     return await (await default_limiter()).acquire(url, permits)
+
+
+async def decide(url: str, permits: int = 1, timeout: float | None = None) -> Decision:
+    """``AsyncGatewayLimiter.decide`` on the process-wide asyncio limiter."""
+    return await (await default_limiter()).decide(url, permits, timeout)

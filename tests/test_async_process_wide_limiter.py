@@ -117,3 +117,13 @@ async def test_a_second_running_loop_is_told_to_build_its_own(sqlite_limits: Non
         done.set()
         await asyncio.to_thread(thread.join, 10)
     assert errors == []
+
+
+async def test_module_level_decide_answers_with_the_decision(sqlite_limits: None) -> None:
+    try:
+        decisions = [await aio.decide("/m") for _ in range(6)]
+        assert [d.allowed for d in decisions] == [True] * 5 + [False]
+        assert decisions[0].headers()["X-RateLimit-Remaining"] == "4"
+        assert decisions[-1].reason == "limited"
+    finally:
+        await aio.aclose_default()

@@ -68,3 +68,11 @@ def test_module_level_acquire_waits_for_its_permit(settings_file: Path) -> None:
         assert gateway_limiter.acquire("/m") == 0.0
     waited = gateway_limiter.acquire("/m")
     assert 0.05 < waited <= 0.1 + 0.01
+
+
+def test_module_level_decide_answers_with_the_decision(settings_file: Path) -> None:
+    decisions = [gateway_limiter.decide("/m") for _ in range(11)]
+    assert [d.reason for d in decisions[:10]] == ["admitted"] * 10
+    assert decisions[0].headers() == {"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "9"}
+    assert decisions[-1].reason == "limited"  # cache 0: no wait allowed
+    assert gateway_limiter.decide("/nowhere") == gateway_limiter.Decision(True, "not_configured")
