@@ -129,6 +129,7 @@ def main() -> int:
         print()
 
         _, limiter = gateway_limiter(stack, redis_url, "where")
+        _, quiet = gateway_limiter(stack, redis_url, "where", metrics=False)
         client: redis.Redis = limiter.backend.client  # type: ignore[attr-defined]
         args = sent_args(client, lambda: limiter.try_acquire(OPEN_URL, timeout=0))
 
@@ -186,11 +187,16 @@ def main() -> int:
         # Redis stubbed out below: nothing after this may talk to Redis.
         canned = [1, b"0", b"9999999"]
         client.evalsha = lambda *a, **k: canned  # type: ignore[method-assign]
+        quiet.backend.client.evalsha = lambda *a, **k: canned  # type: ignore[attr-defined]
         stub = python_micros(
             {
                 "Script.__call__ (return 1, stubbed)": bare,
                 "backend.reserve (stubbed)": lambda: limiter.backend.reserve(rule, 1, 0.0),
+                "try_acquire, metrics off (stubbed)": lambda: quiet.try_acquire(
+                    OPEN_URL, timeout=0
+                ),
                 "try_acquire (stubbed)": lambda: limiter.try_acquire(OPEN_URL, timeout=0),
+                "decide (stubbed)": lambda: limiter.decide(OPEN_URL, timeout=0),
             }
         )
         script_only = stub["Script.__call__ (return 1, stubbed)"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Iterator
 
@@ -255,3 +256,33 @@ def test_serve_exposes_the_default_registry_over_http(
     assert "gateway_limiter_rules_in_force 4.0" in reply.text.splitlines()
     with pytest.raises(httpx.ConnectError):  # closed: the port is released
         httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=2)
+
+
+def test_tallies_lose_no_count_when_threads_decide_at_once() -> None:
+    # The decision path's counters take no lock; concurrent bumps must still all count.
+    from prometheus_client import CollectorRegistry
+
+    from gateway_limiter.metrics import ProcessMetrics
+
+    registry = CollectorRegistry()
+    own = ProcessMetrics(registry)
+
+    def decide_many() -> None:
+        for i in range(20_000):
+            own.record("/t", "admitted", True, 0.0 if i % 4 else 30_000.0)  # 30 ms: 1 in 4
+
+    threads = [threading.Thread(target=decide_many) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    labels = {"interface": "/t"}
+    admitted = labels | {"outcome": "admitted", "reason": "admitted"}
+    assert registry.get_sample_value(DECISIONS, admitted) == 160_000
+    assert registry.get_sample_value("gateway_limiter_wait_seconds_count", labels) == 160_000
+    bucket = "gateway_limiter_wait_seconds_bucket"
+    assert registry.get_sample_value(bucket, labels | {"le": "0.0"}) == 120_000
+    assert registry.get_sample_value(bucket, labels | {"le": "0.025"}) == 120_000
+    assert registry.get_sample_value(bucket, labels | {"le": "0.05"}) == 160_000
+    waited = registry.get_sample_value("gateway_limiter_wait_seconds_sum", labels)
+    assert waited == pytest.approx(40_000 * 0.03)
