@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from gateway_limiter.rules import Rule, build_rules
 from gateway_limiter.table import ConfRow
 
@@ -64,3 +66,35 @@ def test_duplicate_enabled_urls_the_stricter_row_wins_whatever_the_order() -> No
         assert skip.config_id == 1 and "configId 2" in skip.reason
     tie = build_rules([row(7, rate=20), row(3, rate=20)], 0.5)
     assert tie.rules["/a"].config_id == 3  # on a tie, the lower configId
+
+
+def test_shadow_rows_become_shadow_rules_and_bad_shadow_values_are_skipped() -> None:
+    rows = [
+        dataclasses.replace(row(1), shadow=1),
+        dataclasses.replace(row(2, url="/b"), shadow=0),
+        dataclasses.replace(row(3, url="/c"), shadow=None),  # a schema before revision 0005
+        dataclasses.replace(row(4, url="/d"), shadow=2),
+    ]
+    ruleset = build_rules(rows, 0.5)
+    shadows = {u: r.shadow for u, r in ruleset.rules.items()}
+    assert shadows == {"/a": True, "/b": False, "/c": False}
+    assert [str(s) for s in ruleset.skipped] == ["configId 4: shadow 2 is not 0 or 1"]
+
+
+def test_an_enforced_row_beats_a_stricter_shadow_row() -> None:
+    strict_shadow = dataclasses.replace(row(1, rate=2), shadow=1)
+    ruleset = build_rules([strict_shadow, row(2, rate=50)], 0.5)
+    assert (ruleset.rules["/a"].rate, ruleset.rules["/a"].shadow) == (50, False)
+    reason = ruleset.skipped[0].reason
+    assert "configId 2 (rateLimit 50) is enforced (this one is shadow)" in reason
+    both_shadow = [
+        dataclasses.replace(row(1, rate=2), shadow=1),
+        dataclasses.replace(row(2), shadow=1),
+    ]
+    assert build_rules(both_shadow, 0.5).rules["/a"].rate == 2  # same mode: stricter wins
+
+
+def test_urls_with_only_disabled_rows_are_remembered_as_disabled() -> None:
+    rows = [row(1, url="/off", status=0), row(2, url="/on"), row(3, url="/on", status=0)]
+    ruleset = build_rules(rows, 0.5)
+    assert ruleset.disabled == frozenset({"/off"})  # /on has an enabled row: it is a rule
