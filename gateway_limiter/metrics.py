@@ -81,11 +81,6 @@ class MetricsUnavailable(RuntimeError):
     """prometheus-client is not installed."""
 
 
-def available() -> bool:
-    """True when prometheus-client is installed."""
-    return prometheus_client is not None
-
-
 def interface_label(snapshot: Snapshot, url: str) -> str:
     """``url`` when the table has a row for it (enabled or disabled), else UNCONFIGURED.
 
