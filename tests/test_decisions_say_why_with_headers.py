@@ -69,15 +69,15 @@ def test_a_call_that_waited_says_how_long_and_a_refusal_counts_its_budget(
     waited = lim.decide("/wait")  # 10/s, stored permits gone: about 0.1 s
     took = time.monotonic() - began
     assert waited.allowed and waited.reason == "admitted"
-    assert waited.waited == pytest.approx(0.1, abs=0.03)
+    assert 0 < waited.waited <= 0.1  # less whatever refilled while the first ten ran
     assert took >= waited.waited - 0.005  # the call did sleep it out
     assert waited.remaining == 0
 
-    lim.reserve("/wait")  # queue 0.2 s of debt without sleeping it
-    lim.reserve("/wait")
-    refused = lim.decide("/wait")  # would wait about 0.3 s, the budget is 0.25 s
+    for _ in range(3):  # queue 0.3 s of debt without sleeping it
+        assert lim.reserve("/wait", timeout=1).allowed
+    refused = lim.decide("/wait")  # would wait about 0.4 s, the budget is 0.25 s
     assert (refused.allowed, refused.reason, refused.waited) == (False, "limited", 0.0)
-    assert refused.retry_after is not None and 0 < refused.retry_after <= 0.06
+    assert refused.retry_after is not None and 0 < refused.retry_after <= 0.15
     assert refused.headers()["Retry-After"] == "1"
 
 

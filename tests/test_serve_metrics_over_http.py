@@ -102,7 +102,8 @@ def test_serves_rules_switch_reloads_and_live_buckets_until_sigterm(
     proc, url = server
     gateway = limiter(migrated_db[0], redis_server.url, key_prefix)  # a gateway elsewhere
     try:
-        assert sum(gateway.try_acquire("/a") for _ in range(3)) == 3
+        assert gateway.reserve("/a", permits=5).allowed  # the stored permits
+        assert gateway.reserve("/a", permits=10, timeout=5).allowed  # 2 s of debt, not slept
     finally:
         gateway.close()
 
@@ -114,11 +115,12 @@ def test_serves_rules_switch_reloads_and_live_buckets_until_sigterm(
     assert 0 <= first[("gateway_limiter_reload_age_seconds", ())] < 30
     assert first[("gateway_limiter_reloads_total", (("outcome", "ok"),))] >= 1
     assert first[("gateway_limiter_rule_permits_per_second", (("interface", "/a"),))] == 5
-    # The bucket the gateway drew from, read from Redis at the scrape: 5 - 3 + refill.
-    stored = first[("gateway_limiter_bucket_stored_permits", (("interface", "/a"),))]
-    assert 2 <= stored < 5
-    assert first[("gateway_limiter_bucket_debt_seconds", (("interface", "/a"),))] == 0
-    assert first[("gateway_limiter_bucket_next_free_seconds", (("interface", "/a"),))] == 0
+    # The bucket the gateway drew from, read from Redis at the scrape: in debt.
+    assert first[("gateway_limiter_bucket_stored_permits", (("interface", "/a"),))] == 0
+    debt = first[("gateway_limiter_bucket_debt_seconds", (("interface", "/a"),))]
+    assert 0 < debt <= 2
+    free = first[("gateway_limiter_bucket_next_free_seconds", (("interface", "/a"),))]
+    assert free == pytest.approx(debt + 0.2)  # behind the debt, one interval at 5/s
     # An untouched bucket is full; a closed rule has no bucket.
     assert first[("gateway_limiter_bucket_stored_permits", (("interface", "/trial"),))] == 2
     assert ("gateway_limiter_bucket_stored_permits", (("interface", "/closed"),)) not in first
