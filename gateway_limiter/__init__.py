@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import threading
 
+from .decision import Decision
 from .limiter import (
     BackendUnavailable,
     BucketStatus,
@@ -29,6 +30,7 @@ from .settings import Settings, SettingsError, load_settings
 __all__ = [
     "BackendUnavailable",
     "BucketStatus",
+    "Decision",
     "GatewayLimiter",
     "InterfaceClosed",
     "LimiterError",
@@ -38,6 +40,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "acquire",
+    "decide",
     "default_limiter",
     "load_settings",
     "try_acquire",
@@ -74,3 +77,10 @@ def try_acquire(
 def acquire(url: str, permits: int = 1, key: str | None = None) -> float:
     """``GatewayLimiter.acquire`` on the process-wide limiter."""
     return default_limiter().acquire(url, permits, key)
+
+
+def decide(
+    url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+) -> Decision:
+    """``GatewayLimiter.decide`` on the process-wide limiter."""
+    return default_limiter().decide(url, permits, timeout, key)

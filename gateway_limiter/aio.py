@@ -1,9 +1,9 @@
 """``AsyncGatewayLimiter``: the limiter for asyncio gateways (aiohttp, FastAPI + httpx).
 
 The same names as ``GatewayLimiter``, as coroutines, and the same behaviour: the rules,
-the snapshot, the switch, the failure policies, the circuit breaker and the bucket are
-the sync limiter's own objects (imported, not copied). Only the I/O differs, and none
-of it blocks the event loop:
+the snapshot, the switch, the failure policies, the circuit breaker, shadow rules, the
+metrics and the bucket are the sync limiter's own objects (imported, not copied). Only
+the I/O differs, and none of it blocks the event loop:
 
 - a decision is one EVALSHA on ``redis.asyncio`` (``memory://``: the model, in-process);
 - a wait is ``asyncio.sleep``;
@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import logging
 import threading
 from pathlib import Path
 from types import TracebackType
@@ -72,24 +71,36 @@ from typing import Any, Self
 from .backends import BackendError
 from .backends.aio import AsyncBackend, open_async_backend
 from .bucket import MICROS, Verdict
-from .limiter import (
-    ADMIT,
+from .decision import (
+    ADMITTED,
+    BACKEND_FALLBACK,
+    CLOSED,
+    LIMITED,
     REFUSE,
+    Decision,
+    decision_of,
+)
+from .limiter import (
     BackendUnavailable,
     Breaker,
     BucketStatus,
     InterfaceClosed,
     LimiterError,
     NotStarted,
+    Outcome,
+    Outcomes,
     Policy,
     bucket_status,
     check_args,
     chosen_limits,
     has_shared_bucket,
+    open_metrics,
     route,
     settings_from,
     waited_seconds,
 )
+from .logs import log
+from .metrics import Source
 from .registry import Registry, ReloadSummary
 from .rules import Rule
 from .settings import Settings, load_settings
@@ -102,11 +113,10 @@ __all__ = [
     "NotStarted",
     "aclose_default",
     "acquire",
+    "decide",
     "default_limiter",
     "try_acquire",
 ]
-
-log = logging.getLogger("gateway_limiter")
 
 _NOT_STARTED = "await start() (or use 'async with AsyncGatewayLimiter(...)') first"
 
@@ -125,7 +135,18 @@ class AsyncGatewayLimiter:
     Build it anywhere; use it on one event loop.
     """
 
-    __slots__ = ("_breaker", "_started", "backend", "policy", "registry", "settings")
+    __slots__ = (
+        "_breaker",
+        "_fallbacks",
+        "_metrics",
+        "_outcomes",
+        "_source",
+        "_started",
+        "backend",
+        "policy",
+        "registry",
+        "settings",
+    )
 
     def __init__(self, settings: Settings | str | Path | None = None, **overrides: Any) -> None:
         self.settings = settings_from(settings, overrides)
@@ -134,6 +155,13 @@ class AsyncGatewayLimiter:
         self.policy = Policy(self.settings.on_backend_error)
         self._breaker = Breaker(self.settings.breaker_seconds)
         self._started = False
+        self._fallbacks = 0
+        self._metrics = open_metrics(self.settings)
+        self._outcomes = Outcomes(self._metrics)
+        self._source: Source | None = None
+        if self._metrics is not None:
+            self.registry.listeners.append(self._metrics.reloaded)
+            self._source = Source(lambda: self.registry.snapshot, lambda: self._breaker.is_open)
 
     @classmethod
     def from_settings(cls, path: str | Path | None = None, **overrides: Any) -> Self:
@@ -150,10 +178,12 @@ class AsyncGatewayLimiter:
         try:
             await self.backend.prepare()
         except BackendError as e:
-            self._breaker.failed(e)  # start anyway: the failure policy decides meanwhile
+            self._backend_failed(e)  # start anyway: the failure policy decides meanwhile
         # The registry's first reload and its reload thread, exactly as the sync limiter's.
         summary = await asyncio.to_thread(self.registry.start)
         self._started = True
+        if self._metrics is not None and self._source is not None:
+            self._metrics.attach(self._source)
         return summary
 
     async def reload(self) -> ReloadSummary:
@@ -163,8 +193,18 @@ class AsyncGatewayLimiter:
     async def aclose(self) -> None:
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
         self._started = False
+        if self._metrics is not None and self._source is not None:
+            self._metrics.detach(self._source)
         await asyncio.to_thread(self.registry.close)  # disposing the engine is database I/O
         await self.backend.aclose()
+
+    def abandon(self) -> None:
+        """Stop reloading and leave the metrics' gauges, with no I/O on the connections
+        (for a limiter whose event loop is gone, and its connections with it)."""
+        self._started = False
+        if self._metrics is not None and self._source is not None:
+            self._metrics.detach(self._source)
+        self.registry.close()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -183,36 +223,60 @@ class AsyncGatewayLimiter:
         """False while the failure policy is deciding instead of the backend."""
         return not self._breaker.is_open
 
+    @property
+    def backend_fallbacks(self) -> int:
+        """How many decisions the failure policy made instead of the backend."""
+        return self._fallbacks
+
     async def reserve(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
     ) -> Verdict:
         """Decide without sleeping: the verdict, whose ``wait`` (µs) the caller must honour.
 
         ``timeout=None`` here means the row's ``cache``; ``key`` is the caller, for
-        per-caller limits.
+        per-caller limits. A shadow rule's verdict is always allowed, with no wait.
         """
+        return (await self._reserve(url, permits, timeout, key))[0]
+
+    async def _reserve(
+        self, url: str, permits: int, timeout: float | None, key: str | None
+    ) -> Outcome:
         check_args(url, permits, timeout, key)
         if not self._started:
             raise NotStarted(_NOT_STARTED)
-        rule = route(self.registry.snapshot, url)
+        snapshot = self.registry.snapshot
+        rule = route(snapshot, url)
         if rule is None:
-            return ADMIT
+            return self._outcomes.unlimited(snapshot, url)
         if rule.closed:
-            return REFUSE
-        return await self._decide(rule, permits, rule.cache if timeout is None else timeout, key)
+            verdict, reason = REFUSE, CLOSED
+        else:
+            budget = rule.cache if timeout is None else timeout
+            verdict, reason = await self._decide(rule, permits, budget, key)
+        if rule.shadow or self._metrics is not None:
+            return self._outcomes.settle(rule, verdict, reason)
+        return verdict, reason, rule
 
     async def _decide(
         self, rule: Rule, permits: int, timeout: float | None, key: str | None
-    ) -> Verdict:
-        if not self._breaker.allows():
-            return self.policy.decide(rule, permits, timeout, key)
-        try:
-            verdict = await self.backend.reserve(rule, permits, timeout, key)
-        except BackendError as e:
-            self._breaker.failed(e)
-            return self.policy.decide(rule, permits, timeout, key)
-        self._breaker.succeeded()
-        return verdict
+    ) -> tuple[Verdict, str]:
+        if self._breaker.allows():
+            try:
+                verdict = await self.backend.reserve(rule, permits, timeout, key)
+            except BackendError as e:
+                self._backend_failed(e)
+            else:
+                self._breaker.succeeded()
+                return verdict, ADMITTED if verdict.allowed else LIMITED
+        self._fallbacks += 1
+        if self._metrics is not None:
+            self._metrics.fallback()
+        return self.policy.decide(rule, permits, timeout, key), BACKEND_FALLBACK
+
+    def _backend_failed(self, error: BackendError) -> None:
+        self._breaker.failed(error)
+        if self._metrics is not None:
+            self._metrics.backend_error()
 
     async def try_acquire(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
@@ -221,30 +285,58 @@ class AsyncGatewayLimiter:
         ``cache``): wait, then True. Otherwise False at once, with nothing reserved.
 
         ``key`` names the caller: rows with ``perCaller = 1`` give each key its own
-        limits; other rows ignore it.
+        limits; other rows ignore it. Always ``(await decide(...)).allowed``.
         Cancelled while waiting: CancelledError at once; the permits stay spent.
         """
-        verdict = await self.reserve(url, permits, timeout, key)
+        verdict = (await self._reserve(url, permits, timeout, key))[0]
         if verdict.allowed and verdict.wait > 0:
             await asyncio.sleep(verdict.wait / MICROS)
         return verdict.allowed
+
+    async def decide(
+        self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+    ) -> Decision:
+        """``try_acquire``, answering with the whole Decision (see ``GatewayLimiter.decide``).
+
+        Cancelled while waiting: CancelledError at once; the permits stay spent.
+        """
+        verdict, reason, rule = await self._reserve(url, permits, timeout, key)
+        if verdict.allowed and verdict.wait > 0:
+            await asyncio.sleep(verdict.wait / MICROS)
+        if rule is None:
+            return decision_of(verdict, reason, None, 0.0, 0.0)
+        budget = rule.cache if timeout is None else timeout
+        return decision_of(verdict, reason, rule, budget, self.settings.breaker_seconds)
 
     async def acquire(self, url: str, permits: int = 1, key: str | None = None) -> float:
         """Take ``permits`` for ``url`` however long it takes; returns the seconds waited.
 
         Raises InterfaceClosed for a closed interface (it would never return), and
-        ValueError for more permits than a window of the interface can ever hold.
-        Cancelled while waiting: CancelledError at once; the permits stay spent.
+        ValueError for more permits than a window of the interface can ever hold. A
+        shadow rule returns 0.0 at once. Cancelled while waiting: CancelledError at
+        once; the permits stay spent.
         """
         check_args(url, permits, None, key)
         if not self._started:
             raise NotStarted(_NOT_STARTED)
-        rule = route(self.registry.snapshot, url)
+        snapshot = self.registry.snapshot
+        rule = route(snapshot, url)
         if rule is None:
+            self._outcomes.unlimited(snapshot, url)
             return 0.0
         if rule.closed:
+            verdict, reason = REFUSE, CLOSED
+        else:
+            try:
+                verdict, reason = await self._decide(rule, permits, None, key)
+            except BackendUnavailable:
+                if not rule.shadow:
+                    raise
+                verdict, reason = REFUSE, BACKEND_FALLBACK  # a shadow rule never stops a call
+        verdict, reason, _ = self._outcomes.settle(rule, verdict, reason)
+        if reason == CLOSED:
             raise InterfaceClosed(f"interface {url!r} is closed (rateLimit 0)")
-        seconds = waited_seconds(await self._decide(rule, permits, None, key), rule, permits)
+        seconds = waited_seconds(verdict, rule, permits)  # ValueError: more than a window
         if seconds > 0:
             await asyncio.sleep(seconds)
         return seconds
@@ -262,7 +354,7 @@ class AsyncGatewayLimiter:
             state, now = await self.backend.peek(rule)
         except BackendError as e:
             return BucketStatus(rule, None, 0.0, shared, str(e))
-        return bucket_status(rule, shared, state, now)
+        return bucket_status(rule, state, now, shared)
 
 
 # --- the process-wide limiter ------------------------------------------------------
@@ -320,7 +412,7 @@ async def default_limiter() -> AsyncGatewayLimiter:
     lock, left_behind = _process.claim(loop)
     if left_behind is not None:
         # Its loop is gone, and its connections with it; stop its reloads.
-        await asyncio.to_thread(left_behind.registry.close)
+        await asyncio.to_thread(left_behind.abandon)
     async with lock:  # concurrent first callers build it once
         limiter = _process.limiter
         if limiter is None:
@@ -350,3 +442,10 @@ async def try_acquire(
 async def acquire(url: str, permits: int = 1, key: str | None = None) -> float:
     """``AsyncGatewayLimiter.acquire`` on the process-wide asyncio limiter."""
     return await (await default_limiter()).acquire(url, permits, key)
+
+
+async def decide(
+    url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+) -> Decision:
+    """``AsyncGatewayLimiter.decide`` on the process-wide asyncio limiter."""
+    return await (await default_limiter()).decide(url, permits, timeout, key)

@@ -19,16 +19,21 @@ import logging
 import math
 import os
 import re
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from types import FrameType
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from alembic.util import CommandError
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 from sqlalchemy import Engine
@@ -37,7 +42,13 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from .backends import BackendError
 from .bucket import MICROS, shape, stored_cost
-from .limiter import BucketStatus, GatewayLimiter
+from .limiter import (
+    BucketStatus,
+    GatewayLimiter,
+    chosen_limits,
+    describe_state,
+    has_shared_bucket,
+)
 from .migrate import current_revision, head_revision, upgrade
 from .registry import describe_db_error
 from .rules import (
@@ -69,6 +80,9 @@ from .table import (
     upsert_conf,
     write_switch,
 )
+
+if TYPE_CHECKING:
+    from .metrics import BucketSample
 
 PROG = "gateway-limiter"
 #: INT(11) is a signed 32-bit column.
@@ -193,6 +207,35 @@ def period_arg(text: str) -> int:
     return int(text)
 
 
+def interval_arg(text: str) -> float:
+    """``status --interval``: seconds between refreshes, 0.1 to 3600."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0.1 <= value <= 3600):
+        raise argparse.ArgumentTypeError(
+            f"invalid value {_shown(text)}: must be a number of seconds from 0.1 to 3600"
+        )
+    return value
+
+
+def count_arg(text: str) -> int:
+    """``status --count``: a whole number of reports, 1 or more."""
+    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"invalid value {_shown(text)}: must be 1 or more")
+    return int(text)
+
+
+def port_arg(text: str) -> int:
+    """``serve-metrics --port``: a TCP port, 0 (any free one) to 65535."""
+    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) > 65535:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {_shown(text)}: must be a port number from 0 to 65535"
+        )
+    return int(text)
+
+
 def seconds_arg(text: str) -> int:
     """``demo --seconds``: a whole number from 3 to 3600."""
     if not re.fullmatch(r"[0-9]+", text.strip()) or not 3 <= int(text) <= 3600:
@@ -249,14 +292,37 @@ class Output:
             for text in plain_table(columns, rows):
                 self.line(text)
             return
-        # Narrow padding so a usual table fits without wrapping; on a narrow terminal
-        # cells fold rather than lose characters.
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
-        for c in columns:
-            table.add_column(c.header, justify="right" if c.numeric else "left", overflow="fold")
-        for row in rows:
-            table.add_row(*(Text(cell) for cell in row))
-        self.console.print(table)
+        self.console.print(rich_table(columns, rows))
+
+    def show(self, report: Report) -> None:
+        """Print a report's lines and tables in order."""
+        for item in report:
+            if isinstance(item, str):
+                self.line(item)
+            else:
+                self.table(*item)
+
+    def renderable(self, report: Report) -> Group:
+        """A report as one rich renderable (for ``Live``, which redraws it in place)."""
+        return Group(
+            *(Text(item) if isinstance(item, str) else rich_table(*item) for item in report)
+        )
+
+
+def rich_table(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> Table:
+    """A table for a terminal."""
+    # Narrow padding so a usual table fits without wrapping; on a narrow terminal
+    # cells fold rather than lose characters.
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+    for c in columns:
+        table.add_column(c.header, justify="right" if c.numeric else "left", overflow="fold")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    return table
+
+
+#: What a command reports, in order: lines, and tables (columns, rows).
+Report = list[str | tuple[Sequence[Column], Sequence[Sequence[str]]]]
 
 
 def error_line(message: str) -> None:
@@ -473,22 +539,27 @@ def _limit_text(rule: Rule) -> str:
 def _rule_text(rule: Rule) -> str:
     """An interface's rule in words: every limit, and the wait budget."""
     if rule.closed:
-        return "closed: every call refused"
-    limits = " and ".join(_limit_text(r) for r in rule.limits)
-    return f"limited to {limits}, callers wait up to {rule.cache:g} s"
+        text = "closed: every call refused"
+    else:
+        limits = " and ".join(_limit_text(r) for r in rule.limits)
+        text = f"limited to {limits}, callers wait up to {rule.cache:g} s"
+    if rule.shadow:
+        return f"{text}, IN SHADOW MODE: decided and counted, never enforced"
+    return text
 
 
 def _rule_brief(rule: Rule, cache: float) -> str:
     """One limit in a table cell: rate, what its algorithm adds, scope, wait budget."""
+    shadow = "shadow (not enforced): " if rule.shadow else ""
     if rule.closed:
-        return "closed"
+        return f"{shadow}closed"
     shaped = {
         SLIDING_WINDOW: f"{_per(rule)} in any {rule.period} s",
         FIXED_WINDOW: f"{_per(rule)} in aligned windows",
         WARM_UP: f"{_per(rule)}, {rule.warmup:g} s warm-up",
     }.get(rule.algorithm, f"{_per(rule)}, burst {rule.burst}")
     caller = ", per caller" if rule.per_caller else ""
-    return f"{shaped}{caller}, wait <= {cache:g} s"
+    return f"{shadow}{shaped}{caller}, wait <= {cache:g} s"
 
 
 def row_effect(row: ConfRow, ruleset: RuleSet) -> str:
@@ -548,6 +619,7 @@ CONF_COLUMNS = (
     Column("rateLimit", numeric=True),
     Column("cache", numeric=True),
     Column("status", numeric=True),
+    Column("shadow", numeric=True),
     Column("lastModifyTime"),
     Column("algorithm"),
     Column("maxPermits", numeric=True),
@@ -581,6 +653,7 @@ def cmd_conf_list(ctx: Context) -> int:
                 _fmt_opt(r.rate_limit),
                 _fmt_cache(r.cache),
                 _fmt_opt(r.status),
+                "-" if r.shadow is None else str(r.shadow),  # None: schema before 0005
                 _fmt_time(r),
                 _fmt_opt(r.algorithm),
                 _fmt_opt(r.max_permits),
@@ -638,6 +711,7 @@ _CONF_FIELDS = (
     ("warmup_period", "warmupPeriod"),
     ("period_seconds", "periodSeconds"),
     ("per_caller", "perCaller"),
+    ("shadow", "shadow"),
 )
 
 #: The algorithm columns: model attribute -> (column, the ``conf set`` flag that sets it).
@@ -773,6 +847,8 @@ def cmd_conf_set(ctx: Context) -> int:
         fields["interface_no"] = a.interface_no or None
     if a.status is not None:
         fields["status"] = a.status
+    if a.shadow is not None:
+        fields["shadow"] = a.shadow
     rows = read_rows(engine)
     if old is None:
         target = ConfRow(
@@ -909,66 +985,155 @@ STATUS_COLUMNS = (
     Column("capacity", numeric=True),
     Column("stored permits", numeric=True),
     Column("debt ms", numeric=True),
+    Column("next free ms", numeric=True),
     Column("algorithm"),
     Column("state"),
 )
+#: ``status --watch``: refresh every this many seconds unless --interval says otherwise.
+WATCH_INTERVAL = 1.0
 
 
-def cmd_status(ctx: Context) -> int:
-    """The rules in force, after a reload like a gateway's, and each bucket's live state."""
-    settings = ctx.settings
-    relaxed = settings.replace(
+def _relaxed(settings: Settings) -> Settings:
+    """The settings with Redis timeouts fit for a command line, not for the hot path."""
+    return settings.replace(
         redis_timeout=max(settings.redis_timeout, CLI_REDIS_TIMEOUT),
         redis_connect_timeout=max(settings.redis_connect_timeout, CLI_REDIS_TIMEOUT),
     )
+
+
+def _open_limiter(ctx: Context, settings: Settings) -> GatewayLimiter:
     _require_sqlite_file(settings.database_url)
     try:
-        limiter = GatewayLimiter(relaxed)
+        return GatewayLimiter(settings)
     except (SettingsError, DatabaseUrlError):
         raise
     except ValueError as e:  # a redis_url the backend cannot use
         raise CliError(str(e)) from None
-    url = ctx.args.url
+
+
+def cmd_status(ctx: Context) -> int:
+    """The rules in force, after a reload like a gateway's, and each bucket's live state;
+    with --watch, refreshed in place until Ctrl-C."""
+    a = ctx.args
+    if not a.watch and (a.interval is not None or a.count is not None):
+        raise CliError("--interval and --count go with --watch", code=2)
+    limiter = _open_limiter(ctx, _relaxed(ctx.settings))
     try:
         summary = limiter.registry.reload()
         if not summary.ok:
             raise CliError(database_problem(ctx.database, summary.error or "reload failed"))
-        snapshot = limiter.registry.snapshot
-        states = limiter.status(url)
-        rows = read_rows(limiter.registry.engine) if url is not None and not states else []
+        if a.watch:
+            return _watch_status(ctx, limiter)
+        report, failed = status_report(ctx, limiter)
     finally:
         limiter.close()
+    ctx.out.show(report)
+    if failed:
+        raise CliError(failed)
+    return 0
 
-    out = ctx.out
+
+def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
+    """What ``status`` shows, from the limiter's current snapshot and live bucket state;
+    and the first error reading bucket state ("" when none)."""
+    settings, url = ctx.settings, ctx.args.url
+    snapshot = limiter.registry.snapshot
+    states = limiter.status(url)
+    report: Report = []
     source = "database row" if snapshot.switch_source == "database" else "settings default"
-    out.line(f"switch: {_on_off(snapshot.switch)} ({source})")
+    report.append(f"switch: {_on_off(snapshot.switch)} ({source})")
     if not snapshot.switch:
-        out.line("the switch is off: nothing is limited now; the rules below apply when it is on")
+        report.append(
+            "the switch is off: nothing is limited now; the rules below apply when it is on"
+        )
     where = mask_secrets(settings.redis_url)
     if limiter.backend.shared:
-        out.line(f"bucket state: {where}, key prefix {settings.key_prefix}")
+        report.append(f"bucket state: {where}, key prefix {settings.key_prefix}")
     else:
-        out.line(
+        report.append(
             f"bucket state: {where}: it lives inside each gateway process, so this command "
             "sees none (every bucket shows as full)"
         )
     if url is not None and not states:
-        out.line(url_effect(url, rows, build_rules(rows, settings.default_cache)))
-        return 0
+        rows = read_rows(limiter.registry.engine)
+        report.append(url_effect(url, rows, build_rules(rows, settings.default_cache)))
+        return report, ""
     if not states:
-        out.line(f"no enabled rows: nothing is limited (see '{PROG} conf list')")
+        report.append(f"no enabled rows: nothing is limited (see '{PROG} conf list')")
     else:
-        out.table(STATUS_COLUMNS, [_status_cells(s) for s in states])
-    for s in snapshot.skipped:
-        out.line(f"skipped by the reload: {s}")
+        report.append((STATUS_COLUMNS, [_status_cells(s) for s in states]))
+    report.extend(f"skipped by the reload: {s}" for s in snapshot.skipped)
     failed = [s for s in states if s.error is not None]
     if failed:
-        raise CliError(f"cannot read bucket state from {where}: {failed[0].error}")
+        return report, f"cannot read bucket state from {where}: {failed[0].error}"
+    return report, ""
+
+
+def _watch_status(ctx: Context, limiter: GatewayLimiter) -> int:
+    """Show ``status`` again every --interval seconds (in place on a terminal, one
+    report after another otherwise) until Ctrl-C, SIGTERM, or --count reports.
+
+    Each refresh reloads the rules like a gateway does; a database or Redis that fails
+    meanwhile is shown in the report (the last good rules stay), never fatal.
+    """
+    a, out = ctx.args, ctx.out
+    interval = WATCH_INTERVAL if a.interval is None else a.interval
+    shown = 0
+
+    def report() -> Report:
+        summary = limiter.registry.reload() if shown else None
+        body, failed = status_report(ctx, limiter)
+        stamp = time.strftime("%H:%M:%S")
+        head: Report = [f"{stamp}: every {interval:g} s, Ctrl-C to stop"]
+        if summary is not None and not summary.ok:
+            head.append(f"cannot reload ({summary.error}); showing the last good rules")
+        if failed:
+            head.append(failed)
+        return head + body
+
+    def more() -> bool:
+        return a.count is None or shown < a.count
+
+    with suppress(KeyboardInterrupt), _sigterm_interrupts():
+        if out.is_terminal:
+            with Live(console=out.console, auto_refresh=False, transient=False) as live:
+                while True:
+                    live.update(out.renderable(report()), refresh=True)
+                    shown += 1
+                    if not more():
+                        break
+                    time.sleep(interval)
+        else:
+            while True:
+                if shown:
+                    out.line()
+                out.show(report())
+                shown += 1
+                if not more():
+                    break
+                time.sleep(interval)
     return 0
 
 
 def _for_each_caller(rule: Rule, state: str) -> str:
     return f"{state}, for each caller" if rule.per_caller else state
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM stops a long-running command the way Ctrl-C does (cleanly, exit 0)."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only; nothing to install
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _capacity(rule: Rule) -> float:
@@ -983,9 +1148,11 @@ def _status_cells(s: BucketStatus) -> list[str]:
     capacity = _capacity(rule)
     rate = str(rule.rate) if rule.period == 1 else f"{rule.rate}/{rule.period}s"
     head = [rule.url, str(rule.config_id), rate, f"{rule.cache:g}", f"{capacity:g}"]
+    shadow = "; shadow: counted, not enforced" if rule.shadow else ""
 
     def row(stored: str, debt: str, state: str) -> list[str]:
-        return [*head, stored, debt, rule.algorithm, state]
+        free = "-" if s.next_free_ms is None else f"{s.next_free_ms:.1f}"
+        return [*head, stored, debt, free, rule.algorithm, state + shadow]
 
     if rule.closed:
         return row("-", "-", "closed: every call refused")
@@ -1007,6 +1174,82 @@ def _status_cells(s: BucketStatus) -> list[str]:
     if cold and s.stored > shape(rule.rate, rule.burst, rule.warmup * MICROS).threshold:
         state += cold
     return row(f"{s.stored:.2f}", f"{s.debt_ms:.1f}", state)
+
+
+# --- serve-metrics -------------------------------------------------------------------------
+
+#: ``serve-metrics`` listens here unless --port says otherwise.
+METRICS_PORT = 9464
+
+
+def cmd_serve_metrics(ctx: Context) -> int:
+    """Serve the Prometheus metrics of a limiter that follows the table like a gateway,
+    plus every bucket's live state, until Ctrl-C or SIGTERM."""
+    from .metrics import MetricsUnavailable, Source, process_metrics, serve
+
+    metrics = process_metrics()
+    if metrics is None:
+        raise CliError(
+            "prometheus-client is not installed: pip install 'gateway-limiter[metrics]'"
+        )
+    a, out = ctx.args, ctx.out
+    # The hot path's timeouts: a scrape must not hang on a dead Redis.
+    limiter = _open_limiter(ctx, ctx.settings.replace(metrics=True))
+    source = Source(
+        lambda: limiter.registry.snapshot,
+        lambda: not limiter.backend_healthy,
+        buckets=lambda: bucket_samples(limiter),
+    )
+    try:
+        summary = limiter.start()
+        if not summary.ok:
+            error_line(
+                database_problem(ctx.database, summary.error or "reload failed")
+                + "; serving anyway (reloads are retried and counted)"
+            )
+        try:
+            server = serve(a.port, a.host)
+        except (OSError, MetricsUnavailable) as e:
+            raise CliError(f"cannot serve metrics on {a.host}:{a.port}: {e}") from None
+        metrics.attach(source)
+        try:
+            out.line(f"serving metrics on http://{a.host}:{server.port}/metrics; Ctrl-C to stop")
+            if not limiter.backend.shared:
+                out.line(
+                    f"note: redis_url {mask_secrets(ctx.settings.redis_url)} keeps bucket "
+                    "state inside each gateway process; the bucket gauges here show none"
+                )
+            sys.stdout.flush()
+            with suppress(KeyboardInterrupt), _sigterm_interrupts():
+                while True:
+                    time.sleep(3600)
+        finally:
+            metrics.detach(source)
+            server.close()
+    finally:
+        limiter.close()
+    return 0
+
+
+def bucket_samples(limiter: GatewayLimiter) -> list[BucketSample]:
+    """Every token/warm-up bucket's live state; stops at the first Redis error (one
+    timeout per scrape at most, however many rules)."""
+    from .metrics import BucketSample
+
+    samples = []
+    seen: set[str] = set()
+    for rule in chosen_limits(limiter.registry, None):
+        # One sample per interface (its first shared bucket): the label is the URL.
+        if rule.closed or not has_shared_bucket(rule) or rule.url in seen:
+            continue
+        seen.add(rule.url)
+        status = describe_state(rule, limiter.backend)
+        if status.error is not None:
+            break
+        stored = _capacity(rule) if status.stored is None else status.stored
+        free = None if status.next_free_ms is None else status.next_free_ms / 1000.0
+        samples.append(BucketSample(rule.url, stored, status.debt_ms / 1000.0, free))
+    return samples
 
 
 # --- demo ----------------------------------------------------------------------------------
@@ -1173,6 +1416,18 @@ def build_parser() -> argparse.ArgumentParser:
     onoff = setp.add_mutually_exclusive_group()
     onoff.add_argument("--enable", dest="status", action="store_const", const=1, help="status 1")
     onoff.add_argument("--disable", dest="status", action="store_const", const=0, help="status 0")
+    shadow = setp.add_mutually_exclusive_group()
+    shadow.add_argument(
+        "--shadow",
+        dest="shadow",
+        action="store_const",
+        const=1,
+        help="shadow 1: decide and count as usual, but never refuse or delay a call "
+        "(try a new limit on live traffic; the refusals it would make are counted and logged)",
+    )
+    shadow.add_argument(
+        "--no-shadow", dest="shadow", action="store_const", const=0, help="shadow 0: enforce"
+    )
     for name, run, text in (
         ("enable", cmd_conf_enable, "set status 1 on the rows of URL"),
         ("disable", cmd_conf_disable, "set status 0 on the rows of URL"),
@@ -1213,6 +1468,43 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = leaf(commands, "status", cmd_status, "rules in force and live bucket state")
     status.add_argument("url", metavar="URL", nargs="?", help="only this interface")
+    status.add_argument(
+        "--watch",
+        action="store_true",
+        help="refresh every --interval seconds (in place on a terminal) until Ctrl-C",
+    )
+    status.add_argument(
+        "--interval",
+        type=interval_arg,
+        metavar="S",
+        help=f"seconds between refreshes with --watch (default {WATCH_INTERVAL:g})",
+    )
+    # Stop --watch after N reports (tests, scripts); hidden from --help.
+    status.add_argument("--count", type=count_arg, metavar="N", help=argparse.SUPPRESS)
+
+    serve = leaf(
+        commands,
+        "serve-metrics",
+        cmd_serve_metrics,
+        "serve Prometheus metrics (rules, switch, reloads, live buckets) over HTTP",
+        epilog="Needs prometheus-client: pip install 'gateway-limiter[metrics]'. Reloads the "
+        "table like a gateway and reads every bucket in Redis at each scrape. A gateway "
+        "process exposes its own decisions on prometheus_client's default registry, or "
+        "with gateway_limiter.metrics.serve(port).",
+    )
+    serve.add_argument(
+        "--port",
+        type=port_arg,
+        default=METRICS_PORT,
+        metavar="N",
+        help=f"TCP port (default {METRICS_PORT}; 0: any free port, printed at start)",
+    )
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)",
+    )
 
     demo = leaf(
         commands,

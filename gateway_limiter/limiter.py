@@ -2,34 +2,56 @@
 
 A call goes: arguments checked -> snapshot read (no lock) -> switch off, no rule, or a
 disabled row: admitted at once, no Redis traffic -> a closed rule (rateLimit 0):
-refused at once -> otherwise one backend decision, then the wait, outside any lock.
+refused at once -> otherwise one backend decision -> a shadow rule lets the call go
+whatever was decided -> the metrics count it -> the wait, outside any lock.
+``decide`` returns all of that as a ``Decision``; ``try_acquire`` is its ``allowed``.
 
 When the backend fails, ``on_backend_error`` decides (``local``: the same rules in this
 process; ``allow``; ``deny``), and a circuit breaker keeps every following call off
 Redis for ``breaker_seconds``, after which one caller probes and the rest follow it back.
-The pieces below (argument checks, routing, breaker, policy) are shared with
+The pieces below (argument checks, routing, breaker, policy, outcomes) are shared with
 ``gateway_limiter.aio``; only the I/O differs there.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Final, Self
 
 from .backends import Backend, BackendError, open_backend
 from .backends.memory import MemoryBackend
-from .bucket import MICROS, BucketState, Verdict, resync
+from .bucket import MICROS, BucketState, Verdict, decide, resync
+from .decision import (
+    ADMIT,
+    ADMITTED,
+    BACKEND_FALLBACK,
+    CLOSED,
+    DISABLED,
+    LIMITED,
+    NOT_CONFIGURED,
+    REFUSE,
+    SHADOW,
+    SWITCH_OFF,
+    Decision,
+    decision_of,
+)
+from .logs import (
+    OUTAGE_REPORT_SECONDS,
+    SHADOW_REPORT_SECONDS,
+    Throttle,
+    held_back,
+    log,
+    one_line,
+)
+from .metrics import ProcessMetrics, Source, interface_label, process_metrics
 from .registry import Registry, ReloadSummary, Snapshot
 from .rules import FIXED_WINDOW, SLIDING_WINDOW, Rule
-from .settings import Settings, load_settings, mask_secrets
-
-log = logging.getLogger("gateway_limiter")
+from .settings import Settings, load_settings
 
 
 class LimiterError(Exception):
@@ -85,8 +107,12 @@ def route(snapshot: Snapshot, url: str) -> Rule | None:
     return snapshot.rules.get(url)
 
 
-ADMIT = Verdict(True, 0.0, 0.0)
-REFUSE = Verdict(False, 0.0, 0.0)
+#: What a reservation comes to: the verdict to honour, its reason, and the rule (None:
+#: not limited). Built once per decision; the unlimited ones are built here, once.
+Outcome = tuple[Verdict, str, Rule | None]
+_UNLIMITED: Final[dict[str, Outcome]] = {
+    reason: (ADMIT, reason, None) for reason in (SWITCH_OFF, NOT_CONFIGURED, DISABLED)
+}
 
 
 def waited_seconds(verdict: Verdict, rule: Rule, permits: int) -> float:
@@ -108,15 +134,18 @@ class Breaker:
     """Keeps calls off a failing backend for ``seconds``, then lets one caller probe.
 
     Closed (healthy) costs one attribute read per call; a lock is taken only while
-    the backend is failing.
+    the backend is failing. Each outage is logged once, and a backend that comes and
+    goes at most once per ``OUTAGE_REPORT_SECONDS`` (with a count of the others).
     """
 
-    __slots__ = ("_lock", "_open_until", "_seconds")
+    __slots__ = ("_lock", "_open_until", "_outages", "_reported", "_seconds")
 
     def __init__(self, seconds: float) -> None:
         self._seconds = seconds
         self._open_until = 0.0
         self._lock = threading.Lock()
+        self._outages = Throttle(OUTAGE_REPORT_SECONDS)
+        self._reported = False
 
     @property
     def is_open(self) -> bool:
@@ -138,9 +167,14 @@ class Breaker:
         """The backend failed: open (log once per outage)."""
         with self._lock:
             if self._open_until == 0.0:
-                log.error(
-                    "Redis unreachable (%s); deciding by on_backend_error", mask_secrets(str(error))
-                )
+                held = self._outages.ready("backend")
+                self._reported = held is not None
+                if held is not None:
+                    log.error(
+                        "Redis unreachable (%s); deciding by on_backend_error%s",
+                        one_line(str(error)),
+                        held_back(held),
+                    )
             self._open_until = time.monotonic() + self._seconds
 
     def succeeded(self) -> None:
@@ -149,7 +183,8 @@ class Breaker:
             with self._lock:
                 if self._open_until != 0.0:
                     self._open_until = 0.0
-                    log.warning("Redis reachable again; back to shared limits")
+                    if self._reported:
+                        log.warning("Redis reachable again; back to shared limits")
 
 
 class Policy:
@@ -175,6 +210,62 @@ class Policy:
         return REFUSE
 
 
+class Outcomes:
+    """How a decision ends, the same for the sync and asyncio limiters: a shadow rule
+    lets the call go whatever the bucket said, and the metrics count every decision.
+
+    With metrics off and no shadow rule, the decision path never calls in here for a
+    limited interface (the limiters check ``rule.shadow`` and ``metrics`` first).
+    """
+
+    __slots__ = ("_shadow_log", "metrics")
+
+    def __init__(self, metrics: ProcessMetrics | None) -> None:
+        self.metrics = metrics
+        self._shadow_log = Throttle(SHADOW_REPORT_SECONDS)
+
+    def unlimited(self, snapshot: Snapshot, url: str) -> Outcome:
+        """A call no rule limits: admitted at once; why, and counted."""
+        if not snapshot.switch:
+            reason = SWITCH_OFF
+        elif url in snapshot.disabled:
+            reason = DISABLED
+        else:
+            reason = NOT_CONFIGURED
+        if self.metrics is not None:
+            self.metrics.record(interface_label(snapshot, url), reason, True, None)
+        return _UNLIMITED[reason]
+
+    def settle(self, rule: Rule, verdict: Verdict, reason: str) -> Outcome:
+        """The bucket (or the failure policy) decided: apply shadow mode, count it."""
+        if not rule.shadow:
+            if self.metrics is not None:
+                wait = verdict.wait if verdict.allowed else None
+                self.metrics.record(rule.url, reason, verdict.allowed, wait)
+            return verdict, reason, rule
+        # Shadow: counted as the limit decided (a wait it would impose is observed),
+        # but the call goes ahead at once.
+        if verdict.allowed:
+            if self.metrics is not None:
+                self.metrics.record(rule.url, reason, True, verdict.wait)
+            if verdict.wait > 0:
+                verdict = Verdict(True, 0.0, verdict.stored)
+            return verdict, reason, rule
+        if self.metrics is not None:
+            self.metrics.record(rule.url, SHADOW, True, None)
+        held = self._shadow_log.ready(rule.url)
+        if held is not None:
+            log.info(
+                "shadow rule %s (%d/s, configId %d) would have refused a call (%s)%s",
+                one_line(rule.url),
+                rule.rate,
+                rule.config_id,
+                reason,
+                held_back(held),
+            )
+        return (ADMIT if verdict is REFUSE else Verdict(True, 0.0, verdict.stored)), SHADOW, rule
+
+
 @dataclass(frozen=True, slots=True)
 class BucketStatus:
     """One rule and its bucket's live state (for ``status``)."""
@@ -184,6 +275,9 @@ class BucketStatus:
     debt_ms: float
     shared: bool
     error: str | None = None
+    #: Milliseconds until one permit would be granted (0: now); None: unknown (a closed
+    #: or sliding_window rule, or the state could not be read).
+    next_free_ms: float | None = None
 
 
 def settings_from(settings: Settings | str | Path | None, overrides: dict[str, Any]) -> Settings:
@@ -203,6 +297,20 @@ def chosen_limits(registry: Registry, url: str | None) -> list[Rule]:
     ]
 
 
+def bucket_status(rule: Rule, state: BucketState | None, now: float, shared: bool) -> BucketStatus:
+    """A limit's bucket as ``status`` shows it, from its peeked state at ``now`` (µs)."""
+    next_free = None
+    if not rule.closed and has_shared_bucket(rule):
+        # What one permit would wait now: the model's own answer, nothing written.
+        verdict, _ = decide(state, rule.per_second, rule.burst, 1, None, now, rule.warmup * MICROS)
+        next_free = verdict.wait / 1000.0
+    if state is None:
+        return BucketStatus(rule, None, 0.0, shared, next_free_ms=next_free)
+    current = resync(state, now)
+    debt = max(0.0, current.balance - now) / 1000.0
+    return BucketStatus(rule, current.stored, debt, shared, next_free_ms=next_free)
+
+
 def describe_state(rule: Rule, backend: Backend) -> BucketStatus:
     """A limit's shared bucket as ``status`` shows it, brought up to the backend's clock.
 
@@ -214,7 +322,7 @@ def describe_state(rule: Rule, backend: Backend) -> BucketStatus:
         state, now = backend.peek(rule)
     except BackendError as e:
         return BucketStatus(rule, None, 0.0, backend.shared, str(e))
-    return bucket_status(rule, backend.shared, state, now)
+    return bucket_status(rule, state, now, backend.shared)
 
 
 def has_shared_bucket(rule: Rule) -> bool:
@@ -222,12 +330,9 @@ def has_shared_bucket(rule: Rule) -> bool:
     return rule.algorithm not in WINDOWS and not rule.per_caller
 
 
-def bucket_status(rule: Rule, shared: bool, state: BucketState | None, now: float) -> BucketStatus:
-    """The status of ``rule``'s bucket from its peeked state, brought up to ``now``."""
-    if state is None:
-        return BucketStatus(rule, None, 0.0, shared)
-    current = resync(state, now)
-    return BucketStatus(rule, current.stored, max(0.0, current.balance - now) / 1000.0, shared)
+def open_metrics(settings: Settings) -> ProcessMetrics | None:
+    """The process's metrics if the settings ask for them and prometheus-client is there."""
+    return process_metrics() if settings.metrics else None
 
 
 class GatewayLimiter:
@@ -248,6 +353,12 @@ class GatewayLimiter:
         self._breaker = Breaker(self.settings.breaker_seconds)
         self._started = False
         self._fallbacks = 0
+        self._metrics = open_metrics(self.settings)
+        self._outcomes = Outcomes(self._metrics)
+        self._source: Source | None = None
+        if self._metrics is not None:
+            self.registry.listeners.append(self._metrics.reloaded)
+            self._source = Source(lambda: self.registry.snapshot, lambda: self._breaker.is_open)
 
     @classmethod
     def from_settings(cls, path: str | Path | None = None, **overrides: Any) -> Self:
@@ -264,9 +375,11 @@ class GatewayLimiter:
         try:
             self.backend.prepare()
         except BackendError as e:
-            self._breaker.failed(e)  # start anyway: the failure policy decides meanwhile
+            self._backend_failed(e)  # start anyway: the failure policy decides meanwhile
         summary = self.registry.start()
         self._started = True
+        if self._metrics is not None and self._source is not None:
+            self._metrics.attach(self._source)
         return summary
 
     def reload(self) -> ReloadSummary:
@@ -276,6 +389,8 @@ class GatewayLimiter:
     def close(self) -> None:
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
         self._started = False
+        if self._metrics is not None and self._source is not None:
+            self._metrics.detach(self._source)
         self.registry.close()
         self.backend.close()
 
@@ -307,29 +422,47 @@ class GatewayLimiter:
         """Decide without sleeping: the verdict, whose ``wait`` (µs) the caller must honour.
 
         ``timeout=None`` here means the row's ``cache``; ``key`` is the caller, for
-        per-caller limits.
+        per-caller limits. A shadow rule's verdict is always allowed, with no wait.
         """
+        return self._reserve(url, permits, timeout, key)[0]
+
+    def _reserve(self, url: str, permits: int, timeout: float | None, key: str | None) -> Outcome:
         check_args(url, permits, timeout, key)
         if not self._started:
             raise NotStarted("call start() (or use 'with GatewayLimiter(...)') first")
-        rule = route(self.registry.snapshot, url)
+        snapshot = self.registry.snapshot
+        rule = route(snapshot, url)
         if rule is None:
-            return ADMIT
+            return self._outcomes.unlimited(snapshot, url)
         if rule.closed:
-            return REFUSE
-        return self._decide(rule, permits, rule.cache if timeout is None else timeout, key)
+            verdict, reason = REFUSE, CLOSED
+        else:
+            budget = rule.cache if timeout is None else timeout
+            verdict, reason = self._decide(rule, permits, budget, key)
+        if rule.shadow or self._metrics is not None:
+            return self._outcomes.settle(rule, verdict, reason)
+        return verdict, reason, rule
 
-    def _decide(self, rule: Rule, permits: int, timeout: float | None, key: str | None) -> Verdict:
+    def _decide(
+        self, rule: Rule, permits: int, timeout: float | None, key: str | None
+    ) -> tuple[Verdict, str]:
         if self._breaker.allows():
             try:
                 verdict = self.backend.reserve(rule, permits, timeout, key)
             except BackendError as e:
-                self._breaker.failed(e)
+                self._backend_failed(e)
             else:
                 self._breaker.succeeded()
-                return verdict
+                return verdict, ADMITTED if verdict.allowed else LIMITED
         self._fallbacks += 1  # off the hot path: only while the backend is failing
-        return self.policy.decide(rule, permits, timeout, key)
+        if self._metrics is not None:
+            self._metrics.fallback()
+        return self.policy.decide(rule, permits, timeout, key), BACKEND_FALLBACK
+
+    def _backend_failed(self, error: BackendError) -> None:
+        self._breaker.failed(error)
+        if self._metrics is not None:
+            self._metrics.backend_error()
 
     def try_acquire(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
@@ -338,28 +471,56 @@ class GatewayLimiter:
         ``cache``): wait, then True. Otherwise False at once, with nothing reserved.
 
         ``key`` names the caller (an IP, a channel): rows with ``perCaller = 1`` give
-        each key its own limits; other rows ignore it.
+        each key its own limits; other rows ignore it. Always ``decide(...).allowed``,
+        without building the Decision.
         """
-        verdict = self.reserve(url, permits, timeout, key)
+        verdict = self._reserve(url, permits, timeout, key)[0]
         if verdict.allowed and verdict.wait > 0:
             time.sleep(verdict.wait / MICROS)
         return verdict.allowed
+
+    def decide(
+        self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+    ) -> Decision:
+        """``try_acquire``, answering with the whole Decision: allowed or not, why, the
+        seconds waited, when to retry, permits left and the limit (see ``Decision``;
+        ``Decision.headers()`` gives the HTTP headers)."""
+        verdict, reason, rule = self._reserve(url, permits, timeout, key)
+        if verdict.allowed and verdict.wait > 0:
+            time.sleep(verdict.wait / MICROS)
+        if rule is None:
+            return decision_of(verdict, reason, None, 0.0, 0.0)
+        budget = rule.cache if timeout is None else timeout
+        return decision_of(verdict, reason, rule, budget, self.settings.breaker_seconds)
 
     def acquire(self, url: str, permits: int = 1, key: str | None = None) -> float:
         """Take ``permits`` for ``url`` however long it takes; returns the seconds waited.
 
         Raises InterfaceClosed for a closed interface (it would never return), and
-        ValueError for more permits than a window of the interface can ever hold.
+        ValueError for more permits than a window of the interface can ever hold. A
+        shadow rule returns 0.0 at once (its wait and refusals are only counted).
         """
         check_args(url, permits, None, key)
         if not self._started:
             raise NotStarted("call start() (or use 'with GatewayLimiter(...)') first")
-        rule = route(self.registry.snapshot, url)
+        snapshot = self.registry.snapshot
+        rule = route(snapshot, url)
         if rule is None:
+            self._outcomes.unlimited(snapshot, url)
             return 0.0
         if rule.closed:
+            verdict, reason = REFUSE, CLOSED
+        else:
+            try:
+                verdict, reason = self._decide(rule, permits, None, key)
+            except BackendUnavailable:
+                if not rule.shadow:
+                    raise
+                verdict, reason = REFUSE, BACKEND_FALLBACK  # a shadow rule never stops a call
+        verdict, reason, _ = self._outcomes.settle(rule, verdict, reason)
+        if reason == CLOSED:
             raise InterfaceClosed(f"interface {url!r} is closed (rateLimit 0)")
-        seconds = waited_seconds(self._decide(rule, permits, None, key), rule, permits)
+        seconds = waited_seconds(verdict, rule, permits)  # ValueError: more than a window
         if seconds > 0:
             time.sleep(seconds)
         return seconds

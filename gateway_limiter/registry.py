@@ -4,14 +4,16 @@ A reload reads every row and the switch, builds a new immutable ``Snapshot`` and
 assigns it to ``registry.snapshot``. The decision path reads that attribute and never
 takes a lock. A reload that cannot read the database keeps the last good snapshot,
 logs once per outage, and the next tick tries again.
+
+Listeners (``Registry.listeners``) hear of every reload, good or failed; the metrics
+count reloads that way, whoever started them (the scheduler, ``reload()``, the CLI).
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -19,11 +21,10 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, NoSuchTableError, SQLAlchemyError
 
+from .logs import OUTAGE_REPORT_SECONDS, Throttle, held_back, log
 from .rules import Rule, Skipped, build_rules
 from .settings import Settings, mask_secrets
 from .table import make_engine, read_rows, read_switch
-
-log = logging.getLogger("gateway_limiter")
 
 #: Spread reloads of a fleet so they do not hit the database in the same instant.
 RELOAD_JITTER = 0.1  # as a fraction of reload_interval
@@ -40,6 +41,8 @@ class Snapshot:
     skipped: tuple[Skipped, ...] = ()
     #: time.time() of the reload that built it; None before any successful reload.
     loaded_at: float | None = None
+    #: URLs whose rows are all disabled: admitted unlimited, but "disabled", not unknown.
+    disabled: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,10 @@ class Registry:
         self._db_down = False
         self._switch_table_missing = False
         self._scheduler: Any = None
+        self._outages = Throttle(OUTAGE_REPORT_SECONDS)
+        self._outage_reported = False
+        #: Called with the summary of every reload, good or failed (metrics count them).
+        self.listeners: list[Callable[[ReloadSummary], None]] = []
 
     @property
     def engine(self) -> Engine:
@@ -95,23 +102,30 @@ class Registry:
     def reload(self) -> ReloadSummary:
         """Read the table now and swap the new snapshot in; never raises for the database."""
         with self._reload_lock:  # one reload at a time (the scheduler and a caller may race)
-            try:
-                rows = read_rows(self._engine)
-            except SQLAlchemyError as e:
-                return self._failed(e)
-            stored_switch = self._read_switch()
-            ruleset = build_rules(rows, self.settings.default_cache)
-            switch = self.settings.switch if stored_switch is None else stored_switch
-            new = Snapshot(
-                rules=ruleset.rules,
-                switch=switch,
-                switch_source="settings" if stored_switch is None else "database",
-                skipped=ruleset.skipped,
-                loaded_at=time.time(),
-            )
-            old = self.snapshot
-            self.snapshot = new  # the one assignment the decision path sees
-            return self._succeeded(old, new)
+            summary = self._reload()
+        for listener in self.listeners:
+            listener(summary)
+        return summary
+
+    def _reload(self) -> ReloadSummary:
+        try:
+            rows = read_rows(self._engine)
+        except SQLAlchemyError as e:
+            return self._failed(e)
+        stored_switch = self._read_switch()
+        ruleset = build_rules(rows, self.settings.default_cache)
+        switch = self.settings.switch if stored_switch is None else stored_switch
+        new = Snapshot(
+            rules=ruleset.rules,
+            switch=switch,
+            switch_source="settings" if stored_switch is None else "database",
+            skipped=ruleset.skipped,
+            loaded_at=time.time(),
+            disabled=ruleset.disabled,
+        )
+        old = self.snapshot
+        self.snapshot = new  # the one assignment the decision path sees
+        return self._succeeded(old, new)
 
     def _read_switch(self) -> bool | None:
         try:
@@ -132,15 +146,26 @@ class Registry:
 
     def _failed(self, error: BaseException) -> ReloadSummary:
         reason = describe_db_error(error)
-        never_loaded = self.snapshot.loaded_at is None
-        if never_loaded and not self._db_down:
+        if self.snapshot.loaded_at is None and not self._db_down:
             log.error(
                 "cannot load limits from the database (%s): NO LIMITS IN FORCE, every call "
                 "is admitted until a reload succeeds",
                 reason,
             )
+            self._outage_reported = True
         elif not self._db_down:
-            log.error("cannot reload limits (%s); keeping the last good limits", reason)
+            # Once per outage; and a database that comes and goes is reported at most
+            # once per OUTAGE_REPORT_SECONDS, with a count of the outages in between.
+            held = self._outages.ready("database")
+            self._outage_reported = held is not None
+            if held is not None:
+                log.error(
+                    "cannot reload limits (%s); keeping the last good limits%s",
+                    reason,
+                    held_back(held),
+                )
+            else:
+                log.debug("cannot reload limits (%s); keeping the last good limits", reason)
         else:
             log.debug("reload still failing: %s", reason)
         self._db_down = True
@@ -150,7 +175,8 @@ class Registry:
 
     def _succeeded(self, old: Snapshot, new: Snapshot) -> ReloadSummary:
         if self._db_down:
-            log.warning("database reachable again; limits reloaded")
+            if self._outage_reported:
+                log.warning("database reachable again; limits reloaded")
             self._db_down = False
         added = tuple(sorted(u for u in new.rules if u not in old.rules))
         removed = tuple(sorted(u for u in old.rules if u not in new.rules))

@@ -20,6 +20,15 @@ A supplier's cap is never exceeded because someone inserted a second row by mist
 it needs ``periodSeconds = 1`` and ``perCaller = 0``, and a warm_up row on a URL that
 has other limits is skipped (the others apply): a call's wait under warm-up depends on
 when it goes, which the other limits decide, so no exact common answer exists.
+
+A shadow row (``shadow = 1``) is decided and counted, never enforced. An enforced row
+always wins over a shadow row for the same period and scope, so a row on trial can never
+lift a limit in force; an interface whose limits are all shadow is on trial as a whole,
+and shadow rows beside enforced limits of other periods or scopes are skipped with a
+warning (one call cannot be half enforced).
+
+Disabled rows make no rule, but their URLs are kept (``RuleSet.disabled``) so that a
+decision can say "disabled" rather than "not configured".
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ class Rule:
     period: int = 1  # seconds that ``rate`` permits are for
     per_caller: bool = False  # True: each caller key has its own state
     also: tuple[Rule, ...] = ()  # the interface's other limits
+    shadow: bool = False  # decided and counted, never enforced (the call always goes ahead)
 
     @property
     def closed(self) -> bool:
@@ -106,6 +116,8 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         return Skipped(row.config_id, f"status {row.status!r} is not 0 or 1")
     if row.status == 0:
         return None
+    if row.shadow not in (None, 0, 1):
+        return Skipped(row.config_id, f"shadow {row.shadow!r} is not 0 or 1")
     url = row.interface_url
     if url is None or url == "":
         return Skipped(row.config_id, "interfaceUrl is empty")
@@ -141,6 +153,7 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         warmup=float(row.warmup_period or 0.0),
         period=period,
         per_caller=bool(per_caller),
+        shadow=bool(row.shadow),
     )
 
 
@@ -180,7 +193,8 @@ def scope_text(period: int, per_caller: bool) -> str:
 
 
 def _stricter(a: Rule, b: Rule) -> Rule:
-    return min(a, b, key=lambda r: (r.rate, r.config_id))
+    # Enforced before shadow (False < True), then the lower rate, then the lower configId.
+    return min(a, b, key=lambda r: (r.shadow, r.rate, r.config_id))
 
 
 def interface_rule(limits: Iterable[Rule]) -> Rule:
@@ -202,6 +216,8 @@ class RuleSet:
 
     rules: Mapping[str, Rule]
     skipped: tuple[Skipped, ...] = field(default=())
+    #: URLs whose rows are all disabled (``status = 0``): not limited, but configured.
+    disabled: frozenset[str] = frozenset()
 
 
 def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
@@ -210,9 +226,12 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
     # url -> (period, per caller) -> the row's limit
     limits: dict[str, dict[tuple[int, bool], Rule]] = {}
     skipped: list[Skipped] = []
+    disabled: set[str] = set()
     for row in rows:
         outcome = rule_from_row(row, default_cache)
         if outcome is None:
+            if row.interface_url:
+                disabled.add(row.interface_url)
             continue
         if isinstance(outcome, Skipped):
             skipped.append(outcome)
@@ -227,16 +246,33 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
         loser = outcome if winner is other else other
         slots[slot] = winner
         where = "" if slot == (1, False) else f" ({scope_text(*slot)})"
+        why = "is stricter"
+        if loser.shadow != winner.shadow:
+            why = "is enforced (this one is shadow)"
         skipped.append(
             Skipped(
                 loser.config_id,
                 f"duplicate enabled row for {outcome.url!r}{where}: configId "
-                f"{winner.config_id} (rateLimit {winner.rate}) is stricter and applies",
+                f"{winner.config_id} (rateLimit {winner.rate}) {why} and applies",
             )
         )
     rules: dict[str, Rule] = {}
     for url, slots in limits.items():
         chosen = list(slots.values())
+        enforced = [r for r in chosen if not r.shadow]
+        if enforced and len(enforced) < len(chosen):
+            applies = ", ".join(str(r.config_id) for r in enforced)
+            skipped.extend(
+                Skipped(
+                    r.config_id,
+                    f"shadow row beside enforced limits of {url!r} (configId {applies} "
+                    "apply): a call is enforced or on trial as a whole; make every row "
+                    "of the URL shadow to trial them together",
+                )
+                for r in chosen
+                if r.shadow
+            )
+            chosen = enforced
         if len(chosen) > 1:
             others = [r for r in chosen if r.algorithm != WARM_UP]
             applies = ", ".join(str(r.config_id) for r in others)
@@ -252,4 +288,4 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
             )
             chosen = others
         rules[url] = interface_rule(chosen)
-    return RuleSet(MappingProxyType(rules), tuple(skipped))
+    return RuleSet(MappingProxyType(rules), tuple(skipped), frozenset(disabled - rules.keys()))

@@ -63,6 +63,8 @@ class Settings:
     redis_pool_size: int = 64
     #: After a Redis failure, decide by ``on_backend_error`` for this long, then probe.
     breaker_seconds: float = 1.0
+    #: Record Prometheus metrics when prometheus-client is installed (gateway_limiter.metrics).
+    metrics: bool = True
 
     def __post_init__(self) -> None:
         _validate(self)

@@ -108,6 +108,8 @@ class RateLimitConf(Base):
     per_caller: Mapped[int] = mapped_column(
         "perCaller", _TINYINT1, nullable=False, server_default="0"
     )
+    # Revision 0005
+    shadow: Mapped[int] = mapped_column("shadow", _TINYINT1, nullable=False, server_default="0")
 
 
 class LimiterSwitch(Base):
@@ -165,6 +167,7 @@ class ConfRow:
     warmup_period: float | None = None
     period_seconds: int | None = None
     per_caller: int | None = None
+    shadow: int | None = None
 
 
 _ROW_FIELDS = {
@@ -181,6 +184,7 @@ _ROW_FIELDS = {
     "warmupPeriod": "warmup_period",
     "periodSeconds": "period_seconds",
     "perCaller": "per_caller",
+    "shadow": "shadow",
 }
 
 

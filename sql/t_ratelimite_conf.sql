@@ -24,6 +24,10 @@ alter table t_ratelimite_conf
 alter table t_ratelimite_conf
     add column periodSeconds INT(11)    NOT NULL DEFAULT 1, -- rateLimit permits per this many seconds
     add column perCaller     TINYINT(1) NOT NULL DEFAULT 0; -- 1: each caller key has its own bucket
+-- Revision 0005: shadow mode. 1 = decide and count as usual, but always admit the call
+-- (a new limit on trial: refusals it would make are counted and logged, not enforced).
+alter table t_ratelimite_conf
+    add column shadow TINYINT(1) NOT NULL DEFAULT 0;
 
 -- The global switch: one row. enabled NULL = follow the `switch` setting,
 -- 1 = limiting on, 0 = limiting off for every process at its next reload.

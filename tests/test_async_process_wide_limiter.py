@@ -137,3 +137,13 @@ async def test_module_level_coroutines_pass_the_caller_key(
         assert 0.9 <= await aio.acquire("/per-caller", key="c") <= 1.01
     finally:
         await aio.aclose_default()
+
+
+async def test_module_level_decide_answers_with_the_decision(sqlite_limits: None) -> None:
+    try:
+        decisions = [await aio.decide("/m") for _ in range(6)]
+        assert [d.allowed for d in decisions] == [True] * 5 + [False]
+        assert decisions[0].headers()["X-RateLimit-Remaining"] == "4"
+        assert decisions[-1].reason == "limited"
+    finally:
+        await aio.aclose_default()

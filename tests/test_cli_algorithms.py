@@ -409,8 +409,9 @@ def test_conf_list_shows_the_algorithm_columns_and_what_each_row_does(
 
     def cells(url: str) -> list[str]:
         line = next(line for line in lines if f" {url} " in line)
-        # configId channelType interfaceNo interfaceUrl rateLimit cache status date time ...
-        return line.split()[9:]
+        # configId channelType interfaceNo interfaceUrl rateLimit cache status shadow date
+        # time ...
+        return line.split()[10:]
 
     assert cells("/tb")[:5] == ["token_bucket", "40", "NULL", "1", "0"]
     assert " ".join(cells("/tb")[5:]) == "20/s, burst 40, wait <= 0.2 s"
@@ -449,7 +450,8 @@ def test_status_shows_each_algorithm_with_its_live_state(
     tmp_path: Path,
 ) -> None:
     db, engine = migrated_any_db
-    insert(engine, "/tb", rateLimit=10, cache=0.5, maxPermits=4)
+    # 1/s: the 4 permits taken need 4 s to come back, longer than this test on a loaded host
+    insert(engine, "/tb", rateLimit=1, cache=0.5, maxPermits=4)
     insert(engine, "/sw", rateLimit=5, cache=0.0, algorithm="sliding_window")
     insert(engine, "/wu", rateLimit=20, cache=0.5, algorithm="warm_up", warmupPeriod=2.0)
     settings = tmp_path / "settings.toml"
@@ -470,15 +472,17 @@ def test_status_shows_each_algorithm_with_its_live_state(
         return next(line for line in ran.out.splitlines() if line.startswith(url + " ")).split()
 
     tb = cells("/tb")
-    # interfaceUrl configId rate/s cache capacity stored debt algorithm state...
-    assert (tb[2], tb[4], tb[7]) == ("10", "4", "token_bucket")
+    # interfaceUrl configId rate/s cache capacity stored debt next-free algorithm state...
+    assert (tb[2], tb[4], tb[8]) == ("1", "4", "token_bucket")
     assert 0 <= float(tb[5]) < 4  # 4 - 4, plus what refilled since
+    assert 0 <= float(tb[7]) <= 1000  # the next permit: at most one interval (1 s) away
     sw = cells("/sw")
-    assert (sw[4], sw[5], sw[6], sw[7]) == ("5", "-", "-", "sliding_window")
+    assert (sw[4], sw[5], sw[6], sw[7], sw[8]) == ("5", "-", "-", "-", "sliding_window")
     assert "at most 5 in any 1 s" in " ".join(sw)
     wu = cells("/wu")
     # A warm-up bucket holds rate x warmupPeriod = 40 permits; one used, still cold.
-    assert (wu[4], wu[7]) == ("40", "warm_up")
+    assert (wu[4], wu[8]) == ("40", "warm_up")
+    assert float(wu[7]) > 1000 / 20  # cold: a permit costs more than the stable interval
     assert 38 < float(wu[5]) <= 40
     assert "cold: paced below the rate until warm" in " ".join(wu)
 

@@ -204,7 +204,7 @@ def test_conf_list_shows_period_and_scope_and_what_each_row_adds(
     assert ran.code == 0, ran.err
     lines = ran.out.splitlines()
     assert lines[1].split()[-3:] == ["periodSeconds", "perCaller", "effect"]
-    cells = [line.split()[9:] for line in lines[2:5]]
+    cells = [line.split()[10:] for line in lines[2:5]]  # after ... status shadow
     # algorithm maxPermits warmupPeriod periodSeconds perCaller effect...
     assert [c[3:5] for c in cells] == [["1", "0"], ["60", "0"], ["1", "1"]]
     effects = [" ".join(c[5:]) for c in cells]

@@ -205,7 +205,7 @@ def test_conf_list_shows_every_row_and_the_same_skips_as_the_reload(
     lines = ran.out.splitlines()
     assert lines[0] == "switch: on (settings default)"
     header = lines[1].split()
-    assert header[:8] == [
+    assert header[:9] == [
         "configId",
         "channelType",
         "interfaceNo",
@@ -213,6 +213,7 @@ def test_conf_list_shows_every_row_and_the_same_skips_as_the_reload(
         "rateLimit",
         "cache",
         "status",
+        "shadow",
         "lastModifyTime",
     ]
     good_line = next(line for line in lines if "/ibe/flight/search" in line)

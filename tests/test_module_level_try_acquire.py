@@ -79,3 +79,11 @@ def test_module_level_functions_pass_the_caller_key(
     assert gateway_limiter.try_acquire("/per-caller", timeout=0, key="b")
     assert gateway_limiter.acquire("/per-caller", key="c") == 0.0
     assert 0.9 <= gateway_limiter.acquire("/per-caller", key="c") <= 1.01
+
+
+def test_module_level_decide_answers_with_the_decision(settings_file: Path) -> None:
+    decisions = [gateway_limiter.decide("/m") for _ in range(11)]
+    assert [d.reason for d in decisions[:10]] == ["admitted"] * 10
+    assert decisions[0].headers() == {"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "9"}
+    assert decisions[-1].reason == "limited"  # cache 0: no wait allowed
+    assert gateway_limiter.decide("/nowhere") == gateway_limiter.Decision(True, "not_configured")

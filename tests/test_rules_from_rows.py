@@ -3,6 +3,8 @@ each URL's limits (periods, per caller) gathered into one Rule."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gateway_limiter.rules import MAX_PERIOD, Rule, build_rules
@@ -168,3 +170,56 @@ def test_warm_up_beside_other_limits_of_its_url_is_skipped_and_the_others_apply(
     assert "warm_up cannot be combined with other limits of '/a' (configId 2 apply)" in (
         skip.reason
     )
+
+
+def test_shadow_rows_become_shadow_rules_and_bad_shadow_values_are_skipped() -> None:
+    rows = [
+        dataclasses.replace(row(1), shadow=1),
+        dataclasses.replace(row(2, url="/b"), shadow=0),
+        dataclasses.replace(row(3, url="/c"), shadow=None),  # a schema before revision 0005
+        dataclasses.replace(row(4, url="/d"), shadow=2),
+    ]
+    ruleset = build_rules(rows, 0.5)
+    shadows = {u: r.shadow for u, r in ruleset.rules.items()}
+    assert shadows == {"/a": True, "/b": False, "/c": False}
+    assert [str(s) for s in ruleset.skipped] == ["configId 4: shadow 2 is not 0 or 1"]
+
+
+def test_an_enforced_row_beats_a_stricter_shadow_row() -> None:
+    strict_shadow = dataclasses.replace(row(1, rate=2), shadow=1)
+    ruleset = build_rules([strict_shadow, row(2, rate=50)], 0.5)
+    assert (ruleset.rules["/a"].rate, ruleset.rules["/a"].shadow) == (50, False)
+    reason = ruleset.skipped[0].reason
+    assert "configId 2 (rateLimit 50) is enforced (this one is shadow)" in reason
+    both_shadow = [
+        dataclasses.replace(row(1, rate=2), shadow=1),
+        dataclasses.replace(row(2), shadow=1),
+    ]
+    assert build_rules(both_shadow, 0.5).rules["/a"].rate == 2  # same mode: stricter wins
+
+
+def test_urls_with_only_disabled_rows_are_remembered_as_disabled() -> None:
+    rows = [row(1, url="/off", status=0), row(2, url="/on"), row(3, url="/on", status=0)]
+    ruleset = build_rules(rows, 0.5)
+    assert ruleset.disabled == frozenset({"/off"})  # /on has an enabled row: it is a rule
+
+
+def test_a_shadow_row_beside_enforced_limits_of_other_periods_is_skipped() -> None:
+    rows = [row(1, rate=5), dataclasses.replace(row(2, rate=100, period=60), shadow=1)]
+    ruleset = build_rules(rows, 0.5)
+    rule = ruleset.rules["/a"]
+    assert [r.config_id for r in rule.limits] == [1] and not rule.shadow
+    (skip,) = ruleset.skipped
+    assert skip.config_id == 2
+    assert "shadow row beside enforced limits of '/a' (configId 1 apply)" in skip.reason
+
+
+def test_an_interface_whose_limits_are_all_shadow_is_on_trial_as_a_whole() -> None:
+    rows = [
+        dataclasses.replace(row(1, rate=5), shadow=1),
+        dataclasses.replace(row(2, rate=100, period=60), shadow=1),
+    ]
+    ruleset = build_rules(rows, 0.5)
+    rule = ruleset.rules["/a"]
+    assert ruleset.skipped == ()
+    assert [r.config_id for r in rule.limits] == [1, 2] and rule.shadow

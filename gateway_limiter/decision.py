@@ -1,0 +1,122 @@
+"""What one decision was, and why: ``Decision``, its reasons, and its HTTP headers.
+
+``try_acquire`` answers yes or no. A gateway that answers HTTP wants more: how long
+the call waited, when a refused caller may try again, how many permits are left, and
+why (so a refusal by a closed interface is not mistaken for one by a busy one).
+``GatewayLimiter.decide`` returns a ``Decision`` with all of that;
+``decide(...).allowed`` is always what ``try_acquire(...)`` would have returned.
+
+Every decision has exactly one reason:
+
+=================== ======= ===============================================================
+reason              allowed when
+=================== ======= ===============================================================
+``admitted``        yes     the bucket had room, within the wait budget (``waited`` s)
+``limited``         no      the wait would exceed the budget; nothing was reserved
+``closed``          no      the row's ``rateLimit`` is 0
+``shadow``          yes     a shadow row would have refused (``limited`` or ``closed``)
+``backend_fallback`` either  Redis was unreachable; ``on_backend_error`` decided
+``switch_off``      yes     the global switch is off: nothing is limited
+``not_configured``  yes     no row for this URL (or only rows the reload skipped)
+``disabled``        yes     the URL's rows all have ``status = 0``
+=================== ======= ===============================================================
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final, NamedTuple
+
+from .bucket import MICROS, Verdict
+from .rules import SLIDING_WINDOW, Rule
+
+ADMITTED: Final = "admitted"
+LIMITED: Final = "limited"
+CLOSED: Final = "closed"
+SHADOW: Final = "shadow"
+BACKEND_FALLBACK: Final = "backend_fallback"
+SWITCH_OFF: Final = "switch_off"
+NOT_CONFIGURED: Final = "not_configured"
+DISABLED: Final = "disabled"
+#: Every reason a decision can have.
+REASONS: Final = (
+    ADMITTED,
+    LIMITED,
+    CLOSED,
+    SHADOW,
+    BACKEND_FALLBACK,
+    SWITCH_OFF,
+    NOT_CONFIGURED,
+    DISABLED,
+)
+
+#: The verdicts of calls decided without a bucket (unlimited, closed, allow/deny policy).
+ADMIT: Final = Verdict(True, 0.0, 0.0)
+REFUSE: Final = Verdict(False, 0.0, 0.0)
+
+
+class Decision(NamedTuple):
+    """One decision: whether the call may go ahead, and what a caller may tell its client.
+
+    ``waited``: seconds the call waited before going ahead (0 when refused).
+    ``retry_after``: when refused, seconds after which the same call would fit its wait
+    budget if nobody else took permits meanwhile; None when allowed, or when waiting
+    cannot help (a closed interface, more permits than the limit can ever give).
+    ``remaining``: whole permits left in the bucket after this call; None when the
+    call is not limited, or the algorithm keeps no count (``sliding_window``), or the
+    failure policy ``allow``/``deny`` decided.
+    ``limit``: the row's ``rateLimit`` (permits per second); None when not limited.
+    ``shadow``: the rule is in shadow mode: decided and counted, never enforced.
+    """
+
+    allowed: bool
+    reason: str
+    waited: float = 0.0
+    retry_after: float | None = None
+    remaining: int | None = None
+    limit: int | None = None
+    shadow: bool = False
+
+    def headers(self) -> dict[str, str]:
+        """``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` and (refused) ``Retry-After``.
+
+        Empty when the call is not limited, and for a shadow rule: a limit on trial
+        must not change what clients see. ``Retry-After`` is whole seconds, at least 1.
+        """
+        if self.limit is None or self.shadow:
+            return {}
+        headers = {"X-RateLimit-Limit": str(self.limit)}
+        if self.remaining is not None:
+            headers["X-RateLimit-Remaining"] = str(self.remaining)
+        if not self.allowed and self.retry_after is not None:
+            headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
+        return headers
+
+
+def decision_of(
+    verdict: Verdict, reason: str, rule: Rule | None, budget: float, fallback_retry: float
+) -> Decision:
+    """The Decision of a verdict already honoured (any wait slept).
+
+    ``budget``: the wait budget the call had, in seconds. ``fallback_retry``: what
+    ``retry_after`` is when the ``deny`` policy refused (the breaker's next probe).
+    """
+    if rule is None:
+        return Decision(verdict.allowed, reason)
+    if verdict.allowed:
+        waited, retry_after = verdict.wait / MICROS, None
+    else:
+        waited = 0.0
+        if reason == CLOSED or math.isinf(verdict.wait):
+            retry_after = None
+        elif verdict is REFUSE:
+            retry_after = fallback_retry
+        else:
+            retry_after = max(0.0, verdict.wait / MICROS - budget)
+    if rule.closed:
+        remaining: int | None = 0
+    elif verdict is ADMIT or verdict is REFUSE or rule.algorithm == SLIDING_WINDOW:
+        remaining = None
+    else:
+        remaining = int(verdict.stored)
+    return Decision(verdict.allowed, reason, waited, retry_after, remaining, rule.rate, rule.shadow)

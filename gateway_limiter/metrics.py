@@ -1,0 +1,419 @@
+"""Prometheus metrics, when prometheus-client is installed (``gateway-limiter[metrics]``).
+
+Every limiter with the setting ``metrics = true`` (the default) records into the
+process's default Prometheus registry, so an application that already exposes
+``prometheus_client.REGISTRY`` shows them with no further code; ``serve()`` (or
+``gateway-limiter serve-metrics``) exposes it over HTTP otherwise. Without
+prometheus-client nothing is recorded and a decision costs what it always did.
+
+=========================================== ========= ==========================================
+name                                        type      what
+=========================================== ========= ==========================================
+``gateway_limiter_decisions_total``         counter   decisions, by ``interface``, ``outcome``
+                                                      (admitted, refused) and ``reason``
+``gateway_limiter_wait_seconds``            histogram waits granted to admitted calls on
+                                                      limited interfaces, by ``interface``
+``gateway_limiter_backend_errors_total``    counter   Redis calls that failed
+``gateway_limiter_backend_fallbacks_total`` counter   decisions made by ``on_backend_error``
+``gateway_limiter_backend_fallback``        gauge     1 while ``on_backend_error`` decides
+``gateway_limiter_reloads_total``           counter   reloads, by ``outcome`` (ok, failed)
+``gateway_limiter_reload_age_seconds``      gauge     seconds since the last good reload
+``gateway_limiter_rules_in_force``          gauge     rules loaded (shadow ones included)
+``gateway_limiter_shadow_rules``            gauge     of those, rules in shadow mode
+``gateway_limiter_rows_skipped``            gauge     rows the last reload skipped as invalid
+``gateway_limiter_switch_on``               gauge     the global switch: 1 on, 0 off
+``gateway_limiter_rule_permits_per_second`` gauge     each rule's ``rateLimit``, by ``interface``
+``gateway_limiter_bucket_*``                gauge     live bucket state by ``interface``
+                                                      (``serve-metrics`` only; see there)
+=========================================== ========= ==========================================
+
+Counters are totals for the process. Gauges describe the most recently started
+limiter that is still open (a process normally has one) and are computed when
+Prometheus scrapes, so they cost a decision nothing.
+
+Label values stay few: ``interface`` is the URL of a row in the table (a rule in force,
+or a disabled row), or ``<unconfigured>`` for every other URL a caller passes; caller
+identities never become labels.
+
+What a decision pays: the two metrics recorded on the decision path (decisions, waits)
+are not prometheus_client objects, whose every increment takes a lock (a counter
+``inc`` plus a histogram ``observe`` cost about 2-3 µs here, as much as the rest of the
+limiter's Python). Each label combination gets a ``Tally``, bound once and found with
+one dict lookup, and bumped with one C call and no lock; an admitted call with no wait
+(the common case) bumps one more. Only a call that is told to wait takes a lock to add
+its wait to the histogram, and it is about to sleep anyway. The registry reads them
+when Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import threading
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from .bucket import MICROS
+from .registry import ReloadSummary, Snapshot
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.registry import CollectorRegistry
+
+try:
+    import prometheus_client
+except ImportError:  # the optional extra is not installed: no metrics
+    prometheus_client = None  # type: ignore[assignment]
+
+PREFIX: Final = "gateway_limiter_"
+#: The ``interface`` label of every URL that has no row in the table.
+UNCONFIGURED: Final = "<unconfigured>"
+#: Wait histogram buckets, seconds: 0 (no wait) up to the largest ``cache`` (9.99 s).
+WAIT_BUCKETS: Final = (0.0, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class MetricsUnavailable(RuntimeError):
+    """prometheus-client is not installed."""
+
+
+def interface_label(snapshot: Snapshot, url: str) -> str:
+    """``url`` when the table has a row for it (enabled or disabled), else UNCONFIGURED.
+
+    Any string a caller passes could otherwise become a label value, without bound.
+    """
+    if url in snapshot.rules or url in snapshot.disabled:
+        return url
+    return UNCONFIGURED
+
+
+class BucketSample(NamedTuple):
+    """One bucket's live state, for the ``gateway_limiter_bucket_*`` gauges."""
+
+    url: str
+    stored: float  # permits saved up now
+    debt: float  # seconds of queued debt
+    next_free: float | None  # seconds until one permit would be granted; None: unknown
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Source:
+    """Where the gauges come from: a limiter's snapshot, breaker, and (optionally) buckets."""
+
+    snapshot: Callable[[], Snapshot]
+    fallback: Callable[[], bool]
+    #: Set by ``serve-metrics`` only: peeks every bucket in Redis at each scrape.
+    buckets: Callable[[], Iterable[BucketSample]] | None = None
+
+
+class Tally:
+    """A count bumped without a lock: ``bump()`` is ``next()`` on an ``itertools.count``,
+    one C call that holds the GIL throughout, so concurrent bumps are never lost.
+
+    The count is read back from the counter's repr (``count(41)``): the one way to
+    read an ``itertools.count`` without bumping it.
+    """
+
+    __slots__ = ("_count", "bump")
+
+    def __init__(self) -> None:
+        self._count = itertools.count()
+        #: Add one (the bound ``__next__``: no Python frame on the decision path).
+        self.bump: Callable[[], int] = self._count.__next__
+
+    @property
+    def value(self) -> int:
+        """How many bumps so far."""
+        return int(repr(self._count)[len("count(") : -1])
+
+
+#: The finite upper bounds of the wait histogram's buckets above 0.
+_BOUNDS: Final = WAIT_BUCKETS[1:]
+#: Every bucket's ``le`` label as Prometheus writes it ("0.0", "0.001", ..., "+Inf").
+_LE: Final = (*(repr(b) for b in WAIT_BUCKETS), "+Inf")
+
+
+class WaitHistogram:
+    """Waits of one interface: no-wait calls in a Tally, the rest under a lock."""
+
+    __slots__ = ("_counts", "_lock", "_sum", "no_wait")
+
+    def __init__(self) -> None:
+        self.no_wait = Tally()
+        self._lock = threading.Lock()
+        self._counts = [0] * (len(_BOUNDS) + 1)  # per bucket above 0, the last one +Inf
+        self._sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        """Count a wait of ``seconds`` (> 0)."""
+        i = bisect_left(_BOUNDS, seconds)  # the first bucket whose bound is >= seconds
+        with self._lock:
+            self._counts[i] += 1
+            self._sum += seconds
+
+    def buckets(self) -> tuple[list[tuple[str, float]], float]:
+        """Cumulative buckets in Prometheus' form (``le`` text, count), and the sum."""
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        running = self.no_wait.value
+        cumulative = [(_LE[0], float(running))]
+        for le, count in zip(_LE[1:], counts, strict=True):
+            running += count
+            cumulative.append((le, float(running)))
+        return cumulative, total
+
+
+class ProcessMetrics:
+    """The process's metrics on one registry: tallies for the decision path, counters
+    for the rest, gauges computed on scrape."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        assert prometheus_client is not None
+        from prometheus_client import Counter
+
+        self.backend_errors = Counter(
+            PREFIX + "backend_errors", "Redis calls that failed.", registry=registry
+        )
+        self.backend_fallbacks = Counter(
+            PREFIX + "backend_fallbacks",
+            "Decisions made by on_backend_error because Redis could not be asked.",
+            registry=registry,
+        )
+        self.reloads = Counter(
+            PREFIX + "reloads", "Reloads of the limits, by outcome.", ["outcome"], registry=registry
+        )
+        for outcome in ("ok", "failed"):  # both series exist from the start, at 0
+            self.reloads.labels(outcome=outcome)
+        # (interface, reason, allowed) -> its tally; interface -> its waits.
+        self._decided: dict[tuple[str, str, bool], Tally] = {}
+        self._bumps: dict[tuple[str, str, bool], Callable[[], int]] = {}
+        self._waited: dict[str, WaitHistogram] = {}
+        self._sources: list[Source] = []
+        self._lock = threading.Lock()
+        registry.register(_Collector(self))
+
+    # --- the decision path --------------------------------------------------------------
+
+    def record(self, interface: str, reason: str, allowed: bool, wait_micros: float | None) -> None:
+        """Count one decision; count its wait (µs) too when ``wait_micros`` is not None."""
+        bump = self._bumps.get((interface, reason, allowed))
+        if bump is None:
+            bump = self._bind(interface, reason, allowed)
+        bump()
+        if wait_micros is not None:
+            waits = self._waited.get(interface)
+            if waits is None:
+                waits = self._waited.setdefault(interface, WaitHistogram())
+            if wait_micros <= 0:
+                waits.no_wait.bump()
+            else:
+                waits.observe(wait_micros / MICROS)
+
+    def _bind(self, interface: str, reason: str, allowed: bool) -> Callable[[], int]:
+        key = (interface, reason, allowed)
+        with self._lock:  # two threads binding the same key at once keep one tally
+            tally = self._decided.setdefault(key, Tally())
+            return self._bumps.setdefault(key, tally.bump)
+
+    def decisions(self) -> list[tuple[tuple[str, str, bool], int]]:
+        """Every (interface, reason, allowed) counted so far, with its count."""
+        return [(key, tally.value) for key, tally in list(self._decided.items())]
+
+    def waits(self) -> list[tuple[str, WaitHistogram]]:
+        """Every interface's wait histogram."""
+        return list(self._waited.items())
+
+    # --- off the decision path ----------------------------------------------------------
+
+    def backend_error(self) -> None:
+        """A Redis call failed."""
+        self.backend_errors.inc()
+
+    def fallback(self) -> None:
+        """``on_backend_error`` made a decision."""
+        self.backend_fallbacks.inc()
+
+    def reloaded(self, summary: ReloadSummary) -> None:
+        """A reload finished (Registry listener)."""
+        self.reloads.labels(outcome="ok" if summary.ok else "failed").inc()
+
+    def attach(self, source: Source) -> None:
+        """Make ``source`` the one the gauges describe (the newest attached wins)."""
+        with self._lock:
+            self._sources.append(source)
+
+    def detach(self, source: Source) -> None:
+        """``source``'s limiter closed: the gauges go back to the one attached before."""
+        with self._lock:
+            if source in self._sources:
+                self._sources.remove(source)
+
+    def current(self) -> Source | None:
+        """The source the gauges describe now."""
+        with self._lock:
+            return self._sources[-1] if self._sources else None
+
+
+class _Collector:
+    """The decision path's tallies, and gauges computed at scrape time from the current
+    source."""
+
+    def __init__(self, owner: ProcessMetrics) -> None:
+        self._owner = owner
+
+    def describe(self) -> Iterator[Metric]:
+        """The metrics' names, for the registry (without reading any state)."""
+        return iter(_counted(None) + _families(None))
+
+    def collect(self) -> Iterator[Metric]:
+        """Every metric, as of now."""
+        return iter(_counted(self._owner) + _families(self._owner.current()))
+
+
+def _counted(owner: ProcessMetrics | None) -> list[Metric]:
+    from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+    decisions = CounterMetricFamily(
+        PREFIX + "decisions",
+        "Decisions, by interface, outcome (admitted, refused) and reason.",
+        labels=["interface", "outcome", "reason"],
+    )
+    waits = HistogramMetricFamily(
+        PREFIX + "wait_seconds",
+        "Waits granted to admitted calls on limited interfaces, seconds "
+        "(shadow rules: the wait the limit would have imposed).",
+        labels=["interface"],
+    )
+    if owner is not None:
+        for (interface, reason, allowed), count in sorted(owner.decisions()):
+            outcome = "admitted" if allowed else "refused"
+            decisions.add_metric([interface, outcome, reason], count)
+        for interface, histogram in sorted(owner.waits(), key=lambda item: item[0]):
+            buckets, total = histogram.buckets()
+            waits.add_metric([interface], buckets, total)
+    return [decisions, waits]
+
+
+def _families(source: Source | None) -> list[Metric]:
+    from prometheus_client.core import GaugeMetricFamily
+
+    def gauge(name: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
+        return GaugeMetricFamily(PREFIX + name, doc, labels=list(labels))
+
+    rules = gauge("rules_in_force", "Rules loaded from the table (shadow ones included).")
+    shadow = gauge("shadow_rules", "Rules in shadow mode: decided and counted, not enforced.")
+    skipped = gauge("rows_skipped", "Rows the last reload skipped as invalid.")
+    switch = gauge("switch_on", "The global switch: 1 on (limits apply), 0 off.")
+    age = gauge("reload_age_seconds", "Seconds since the last successful reload.")
+    fallback = gauge("backend_fallback", "1 while on_backend_error decides instead of Redis.")
+    rates = gauge(
+        "rule_permits_per_second", "Each rule's rateLimit (0: closed).", labels=["interface"]
+    )
+    stored = gauge("bucket_stored_permits", "Permits saved up in the bucket.", ["interface"])
+    debt = gauge("bucket_debt_seconds", "Seconds of debt queued in the bucket.", ["interface"])
+    free = gauge(
+        "bucket_next_free_seconds", "Seconds until one permit would be granted.", ["interface"]
+    )
+    families: list[Metric] = [rules, shadow, skipped, switch, age, fallback]
+    families += [rates, stored, debt, free]
+    if source is None:
+        return families
+    snapshot = source.snapshot()
+    rules.add_metric([], len(snapshot.rules))
+    shadow.add_metric([], sum(r.shadow for r in snapshot.rules.values()))
+    skipped.add_metric([], len(snapshot.skipped))
+    switch.add_metric([], 1.0 if snapshot.switch else 0.0)
+    if snapshot.loaded_at is not None:
+        age.add_metric([], max(0.0, time.time() - snapshot.loaded_at))
+    fallback.add_metric([], 1.0 if source.fallback() else 0.0)
+    for url in sorted(snapshot.rules):
+        rates.add_metric([url], snapshot.rules[url].rate)
+    if source.buckets is not None:
+        for sample in source.buckets():
+            stored.add_metric([sample.url], sample.stored)
+            debt.add_metric([sample.url], sample.debt)
+            if sample.next_free is not None:
+                free.add_metric([sample.url], sample.next_free)
+    return families
+
+
+_process: ProcessMetrics | None = None
+_process_lock = threading.Lock()
+
+
+def process_metrics() -> ProcessMetrics | None:
+    """The process's metrics on the default registry (made on first use); None without
+    prometheus-client."""
+    global _process  # noqa: PLW0603 - one set of metrics per registry, per process
+    if prometheus_client is None:
+        return None
+    if _process is None:
+        with _process_lock:
+            if _process is None:
+                _process = ProcessMetrics(prometheus_client.REGISTRY)
+    return _process
+
+
+# --- the HTTP endpoint -------------------------------------------------------------------
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No line on stderr per scrape."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Say nothing."""
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    """One thread per scrape, so a slow scraper never holds up the next."""
+
+    daemon_threads = True
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6
+
+
+class MetricsServer:
+    """The default registry in Prometheus' text format over HTTP, served by a daemon thread.
+
+    >>> server = serve(9464)  # doctest: +SKIP
+    >>> server.port, server.close()  # doctest: +SKIP
+    """
+
+    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
+        if prometheus_client is None:
+            raise MetricsUnavailable(
+                "prometheus-client is not installed: pip install 'gateway-limiter[metrics]'"
+            )
+        app = prometheus_client.make_wsgi_app(prometheus_client.REGISTRY)
+        server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
+        self._server = make_server(
+            host, port, app, server_class=server_class, handler_class=_QuietHandler
+        )
+        #: The port listened on (the one chosen by the system when asked for 0).
+        self.port: int = self._server.server_port
+        self.host = host
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="gateway_limiter.metrics", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def serve(port: int, host: str = "127.0.0.1") -> MetricsServer:
+    """Serve the default registry on ``http://host:port/metrics`` until ``close()``.
+
+    Any path answers with the metrics; port 0 picks a free port (see ``.port``).
+    Raises MetricsUnavailable without prometheus-client, OSError if the port is taken.
+    """
+    return MetricsServer(port, host)
