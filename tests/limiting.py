@@ -18,7 +18,13 @@ def evalsha_calls(client: redis.Redis) -> int:
 
 def set_row(engine: Engine, url: str, **values: Any) -> None:
     """Plain SQL, as an operator would: insert the row for ``url`` or update it."""
-    columns = {"rate": "rateLimit", "cache": "cache", "status": "status", "shadow": "shadow"}
+    columns = {
+        "rate": "rateLimit",
+        "cache": "cache",
+        "status": "status",
+        "shadow": "shadow",
+        "per_caller": "perCaller",
+    }
     with engine.begin() as conn:
         exists = conn.execute(
             text("select count(*) from t_ratelimite_conf where interfaceUrl = :u"), {"u": url}

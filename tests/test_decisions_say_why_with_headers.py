@@ -222,3 +222,19 @@ async def test_asyncio_decide_gives_the_same_decisions(
         assert await lim.acquire("/shadow") == 0.0
         for url in ("/closed", "/disabled", "/nowhere"):
             assert await lim.try_acquire(url) == (await lim.decide(url)).allowed
+
+
+def test_decide_takes_the_caller_key_of_per_caller_rows(
+    migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
+) -> None:
+    url, engine = migrated_db
+    set_row(engine, "/each", rate=2, cache=0.0, status=1, per_caller=1)
+    lim = limiter(url, redis_server.url, key_prefix, reload_interval=3600)
+    try:
+        a = [lim.decide("/each", key="a") for _ in range(3)]
+        b = lim.decide("/each", key="b")  # a caller of its own: its own 2 permits
+    finally:
+        lim.close()
+    assert [d.reason for d in a] == ["limited" if i == 2 else "admitted" for i in range(3)]
+    assert [d.remaining for d in a[:2]] == [1, 0]
+    assert b.allowed and b.remaining == 1
