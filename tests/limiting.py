@@ -51,3 +51,8 @@ def limiter(db_url: str, redis_url: str, prefix: str, **settings: Any) -> Gatewa
     lim = GatewayLimiter(database_url=db_url, redis_url=redis_url, key_prefix=prefix, **settings)
     lim.start()
     return lim
+
+
+def scan_keys(client: redis.Redis) -> set[str]:
+    """Every key on the server, by SCAN (decoded; keys the tests make are UTF-8)."""
+    return {k.decode("utf-8", "backslashreplace") for k in client.scan_iter(count=1000)}
