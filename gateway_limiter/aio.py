@@ -83,6 +83,7 @@ from .limiter import (
     NotStarted,
     Policy,
     check_args,
+    check_grantable,
     route,
     settings_from,
 )
@@ -230,6 +231,7 @@ class AsyncGatewayLimiter:
             return 0.0
         if rule.closed:
             raise InterfaceClosed(f"interface {url!r} is closed (rateLimit 0)")
+        check_grantable(rule, permits)
         verdict = await self._decide(rule, permits, None)
         seconds = verdict.wait / MICROS
         if seconds > 0:

@@ -14,7 +14,7 @@ The pieces below (argument checks, routing, breaker, policy) are shared with
 from __future__ import annotations
 
 import logging
-import math
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -26,7 +26,7 @@ from .backends import Backend, BackendError, open_backend
 from .backends.memory import MemoryBackend
 from .bucket import MICROS, Verdict, resync
 from .registry import Registry, ReloadSummary, Snapshot
-from .rules import Rule
+from .rules import SLIDING_WINDOW, Rule
 from .settings import Settings, load_settings, mask_secrets
 
 log = logging.getLogger("gateway_limiter")
@@ -48,7 +48,18 @@ class NotStarted(LimiterError, RuntimeError):
     """A decision was asked of a limiter that was never started (or already closed)."""
 
 
-_INF = math.inf
+#: The most permits one call may ask for: a row's rateLimit is an INT(11), and beyond
+#: this a reservation's debt stops being exact in the script's doubles.
+MAX_PERMITS = 2**31 - 1
+#: The largest timeout: a finite float (an int beyond it would overflow converting).
+_MAX_TIMEOUT = sys.float_info.max
+
+
+def _shown(value: object) -> str:
+    # repr of an int of thousands of digits raises ValueError (int_max_str_digits).
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)
 
 
 def check_args(url: object, permits: object, timeout: object) -> None:
@@ -56,8 +67,8 @@ def check_args(url: object, permits: object, timeout: object) -> None:
     if (
         type(url) is str
         and type(permits) is int
-        and permits >= 1
-        and (timeout is None or (type(timeout) in (float, int) and 0 <= timeout < _INF))  # type: ignore[operator]
+        and 1 <= permits <= MAX_PERMITS
+        and (timeout is None or (type(timeout) in (float, int) and 0 <= timeout <= _MAX_TIMEOUT))  # type: ignore[operator]
     ):
         return  # the common case, in a few type checks; the rest explains what is wrong
     if not isinstance(url, str):
@@ -65,12 +76,27 @@ def check_args(url: object, permits: object, timeout: object) -> None:
     if not isinstance(permits, int) or isinstance(permits, bool):
         raise TypeError(f"permits must be an int, got {type(permits).__name__}")
     if permits < 1:
-        raise ValueError(f"permits must be >= 1, got {permits}")
+        raise ValueError(f"permits must be >= 1, got {_shown(permits)}")
+    if permits > MAX_PERMITS:
+        raise ValueError(f"permits must be at most {MAX_PERMITS}, got {_shown(permits)}")
     if timeout is not None:
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
             raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
-        if not (timeout >= 0 and math.isfinite(timeout)):
-            raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout}")
+        # NaN, infinity and ints too large for a float all fail this comparison.
+        if not 0 <= timeout <= _MAX_TIMEOUT:
+            raise ValueError(
+                f"timeout must be a finite number of seconds >= 0, got {_shown(timeout)}"
+            )
+
+
+def check_grantable(rule: Rule, permits: int) -> None:
+    """ValueError when ``rule`` can never grant ``permits`` at once (``acquire`` would
+    wait forever): a sliding window admits at most ``rate`` in any second."""
+    if rule.algorithm == SLIDING_WINDOW and permits > rule.rate:
+        raise ValueError(
+            f"permits must be at most {rule.rate} on {rule.url!r}: its sliding_window admits "
+            f"at most {rule.rate} in any 1 s, so {permits} would never be granted"
+        )
 
 
 def route(snapshot: Snapshot, url: str) -> Rule | None:
@@ -303,6 +329,7 @@ class GatewayLimiter:
             return 0.0
         if rule.closed:
             raise InterfaceClosed(f"interface {url!r} is closed (rateLimit 0)")
+        check_grantable(rule, permits)
         verdict = self._decide(rule, permits, None)
         seconds = verdict.wait / MICROS
         if seconds > 0:
