@@ -35,7 +35,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import NullType
 
-from .settings import mask_secrets
+from .settings import mask_secrets, url_error
 
 CONF_TABLE = "t_ratelimite_conf"
 SWITCH_TABLE = "t_ratelimite_switch"
@@ -141,7 +141,7 @@ def make_engine(url: str, *, timeout: float = 5.0) -> Engine:
     try:
         return create_engine(url, pool_pre_ping=True, pool_recycle=3600, connect_args=connect_args)
     except (ArgumentError, NoSuchModuleError, ValueError) as e:
-        raise DatabaseUrlError(f"database_url {mask_secrets(url)}: {e}") from None
+        raise DatabaseUrlError(f"database_url {url_error(url, e)}") from None
     except ImportError as e:  # a dialect SQLAlchemy knows, whose driver is not installed
         raise DatabaseUrlError(
             f"database_url {mask_secrets(url)}: its driver is not installed ({e})"

@@ -23,7 +23,7 @@ from redis.retry import Retry
 
 from ..bucket import MICROS, WINDOW, BucketState, Verdict
 from ..rules import SLIDING_WINDOW, Rule
-from ..settings import Settings, mask_secrets
+from ..settings import Settings, url_error
 from . import BackendError, register
 
 BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
@@ -142,7 +142,7 @@ class RedisBackend:
                     redis_url(settings), timeout=settings.redis_timeout, **client_options(settings)
                 )
             except ValueError as e:
-                raise ValueError(f"redis_url {mask_secrets(settings.redis_url)}: {e}") from None
+                raise ValueError(f"redis_url {url_error(settings.redis_url, e)}") from None
             client = redis.Redis(connection_pool=pool)
         self._client = client
         self._prefix = settings.key_prefix
