@@ -16,7 +16,10 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import pymysql
 import pytest
@@ -43,23 +46,105 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class RedisServer:
-    """A private ``redis-server`` on a free port, which a test may kill, restart or pause."""
+@dataclass(frozen=True)
+class TlsFiles:
+    """A throw-away CA, and a server and a client certificate it signed (for 127.0.0.1)."""
 
-    def __init__(self, *extra: str) -> None:
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+    @classmethod
+    def make(cls, directory: Path) -> TlsFiles:
+        """Generate them with ``openssl`` in ``directory`` (EC keys: fast)."""
+        if shutil.which("openssl") is None:
+            require("openssl", "not on PATH")
+        d = directory
+        key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+        def run(*args: str) -> None:
+            subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+        run("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+            "-subj", "/CN=gateway-limiter test CA")  # fmt: skip
+        (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        for name in ("server", "client"):
+            run("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                "-subj", f"/CN=gateway-limiter test {name}")  # fmt: skip
+            run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", f"{name}.crt", "-days", "2",
+                "-extfile", "san.cnf")  # fmt: skip
+        return cls(d / "ca.crt", d / "server.crt", d / "server.key", d / "client.crt",
+                   d / "client.key")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AclUser:
+    """A Redis ACL user the server is started with; the default user is then off."""
+
+    name: str
+    password: str
+    #: ACL rules after the password, e.g. key patterns: ("~gwl:*", "+@all")
+    rules: tuple[str, ...] = ("~*", "+@all")
+
+
+class RedisServer:
+    """A private ``redis-server`` on a free port, which a test may kill, restart or pause.
+
+    ``tls``: it speaks TLS only (``rediss://``), clients need not show a certificate
+    unless ``client_certs``; ``user``: an ACL user, and the default user is off.
+    """
+
+    def __init__(
+        self,
+        *extra: str,
+        tls: TlsFiles | None = None,
+        client_certs: bool = False,
+        user: AclUser | None = None,
+    ) -> None:
         self.port = free_port()
         self.extra = extra
+        self.tls = tls
+        self.client_certs = client_certs
+        self.user = user
         self.dir = Path(tempfile.mkdtemp(prefix="gwl-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        """redis:// URL of this server."""
-        return f"redis://127.0.0.1:{self.port}/0"
+        """redis:// (rediss:// with TLS) URL of this server, with the ACL user if any."""
+        scheme = "rediss" if self.tls else "redis"
+        auth = f"{self.user.name}:{quote(self.user.password, safe='')}@" if self.user else ""
+        return f"{scheme}://{auth}127.0.0.1:{self.port}/0"
 
     def client(self) -> redis.Redis:
         """A plain client (generous timeouts) for a test's own checks."""
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+        options: dict[str, Any] = {}
+        if self.user:
+            options |= {"username": self.user.name, "password": self.user.password}
+        if self.tls:
+            options |= {"ssl": True, "ssl_ca_certs": str(self.tls.ca)}
+            if self.client_certs:
+                options |= {
+                    "ssl_certfile": str(self.tls.client_cert),
+                    "ssl_keyfile": str(self.tls.client_key),
+                }
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, **options)
+
+    def _arguments(self) -> list[str]:
+        port = ["--port", str(self.port)]
+        if self.tls:
+            port = ["--port", "0", "--tls-port", str(self.port)]
+            port += ["--tls-cert-file", str(self.tls.server_cert)]
+            port += ["--tls-key-file", str(self.tls.server_key)]
+            port += ["--tls-ca-cert-file", str(self.tls.ca)]
+            port += ["--tls-auth-clients", "yes" if self.client_certs else "no"]
+        if self.user:
+            u = self.user
+            port += ["--user", u.name, "on", f">{u.password}", *u.rules, "--user", "default", "off"]
+        return port
 
     def start(self) -> RedisServer:
         """Start (or restart, on the same port) and wait until it answers PING."""
@@ -69,8 +154,7 @@ class RedisServer:
         self.proc = subprocess.Popen(
             [
                 str(binary),
-                "--port",
-                str(self.port),
+                *self._arguments(),
                 "--bind",
                 "127.0.0.1",
                 "--save",
