@@ -923,8 +923,10 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors; the usage text is a ``--help`` away."""
 
     def error(self, message: str) -> NoReturn:
-        """Print one line and exit 2."""
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        """Print one line and exit 2 (the message quotes arguments: passwords masked,
+        newlines in them flattened)."""
+        flat = " ".join(mask_secrets(message).split())
+        self.exit(2, f"{self.prog}: error: {flat} (see '{self.prog} --help')\n")
 
 
 def _global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
