@@ -12,10 +12,11 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -235,3 +236,98 @@ def fresh_mariadb_database() -> Iterator[str]:
         with conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
         conn.close()
+
+
+class TcpProxy:
+    """A TCP relay in front of a real server, which a test can cut or hang.
+
+    ``cut()``: every connection closed and new ones refused (the server is down, or a
+    network partition with resets); ``hang()``: connections accepted, nothing relayed
+    either way (a server that stopped answering); ``restore()``: relaying again.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self.port = free_port()
+        self.mode = "relay"
+        self._listener: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> TcpProxy:
+        """Listen (again) on the same port."""
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        self.mode = "relay"
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # closed by cut()
+            try:
+                server = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        src.settimeout(0.05)
+        while True:
+            if self.mode == "hang":
+                time.sleep(0.02)
+                if src.fileno() < 0:
+                    return
+                continue
+            try:
+                data = src.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                for s in (src, dst):
+                    with suppress(OSError):
+                        s.close()
+                return
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def hang(self) -> None:
+        """Accept and hold every connection; relay nothing."""
+        self.mode = "hang"
+
+    def cut(self) -> None:
+        """Close everything; connecting is refused until ``restore()``."""
+        if self._listener is not None:
+            # shutdown() wakes the thread blocked in accept(); close() alone would not,
+            # and the kernel would go on accepting on the old socket.
+            with suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for s in sockets:
+            with suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with suppress(OSError):
+                s.close()
+
+    def restore(self) -> None:
+        """Relay again (listening anew if cut)."""
+        if self._listener is None:
+            self.start()
+        self.mode = "relay"

@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -36,10 +36,9 @@ from gateway_limiter.cli import main
 from gateway_limiter.migrate import upgrade
 from gateway_limiter.rules import ALGORITHMS, MAX_URL_LENGTH
 from gateway_limiter.table import CONF_TABLE, RateLimitConf, make_engine
-from tests.limiting import scan_keys
+from tests.limiting import CONF, scan_keys
 from tests.services import RedisServer
 
-CONF = cast(Table, RateLimitConf.__table__)
 INT11 = st.integers(-(2**31), 2**31 - 1)
 #: Hostile text: quotes, braces, spaces, newlines, NUL, non-ASCII, emoji.
 NASTY = st.text(
