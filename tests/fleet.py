@@ -76,7 +76,8 @@ class Totals:
     def __init__(self, urls: list[str]) -> None:
         self.lock = threading.Lock()
         self.by_url = {u: {"redis": 0, "policy": 0, "refused": 0, "calls": 0} for u in urls}
-        self.policy_windows: list[list[float]] = []  # [first, last] decision times
+        #: url -> runs of the policy's admissions: [first, last] times
+        self.policy_windows: dict[str, list[list[float]]] = {u: [] for u in urls}
         self.slowest = 0.0
         self.errors: list[str] = []
 
@@ -86,8 +87,8 @@ class Totals:
             counts["calls"] += 1
             counts["refused" if not ok else "policy" if by_policy else "redis"] += 1
             self.slowest = max(self.slowest, took)
-            if by_policy:
-                w = self.policy_windows
+            if by_policy and ok:
+                w = self.policy_windows[url]
                 if w and started - w[-1][1] < 0.5:
                     w[-1][1] = started
                 else:
