@@ -91,11 +91,16 @@ class AclUser:
     rules: tuple[str, ...] = ("~*", "+@all")
 
 
+#: The user a test's own client() logs in as on a server with an ACL user.
+ADMIN = AclUser("test-admin", "test-admin-password", ("~*", "&*", "+@all"))
+
+
 class RedisServer:
     """A private ``redis-server`` on a free port, which a test may kill, restart or pause.
 
     ``tls``: it speaks TLS only (``rediss://``), clients need not show a certificate
-    unless ``client_certs``; ``user``: an ACL user, and the default user is off.
+    unless ``client_certs``; ``user``: an ACL user, and the default user is off
+    (``client()`` then logs in as ``ADMIN``, allowed everything).
     """
 
     def __init__(
@@ -124,7 +129,7 @@ class RedisServer:
         """A plain client (generous timeouts) for a test's own checks."""
         options: dict[str, Any] = {}
         if self.user:
-            options |= {"username": self.user.name, "password": self.user.password}
+            options |= {"username": ADMIN.name, "password": ADMIN.password}
         if self.tls:
             options |= {"ssl": True, "ssl_ca_certs": str(self.tls.ca)}
             if self.client_certs:
@@ -145,6 +150,7 @@ class RedisServer:
         if self.user:
             u = self.user
             port += ["--user", u.name, "on", f">{u.password}", *u.rules, "--user", "default", "off"]
+            port += ["--user", ADMIN.name, "on", f">{ADMIN.password}", *ADMIN.rules]
         return port
 
     def start(self) -> RedisServer:

@@ -27,8 +27,12 @@ from tests.services import AclUser, RedisServer, TlsFiles
 #: A password as secrets look: long, with characters a URL must percent-encode.
 SECRET = "Xq7-s3cr3t/pw:@ 'q'"
 ACL_PREFIX = "gwacl"
-#: The user may touch keys under the limiter's prefix only: any other key is NOPERM.
-USER = AclUser("gateway", SECRET, (f"~{ACL_PREFIX}:*", "+@all"))
+#: What the limiter needs (docs/reliability.md): the scripts, and what they and
+#: status call (GET, SET, TIME); nothing else.
+MINIMAL_COMMANDS = ("resetchannels", "-@all", "+evalsha", "+script|load", "+get", "+set", "+time")
+#: The user may touch keys under the limiter's prefix only (any other key is NOPERM),
+#: with the commands above only.
+USER = AclUser("gateway", SECRET, (f"~{ACL_PREFIX}:*", *MINIMAL_COMMANDS))
 
 
 def secret_forms() -> list[str]:
