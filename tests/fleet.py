@@ -88,11 +88,12 @@ class Totals:
             counts["refused" if not ok else "policy" if by_policy else "redis"] += 1
             self.slowest = max(self.slowest, took)
             if by_policy and ok:
+                # a run of admissions: [first start, last end]; decisions fall inside
                 w = self.policy_windows[url]
                 if w and started - w[-1][1] < 0.5:
-                    w[-1][1] = started
+                    w[-1][1] = max(w[-1][1], started + took)
                 else:
-                    w.append([started, started])
+                    w.append([started, started + took])
 
 
 def work(config: WorkerConfig) -> dict[str, Any]:

@@ -126,17 +126,20 @@ def run_fleet(
 
 
 def local_bound(calls: list[Call]) -> float:
-    """What ``local`` may admit: per process, per run of policy decisions, C + R x length."""
+    """What ``local`` may admit: per process, per run of policy decisions, C + R x the
+    run's length (from its first call's start to its last call's end: the decisions
+    fall inside)."""
     bound = 0.0
     for p in range(PROCESSES):
-        times = sorted(c.started for c in calls if c.process == p and c.by_policy)
-        runs: list[list[float]] = []
-        for t in times:
-            if runs and t - runs[-1][1] < 0.5:
-                runs[-1][1] = t
+        mine = sorted((c for c in calls if c.process == p and c.by_policy), key=lambda c: c.started)
+        runs: list[list[float]] = []  # [start, end, last start]
+        for c in mine:
+            if runs and c.started - runs[-1][2] < 0.5:
+                runs[-1][1] = max(runs[-1][1], c.started + c.took)
+                runs[-1][2] = c.started
             else:
-                runs.append([t, t])
-        bound += sum(CAPACITY + RATE * (last - first + 0.01) for first, last in runs)
+                runs.append([c.started, c.started + c.took, c.started])
+        bound += sum(CAPACITY + RATE * (end - start) for start, end, _ in runs)
     return bound
 
 
