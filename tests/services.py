@@ -175,14 +175,18 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                if self.client().ping():
-                    return self
-            except redis.ConnectionError:
-                time.sleep(0.02)
-        raise RuntimeError(f"redis-server on port {self.port} did not start")
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    if self.client().ping():
+                        return self
+                except redis.ConnectionError:
+                    time.sleep(0.02)
+            raise RuntimeError(f"redis-server on port {self.port} did not start")
+        except BaseException:
+            self.kill()  # a server that does not answer as expected is no orphan
+            raise
 
     def kill(self) -> None:
         """SIGKILL: the state is lost, connections drop, the port refuses."""
