@@ -15,6 +15,7 @@ transaction, after every argument has been checked: an error never leaves half a
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import logging
 import math
 import os
@@ -487,9 +488,16 @@ def cmd_db_stamp(ctx: Context) -> int:
 # --- conf ----------------------------------------------------------------------------------
 
 
+def _not_a_number(value: object) -> bool:
+    # SQLite keeps whatever it is given; conf list shows such a value as it is.
+    return not isinstance(value, (int, float)) or isinstance(value, bool)
+
+
 def _fmt_cache(value: float | None) -> str:
     # FLOAT(3,2) reads back from MySQL as e.g. 0.200000002980232.
-    return "NULL" if value is None else f"{round(value, 2):g}"
+    if value is None or _not_a_number(value):
+        return _fmt_opt(value)
+    return f"{round(value, 2):g}"
 
 
 def _fmt_opt(value: object) -> str:
@@ -498,7 +506,9 @@ def _fmt_opt(value: object) -> str:
 
 def _fmt_seconds(value: float | None) -> str:
     # warmupPeriod is a FLOAT: 0.1 reads back from MySQL as 0.100000001490116.
-    return "NULL" if value is None else f"{value:.6g}"
+    if value is None or _not_a_number(value):
+        return _fmt_opt(value)
+    return f"{value:.6g}"
 
 
 def _fmt_field(name: str, value: Any) -> str:
@@ -512,7 +522,9 @@ def _fmt_field(name: str, value: Any) -> str:
 
 def _fmt_time(row: ConfRow) -> str:
     t = row.last_modify_time
-    return "-" if t is None else t.isoformat(sep=" ", timespec="seconds")
+    if not isinstance(t, dt.datetime):
+        return "-" if t is None else repr(t)
+    return t.isoformat(sep=" ", timespec="seconds")
 
 
 def _per(rule: Rule) -> str:
@@ -1274,8 +1286,10 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors; the usage text is a ``--help`` away."""
 
     def error(self, message: str) -> NoReturn:
-        """Print one line and exit 2."""
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        """Print one line and exit 2 (the message quotes arguments: passwords masked,
+        newlines in them flattened)."""
+        flat = " ".join(mask_secrets(message).split())
+        self.exit(2, f"{self.prog}: error: {flat} (see '{self.prog} --help')\n")
 
 
 def _global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:

@@ -15,7 +15,7 @@ The pieces below (argument checks, routing, breaker, policy, outcomes) are share
 
 from __future__ import annotations
 
-import math
+import sys
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -70,9 +70,20 @@ class NotStarted(LimiterError, RuntimeError):
     """A decision was asked of a limiter that was never started (or already closed)."""
 
 
-_INF = math.inf
 #: Algorithms whose state is a window of admissions, not a bucket.
 WINDOWS = (SLIDING_WINDOW, FIXED_WINDOW)
+#: The most permits one call may ask for: a row's rateLimit is an INT(11), and beyond
+#: this a reservation's debt stops being exact in the script's doubles.
+MAX_PERMITS = 2**31 - 1
+#: The largest timeout: a finite float (an int beyond it would overflow converting).
+_MAX_TIMEOUT = sys.float_info.max
+
+
+def _shown(value: object) -> str:
+    # repr of an int of thousands of digits raises ValueError (int_max_str_digits).
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)
 
 
 def check_args(url: object, permits: object, timeout: object, key: object = None) -> None:
@@ -80,8 +91,8 @@ def check_args(url: object, permits: object, timeout: object, key: object = None
     if (
         type(url) is str
         and type(permits) is int
-        and permits >= 1
-        and (timeout is None or (type(timeout) in (float, int) and 0 <= timeout < _INF))  # type: ignore[operator]
+        and 1 <= permits <= MAX_PERMITS
+        and (timeout is None or (type(timeout) in (float, int) and 0 <= timeout <= _MAX_TIMEOUT))  # type: ignore[operator]
         and (key is None or type(key) is str)
     ):
         return  # the common case, in a few type checks; the rest explains what is wrong
@@ -92,12 +103,17 @@ def check_args(url: object, permits: object, timeout: object, key: object = None
     if not isinstance(permits, int) or isinstance(permits, bool):
         raise TypeError(f"permits must be an int, got {type(permits).__name__}")
     if permits < 1:
-        raise ValueError(f"permits must be >= 1, got {permits}")
+        raise ValueError(f"permits must be >= 1, got {_shown(permits)}")
+    if permits > MAX_PERMITS:
+        raise ValueError(f"permits must be at most {MAX_PERMITS}, got {_shown(permits)}")
     if timeout is not None:
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
             raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
-        if not (timeout >= 0 and math.isfinite(timeout)):
-            raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout}")
+        # NaN, infinity and ints too large for a float all fail this comparison.
+        if not 0 <= timeout <= _MAX_TIMEOUT:
+            raise ValueError(
+                f"timeout must be a finite number of seconds >= 0, got {_shown(timeout)}"
+            )
 
 
 def route(snapshot: Snapshot, url: str) -> Rule | None:

@@ -100,7 +100,12 @@ class Registry:
         return self._engine
 
     def reload(self) -> ReloadSummary:
-        """Read the table now and swap the new snapshot in; never raises for the database."""
+        """Read the table now and swap the new snapshot in; never raises.
+
+        Whatever goes wrong (the database, or a value no check foresaw) keeps the last
+        good snapshot: a reload runs in the caller's thread at ``start`` and must not
+        take the gateway down with it.
+        """
         with self._reload_lock:  # one reload at a time (the scheduler and a caller may race)
             summary = self._reload()
         for listener in self.listeners:
@@ -109,11 +114,11 @@ class Registry:
 
     def _reload(self) -> ReloadSummary:
         try:
-            rows = read_rows(self._engine)
-        except SQLAlchemyError as e:
+            rows = read_rows(self._engine, display=False)
+            ruleset = build_rules(rows, self.settings.default_cache)
+        except Exception as e:  # whatever it is: see reload's docstring
             return self._failed(e)
         stored_switch = self._read_switch()
-        ruleset = build_rules(rows, self.settings.default_cache)
         switch = self.settings.switch if stored_switch is None else stored_switch
         new = Snapshot(
             rules=ruleset.rules,

@@ -110,12 +110,44 @@ class Skipped:
         return f"configId {self.config_id}: {self.reason}"
 
 
+def _is_whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def type_problem(row: ConfRow) -> str:
+    """Why a value of an enabled row is not of its column's type ("" when all are).
+
+    MySQL enforces the column types, SQLite does not: it keeps text in rateLimit or a
+    blob in interfaceUrl as given. Such a row is skipped like any invalid row.
+    """
+    if not isinstance(row.interface_url, str | None):
+        return f"interfaceUrl {row.interface_url!r} is not text"
+    if not (row.rate_limit is None or _is_whole(row.rate_limit)):
+        return f"rateLimit {row.rate_limit!r} is not a whole number"
+    if not (row.cache is None or _is_number(row.cache)):
+        return f"cache {row.cache!r} is not a number"
+    if not isinstance(row.algorithm, str | None):
+        return f"algorithm {row.algorithm!r} is not text"
+    if not (row.max_permits is None or _is_whole(row.max_permits)):
+        return f"maxPermits {row.max_permits!r} is not a whole number"
+    if not (row.warmup_period is None or _is_number(row.warmup_period)):
+        return f"warmupPeriod {row.warmup_period!r} is not a number"
+    return ""
+
+
 def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
     """The rule of one row, a Skipped with the reason, or None for a disabled row."""
     if row.status not in (0, 1):
         return Skipped(row.config_id, f"status {row.status!r} is not 0 or 1")
     if row.status == 0:
         return None
+    problem = type_problem(row)
+    if problem:
+        return Skipped(row.config_id, problem)
     if row.shadow not in (None, 0, 1):
         return Skipped(row.config_id, f"shadow {row.shadow!r} is not 0 or 1")
     url = row.interface_url

@@ -35,20 +35,74 @@ _PASSWORD_IN_URL = re.compile(
     r"(?P<secret>(?!//)[^\s'\"]*)(?P<tail>@)",
     re.IGNORECASE,
 )
+# password=... in a query string: redis-py and the database drivers read it there too.
+_PASSWORD_PARAM = re.compile(
+    r"(?P<head>[?&;](?:password|passwd|pwd)=)(?P<secret>[^&#\s'\"]*)", re.IGNORECASE
+)
+# A text that begins with scheme:// is taken for one URL and masked exactly.
+_URL_START = re.compile(r"\s*[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
 
 class SettingsError(ValueError):
     """A setting has a bad value, or the settings file cannot be read."""
 
 
+def mask_url(url: str) -> str:
+    """One URL (nothing around it) with its password shown as ``***``, read as the
+    parsers read it, with or without a scheme.
+
+    SQLAlchemy takes the password from the first ":" of the user part to the *last*
+    "@", whatever lies between (spaces, quotes, "/"); redis-py (urllib) to the last "@"
+    of the authority. Masking to the last "@" of the whole URL covers both.
+    """
+    head, sep, rest = url.partition("://")
+    if not sep:
+        head, rest = "", url
+    userinfo, at, host = rest.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    if at and colon and "/" not in user:
+        rest = f"{user}:***@{host}"
+    return _PASSWORD_PARAM.sub(r"\g<head>***", f"{head}{sep}{rest}")
+
+
+# What a parser quotes of the URL at the end of its complaint ("... as 'x'", ": 'x'").
+_QUOTED_TAIL = re.compile(r"(?:\s+as|:)?\s*['\"].*$", re.DOTALL)
+
+
+def url_error(url: str, error: BaseException) -> str:
+    """``url`` (masked) and a parser's complaint about it, fit to show.
+
+    A parser that misreads a URL quotes the piece it choked on, and with a password
+    holding "@" or ":" that piece may be part of the password: when the URL has
+    credentials, what the parser quoted is left out (the masked URL shows the rest).
+    """
+    masked = mask_url(url)
+    why = str(error)
+    if masked != url:
+        why = _QUOTED_TAIL.sub("", why) or type(error).__name__
+    return f"{masked}: {mask_secrets(why)}"
+
+
 def mask_secrets(text: str) -> str:
-    """Return ``text`` with any password inside a URL replaced by ``***``."""
-    return _PASSWORD_IN_URL.sub(r"\g<head>***\g<tail>", text)
+    """Return ``text`` with any password inside a URL replaced by ``***``.
+
+    A text that is a URL (it begins with ``scheme://``) is masked exactly, as
+    ``mask_url`` does, whatever characters its password holds; in other text a
+    password is recognised up to a space or a quote. ``password=`` in a query string
+    is masked in both.
+    """
+    if _URL_START.match(text):
+        text = mask_url(text)
+    text = _PASSWORD_IN_URL.sub(r"\g<head>***\g<tail>", text)
+    return _PASSWORD_PARAM.sub(r"\g<head>***", text)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Settings:
-    """Every setting of the limiter (DESIGN.md section 4), validated."""
+    """Every setting of the limiter (DESIGN.md section 4), validated.
+
+    Its repr masks passwords, so logging a Settings never shows one.
+    """
 
     database_url: str = "sqlite:///gateway_limiter.db"
     redis_url: str = "memory://"
@@ -77,19 +131,27 @@ class Settings:
         coerced = {k: float(v) if _is_float_field(k, v) else v for k, v in changes.items()}
         return dataclasses.replace(self, **coerced)  # type: ignore[arg-type]
 
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.masked().items())
+        return f"Settings({shown})"
+
     def masked(self) -> dict[str, Any]:
         """The settings as a dict fit for logs and ``status``: no password shown."""
         return {
-            k: mask_secrets(v) if isinstance(v, str) else v
-            for k, v in dataclasses.asdict(self).items()
+            k: mask_url(v) if k in _URL_KEYS else v for k, v in dataclasses.asdict(self).items()
         }
 
 
 _FIELDS: Final = {f.name: f for f in dataclasses.fields(Settings)}
+#: Settings whose value is one URL, masked exactly (``mask_url``).
+_URL_KEYS: Final = ("database_url", "redis_url")
 
 
 def _bad(key: str, value: object, why: str) -> SettingsError:
-    shown = mask_secrets(value) if isinstance(value, str) else repr(value)
+    if isinstance(value, str):
+        shown = mask_url(value) if key in _URL_KEYS else mask_secrets(value)
+    else:
+        shown = repr(value)
     return SettingsError(f"setting {key}={shown!s}: {why}")
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -91,3 +93,19 @@ def migrated_any_db(any_db: str) -> Iterator[tuple[str, Engine]]:
     upgrade(engine)
     yield any_db, engine
     engine.dispose()
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> Callable[..., None]:
+    """Report what a test measured: printed (see it with -s or -rP), and appended as a
+    JSON line to $GWL_FIGURES when set (docs/reliability.md quotes them)."""
+
+    def report(title: str, **values: object) -> None:
+        line = json.dumps({"test": request.node.nodeid, "title": title, **values})
+        print(f"FIGURES {line}")
+        path = os.environ.get("GWL_FIGURES")
+        if path:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+
+    return report

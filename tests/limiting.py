@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import redis
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, Table, text
 
 from gateway_limiter import GatewayLimiter
+from gateway_limiter.table import RateLimitConf
+
+#: The limits table as a Core Table (the model's __table__ is typed as a FromClause).
+CONF = cast(Table, RateLimitConf.__table__)
 
 
 def evalsha_calls(client: redis.Redis) -> int:
@@ -76,3 +80,8 @@ def insert_row(engine: Engine, url: str, **columns: Any) -> int:
                 {"u": url},
             ).scalar_one()
         )
+
+
+def scan_keys(client: redis.Redis) -> set[str]:
+    """Every key on the server, by SCAN (decoded; keys the tests make are UTF-8)."""
+    return {k.decode("utf-8", "backslashreplace") for k in client.scan_iter(count=1000)}

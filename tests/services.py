@@ -12,11 +12,15 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import pymysql
 import pytest
@@ -43,23 +47,111 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class RedisServer:
-    """A private ``redis-server`` on a free port, which a test may kill, restart or pause."""
+@dataclass(frozen=True)
+class TlsFiles:
+    """A throw-away CA, and a server and a client certificate it signed (for 127.0.0.1)."""
 
-    def __init__(self, *extra: str) -> None:
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+    @classmethod
+    def make(cls, directory: Path) -> TlsFiles:
+        """Generate them with ``openssl`` in ``directory`` (EC keys: fast)."""
+        if shutil.which("openssl") is None:
+            require("openssl", "not on PATH")
+        d = directory
+        key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+        def run(*args: str) -> None:
+            subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+        run("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+            "-subj", "/CN=gateway-limiter test CA")  # fmt: skip
+        (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        for name in ("server", "client"):
+            run("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                "-subj", f"/CN=gateway-limiter test {name}")  # fmt: skip
+            run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", f"{name}.crt", "-days", "2",
+                "-extfile", "san.cnf")  # fmt: skip
+        return cls(d / "ca.crt", d / "server.crt", d / "server.key", d / "client.crt",
+                   d / "client.key")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AclUser:
+    """A Redis ACL user the server is started with; the default user is then off."""
+
+    name: str
+    password: str
+    #: ACL rules after the password, e.g. key patterns: ("~gwl:*", "+@all")
+    rules: tuple[str, ...] = ("~*", "+@all")
+
+
+#: The user a test's own client() logs in as on a server with an ACL user.
+ADMIN = AclUser("test-admin", "test-admin-password", ("~*", "&*", "+@all"))
+
+
+class RedisServer:
+    """A private ``redis-server`` on a free port, which a test may kill, restart or pause.
+
+    ``tls``: it speaks TLS only (``rediss://``), clients need not show a certificate
+    unless ``client_certs``; ``user``: an ACL user, and the default user is off
+    (``client()`` then logs in as ``ADMIN``, allowed everything).
+    """
+
+    def __init__(
+        self,
+        *extra: str,
+        tls: TlsFiles | None = None,
+        client_certs: bool = False,
+        user: AclUser | None = None,
+    ) -> None:
         self.port = free_port()
         self.extra = extra
+        self.tls = tls
+        self.client_certs = client_certs
+        self.user = user
         self.dir = Path(tempfile.mkdtemp(prefix="gwl-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        """redis:// URL of this server."""
-        return f"redis://127.0.0.1:{self.port}/0"
+        """redis:// (rediss:// with TLS) URL of this server, with the ACL user if any."""
+        scheme = "rediss" if self.tls else "redis"
+        auth = f"{self.user.name}:{quote(self.user.password, safe='')}@" if self.user else ""
+        return f"{scheme}://{auth}127.0.0.1:{self.port}/0"
 
     def client(self) -> redis.Redis:
         """A plain client (generous timeouts) for a test's own checks."""
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+        options: dict[str, Any] = {}
+        if self.user:
+            options |= {"username": ADMIN.name, "password": ADMIN.password}
+        if self.tls:
+            options |= {"ssl": True, "ssl_ca_certs": str(self.tls.ca)}
+            if self.client_certs:
+                options |= {
+                    "ssl_certfile": str(self.tls.client_cert),
+                    "ssl_keyfile": str(self.tls.client_key),
+                }
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, **options)
+
+    def _arguments(self) -> list[str]:
+        port = ["--port", str(self.port)]
+        if self.tls:
+            port = ["--port", "0", "--tls-port", str(self.port)]
+            port += ["--tls-cert-file", str(self.tls.server_cert)]
+            port += ["--tls-key-file", str(self.tls.server_key)]
+            port += ["--tls-ca-cert-file", str(self.tls.ca)]
+            port += ["--tls-auth-clients", "yes" if self.client_certs else "no"]
+        if self.user:
+            u = self.user
+            port += ["--user", u.name, "on", f">{u.password}", *u.rules, "--user", "default", "off"]
+            port += ["--user", ADMIN.name, "on", f">{ADMIN.password}", *ADMIN.rules]
+        return port
 
     def start(self) -> RedisServer:
         """Start (or restart, on the same port) and wait until it answers PING."""
@@ -69,8 +161,7 @@ class RedisServer:
         self.proc = subprocess.Popen(
             [
                 str(binary),
-                "--port",
-                str(self.port),
+                *self._arguments(),
                 "--bind",
                 "127.0.0.1",
                 "--save",
@@ -84,14 +175,18 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                if self.client().ping():
-                    return self
-            except redis.ConnectionError:
-                time.sleep(0.02)
-        raise RuntimeError(f"redis-server on port {self.port} did not start")
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    if self.client().ping():
+                        return self
+                except redis.ConnectionError:
+                    time.sleep(0.02)
+            raise RuntimeError(f"redis-server on port {self.port} did not start")
+        except BaseException:
+            self.kill()  # a server that does not answer as expected is no orphan
+            raise
 
     def kill(self) -> None:
         """SIGKILL: the state is lost, connections drop, the port refuses."""
@@ -151,3 +246,98 @@ def fresh_mariadb_database() -> Iterator[str]:
         with conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
         conn.close()
+
+
+class TcpProxy:
+    """A TCP relay in front of a real server, which a test can cut or hang.
+
+    ``cut()``: every connection closed and new ones refused (the server is down, or a
+    network partition with resets); ``hang()``: connections accepted, nothing relayed
+    either way (a server that stopped answering); ``restore()``: relaying again.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self.port = free_port()
+        self.mode = "relay"
+        self._listener: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> TcpProxy:
+        """Listen (again) on the same port."""
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        self.mode = "relay"
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # closed by cut()
+            try:
+                server = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        src.settimeout(0.05)
+        while True:
+            if self.mode == "hang":
+                time.sleep(0.02)
+                if src.fileno() < 0:
+                    return
+                continue
+            try:
+                data = src.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                for s in (src, dst):
+                    with suppress(OSError):
+                        s.close()
+                return
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def hang(self) -> None:
+        """Accept and hold every connection; relay nothing."""
+        self.mode = "hang"
+
+    def cut(self) -> None:
+        """Close everything; connecting is refused until ``restore()``."""
+        if self._listener is not None:
+            # shutdown() wakes the thread blocked in accept(); close() alone would not,
+            # and the kernel would go on accepting on the old socket.
+            with suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for s in sockets:
+            with suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with suppress(OSError):
+                s.close()
+
+    def restore(self) -> None:
+        """Relay again (listening anew if cut)."""
+        if self._listener is None:
+            self.start()
+        self.mode = "relay"

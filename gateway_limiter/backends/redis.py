@@ -24,7 +24,7 @@ from redis.retry import Retry
 
 from ..bucket import MICROS, BucketState, Verdict
 from ..rules import SLIDING_WINDOW, Rule
-from ..settings import Settings, mask_secrets
+from ..settings import Settings, url_error
 from . import BackendError, register
 from .state import caller_part, limit, single_bucket, state_key
 
@@ -173,7 +173,7 @@ class RedisBackend:
                     redis_url(settings), timeout=settings.redis_timeout, **client_options(settings)
                 )
             except ValueError as e:
-                raise ValueError(f"redis_url {mask_secrets(settings.redis_url)}: {e}") from None
+                raise ValueError(f"redis_url {url_error(settings.redis_url, e)}") from None
             client = redis.Redis(connection_pool=pool)
         self._client = client
         self._prefix = settings.key_prefix

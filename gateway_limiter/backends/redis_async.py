@@ -55,7 +55,7 @@ from redis.exceptions import NoScriptError
 
 from ..bucket import BucketState, Verdict
 from ..rules import Rule
-from ..settings import Settings, mask_secrets
+from ..settings import Settings, url_error
 from . import BackendError
 from .aio import register_async
 from .redis import SCRIPTS, Commands, client_options, parse_reply, parse_state
@@ -187,7 +187,7 @@ class AsyncRedisBackend:
                 settings.redis_url, timeout=None, **async_client_options(settings)
             )
         except ValueError as e:
-            raise ValueError(f"redis_url {mask_secrets(settings.redis_url)}: {e}") from None
+            raise ValueError(f"redis_url {url_error(settings.redis_url, e)}") from None
         self._pool = pool
         self._client = Redis.from_pool(pool)  # for peek and prepare; owns and closes the pool
         self._prefix = settings.key_prefix
