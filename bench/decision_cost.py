@@ -521,7 +521,7 @@ async def measure_async_slice(call: AsyncCall, tasks: int, warmup: float, durati
 
 
 async def measure_async(
-    limiter: GatewayLimiter, redis_url: str, run_id: str, plan: Plan
+    limiter: GatewayLimiter, redis_url: str, run_id: str, plan: Plan, tasks: int = 64
 ) -> dict[str, list[Slice]]:
     """Table 3: the async floor, AsyncGatewayLimiter and limits.aio, interleaved rounds."""
     from limits import RateLimitItemPerSecond
@@ -554,25 +554,24 @@ async def measure_async(
         names = list(calls)
         results: dict[str, list[Slice]] = {n: [] for n in names}
         for name in names:  # connections opened, scripts loaded
-            await measure_async_slice(calls[name], ASYNC_TASKS, plan.prewarm, 0.0)
+            await measure_async_slice(calls[name], tasks, plan.prewarm, 0.0)
         for r in range(plan.rounds):
             for name in names[r % len(names) :] + names[: r % len(names)]:
                 results[name].append(
-                    await measure_async_slice(calls[name], ASYNC_TASKS, plan.warmup, plan.duration)
+                    await measure_async_slice(calls[name], tasks, plan.warmup, plan.duration)
                 )
         with suppress(Exception):
             await storage.reset()
         return results
 
 
-ASYNC_TASKS = 64
 ASYNC_FLOOR = "floor: async EVALSHA 'return 1'"
 
 
-def print_async(results: dict[str, list[Slice]], plan: Plan) -> None:
+def print_async(results: dict[str, list[Slice]], plan: Plan, tasks: int = 64) -> None:
     """Table 3 and its legend."""
     print(
-        f"3. asyncio: {ASYNC_TASKS} concurrent tasks on one event loop, admitted decisions "
+        f"3. asyncio: {tasks} concurrent tasks on one event loop, admitted decisions "
         f"per second on a huge limit (median of {plan.rounds} rounds)"
     )
     base = results[ASYNC_FLOOR]
@@ -751,6 +750,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "(keys are unique to the run and deleted afterwards)",
     )
     parser.add_argument("--threads", type=int, default=None, help="threads of the N-thread cells")
+    parser.add_argument(
+        "--tasks",
+        type=int,
+        action="append",
+        help="coroutines of table 3 (repeat for one table each; default 64)",
+    )
+    parser.add_argument(
+        "--asyncio-only", action="store_true", help="table 3 only (skip tables 1 and 2)"
+    )
     return parser.parse_args(argv)
 
 
@@ -833,28 +841,15 @@ def print_contention(rows: list[list[str]], gwl: Contention | None, plan: Plan) 
         )
 
 
-def run(args: argparse.Namespace, plan: Plan, stack: ExitStack) -> None:
-    """Both measurements, printed as they complete."""
-    run_id = uuid.uuid4().hex[:8]
-    redis_url = args.redis_url or stack.enter_context(private_redis())
-    admin = redis.Redis.from_url(redis_url, socket_timeout=5)
-    stack.callback(admin.close)
-    if args.redis_url:
-        stack.callback(_delete_run_keys, admin, run_id)
-    for line in machine_facts(admin, redis_url, private=not args.redis_url):
-        print(line)
-    print(
-        f"plan:     throughput: per cell {plan.prewarm:g} s warm-up, then {plan.rounds} "
-        f"interleaved rounds x {plan.duration:g} s counted ({plan.counted:g} s); "
-        f"contention {plan.contention:g} s; {plan.threads} threads"
-        + (" (--quick)" if args.quick else "")
-    )
-    print(flush=True)
-
-    errors = ErrorLog()
-    logging.getLogger("gateway_limiter").addHandler(errors)
-    stack.callback(logging.getLogger("gateway_limiter").removeHandler, errors)
-    gwl, limiter = gateway_limiter(stack, redis_url, run_id)
+def sync_tables(
+    stack: ExitStack,
+    redis_url: str,
+    run_id: str,
+    plan: Plan,
+    gwl: Contender,
+    limiter: GatewayLimiter,
+) -> None:
+    """Tables 1 and 2, printed as they complete."""
     quiet, _ = gateway_limiter(stack, redis_url, run_id, metrics=False)
     contenders = [
         gwl,
@@ -885,7 +880,37 @@ def run(args: argparse.Namespace, plan: Plan, stack: ExitStack) -> None:
     print_contention(rows, gwl_result, plan)
     print(flush=True)
 
-    print_async(asyncio.run(measure_async(limiter, redis_url, run_id, plan)), plan)
+
+def run(args: argparse.Namespace, plan: Plan, stack: ExitStack) -> None:
+    """Both measurements, printed as they complete."""
+    run_id = uuid.uuid4().hex[:8]
+    redis_url = args.redis_url or stack.enter_context(private_redis())
+    admin = redis.Redis.from_url(redis_url, socket_timeout=5)
+    stack.callback(admin.close)
+    if args.redis_url:
+        stack.callback(_delete_run_keys, admin, run_id)
+    for line in machine_facts(admin, redis_url, private=not args.redis_url):
+        print(line)
+    print(
+        f"plan:     throughput: per cell {plan.prewarm:g} s warm-up, then {plan.rounds} "
+        f"interleaved rounds x {plan.duration:g} s counted ({plan.counted:g} s); "
+        f"contention {plan.contention:g} s; {plan.threads} threads"
+        + (" (--quick)" if args.quick else "")
+    )
+    print(flush=True)
+
+    errors = ErrorLog()
+    logging.getLogger("gateway_limiter").addHandler(errors)
+    stack.callback(logging.getLogger("gateway_limiter").removeHandler, errors)
+    gwl, limiter = gateway_limiter(stack, redis_url, run_id)
+    if not args.asyncio_only:
+        sync_tables(stack, redis_url, run_id, plan, gwl, limiter)
+
+    for tasks in args.tasks or [64]:
+        print_async(
+            asyncio.run(measure_async(limiter, redis_url, run_id, plan, tasks)), plan, tasks
+        )
+        print(flush=True)
     if errors.count:
         print(
             f"gateway-limiter opened its circuit breaker {errors.count} time(s) "
