@@ -501,12 +501,18 @@ async def measure_async_slice(call: AsyncCall, tasks: int, warmup: float, durati
             except REDIS_ERRORS:  # counted, never fatal: a loaded host times out
                 if counting:
                     errors += 1
+                await asyncio.sleep(0)  # an error may come without I/O: let the clock run
                 continue
-            if counting:
-                if ok:
+            if ok:
+                if counting:
                     admitted += 1
-                else:
+            else:
+                if counting:
                     refused += 1
+                # A refusal on this huge limit is the failure policy deciding in-process,
+                # with no I/O: without a yield the workers would spin and the slice
+                # would never end.
+                await asyncio.sleep(0)
 
     workers = [asyncio.create_task(worker()) for _ in range(tasks)]
     try:
