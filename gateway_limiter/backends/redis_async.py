@@ -1,10 +1,21 @@
 """``redis://``, ``rediss://``, ``unix://`` for asyncio: the scripts on ``redis.asyncio``.
 
 The same scripts, keys, arguments and reply parsing as ``backends/redis.py`` (imported
-from there, not copied); one decision is one EVALSHA on one pooled connection, awaited,
-and a NOSCRIPT (Redis restarted, SCRIPT FLUSH) costs a SCRIPT LOAD and a second
-EVALSHA, never an error. The connections have the sync client's options (connect
-timeout ``redis_connect_timeout``, no retries: the failure policy is the retry).
+from there, not copied); one decision is still one EVALSHA, and a NOSCRIPT (Redis
+restarted, SCRIPT FLUSH) costs a SCRIPT LOAD and a second EVALSHA, never an error. The
+connections have the sync client's options (connect timeout ``redis_connect_timeout``,
+no retries: the failure policy is the retry).
+
+**Concurrent decisions share round trips.** A coroutine's decision joins a queue, first
+come first served, and up to ``redis_pool_size`` *lanes* (one pooled connection each)
+send it: a lane takes every decision queued (up to ``BATCH``), writes their EVALSHAs in
+one write, reads the replies in order and answers each caller as its reply is read;
+decisions that arrive meanwhile wait for the next free lane, which takes them all. So a
+burst of N decisions costs a few round trips, not N, while each stays its own script
+call with its own reply: an error reply (a script error on one key) is that caller's
+alone, and a NOSCRIPT loads the script and asks again for just the calls it hit. One
+decision alone goes out at once, in a lane of its own. Lanes end when the queue is
+empty: nothing runs in the background while nobody decides.
 
 Three things are done differently on an event loop, on purpose:
 
@@ -21,20 +32,21 @@ Three things are done differently on an event loop, on purpose:
    ``redis_connect_timeout + redis_timeout``; each round trip on it gets
    ``redis_timeout``. Both are Deadlines, so a loop busy while a connection was being
    opened does not count against Redis either.
-3. **Waiting for a connection is queueing, not failure.** Threads that wait for a
-   pooled connection mean too many threads; coroutines that do mean only that more
-   decisions are in flight than there are connections, which is normal in a burst (a
-   thousand coroutines, ``redis_pool_size`` connections) and says nothing about Redis.
-   So callers queue first come, first served (an ``asyncio.Semaphore``: redis-py's pool
-   wakes waiters in no fixed order, and in a burst some would starve). The queue moves
-   at least ``redis_pool_size`` calls per deadline, even when Redis hangs, and a call
-   that fails makes every caller queued behind it give up at once with BackendError:
-   a dead or hung Redis costs a queued caller nothing beyond the failure it waited on.
+3. **Waiting for a connection is queueing, not failure.** Coroutines waiting for a lane
+   mean only that more decisions are in flight than there are connections, which is
+   normal in a burst and says nothing about Redis. The queue is first come, first
+   served (lanes, and ``peek``/``prepare``, take connections in turn through an
+   ``asyncio.Semaphore``: redis-py's pool wakes waiters in no fixed order, and in a
+   burst some would starve). A round trip that fails fails its whole batch and makes
+   every decision queued behind it give up at once with BackendError, and its
+   connection is dropped, so no stale reply is read later: a dead or hung Redis costs a
+   queued caller nothing beyond the failure it waited on.
 
-Cancellation: a caller cancelled while its EVALSHA is in flight gets CancelledError at
-once, and redis-py drops that connection (its reply will never be read), so the pool
-stays clean. Whether the script ran is unknown; if it did, the permits it reserved stay
-spent (see ``gateway_limiter.aio``).
+Cancellation: a caller cancelled while its decision is queued is skipped (never sent:
+nothing reserved). One cancelled while its batch is in flight gets CancelledError at
+once; the lane still reads every reply of the batch, so the connection stays in step
+and the other callers get their answers. Whether its script ran is then unknown; if
+it did, the permits it reserved stay spent (see ``gateway_limiter.aio``).
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar
@@ -51,7 +64,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from ..bucket import BucketState, Verdict
 from ..rules import Rule
@@ -165,21 +178,42 @@ _POOL_ARGS: tuple[str, ...] = (
 )
 
 
+class _Call:
+    """One decision waiting for its reply: the EVALSHA, and the caller's future."""
+
+    __slots__ = ("args", "future", "name")
+
+    def __init__(self, name: str, args: list[Any], future: asyncio.Future[Any]) -> None:
+        self.name = name
+        self.args = args
+        self.future = future
+
+
 @register_async("redis", "rediss", "unix")
 class AsyncRedisBackend:
     """The bucket script on one Redis server (a master), through ``redis.asyncio``."""
 
     shared = True
     __slots__ = (
+        "_active",
         "_client",
+        "_collecting",
         "_commands",
         "_connect_seconds",
         "_failures",
+        "_lanes",
+        "_max_lanes",
         "_pool",
         "_prefix",
+        "_queue",
         "_read_seconds",
         "_slots",
     )
+
+    #: Decisions sent in one round trip at most (a batch of 128 runs ~1-2 ms in Redis).
+    BATCH = 128
+    #: NOSCRIPT rounds before a call gives up (a SCRIPT FLUSH between LOAD and EVALSHA).
+    RELOADS = 3
 
     def __init__(self, settings: Settings) -> None:
         try:
@@ -196,6 +230,11 @@ class AsyncRedisBackend:
         self._slots = asyncio.Semaphore(settings.redis_pool_size)  # FIFO, unlike the pool
         self._failures = 0  # calls failed so far: a queued caller compares before and after
         self._commands = Commands(settings.key_prefix)
+        self._queue: deque[_Call] = deque()  # decisions not yet sent, first come first
+        self._lanes: set[asyncio.Task[None]] = set()  # referenced while they run
+        self._max_lanes = settings.redis_pool_size
+        self._active = 0  # lanes not yet ended
+        self._collecting = 0  # lanes on their way to take the queue (0 or 1)
 
     @property
     def client(self) -> Redis:
@@ -211,26 +250,16 @@ class AsyncRedisBackend:
             try:
                 return await call()
             except (redis.RedisError, OSError) as e:  # OSError includes TimeoutError
-                self._failures += 1
+                self._failed()
                 raise BackendError(_describe(e)) from e
 
-    async def _evalsha(self, name: str, args: list[Any]) -> Any:
-        sha = self._commands.shas[name]
-        async with Deadline(self._connect_seconds):
-            conn = await self._pool.get_connection(*_POOL_ARGS)  # type: ignore[no-untyped-call]
-        try:
-            try:
-                return await self._ask(conn, "EVALSHA", sha, *args)
-            except NoScriptError:  # Redis restarted or flushed its scripts: load, ask again
-                await self._ask(conn, "SCRIPT", "LOAD", SCRIPTS[name])
-                return await self._ask(conn, "EVALSHA", sha, *args)
-        finally:
-            await self._pool.release(conn)  # redis-py has dropped it if it failed
-
-    async def _ask(self, conn: AbstractConnection, *command: Any) -> Any:
-        async with Deadline(self._read_seconds):
-            await conn.send_command(*command)
-            return await conn.read_response()
+    def _failed(self, error: BackendError | None = None) -> None:
+        """A call failed: every decision still queued gives up with it, now."""
+        self._failures += 1
+        if error is None:
+            error = BackendError("Redis failed while this call was queued for a connection")
+        while self._queue:
+            _resolve(self._queue.popleft().future, error=error)
 
     async def reserve(
         self,
@@ -241,9 +270,106 @@ class AsyncRedisBackend:
         *,
         now: float | None = None,
     ) -> Verdict:
-        """One EVALSHA. ``now`` (µs) is for tests that drive the clock."""
+        """One EVALSHA, sent in one round trip with the other decisions queued at that
+        moment (see ``_lane``). ``now`` (µs) is for tests that drive the clock."""
         name, args = self._commands(rule, permits, timeout, caller, now)
-        return parse_reply(await self._queued(lambda: self._evalsha(name, args)))
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append(_Call(name, args, future))
+        if not self._collecting and self._active < self._max_lanes:
+            self._collecting += 1
+            self._active += 1
+            lane = asyncio.create_task(self._lane())
+            self._lanes.add(lane)
+            lane.add_done_callback(self._lanes.discard)
+        return parse_reply(await future)  # cancelled here: the lane skips or drops the reply
+
+    async def _lane(self) -> None:
+        """One connection sending batches: take every queued decision (up to BATCH), send
+        their EVALSHAs in one write, read the replies in order, answer each caller; again
+        while the queue holds more; then give the connection back and end."""
+        batch: list[_Call] = []
+        collecting = True
+        try:
+            async with self._slots:
+                async with Deadline(self._connect_seconds):
+                    conn = await self._pool.get_connection(*_POOL_ARGS)  # type: ignore[no-untyped-call]
+                try:
+                    while True:
+                        # Taken and written with no await in between: FIFO across lanes.
+                        batch = self._take()
+                        if collecting:
+                            collecting = False
+                            self._collecting -= 1
+                        if not batch:
+                            self._active -= 1  # before any await: an arrival starts a lane
+                            return
+                        await self._round_trip(conn, batch)
+                except BaseException as e:
+                    self._stopped(batch, e)
+                    await conn.disconnect()  # replies may be unread: never read them later
+                    raise
+                finally:
+                    await self._pool.release(conn)
+        except BaseException as e:
+            if collecting:  # failed to connect, or cancelled before it could
+                self._collecting -= 1
+                self._stopped(batch, e)
+            if not isinstance(e, (redis.RedisError, OSError)):
+                raise  # cancelled (aclose, the loop shutting down); nobody is left hanging
+
+    def _stopped(self, batch: list[_Call], e: BaseException) -> None:
+        """A lane ends on an error: its batch fails, and so does every decision queued."""
+        self._active -= 1
+        if isinstance(e, (redis.RedisError, OSError)):  # OSError includes TimeoutError
+            error, queued = BackendError(_describe(e)), None
+        else:  # cancelled: aclose, or the loop shutting down
+            error = queued = BackendError(f"the Redis backend stopped: {_describe(e)}")
+        for call in batch:
+            _resolve(call.future, error=error)
+        self._failed(queued)
+
+    def _take(self) -> list[_Call]:
+        """The queued decisions still awaited, first come first, up to BATCH."""
+        batch: list[_Call] = []
+        queue = self._queue
+        while queue and len(batch) < self.BATCH:
+            call = queue.popleft()
+            if not call.future.done():  # a caller cancelled while queued is never sent
+                batch.append(call)
+        return batch
+
+    async def _round_trip(self, conn: AbstractConnection, batch: list[_Call]) -> None:
+        """The batch's EVALSHAs in one write; each reply to its caller as it is read.
+
+        An error reply is that caller's alone; NOSCRIPT (Redis restarted or flushed its
+        scripts) loads the script and asks again in the next round trip.
+        """
+        shas = self._commands.shas
+        reload: list[_Call] = []
+        for _attempt in range(self.RELOADS + 1):
+            names = sorted({c.name for c in reload})
+            commands = [("SCRIPT", "LOAD", SCRIPTS[n]) for n in names]
+            calls = [c for c in reload if not c.future.done()] if reload else batch
+            commands += [("EVALSHA", shas[c.name], *c.args) for c in calls]
+            reload = []
+            async with Deadline(self._read_seconds):
+                await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+                for _ in names:
+                    await conn.read_response()
+                for call in calls:
+                    try:
+                        reply = await conn.read_response()
+                    except NoScriptError:
+                        reload.append(call)
+                    except ResponseError as e:  # the script failed for this call only
+                        _resolve(call.future, error=BackendError(_describe(e)))
+                    else:
+                        _resolve(call.future, reply)
+            if not reload:
+                return
+        error = BackendError("NOSCRIPT: Redis keeps losing the script")
+        for call in reload:
+            _resolve(call.future, error=error)
 
     async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """GET and TIME in one pipeline."""
@@ -269,9 +395,25 @@ class AsyncRedisBackend:
         await self._queued(load)
 
     async def aclose(self) -> None:
-        """Close the client and every pooled connection."""
+        """Stop the lanes, then close the client and every pooled connection."""
+        lanes = list(self._lanes)
+        for lane in lanes:
+            lane.cancel()
+        await asyncio.gather(*lanes, return_exceptions=True)
         await self._client.aclose()
         await self._pool.disconnect()
+
+
+def _resolve(
+    future: asyncio.Future[Any], reply: Any = None, *, error: Exception | None = None
+) -> None:
+    """Answer one caller, unless it stopped waiting (cancelled)."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(reply)
 
 
 def _describe(error: BaseException) -> str:
