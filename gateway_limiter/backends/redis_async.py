@@ -275,13 +275,18 @@ class AsyncRedisBackend:
         name, args = self._commands(rule, permits, timeout, caller, now)
         future = asyncio.get_running_loop().create_future()
         self._queue.append(_Call(name, args, future))
+        self._start_lane()
+        return parse_reply(await future)  # cancelled here: the lane skips or drops the reply
+
+    def _start_lane(self) -> None:
+        """A lane for the queue, unless one is on its way or all are busy (then the first
+        to finish its round trip takes the queue)."""
         if not self._collecting and self._active < self._max_lanes:
             self._collecting += 1
             self._active += 1
             lane = asyncio.create_task(self._lane())
             self._lanes.add(lane)
             lane.add_done_callback(self._lanes.discard)
-        return parse_reply(await future)  # cancelled here: the lane skips or drops the reply
 
     async def _lane(self) -> None:
         """One connection sending batches: take every queued decision (up to BATCH), send
@@ -303,6 +308,8 @@ class AsyncRedisBackend:
                         if not batch:
                             self._active -= 1  # before any await: an arrival starts a lane
                             return
+                        if self._queue:  # more than a batch: another lane, alongside
+                            self._start_lane()
                         await self._round_trip(conn, batch)
                 except BaseException as e:
                     self._stopped(batch, e)
