@@ -1201,7 +1201,9 @@ def cmd_serve_metrics(ctx: Context) -> int:
 
     metrics = process_metrics()
     if metrics is None:
-        raise CliError("prometheus-client is not installed: pip install 'gateway-limiter[metrics]'")
+        raise CliError(
+            "prometheus-client is not installed: pip install 'gateway-limiter[metrics]'"
+        )
     a, out = ctx.args, ctx.out
     # The hot path's timeouts: a scrape must not hang on a dead Redis.
     limiter = _open_limiter(ctx, ctx.settings.replace(metrics=True))

@@ -311,3 +311,36 @@ async def test_aclose_mid_batch_fails_its_callers_and_leaves_no_task(
         outcomes = await asyncio.gather(*calls, return_exceptions=True)
     assert all(isinstance(o, BackendError) for o in outcomes)
     await no_lanes_left()
+
+
+async def test_a_peek_gets_a_connection_in_turn_under_a_steady_stream_of_decisions(
+    backends: Backends,
+) -> None:
+    # Busy lanes keep taking the queue; one that finishes a round trip while a peek
+    # waits hands its connection over instead, so the peek is not starved.
+    backend = backends(redis_pool_size=1)  # more callers than a batch: always work queued
+    await backend.prepare()
+    stop = False
+    decided = 0
+
+    async def decide() -> None:
+        nonlocal decided
+        while not stop:
+            assert (await backend.reserve(OPEN, 1, 0)).allowed
+            decided += 1
+
+    workers = [asyncio.create_task(decide()) for _ in range(3 * AsyncRedisBackend.BATCH)]
+    try:
+        await asyncio.sleep(0.1)
+        slowest = 0.0
+        for _ in range(10):
+            started = time.monotonic()
+            state, now = await asyncio.wait_for(backend.peek(OPEN), 5)  # starved: fails
+            slowest = max(slowest, time.monotonic() - started)
+            assert state is not None and now > 0
+    finally:
+        stop = True
+        await asyncio.gather(*workers)
+    assert decided > 0
+    assert slowest < NOISE
+    await no_lanes_left()

@@ -203,6 +203,7 @@ class AsyncRedisBackend:
         "_failures",
         "_lanes",
         "_max_lanes",
+        "_others",
         "_packed",
         "_pool",
         "_prefix",
@@ -237,6 +238,7 @@ class AsyncRedisBackend:
         self._active = 0  # lanes not yet ended
         self._collecting = 0  # lanes on their way to take the queue (0 or 1)
         self._packed: dict[tuple[Any, ...], bytes] = {}
+        self._others = 0  # peek/prepare calls waiting for a connection
 
     @property
     def client(self) -> Redis:
@@ -246,7 +248,12 @@ class AsyncRedisBackend:
     async def _queued(self, call: Callable[[], Awaitable[T]]) -> T:
         """Wait for a connection slot in turn, then ``call``; Redis errors -> BackendError."""
         failures = self._failures
-        async with self._slots:
+        self._others += 1  # busy lanes hand their connection over after their round trip
+        try:
+            await self._slots.acquire()
+        finally:
+            self._others -= 1
+        try:
             if self._failures != failures:
                 raise BackendError("Redis failed while this call was queued for a connection")
             try:
@@ -254,6 +261,8 @@ class AsyncRedisBackend:
             except (redis.RedisError, OSError) as e:  # OSError includes TimeoutError
                 self._failed()
                 raise BackendError(_describe(e)) from e
+        finally:
+            self._slots.release()
 
     def _failed(self, error: BackendError | None = None) -> None:
         """A call failed: every decision still queued gives up with it, now."""
@@ -283,7 +292,7 @@ class AsyncRedisBackend:
     def _start_lane(self) -> None:
         """A lane for the queue, unless one is on its way or all are busy (then the first
         to finish its round trip takes the queue)."""
-        if not self._collecting and self._active < self._max_lanes:
+        if self._queue and not self._collecting and self._active < self._max_lanes:
             self._collecting += 1
             self._active += 1
             lane = asyncio.create_task(self._lane())
@@ -313,6 +322,10 @@ class AsyncRedisBackend:
                         if self._queue:  # more than a batch: another lane, alongside
                             self._start_lane()
                         await self._round_trip(conn, batch)
+                        if self._others:  # a peek or prepare waits: its turn, then ours
+                            self._active -= 1
+                            self._start_lane()
+                            return
                 except BaseException as e:
                     self._stopped(batch, e)
                     await conn.disconnect()  # replies may be unread: never read them later
