@@ -216,6 +216,8 @@ class AsyncRedisBackend:
     BATCH = 128
     #: NOSCRIPT rounds before a call gives up (a SCRIPT FLUSH between LOAD and EVALSHA).
     RELOADS = 3
+    #: Packed commands kept at most (~150 bytes each); past this the cache starts over.
+    PACKED = 4096
 
     def __init__(self, settings: Settings) -> None:
         try:
@@ -399,7 +401,7 @@ class AsyncRedisBackend:
         and budget make the same EVALSHA), so packed commands are kept."""
         packed = self._packed.get(command)
         if packed is None:
-            if len(self._packed) >= Commands.LIMIT:
+            if len(self._packed) >= self.PACKED:
                 self._packed.clear()
             encoder = conn.encoder
             packed = _pack(command, encoder.encoding, encoder.encoding_errors)
