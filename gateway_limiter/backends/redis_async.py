@@ -10,12 +10,14 @@ no retries: the failure policy is the retry).
 come first served, and up to ``redis_pool_size`` *lanes* (one pooled connection each)
 send it: a lane takes every decision queued (up to ``BATCH``), writes their EVALSHAs in
 one write, reads the replies in order and answers each caller as its reply is read;
-decisions that arrive meanwhile wait for the next free lane, which takes them all. So a
-burst of N decisions costs a few round trips, not N, while each stays its own script
-call with its own reply: an error reply (a script error on one key) is that caller's
-alone, and a NOSCRIPT loads the script and asks again for just the calls it hit. One
-decision alone goes out at once, in a lane of its own. Lanes end when the queue is
-empty: nothing runs in the background while nobody decides.
+decisions that arrive meanwhile wait for the next free lane, which takes them all.
+Batches are sent in arrival order; Redis runs each lane's in order, and may interleave
+batches of several lanes in flight at once. So a burst of N decisions costs a few round
+trips, not N, while each stays its own script call with its own reply: an error reply
+(a script error on one key) is that caller's alone, and a NOSCRIPT loads the script and
+asks again for just the calls it hit. One decision alone goes out at once, in a lane of
+its own. Lanes end when the queue is empty: nothing runs in the background while nobody
+decides.
 
 Three things are done differently on an event loop, on purpose:
 
@@ -313,7 +315,8 @@ class AsyncRedisBackend:
                     conn = await self._pool.get_connection(*_POOL_ARGS)  # type: ignore[no-untyped-call]
                 try:
                     while True:
-                        # Taken and written with no await in between: FIFO across lanes.
+                        # Taken and written with no await in between: lanes send in
+                        # arrival order (Redis may interleave batches in flight together).
                         batch = self._take()
                         if collecting:
                             collecting = False
