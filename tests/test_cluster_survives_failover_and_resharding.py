@@ -6,7 +6,9 @@ a slot resharded mid-traffic (ASK, then MOVED) is followed without a single fail
 from __future__ import annotations
 
 import time
+from typing import Any
 
+import redis
 from sqlalchemy import Engine
 
 from gateway_limiter.backends.redis import bucket_key
@@ -23,6 +25,11 @@ def master_of(cluster: LocalCluster, key: str) -> int:
         if start <= slot <= end:
             return int(master[1])
     raise AssertionError(f"slot {slot} is not served")
+
+
+def command(client: redis.Redis, *args: Any) -> Any:
+    """A raw command on one node (CLUSTER SETSLOT, MIGRATE...)."""
+    return client.execute_command(*args)  # type: ignore[no-untyped-call]
 
 
 def test_a_master_failover_mid_traffic_raises_nothing_and_limiting_resumes(
@@ -97,8 +104,8 @@ def test_a_slot_resharded_mid_traffic_is_followed_through_ask_and_moved(
     source = redis_cluster.node_on(source_port).client()
     target = redis_cluster.node_on(target_port).client()
     slot = int(source.cluster("KEYSLOT", key))
-    source_id = source.execute_command("CLUSTER", "MYID").decode()
-    target_id = target.execute_command("CLUSTER", "MYID").decode()
+    source_id = command(source, "CLUSTER", "MYID").decode()
+    target_id = command(target, "CLUSTER", "MYID").decode()
     asking_before = stat(target, "asking")
     # generous timeouts: any failure here would be a redirect not followed
     traffic = Traffic(
@@ -113,17 +120,17 @@ def test_a_slot_resharded_mid_traffic_is_followed_through_ask_and_moved(
     try:
         time.sleep(0.5)
         assert source.exists(key)
-        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
-        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
         time.sleep(0.3)  # the key still on the source: served there
-        keys = source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
-        source.execute_command("MIGRATE", "127.0.0.1", target_port, "", 0, 5000, "KEYS", *keys)
+        keys = command(source, "CLUSTER", "GETKEYSINSLOT", slot, 100)
+        command(source, "MIGRATE", "127.0.0.1", target_port, "", 0, 5000, "KEYS", *keys)
         time.sleep(0.5)  # the key gone from the source: ASK sends callers to the target
         for node in (target, source):
-            node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+            command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
         for port in redis_cluster.master_ports() - {source_port, target_port}:
-            redis_cluster.node_on(port).client().execute_command(
-                "CLUSTER", "SETSLOT", slot, "NODE", target_id
+            command(
+                redis_cluster.node_on(port).client(), "CLUSTER", "SETSLOT", slot, "NODE", target_id
             )
         time.sleep(0.5)  # MOVED: callers learn the slot's new master
         assert master_of(redis_cluster, key) == target_port
@@ -134,5 +141,5 @@ def test_a_slot_resharded_mid_traffic_is_followed_through_ask_and_moved(
     assert traffic.fallbacks == 0  # not one call failed over the whole resharding
     assert stat(target, "asking") > asking_before  # the ASK redirect was really taken
     # the bucket moved with its slot
-    assert source.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    assert command(source, "CLUSTER", "COUNTKEYSINSLOT", slot) == 0
     assert target.exists(key)
