@@ -12,7 +12,7 @@ import redis
 from sqlalchemy import Engine
 
 from gateway_limiter.backends.redis import bucket_key
-from tests.clusters import LocalCluster
+from tests.clusters import LocalCluster, wait_for
 from tests.limiting import set_row
 from tests.traffic import RATE, Traffic, limiting_resumes, stat
 
@@ -52,6 +52,9 @@ def test_a_master_failover_mid_traffic_raises_nothing_and_limiting_resumes(
         time.sleep(0.5)
         assert traffic.fallbacks == 0
         victim.kill()
+        # Callers refused in-process (the last reply named the next permit) ask no one:
+        # the outage shows at the next call that asks, within a permit interval.
+        wait_for("a caller to see the outage", lambda: traffic.fallbacks > 0, 10)
         redis_cluster.wait_healthy()  # a replica took over the victim's slots
         limiting_resumes(traffic)
         assert traffic.fallbacks > 0  # the outage was seen, and the policy decided

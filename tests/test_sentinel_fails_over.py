@@ -32,6 +32,9 @@ def test_decisions_go_to_the_master_and_survive_its_failover(
         limiting_resumes(traffic, seconds=1.0)  # shared limits on the master from the start
         assert master.client().exists(bucket_key(key_prefix, url))
         master.kill()
+        # Callers refused in-process (the last reply named the next permit) ask no one:
+        # the outage shows at the next call that asks, within a permit interval.
+        wait_for("a caller to see the outage", lambda: traffic.fallbacks > 0, 10)
         wait_for("the sentinel to promote the replica",
                  lambda: redis_sentinel.master_port() != master.port, 30)  # fmt: skip
         limiting_resumes(traffic)
