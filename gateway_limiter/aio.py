@@ -64,6 +64,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import threading
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -94,6 +95,7 @@ from .limiter import (
     check_args,
     chosen_limits,
     has_shared_bucket,
+    horizons_for,
     open_metrics,
     route,
     settings_from,
@@ -138,6 +140,7 @@ class AsyncGatewayLimiter:
     __slots__ = (
         "_breaker",
         "_fallbacks",
+        "_horizons",
         "_metrics",
         "_outcomes",
         "_source",
@@ -162,6 +165,7 @@ class AsyncGatewayLimiter:
         if self._metrics is not None:
             self.registry.listeners.append(self._metrics.reloaded)
             self._source = Source(lambda: self.registry.snapshot, lambda: self._breaker.is_open)
+        self._horizons = horizons_for(self.backend.shared, self.registry)
 
     @classmethod
     def from_settings(cls, path: str | Path | None = None, **overrides: Any) -> Self:
@@ -260,6 +264,16 @@ class AsyncGatewayLimiter:
     async def _decide(
         self, rule: Rule, permits: int, timeout: float | None, key: str | None
     ) -> tuple[Verdict, str]:
+        horizons = self._horizons
+        sent = 0.0
+        if horizons is not None:
+            sent = time.monotonic()
+            if timeout is not None and not self._breaker.is_open:
+                refused = horizons.refusal(rule, key, timeout, sent)
+                if refused is not None:  # Redis would refuse too: no round trip
+                    if self._metrics is not None:
+                        self._metrics.local_refusal()
+                    return refused, LIMITED
         if self._breaker.allows():
             try:
                 verdict = await self.backend.reserve(rule, permits, timeout, key)
@@ -267,6 +281,8 @@ class AsyncGatewayLimiter:
                 self._backend_failed(e)
             else:
                 self._breaker.succeeded()
+                if horizons is not None and verdict.next_free > 0.0:
+                    horizons.learn(rule, key, sent, verdict.next_free)
                 return verdict, ADMITTED if verdict.allowed else LIMITED
         self._fallbacks += 1
         if self._metrics is not None:
@@ -275,8 +291,16 @@ class AsyncGatewayLimiter:
 
     def _backend_failed(self, error: BackendError) -> None:
         self._breaker.failed(error)
+        if self._horizons is not None:
+            self._horizons.forget()  # the failure policy decides now; Redis may lose state
         if self._metrics is not None:
             self._metrics.backend_error()
+
+    @property
+    def local_refusals(self) -> int:
+        """How many calls were refused in-process, without a round trip (see
+        ``gateway_limiter.horizons``)."""
+        return 0 if self._horizons is None else self._horizons.refused
 
     async def try_acquire(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None

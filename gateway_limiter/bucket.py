@@ -149,13 +149,18 @@ class Verdict(NamedTuple):
 
     ``wait`` is in microseconds: how long the caller sleeps when ``allowed``, and how
     long it would have had to wait when refused. ``stored`` is what is left after it.
-    (A named tuple: it is built on every decision, and that costs a third of a frozen
-    dataclass.)
+    ``next_free`` (µs from the decision's ``now``) is the earliest moment any further
+    call of the interface could go, whatever its permits and however many callers
+    come meanwhile: only time passing brings it closer (see ``next_free_bucket``).
+    Until then, a caller whose timeout cannot reach it would be refused: the limiter
+    refuses it in-process, with no round trip. (A named tuple: it is built on every
+    decision, and that costs a third of a frozen dataclass.)
     """
 
     allowed: bool
     wait: float
     stored: float
+    next_free: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,11 +253,26 @@ def decide(
     balance = max(current.balance, now) + cost
     wait = balance - now
     if timeout is not None and wait > timeout:
-        return Verdict(False, wait, current.stored), None
+        return Verdict(False, wait, current.stored, next_free_bucket(sh, current, now)), None
     stored = current.stored - spend
-    return Verdict(True, wait, stored), BucketState(
-        stored, balance, sh.rate, sh.capacity, sh.refill
-    )
+    new = BucketState(stored, balance, sh.rate, sh.capacity, sh.refill)
+    return Verdict(True, wait, stored, next_free_bucket(sh, new, now)), new
+
+
+def next_free_bucket(sh: Shape, state: BucketState, now: float) -> float:
+    """Microseconds from ``now`` before which no call of one or more permits can go,
+    for ``state`` as it is after a decision at ``now`` (resynced, in ``sh``'s config).
+
+    No call goes before the balance time B = max(balance, now). A one-permit call then
+    still needs what ``stored`` (the permits B holds) lacks of one permit, at one stable
+    interval each, and time only adds stored permits at exactly that pace: so for a
+    token bucket no call goes before B + (1 - stored) intervals. In warm-up every
+    permit, stored or not, costs at least one stable interval: B + 1 interval. Other
+    callers only move B later; only a config change (a rule change) could move it
+    earlier, and the limiter forgets what it learnt on every rule change.
+    """
+    owed = sh.stable if sh.warm else max(0.0, 1.0 - state.stored) * sh.stable
+    return max(state.balance, now) + owed - now  # in the order the wait is computed
 
 
 def expiry_ms(state: BucketState, now: float) -> int:
@@ -275,13 +295,13 @@ def decide_window(
     store, or None on refusal. ``permits > rate`` can never be placed.
     """
     if permits > rate:
-        return Verdict(False, math.inf, 0.0), None
+        return Verdict(False, math.inf, 0.0), None  # next_free 0, as in limits.lua
     at = window_slot(times, rate, permits, now, WINDOW)
     wait = at - now
     if timeout is not None and wait > timeout:
-        return Verdict(False, wait, 0.0), None
+        return Verdict(False, wait, 0.0, window_slot(times, rate, 1, now, WINDOW) - now), None
     kept = (*times, *([at] * permits))[-rate:]
-    return Verdict(True, wait, 0.0), kept
+    return Verdict(True, wait, 0.0, window_slot(kept, rate, 1, now, WINDOW) - now), kept
 
 
 def window_expiry_ms(times: tuple[float, ...], now: float) -> int:
@@ -292,7 +312,11 @@ def window_expiry_ms(times: tuple[float, ...], now: float) -> int:
 def window_slot(
     times: tuple[float, ...], rate: int, permits: int, now: float, window: float
 ) -> float:
-    """The earliest time >= ``now`` at which a sliding window can place ``permits`` more."""
+    """The earliest time >= ``now`` at which a sliding window can place ``permits`` more.
+
+    For one permit, also a time before which no call can be placed later on: the
+    window only fills up meanwhile, and an admission leaves it no sooner than this.
+    """
     at = now
     if times:
         at = max(at, times[-1])
@@ -348,8 +372,10 @@ def decide_limits(
 
     Returns the verdict and each limit's new state (None on refusal: nothing is
     written). ``wait`` is until the latest of the limits' earliest times; ``stored`` is
-    the least any token bucket among them holds (0 without one). A window that can
-    never hold ``permits`` refuses with an infinite wait.
+    the least any token bucket among them holds (0 without one); ``next_free`` the
+    latest of the limits' earliest times for one permit, after the decision (a call
+    goes when every limit lets it). A window that can never hold ``permits`` refuses
+    with an infinite wait (and ``next_free`` 0: not every limit was read).
     """
     n = float(permits)
     at = now
@@ -370,16 +396,38 @@ def decide_limits(
             current.append(times)
         else:
             counter = fixed_window_now(cast(FixedWindow | None, state), now, limit.size)
-            if counter.used + n > limit.rate:
-                counter = FixedWindow(counter.window + 1, 0.0)
-            earliest = max(now, counter.window * limit.size)
-            current.append(counter)
+            window = counter.window + 1.0 if counter.used + n > limit.rate else counter.window
+            earliest = max(now, window * limit.size)
+            current.append(counter)  # not moved on: _record does that, and a refusal keeps it
         at = max(at, earliest)
     wait = at - now
     if timeout is not None and wait > timeout:
-        return Verdict(False, wait, _least_stored(current)), None
+        return Verdict(False, wait, _least_stored(current), _next_free(limits, current, now)), None
     new = tuple(_record(limit, state, n, at) for limit, state in zip(limits, current, strict=True))
-    return Verdict(True, wait, _least_stored(new)), new
+    return Verdict(True, wait, _least_stored(new), _next_free(limits, new, now)), new
+
+
+def _next_free(limits: Sequence[Limit], states: Sequence[LimitState], now: float) -> float:
+    """Microseconds from ``now`` before which no call can go: the latest of each limit's
+    earliest time for one permit (``next_free_bucket``, ``window_slot``, or the
+    window a fixed counter has room in)."""
+    at = now
+    for limit, state in zip(limits, states, strict=True):
+        if limit.kind == BUCKET:
+            bucket = cast(BucketState, state)
+            owed = max(0.0, 1.0 - bucket.stored) * bucket.refill_interval
+            earliest = max(bucket.balance, now) + owed
+        elif limit.kind == SLIDING:
+            times = cast(tuple[float, ...], state)
+            earliest = window_slot(times, int(limit.rate), 1, now, limit.size)
+        else:
+            counter = fixed_window_now(cast(FixedWindow, state), now, limit.size)
+            if counter.used + 1.0 > limit.rate:
+                earliest = (counter.window + 1.0) * limit.size
+            else:
+                earliest = max(now, counter.window * limit.size)
+        at = max(at, earliest)
+    return at - now
 
 
 def _record(limit: Limit, state: LimitState, n: float, at: float) -> LimitState:

@@ -2,8 +2,10 @@
 
 A call goes: arguments checked -> snapshot read (no lock) -> switch off, no rule, or a
 disabled row: admitted at once, no Redis traffic -> a closed rule (rateLimit 0):
-refused at once -> otherwise one backend decision -> a shadow rule lets the call go
-whatever was decided -> the metrics count it -> the wait, outside any lock.
+refused at once -> an earlier reply said the interface is not free within the
+caller's timeout: refused at once, no round trip (``horizons``) -> otherwise one
+backend decision -> a shadow rule lets the call go whatever was decided -> the
+metrics count it -> the wait, outside any lock.
 ``decide`` returns all of that as a ``Decision``; ``try_acquire`` is its ``allowed``.
 
 When the backend fails, ``on_backend_error`` decides (``local``: the same rules in this
@@ -40,6 +42,7 @@ from .decision import (
     Decision,
     decision_of,
 )
+from .horizons import Horizons
 from .logs import (
     OUTAGE_REPORT_SECONDS,
     SHADOW_REPORT_SECONDS,
@@ -346,6 +349,15 @@ def has_shared_bucket(rule: Rule) -> bool:
     return rule.algorithm not in WINDOWS and not rule.per_caller
 
 
+def horizons_for(shared: bool, registry: Registry) -> Horizons | None:
+    """Local refusals for a shared backend, forgotten when a reload changes the limits."""
+    if not shared:
+        return None  # memory:// decides in-process already
+    horizons = Horizons()
+    registry.listeners.append(horizons.reloaded)
+    return horizons
+
+
 def open_metrics(settings: Settings) -> ProcessMetrics | None:
     """The process's metrics if the settings ask for them and prometheus-client is there."""
     return process_metrics() if settings.metrics else None
@@ -375,6 +387,7 @@ class GatewayLimiter:
         if self._metrics is not None:
             self.registry.listeners.append(self._metrics.reloaded)
             self._source = Source(lambda: self.registry.snapshot, lambda: self._breaker.is_open)
+        self._horizons = horizons_for(self.backend.shared, self.registry)
 
     @classmethod
     def from_settings(cls, path: str | Path | None = None, **overrides: Any) -> Self:
@@ -462,6 +475,16 @@ class GatewayLimiter:
     def _decide(
         self, rule: Rule, permits: int, timeout: float | None, key: str | None
     ) -> tuple[Verdict, str]:
+        horizons = self._horizons
+        sent = 0.0
+        if horizons is not None:
+            sent = time.monotonic()
+            if timeout is not None and not self._breaker.is_open:
+                refused = horizons.refusal(rule, key, timeout, sent)
+                if refused is not None:  # Redis would refuse too: no round trip
+                    if self._metrics is not None:
+                        self._metrics.local_refusal()
+                    return refused, LIMITED
         if self._breaker.allows():
             try:
                 verdict = self.backend.reserve(rule, permits, timeout, key)
@@ -469,6 +492,8 @@ class GatewayLimiter:
                 self._backend_failed(e)
             else:
                 self._breaker.succeeded()
+                if horizons is not None and verdict.next_free > 0.0:
+                    horizons.learn(rule, key, sent, verdict.next_free)
                 return verdict, ADMITTED if verdict.allowed else LIMITED
         self._fallbacks += 1  # off the hot path: only while the backend is failing
         if self._metrics is not None:
@@ -477,8 +502,16 @@ class GatewayLimiter:
 
     def _backend_failed(self, error: BackendError) -> None:
         self._breaker.failed(error)
+        if self._horizons is not None:
+            self._horizons.forget()  # the failure policy decides now; Redis may lose state
         if self._metrics is not None:
             self._metrics.backend_error()
+
+    @property
+    def local_refusals(self) -> int:
+        """How many calls were refused in-process, without a round trip, because the
+        interface was not free within their timeout (see ``gateway_limiter.horizons``)."""
+        return 0 if self._horizons is None else self._horizons.refused
 
     def try_acquire(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None

@@ -13,6 +13,8 @@ name                                        type      what
                                                       (admitted, refused) and ``reason``
 ``gateway_limiter_wait_seconds``            histogram waits granted to admitted calls on
                                                       limited interfaces, by ``interface``
+``gateway_limiter_local_refusals_total``    counter   of the refusals, those decided in-process
+                                                      (no round trip: ``horizons``)
 ``gateway_limiter_backend_errors_total``    counter   Redis calls that failed
 ``gateway_limiter_backend_fallbacks_total`` counter   decisions made by ``on_backend_error``
 ``gateway_limiter_backend_fallback``        gauge     1 while ``on_backend_error`` decides
@@ -192,6 +194,9 @@ class ProcessMetrics:
         self._decided: dict[tuple[str, str, bool], Tally] = {}
         self._bumps: dict[tuple[str, str, bool], Callable[[], int]] = {}
         self._waited: dict[str, WaitHistogram] = {}
+        self._local = Tally()  # refusals decided in-process
+        #: Count one refusal decided in-process, with no round trip (``horizons``).
+        self.local_refusal = self._local.bump
         self._sources: list[Source] = []
         self._lock = threading.Lock()
         registry.register(_Collector(self))
@@ -222,6 +227,10 @@ class ProcessMetrics:
     def decisions(self) -> list[tuple[tuple[str, str, bool], int]]:
         """Every (interface, reason, allowed) counted so far, with its count."""
         return [(key, tally.value) for key, tally in list(self._decided.items())]
+
+    def local_refusals(self) -> int:
+        """Refusals decided in-process so far."""
+        return self._local.value
 
     def waits(self) -> list[tuple[str, WaitHistogram]]:
         """Every interface's wait histogram."""
@@ -288,14 +297,20 @@ def _counted(owner: ProcessMetrics | None) -> list[Metric]:
         "(shadow rules: the wait the limit would have imposed).",
         labels=["interface"],
     )
+    local = CounterMetricFamily(
+        PREFIX + "local_refusals",
+        "Of the refusals, those decided in-process with no round trip: an earlier reply "
+        "said the interface was not free within the caller's timeout.",
+    )
     if owner is not None:
+        local.add_metric([], owner.local_refusals())
         for (interface, reason, allowed), count in sorted(owner.decisions()):
             outcome = "admitted" if allowed else "refused"
             decisions.add_metric([interface, outcome, reason], count)
         for interface, histogram in sorted(owner.waits(), key=lambda item: item[0]):
             buckets, total = histogram.buckets()
             waits.add_metric([interface], buckets, total)
-    return [decisions, waits]
+    return [decisions, local, waits]
 
 
 def _families(source: Source | None) -> list[Metric]:

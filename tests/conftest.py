@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter.migrate import upgrade
 from gateway_limiter.table import make_engine
+from tests.clusters import LocalCluster, LocalSentinel
 from tests.services import RedisServer, fresh_mariadb_database, mariadb_url
 
 
@@ -30,6 +31,23 @@ def redis_server() -> Iterator[RedisServer]:
     server = RedisServer().start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_cluster() -> Iterator[LocalCluster]:
+    """A Redis Cluster of 3 masters with a replica each, for one test module (which may
+    fail masters over or move slots: each module gets a fresh one)."""
+    cluster = LocalCluster(masters=3, replicas=1).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_sentinel() -> Iterator[LocalSentinel]:
+    """A master, a replica and a sentinel watching them, for one test module."""
+    group = LocalSentinel().start()
+    yield group
+    group.stop()
 
 
 @pytest.fixture

@@ -107,6 +107,9 @@ async def test_redis_killed_and_restarted_under_load(
         await asyncio.sleep(0.5)
         load.phase = "killing"  # calls may still reach Redis until it is dead
         await asyncio.to_thread(private_redis.kill)
+        # Until the next permit the last reply named (50 ms at most), callers are
+        # refused in-process as Redis would have refused them: nobody asks it yet.
+        await wait_for(lambda: not lim.backend_healthy, 2)
         load.phase = "outage"
         await asyncio.sleep(1.5)
         load.phase = "after"

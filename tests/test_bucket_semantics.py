@@ -32,7 +32,7 @@ def test_a_fresh_bucket_serves_its_capacity_at_once_then_one_per_interval() -> N
 
 def test_a_reservation_of_n_waits_for_its_whole_shortfall() -> None:
     verdicts = run([(T0, 4, None), (T0, 3, None)], rate=4, capacity=4)
-    assert verdicts[0] == Verdict(True, 0.0, 0.0)
+    assert verdicts[0] == Verdict(True, 0.0, 0.0, 0.25 * SECOND)  # next permit in 250 ms
     assert verdicts[1].wait == pytest.approx(0.75 * SECOND)
 
 

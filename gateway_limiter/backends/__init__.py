@@ -63,7 +63,7 @@ def register(*schemes: str) -> Callable[[BackendFactory], BackendFactory]:
 def open_backend(settings: Settings) -> Backend:
     """The backend for ``settings.redis_url``."""
     # Importing the modules registers them; redis is imported only when it is used.
-    from . import memory, redis  # noqa: F401
+    from . import cluster, memory, redis, sentinel  # noqa: F401
 
     scheme = settings.redis_url.split("://", 1)[0].lower()
     factory = BACKENDS.get(scheme)

@@ -59,8 +59,8 @@ def register_async(*schemes: str) -> Callable[[AsyncBackendFactory], AsyncBacken
 
 def open_async_backend(settings: Settings) -> AsyncBackend:
     """The asyncio backend for ``settings.redis_url``."""
-    # Importing the module registers it; redis.asyncio is imported only when it is used.
-    from .redis_async import AsyncRedisBackend  # noqa: F401
+    # Importing the modules registers them; redis.asyncio is imported only when it is used.
+    from . import cluster_async, redis_async, sentinel  # noqa: F401
 
     scheme = settings.redis_url.split("://", 1)[0].lower()
     factory = ASYNC_BACKENDS.get(scheme)

@@ -34,8 +34,12 @@ ARGV[4]  timeout in microseconds; negative = wait as long as it takes
 ARGV[5]  now in microseconds; absent or "" = the server's TIME (tests drive the clock)
 ARGV[6]  warm-up period W in microseconds; absent or "0" = a token bucket
 
-Returns {allowed (1/0), wait in microseconds, stored permits left}, numbers as strings
-with 17 significant digits so the caller reads back exactly the doubles computed here.
+Returns {allowed (1/0), wait in microseconds, stored permits left, next free}, numbers
+as strings with 17 significant digits so the caller reads back exactly the doubles
+computed here. Next free: microseconds from now before which no call can go (the
+balance time, plus what the stored permits lack of one permit, at one stable interval
+each; in warm-up, plus one stable interval). Only time passing brings it closer, so
+until then the process refuses a caller whose timeout cannot reach it without asking.
 ]]
 
 if redis.replicate_commands then
@@ -115,12 +119,19 @@ local cost = stored_cost(stored, spend) + shortfall * stable
 local new_balance = math.max(balance, now) + cost
 local wait = new_balance - now
 
+-- the earliest moment (from now) any call could go after this decision
+local function next_free(s, b)
+  local owed
+  if warmup > 0 then owed = stable else owed = math.max(0, 1 - s) * stable end
+  return num(math.max(b, now) + owed - now)  -- in the order the wait is computed
+end
+
 -- 4. refuse without reserving, or reserve
 if timeout >= 0 and wait > timeout then
-  return {0, num(wait), num(stored)}
+  return {0, num(wait), num(stored), next_free(stored, balance)}
 end
 stored = stored - spend
 local full_at = math.max(new_balance, now) + (capacity - stored) * refill
 redis.call("SET", KEYS[1], struct.pack("<ddddd", stored, new_balance, rate, capacity, refill),
   "PX", math.ceil((full_at - now) / 1000) + 1000)
-return {1, num(wait), num(stored)}
+return {1, num(wait), num(stored), next_free(stored, new_balance)}

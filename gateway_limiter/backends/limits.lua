@@ -31,8 +31,11 @@ ARGV[3i+1], ARGV[3i+2], ARGV[3i+3]  limit i: kind, rate, size, one of
          "fw"  permits per window, period P in microseconds
 
 Returns {allowed (1/0), wait in microseconds, the least stored permits of the buckets
-(0 without one)}, numbers with 17 significant digits, like bucket.lua. A window that
-can never hold the permits wanted refuses with wait "inf".
+(0 without one), next free}, numbers with 17 significant digits, like bucket.lua. Next
+free: microseconds from now before which no call can go, the latest of each limit's
+earliest time for one permit after this decision (only time passing brings it
+closer). A window that can never hold the permits wanted refuses with wait "inf"
+(and next free 0: not every limit was read).
 ]]
 
 if redis.replicate_commands then
@@ -86,7 +89,7 @@ for i = 1, #KEYS do
     earliest = math.max(balance, now) + (permits - spend) * stable
     states[i] = {stored, balance}
   elseif permits > rate then
-    return {0, "inf", "0"}
+    return {0, "inf", "0", "0"}
   elseif kind == "sw" then
     earliest = now
     local count = redis.pcall("LLEN", KEYS[i])
@@ -107,11 +110,43 @@ for i = 1, #KEYS do
       local w, u = struct.unpack("<dd", saved)
       if w >= window then window, used = w, u end
     end
-    if used + permits > rate then window, used = window + 1, 0 end
-    earliest = math.max(now, window * size)
-    states[i] = {window, used}
+    local first = window
+    if used + permits > rate then first = window + 1 end
+    earliest = math.max(now, first * size)
+    states[i] = {window, used}  -- not moved on: step 3 does that, and a refusal keeps it
   end
   at = math.max(at, earliest)
+end
+
+-- The earliest moment (from now) any call could go, after the decision: every limit's
+-- earliest time for one permit (sliding windows: their admission times, in KEYS).
+local function next_free()
+  local free = now
+  for i = 1, #KEYS do
+    local kind, rate, size, earliest = kinds[i], rates[i], sizes[i], now
+    if kind == "tb" then
+      local stored, balance = states[i][1], states[i][2]
+      earliest = math.max(balance, now) + math.max(0, 1 - stored) * (1000000 / rate)
+    elseif kind == "sw" then
+      local count = redis.pcall("LLEN", KEYS[i])
+      if type(count) ~= "number" then count = 0 end
+      if count > 0 then
+        earliest = math.max(earliest, tonumber(redis.call("LINDEX", KEYS[i], -1)))
+      end
+      if count + 1 > rate then
+        earliest = math.max(earliest, tonumber(redis.call("LINDEX", KEYS[i], count - rate)) + size)
+      end
+    else
+      local window, used = states[i][1], states[i][2]
+      if used + 1 > rate then
+        earliest = (window + 1) * size
+      else
+        earliest = math.max(now, window * size)
+      end
+    end
+    free = math.max(free, earliest)
+  end
+  return num(free - now)
 end
 
 -- 2. refuse without writing anything, or ...
@@ -121,7 +156,7 @@ if timeout >= 0 and wait > timeout then
   for i = 1, #KEYS do
     if kinds[i] == "tb" and (least == nil or states[i][1] < least) then least = states[i][1] end
   end
-  return {0, num(wait), num(least or 0)}
+  return {0, num(wait), num(least or 0), next_free()}
 end
 
 -- 3. ... record the call at T in every limit
@@ -138,6 +173,7 @@ for i = 1, #KEYS do
     redis.call("SET", KEYS[i], struct.pack("<ddddd", stored, at, rate, size, stable),
       "PX", math.ceil((full_at - now) / 1000) + 1000)
     if least == nil or stored < least then least = stored end
+    states[i] = {stored, at}
   elseif kind == "sw" then
     local slot = num(at)
     if foreign[i] then redis.call("DEL", KEYS[i]) end
@@ -153,6 +189,7 @@ for i = 1, #KEYS do
     used = used + permits
     redis.call("SET", KEYS[i], struct.pack("<dd", window, used),
       "PX", math.ceil(((window + 1) * size - now) / 1000) + 1000)
+    states[i] = {window, used}
   end
 end
-return {1, num(wait), num(least or 0)}
+return {1, num(wait), num(least or 0), next_free()}

@@ -126,8 +126,8 @@ class Commands:
 def parse_reply(reply: Any) -> Verdict:
     """A script's reply as a Verdict (BackendError when it is not one)."""
     try:
-        allowed, wait, stored = reply
-        return Verdict(allowed == 1, float(wait), float(stored))
+        allowed, wait, stored, next_free = reply
+        return Verdict(allowed == 1, float(wait), float(stored), float(next_free))
     except (TypeError, ValueError) as e:
         raise BackendError(f"unexpected reply from the bucket script: {reply!r}") from e
 

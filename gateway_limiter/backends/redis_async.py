@@ -62,7 +62,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import redis
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -221,13 +221,16 @@ class AsyncRedisBackend:
     #: Packed commands kept at most (~150 bytes each); past this the cache starts over.
     PACKED = 4096
 
-    def __init__(self, settings: Settings) -> None:
-        try:
-            pool = BlockingConnectionPool.from_url(
-                settings.redis_url, timeout=None, **async_client_options(settings)
-            )
-        except ValueError as e:
-            raise ValueError(f"redis_url {url_error(settings.redis_url, e)}") from None
+    def __init__(self, settings: Settings, pool: ConnectionPool | None = None) -> None:
+        """``pool``: connections to the master made elsewhere (Sentinel's), instead of
+        one built from ``redis_url``."""
+        if pool is None:
+            try:
+                pool = BlockingConnectionPool.from_url(
+                    settings.redis_url, timeout=None, **async_client_options(settings)
+                )
+            except ValueError as e:
+                raise ValueError(f"redis_url {url_error(settings.redis_url, e)}") from None
         self._pool = pool
         self._client = Redis.from_pool(pool)  # for peek and prepare; owns and closes the pool
         self._prefix = settings.key_prefix

@@ -1,0 +1,224 @@
+#!/usr/bin/env python
+"""Decisions per second on one Redis master against a 3-master Redis Cluster.
+
+Run from the checkout, with the venv's Python::
+
+    python bench/cluster_scale.py                 # 4 processes x 4 threads, 8 s a cell
+    python bench/cluster_scale.py --processes 6 --threads 8 --seconds 10
+
+It starts its own servers on free ports (no persistence; stopped on exit, Ctrl-C
+included): one ``redis-server`` (``redis://``), and three ``redis-server
+--cluster-enabled yes`` joined with ``redis-cli --cluster create`` (``redis+cluster://``,
+no replicas). For each, P worker processes (each a ``GatewayLimiter`` with T threads)
+call ``try_acquire(url, timeout=0)`` round-robin over N interfaces (default 256 rows of
+a temporary SQLite table, rateLimit 10,000,000: every call admitted, every call one
+``bucket.lua`` EVALSHA), start together after a warm-up, and count for a fixed time.
+The table shows the calls per second summed over the processes, and how busy each
+Redis process was (its CPU seconds over the run, from /proc: 1.00 = one core saturated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import _die_with_parent, _stop, free_port
+from gateway_limiter import GatewayLimiter
+from gateway_limiter.migrate import upgrade
+from gateway_limiter.table import make_engine, upsert_conf
+
+RATE = 10_000_000
+
+
+def start_server(workdir: Path, *extra: str) -> tuple[int, subprocess.Popen[bytes]]:
+    """A redis-server on a free port in a directory of its own; (port, process)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not on PATH")
+    port = free_port()
+    node_dir = workdir / str(port)
+    node_dir.mkdir()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(node_dir), *extra],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+    )  # fmt: skip
+    for _ in range(200):
+        if (
+            subprocess.run(
+                ["redis-cli", "-p", str(port), "ping"], check=False, capture_output=True, text=True
+            ).stdout.strip()
+            == "PONG"
+        ):
+            return port, proc
+        time.sleep(0.05)
+    _stop(proc)
+    raise SystemExit(f"redis-server on {port} did not start")
+
+
+@contextmanager
+def servers(masters: int) -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
+    """One plain Redis (masters=1) or a cluster of ``masters``; (redis_url, processes)."""
+    workdir = Path(tempfile.mkdtemp(prefix="gwl-bench-cluster-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        if masters == 1:
+            port, proc = start_server(workdir)
+            procs.append(proc)
+            yield f"redis://127.0.0.1:{port}/0", procs
+            return
+        ports = []
+        for _ in range(masters):
+            cluster = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+            cluster += ["--cluster-port", str(free_port())]
+            port, proc = start_server(workdir, *cluster)
+            ports.append(port)
+            procs.append(proc)
+        addresses = [f"127.0.0.1:{p}" for p in ports]
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas", "0",
+             "--cluster-yes"], check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        for port in ports:
+            for _ in range(200):
+                info = subprocess.run(
+                    ["redis-cli", "-p", str(port), "cluster", "info"],
+                    check=False,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+                if "cluster_state:ok" in info:
+                    break
+                time.sleep(0.05)
+        yield "redis+cluster://" + ",".join(addresses), procs
+    finally:
+        for proc in procs:
+            _stop(proc)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def worker(config: dict[str, object], queue: mp.Queue[int]) -> None:
+    """One gateway process: T threads, round-robin over the interfaces, counting."""
+    urls = [str(u) for u in config["urls"]]  # type: ignore[attr-defined]
+    threads, start_at, seconds = (
+        int(config["threads"]),  # type: ignore[call-overload]
+        float(config["start_at"]),  # type: ignore[arg-type]
+        float(config["seconds"]),  # type: ignore[arg-type]
+    )
+    counts = [0] * threads
+    with GatewayLimiter(
+        database_url=str(config["database_url"]),
+        redis_url=str(config["redis_url"]),
+        key_prefix="bench",
+        reload_interval=3600,
+        on_backend_error="deny",
+        redis_timeout=1.0,
+    ) as lim:
+        for url in urls:  # warm: every node's connection and every Rule's plan
+            lim.try_acquire(url, timeout=0)
+
+        def run(n: int) -> None:
+            i = n * 7
+            time.sleep(max(0.0, start_at - time.time()))
+            end = start_at + seconds
+            while time.time() < end:
+                if lim.try_acquire(urls[i % len(urls)], timeout=0):
+                    counts[n] += 1
+                i += 1
+
+        pool = [threading.Thread(target=run, args=(n,)) for n in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        if lim.backend_fallbacks:
+            raise SystemExit(f"{lim.backend_fallbacks} decisions fell back: Redis failed")
+    queue.put(sum(counts))
+
+
+def measure(masters: int, args: argparse.Namespace, database_url: str, urls: list[str]) -> dict:
+    """Calls/s over all processes, and each Redis process's CPU share, for one setup."""
+    with servers(masters) as (redis_url, procs):
+        ctx = mp.get_context("spawn")
+        queue: mp.Queue[int] = ctx.Queue()
+        start_at = time.time() + 4.0  # spawn, import, warm up
+        config = {
+            "urls": urls, "threads": args.threads, "start_at": start_at,
+            "seconds": args.seconds, "database_url": database_url, "redis_url": redis_url,
+        }  # fmt: skip
+        workers = [ctx.Process(target=worker, args=(config, queue)) for _ in range(args.processes)]
+        for w in workers:
+            w.start()
+        time.sleep(max(0.0, start_at - time.time()))
+        cpu_before = [cpu_seconds(p.pid) for p in procs]
+        time.sleep(args.seconds)
+        cpu = [cpu_seconds(p.pid) - b for p, b in zip(procs, cpu_before, strict=True)]
+        totals = [queue.get(timeout=120) for _ in workers]
+        for w in workers:
+            w.join(60)
+            if w.exitcode != 0:
+                raise SystemExit(f"a worker exited with {w.exitcode}")
+    return {
+        "masters": masters,
+        "per_second": sum(totals) / args.seconds,
+        "redis_cpu": [c / args.seconds for c in cpu],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--interfaces", type=int, default=256)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="gwl-bench-db-"))
+    try:
+        database_url = f"sqlite:///{workdir / 'limits.db'}"
+        engine = make_engine(database_url)
+        upgrade(engine)
+        urls = [f"/bench/supplier/{i}" for i in range(args.interfaces)]
+        for url in urls:
+            upsert_conf(engine, url, channel_type="BENCH", rate_limit=RATE, cache=0.0, status=1)
+        engine.dispose()
+        rows = [measure(m, args, database_url, urls) for m in (1, 3)]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(
+        f"{args.processes} processes x {args.threads} threads, {args.interfaces} interfaces, "
+        f"{args.seconds:g} s a cell, {os.cpu_count()} CPUs"
+    )
+    print("| Redis | decisions/s | Redis CPU per process (1.00 = one core) |")
+    print("| --- | ---: | --- |")
+    for row in rows:
+        name = "1 master (redis://)" if row["masters"] == 1 else "3-master cluster"
+        cpu = ", ".join(f"{c:.2f}" for c in row["redis_cpu"])
+        print(f"| {name} | {row['per_second']:,.0f} | {cpu} |")
+    if args.json:
+        print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()

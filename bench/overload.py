@@ -1,0 +1,392 @@
+#!/usr/bin/env python
+"""Overload: callers demanding far more than one interface's rate, side by side.
+
+Run from the checkout, with the venv's Python::
+
+    python bench/overload.py            # full run, about 40 s
+    python bench/overload.py --quick    # smoke run, about 15 s
+
+One private ``redis-server`` (free port, no persistence), started and stopped by this
+run. First the bare floor is measured: redis-py ``EVALSHA`` of ``return 1`` from 8
+threads (what one round trip per decision can reach at best). The interface's rate R
+is then a tenth of that floor, rounded down, so that even a limiter that made one round
+trip per call at floor speed would face 10x its rate; every contender is then driven
+as hard as it goes, by 8 threads and by 256 coroutines, with no pause between calls.
+
+Rows: the floor; gateway-limiter ``try_acquire(url)`` on a row of ``rateLimit`` R,
+``maxPermits`` R/10 and ``cache`` 0 (refuse at once), as shipped (hopeless callers are
+refused in-process) and with that fast path switched off (every call a round trip, as
+before it existed); ``limits`` moving window and pyrate-limiter (its Redis sliding-window
+log and its Redis token bucket) at R per second. Cells are measured in interleaved
+rounds (each contender once per round, order rotated), so background load hits all
+alike.
+
+Columns: decisions per second (admitted and refused), that as a multiple of the floor,
+admitted per second, and the most admitted in one counted slice against what the
+contender's own algorithm allows in it (token bucket: R x slice + capacity; window:
+R per started second).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import ExitStack, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+import redis.asyncio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _common import private_redis
+from decision_cost import REDIS_ERRORS, load_average, machine_facts, median, run_threads, table
+
+from gateway_limiter import GatewayLimiter
+from gateway_limiter.aio import AsyncGatewayLimiter
+from gateway_limiter.migrate import upgrade
+from gateway_limiter.table import make_engine, upsert_conf
+
+URL = "/bench/overloaded"
+THREADS = 8
+TASKS = 256
+
+
+@dataclass(frozen=True)
+class Plan:
+    floor_seconds: float
+    warmup: float
+    duration: float
+    rounds: int
+
+
+FULL = Plan(floor_seconds=1.0, warmup=0.2, duration=1.0, rounds=3)
+QUICK = Plan(floor_seconds=0.5, warmup=0.1, duration=0.5, rounds=2)
+
+
+@dataclass(frozen=True)
+class Cell:
+    decisions: float  # per second, admitted and refused
+    admitted: int  # in the counted slice
+    errors: int
+
+
+@dataclass(frozen=True)
+class Contender:
+    name: str
+    sync: Callable[[], bool] | None
+    aio: Callable[[], Awaitable[bool]] | None
+    bound: Callable[[float], float]  # most it may admit in a slice of that many seconds
+    bound_text: str
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def measure_threads(call: Callable[[], bool], warmup: float, duration: float) -> Cell:
+    """8 threads calling as fast as they go: warm up, then count ``duration`` s."""
+    counts = [(0, 0, 0)] * THREADS
+    marks: dict[str, float] = {}
+
+    def set_marks() -> None:
+        now = time.perf_counter()
+        marks["measure"], marks["end"] = now + warmup, now + warmup + duration
+
+    barrier = threading.Barrier(THREADS, action=set_marks)
+
+    def worker(i: int, halt: threading.Event) -> None:
+        barrier.wait()
+        clock, stopped = time.perf_counter, halt.is_set
+        while clock() < marks["measure"] and not stopped():
+            with suppress(*REDIS_ERRORS):
+                call()
+        ok = no = err = 0
+        end = marks["end"]
+        while clock() < end and not stopped():
+            try:
+                if call():
+                    ok += 1
+                else:
+                    no += 1
+            except REDIS_ERRORS:
+                err += 1
+        counts[i] = (ok, no, err)
+
+    run_threads(THREADS, worker)
+    ok, no, err = (sum(c[k] for c in counts) for k in range(3))
+    return Cell((ok + no) / duration, ok, err)
+
+
+async def measure_tasks(
+    call: Callable[[], Awaitable[bool]], warmup: float, duration: float
+) -> Cell:
+    """256 coroutines on one loop calling as fast as they go."""
+    counting = stop = False
+    ok = no = err = 0
+
+    async def worker() -> None:
+        nonlocal ok, no, err
+        while not stop:
+            try:
+                admitted = await call()
+            except REDIS_ERRORS:
+                err += counting
+                await asyncio.sleep(0)  # an error raised before any await must not spin
+                continue
+            if counting:
+                if admitted:
+                    ok += 1
+                else:
+                    no += 1
+
+    workers = [asyncio.create_task(worker()) for _ in range(TASKS)]
+    try:
+        await asyncio.sleep(warmup)
+        counting, began = True, time.perf_counter()
+        await asyncio.sleep(duration)
+        counting, took = False, time.perf_counter() - began
+    finally:
+        stop = True
+        await asyncio.gather(*workers, return_exceptions=True)
+    return Cell((ok + no) / took, ok, err)
+
+
+# --------------------------------------------------------------------------- contenders
+
+
+def gateway_limiters(
+    stack: ExitStack, redis_url: str, run_id: str, rate: int, capacity: int
+) -> tuple[GatewayLimiter, GatewayLimiter]:
+    """Two limiters on one temporary SQLite row: as shipped, and without the fast path.
+    They keep separate buckets (key prefixes), so neither eats the other's permits."""
+    workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gwl-overload-")))
+    database_url = f"sqlite:///{workdir / 'limits.db'}"
+    engine = make_engine(database_url)
+    try:
+        upgrade(engine)
+        upsert_conf(
+            engine,
+            URL,
+            channel_type="BENCH",
+            rate_limit=rate,
+            max_permits=capacity,
+            cache=0.0,
+            status=1,
+        )
+    finally:
+        engine.dispose()
+    made = []
+    for name in ("fast", "slow"):
+        lim = GatewayLimiter(
+            database_url=database_url,
+            redis_url=redis_url,
+            key_prefix=f"gwlover{run_id}{name}",
+            reload_interval=3600,
+            on_backend_error="deny",  # a Redis error shows as an error, not as local work
+        )
+        lim.start()
+        stack.callback(lim.close)
+        made.append(lim)
+    made[1]._horizons = None  # fast path off: every call asks Redis, as before it existed
+    return made[0], made[1]
+
+
+def peers(stack: ExitStack, redis_url: str, run_id: str, rate: int) -> list[Contender]:
+    """limits and pyrate-limiter at ``rate`` per second on the same Redis."""
+    from limits import RateLimitItemPerSecond
+    from limits.aio.storage import RedisStorage as AsyncRedisStorage
+    from limits.aio.strategies import MovingWindowRateLimiter as AsyncMovingWindow
+    from limits.storage import storage_from_string
+    from limits.strategies import MovingWindowRateLimiter
+    from pyrate_limiter import (
+        Duration,
+        Limiter,
+        Rate,
+        RedisBucket,
+        RedisStateStore,
+        StateBucket,
+        TokenBucket,
+    )
+
+    item = RateLimitItemPerSecond(rate)
+    storage = storage_from_string(redis_url)
+    stack.callback(storage.storage.connection_pool.disconnect)
+    moving = MovingWindowRateLimiter(storage)
+    async_moving = AsyncMovingWindow(AsyncRedisStorage(redis_url, implementation="redispy"))
+    key, akey = f"bench{run_id}:limits", f"bench{run_id}:limits-aio"
+
+    client = redis.Redis.from_url(redis_url)
+    stack.callback(client.close)
+    rates = [Rate(rate, Duration.SECOND)]
+    log = Limiter(RedisBucket.init(rates, client, f"bench{run_id}:pyrate-log"))
+    tb = Limiter(
+        StateBucket(rates, TokenBucket(), RedisStateStore(client, f"bench{run_id}:pyrate-tb"))
+    )
+    stack.callback(log.close)
+    stack.callback(tb.close)
+
+    def window(seconds: float) -> float:
+        return rate * math.ceil(seconds - 1e-9)
+
+    def bucket(seconds: float) -> float:
+        return rate * seconds + rate  # pyrate's burst defaults to the limit
+
+    async def limits_aio() -> bool:
+        return bool(await async_moving.hit(item, akey))
+
+    return [
+        Contender(
+            "limits MovingWindow hit", lambda: bool(moving.hit(item, key)), limits_aio, window, "rT"
+        ),
+        Contender(
+            "pyrate RedisBucket (log)",
+            lambda: bool(log.try_acquire("x", blocking=False)),
+            None,
+            window,
+            "rT",
+        ),
+        Contender(
+            "pyrate StateBucket(TokenBucket)",
+            lambda: bool(tb.try_acquire("x", blocking=False)),
+            None,
+            bucket,
+            "rT+r",
+        ),
+    ]
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short smoke run")
+    parser.add_argument("--rate", type=int, help="the interface's rate (default: floor / 10)")
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, stack: ExitStack) -> None:
+    plan = QUICK if args.quick else FULL
+    redis_url = stack.enter_context(private_redis())
+    run_id = uuid.uuid4().hex[:8]
+    client = redis.Redis.from_url(redis_url)
+    stack.callback(client.close)
+    for line in machine_facts(client, redis_url, True):
+        print(line)
+
+    bare = client.register_script("return 1")
+    apool = redis.asyncio.BlockingConnectionPool.from_url(redis_url, max_connections=64)
+    aclient = redis.asyncio.Redis.from_pool(apool)
+    abare = aclient.register_script("return 1")
+
+    def floor() -> bool:
+        return bool(bare() == 1)
+
+    async def afloor() -> bool:
+        return bool(await abare() == 1)
+
+    measured = measure_threads(floor, plan.warmup, plan.floor_seconds).decisions
+    rate = args.rate or max(1, int(float(f"{measured / 10:.2g}")))
+    capacity = max(1, rate // 10)
+    print(
+        f"floor, {THREADS} threads: {measured:,.0f} EVALSHA/s -> the interface's rate R = "
+        f"{rate:,}/s (capacity {capacity} for gateway-limiter), callers unpaced\n"
+    )
+
+    fast, slow = gateway_limiters(stack, redis_url, run_id, rate, capacity)
+    afast = AsyncGatewayLimiter(fast.settings)
+
+    def ours(seconds: float) -> float:
+        return rate * seconds + capacity
+
+    def sync_of(lim: GatewayLimiter) -> Callable[[], bool]:
+        return lambda: lim.try_acquire(URL)
+
+    async def aio_ours() -> bool:
+        return await afast.try_acquire(URL)
+
+    contenders = [
+        Contender("floor: EVALSHA 'return 1'", floor, afloor, lambda s: math.inf, "-"),
+        Contender("gateway-limiter try_acquire", sync_of(fast), aio_ours, ours, "rT+C"),
+        Contender("gateway-limiter, fast path off", sync_of(slow), None, ours, "rT+C"),
+        *peers(stack, redis_url, run_id, rate),
+    ]
+
+    sync_cells: dict[str, list[Cell]] = {c.name: [] for c in contenders if c.sync}
+    for r in range(plan.rounds):
+        order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
+        for c in order:
+            if c.sync is not None:
+                sync_cells[c.name].append(measure_threads(c.sync, plan.warmup, plan.duration))
+    print(f"1. {THREADS} threads, unpaced, on one interface of R = {rate:,}/s")
+    print(report(contenders, sync_cells, plan, rate))
+
+    async def async_rounds() -> dict[str, list[Cell]]:
+        await afast.start()
+        try:
+            cells: dict[str, list[Cell]] = {c.name: [] for c in contenders if c.aio}
+            for r in range(plan.rounds):
+                order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
+                for c in order:
+                    if c.aio is not None:
+                        cell = await measure_tasks(c.aio, plan.warmup, plan.duration)
+                        cells[c.name].append(cell)
+            return cells
+        finally:
+            await afast.aclose()
+            await aclient.aclose()
+
+    async_cells = asyncio.run(async_rounds())
+    print(f"\n2. asyncio, {TASKS} coroutines on one loop, unpaced, same interface")
+    print(report(contenders, async_cells, plan, rate))
+    print(
+        f"\nlocal refusals: {fast.local_refusals:,} (threads), "
+        f"{afast.local_refusals:,} (asyncio); load at end: {load_average()}"
+    )
+
+
+def report(contenders: list[Contender], cells: dict[str, list[Cell]], plan: Plan, rate: int) -> str:
+    floor = median([c.decisions for c in cells[contenders[0].name]])
+    rows = []
+    for c in contenders:
+        if c.name not in cells:
+            continue
+        got = cells[c.name]
+        decisions = median([x.decisions for x in got])
+        most = max(x.admitted for x in got)
+        bound = c.bound(plan.duration)
+        rows.append(
+            [
+                c.name,
+                f"{decisions:,.0f}",
+                f"{decisions / floor:.1f}x",
+                "-"
+                if math.isinf(bound)
+                else f"{median([x.admitted for x in got]) / plan.duration:,.0f}",
+                "-" if math.isinf(bound) else f"{most:,} / {bound:,.0f} ({c.bound_text})",
+                f"{sum(x.errors for x in got):,}",
+            ]
+        )
+    return table(
+        ["contender", "decisions/s", "x floor", "admitted/s", "most in a slice / bound", "err"],
+        rows,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    with ExitStack() as stack:
+        run(args, stack)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

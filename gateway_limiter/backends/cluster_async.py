@@ -1,0 +1,131 @@
+"""``redis+cluster://`` for asyncio: the scripts on a Redis Cluster, through
+``redis.asyncio.cluster.RedisCluster``.
+
+The same decisions as ``backends/cluster.py`` (and ``backends/redis.py``, whose
+``Commands`` and reply parsing it imports): one EVALSHA on the master of the
+interface's slot; MOVED and ASK followed by redis-py within the call; no retry of a
+failed node (BackendError, and the failure policy decides); NOSCRIPT answered by a
+SCRIPT LOAD on that node.
+
+As in ``backends/redis_async.py``, callers queue first come, first served for one of
+``redis_pool_size`` slots, a call that fails makes the callers queued behind it give up
+at once, and a ``Deadline`` rather than a socket timeout bounds each call, so a busy
+loop does not blame Redis. One difference: the cluster client opens a node's
+connections inside the call, so connecting and asking cannot be timed apart; a call
+gets ``redis_connect_timeout + redis_timeout`` in all. A node that refuses fails at once;
+one that hangs costs a caller that much (the breaker then keeps the others off it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.exceptions import NoScriptError
+
+from ..bucket import BucketState, Verdict
+from ..rules import Rule
+from ..settings import Settings
+from . import BackendError
+from .aio import register_async
+from .cluster import cluster_options
+from .redis import SCRIPTS, Commands, parse_reply, parse_state
+from .redis_async import Deadline, async_client_options
+from .state import state_key
+from .topology import parse_endpoints
+
+T = TypeVar("T")
+
+
+@register_async("redis+cluster")
+class AsyncRedisClusterBackend:
+    """The scripts on a Redis Cluster, awaited: each call on its interface's master."""
+
+    shared = True
+    __slots__ = ("_client", "_commands", "_failures", "_prefix", "_seconds", "_slots")
+
+    def __init__(self, settings: Settings) -> None:
+        endpoints = parse_endpoints(settings.redis_url)
+        options = cluster_options(settings, endpoints) | async_client_options(settings)
+        options["socket_connect_timeout"] = settings.redis_connect_timeout  # under Deadline
+        # Built now, connected on first use (initialize), so start never fails on it.
+        self._client = RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in endpoints.nodes],
+            **options,
+        )
+        self._prefix = settings.key_prefix
+        self._seconds = settings.redis_connect_timeout + settings.redis_timeout
+        self._slots = asyncio.Semaphore(settings.redis_pool_size)  # FIFO
+        self._failures = 0
+        self._commands = Commands(settings.key_prefix)
+
+    @property
+    def client(self) -> RedisCluster:
+        """The redis.asyncio cluster client (for status and tests)."""
+        return self._client
+
+    async def _queued(self, call: Callable[[], Awaitable[T]]) -> T:
+        """In turn for a slot, ``call`` within the Deadline; Redis errors -> BackendError."""
+        failures = self._failures
+        async with self._slots:
+            if self._failures != failures:
+                raise BackendError("Redis failed while this call was queued for a connection")
+            try:
+                async with Deadline(self._seconds):
+                    return await call()
+            except (redis.RedisError, OSError) as e:  # OSError includes TimeoutError
+                self._failures += 1
+                if isinstance(e, TimeoutError) and not isinstance(e, redis.RedisError):
+                    raise BackendError("TimeoutError: no answer within the timeouts") from e
+                raise BackendError(f"{type(e).__name__}: {e}") from e
+
+    async def _evalsha(self, name: str, args: list[Any]) -> Any:
+        client = self._client
+        sha = self._commands.shas[name]
+        try:
+            return await client.evalsha(sha, *args)
+        except NoScriptError:  # a promoted replica, a restarted node: load there
+            node = client.get_node_from_key(args[1])
+            await client.execute_command("SCRIPT LOAD", SCRIPTS[name], target_nodes=node)
+            return await client.evalsha(sha, *args)
+
+    async def reserve(
+        self,
+        rule: Rule,
+        permits: int,
+        timeout: float | None,
+        caller: str | None = None,
+        *,
+        now: float | None = None,
+    ) -> Verdict:
+        """One EVALSHA. ``now`` (µs) is for tests that drive the clock."""
+        name, args = self._commands(rule, permits, timeout, caller, now)
+        return parse_reply(await self._queued(lambda: self._evalsha(name, args)))
+
+    async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
+        """GET, then TIME on the node that holds the key."""
+        key = state_key(self._prefix, rule)
+
+        async def both() -> tuple[Any, Any]:
+            raw = await self._client.get(key)
+            node = self._client.get_node_from_key(key)
+            return raw, await self._client.time(target_nodes=node)
+
+        raw, (sec, usec) = await self._queued(both)
+        return parse_state(raw), sec * 1_000_000.0 + usec
+
+    async def prepare(self) -> None:
+        """SCRIPT LOAD on every master now."""
+
+        async def load() -> None:
+            for source in SCRIPTS.values():
+                await self._client.script_load(source)
+
+        await self._queued(load)
+
+    async def aclose(self) -> None:
+        """Close every node's connections."""
+        await self._client.aclose()

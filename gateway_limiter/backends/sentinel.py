@@ -1,0 +1,103 @@
+"""``redis+sentinel://``: the scripts on the master that Redis Sentinel names.
+
+Decisions go to the master only (a replica's state lags, and the scripts write). The
+backend is the one-Redis backend (``RedisBackend``, ``AsyncRedisBackend``: same
+scripts, timeouts, NOSCRIPT handling and, for asyncio, the same ``Deadline`` and FIFO
+queue) on a pool whose connections ask a sentinel where the master is each time one is
+opened. After a failover, connections to the old master fail once (BackendError: the
+failure policy decides meanwhile), new ones go to the promoted replica, and its first
+EVALSHA of each script costs a SCRIPT LOAD there (scripts are not replicated).
+
+Sentinels are asked with the same timeouts as Redis. ``user:password`` in the URL is for
+the Redis servers; sentinels are expected to need none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from redis.asyncio import sentinel as async_sentinel
+from redis.sentinel import Sentinel, SentinelConnectionPool
+
+from ..settings import Settings
+from . import register
+from .aio import register_async
+from .redis import RedisBackend, client_options
+from .redis_async import AsyncRedisBackend, async_client_options
+from .topology import Endpoints, parse_endpoints
+
+
+class BlockingSentinelConnectionPool(SentinelConnectionPool, redis.BlockingConnectionPool):
+    """Sentinel's master pool that, like ``RedisBackend``'s, makes a thread wait up to
+    ``timeout`` for a free connection rather than fail at once."""
+
+
+def _credentials(endpoints: Endpoints) -> dict[str, Any]:
+    return {"username": endpoints.username, "password": endpoints.password}
+
+
+def _sentinel_options(options: dict[str, Any]) -> dict[str, Any]:
+    """What the connections to the sentinels get: the timeouts, not the pool size or
+    the Redis servers' password."""
+    keep = ("socket_timeout", "socket_connect_timeout", "retry")
+    return {k: v for k, v in options.items() if k in keep}
+
+
+@register("redis+sentinel")
+class SentinelBackend(RedisBackend):
+    """``RedisBackend`` on the master that the sentinels name."""
+
+    __slots__ = ("_sentinel",)
+
+    def __init__(self, settings: Settings) -> None:
+        endpoints = parse_endpoints(settings.redis_url)
+        options = client_options(settings)
+        self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            list(endpoints.nodes), sentinel_kwargs=_sentinel_options(options)
+        )
+        master = self._sentinel.master_for(  # type: ignore[no-untyped-call]
+            endpoints.service_name,
+            connection_pool_class=BlockingSentinelConnectionPool,
+            timeout=settings.redis_timeout,
+            **options,
+            **_credentials(endpoints),
+        )
+        super().__init__(settings, client=master)
+
+    def close(self) -> None:
+        """Close the master's connections and the sentinels'."""
+        super().close()
+        for sentinel in self._sentinel.sentinels:
+            sentinel.close()
+
+
+@register_async("redis+sentinel")
+class AsyncSentinelBackend(AsyncRedisBackend):
+    """``AsyncRedisBackend`` on the master that the sentinels name."""
+
+    __slots__ = ("_sentinel",)
+
+    def __init__(self, settings: Settings) -> None:
+        endpoints = parse_endpoints(settings.redis_url)
+        options = async_client_options(settings)
+        # The Deadlines of AsyncRedisBackend time the master's connections; asking a
+        # sentinel happens while one is opened, within the connect Deadline, and gets
+        # timeouts of its own in case it is asked outside one.
+        sentinel_options = _sentinel_options(client_options(settings)) | {"retry": options["retry"]}
+        self._sentinel = async_sentinel.Sentinel(  # type: ignore[no-untyped-call]
+            list(endpoints.nodes), sentinel_kwargs=sentinel_options
+        )
+        pool = async_sentinel.SentinelConnectionPool(  # type: ignore[no-untyped-call]
+            endpoints.service_name,
+            self._sentinel,
+            is_master=True,
+            **(self._sentinel.connection_kwargs | options | _credentials(endpoints)),
+        )
+        super().__init__(settings, pool=pool)
+
+    async def aclose(self) -> None:
+        """Close the master's connections and the sentinels'."""
+        await super().aclose()
+        for sentinel in self._sentinel.sentinels:
+            await sentinel.aclose()

@@ -1,0 +1,104 @@
+"""Refusing hopeless callers in-process: the overload fast path.
+
+Under overload most calls are refused, and a refusal that costs a Redis round trip
+costs as much as an admission. But every reply of the scripts says when the interface
+is next free (``Verdict.next_free``): the earliest moment any later call could go,
+whoever makes it. Only time passing brings that moment closer; other callers, in this
+process or any other, can only push it later. So a caller whose timeout cannot reach
+it would be refused by Redis too, and is refused here, at once, with no round trip:
+the refusal is exact, nothing is reserved, and the shared state is untouched.
+
+The moment is kept on this process's monotonic clock, counted from when the request
+that learnt it was *sent*: the script ran later than that, so the moment kept is never
+later than the real one (it errs by the round trip, towards asking Redis).
+
+What is kept, per interface (and per caller key for per-caller limits), is the rule it
+was learnt under and the moment. It is forgotten when it could stop being true or
+useful: a different rule (a reload changed the row: another rate moves the moment),
+a reload that changed any rule or the switch, and a backend failure (the failure
+policy decides meanwhile, and Redis may come back without its state). Memory is
+bounded: past ``LIMIT`` entries the whole map starts over.
+
+Redis losing its state without an error this process sees (``FLUSHALL``, a key
+deleted by hand) makes the shared bucket full again while the moment kept here still
+lies ahead: until it passes, this process refuses what the empty Redis would admit.
+That errs on the strict side only, for at most the wait that was queued (the longest
+``cache`` budget, or what ``acquire`` callers reserved) plus one permit. A restart or
+failover that breaks connections is a backend failure, and forgets everything.
+
+Only backends whose state is shared (Redis) get this: ``memory://`` decides in-process
+already.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from .bucket import MICROS, Verdict
+from .registry import ReloadSummary
+from .rules import Rule
+
+
+class Horizons:
+    """When each interface is next free, as the last reply about it said."""
+
+    __slots__ = ("_at", "_switch", "refused")
+
+    #: Interfaces (and caller keys) kept at most; past this the map starts over.
+    LIMIT = 16_384
+
+    def __init__(self) -> None:
+        #: interface (or (interface, key)) -> (its rule, next free on time.monotonic())
+        self._at: dict[Hashable, tuple[Rule, float]] = {}
+        self._switch: bool | None = None
+        #: calls refused here, without a round trip (read by tests and the bench)
+        self.refused = 0
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def refusal(self, rule: Rule, key: str | None, timeout: float, now: float) -> Verdict | None:
+        """A refusal for a caller at ``now`` (monotonic seconds) who can wait ``timeout``
+        seconds, when the interface is not free before then; None: ask the backend.
+
+        The refusal's wait (µs) is until the interface is next free: no sooner could
+        this caller go (a lower bound, as ``Retry-After``).
+        """
+        entry = self._at.get(rule.url if key is None else _slot(rule, key))
+        if entry is None:
+            return None
+        known, free_at = entry
+        if now + timeout >= free_at:
+            return None
+        if known is not rule:  # a reload builds new Rule objects: the same limits?
+            if known != rule:
+                return None
+            self._at[rule.url if key is None else _slot(rule, key)] = (rule, free_at)
+        self.refused += 1
+        wait = (free_at - now) * MICROS
+        return Verdict(False, wait, 0.0, wait)
+
+    def learn(self, rule: Rule, key: str | None, sent: float, next_free: float) -> None:
+        """A reply to a request sent at ``sent`` (monotonic s) said ``next_free`` (µs)."""
+        at = self._at
+        if len(at) >= self.LIMIT:
+            at.clear()
+        at[rule.url if key is None else _slot(rule, key)] = (rule, sent + next_free / MICROS)
+
+    def forget(self) -> None:
+        """Drop everything learnt (the backend failed, or the limits changed)."""
+        self._at.clear()
+
+    def reloaded(self, summary: ReloadSummary) -> None:
+        """A registry listener: forget after a reload that changed a rule or the switch."""
+        if not summary.ok:
+            return
+        switched = self._switch is not None and summary.switch != self._switch
+        self._switch = summary.switch
+        if switched or summary.added or summary.changed or summary.removed:
+            self.forget()
+
+
+def _slot(rule: Rule, key: str) -> Hashable:
+    """What a caller's horizon is kept under: per key only where a limit is per caller."""
+    return (rule.url, key) if rule.keyed else rule.url

@@ -1,0 +1,165 @@
+"""A decision's ``next_free`` is a time before which no later call can go: the ground on
+which the limiter refuses hopeless callers in-process.
+
+On the reference model with a driven clock (the scripts return the same numbers, to the
+bit: test_bucket_script_matches_model.py). For any state, after a decision at ``now``
+with ``next_free`` N, every later call of the same interface (any permits, any
+timeout, any time, any number of them) is placed at ``now + N`` or later: refusing a
+caller whose ``t + timeout`` falls short of it loses nothing. And N is not needlessly
+far: a one-permit call right after the decision goes exactly at ``now + N`` (token
+buckets and windows; warm-up is a bound only).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway_limiter.bucket import (
+    BUCKET,
+    FIXED,
+    MICROS,
+    SLIDING,
+    WINDOW_GUARD,
+    BucketState,
+    Limit,
+    LimitState,
+    decide,
+    decide_limits,
+)
+
+T0 = 1_795_000_000_000_000.0
+
+calls = st.lists(
+    st.tuples(
+        st.one_of(st.integers(0, 3_000), st.integers(0, 2_000_000)),  # dt µs
+        st.integers(1, 6),  # permits
+        st.one_of(st.none(), st.just(0.0), st.floats(0, 3_000_000)),  # timeout µs
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+# Times near T0 are doubles 0.25 µs apart; a bound may round to the next one.
+ROUNDING = 1.0  # µs
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    rate=st.integers(1, 50),
+    capacity=st.integers(1, 50),
+    warmup=st.one_of(st.just(0.0), st.floats(0.05, 5.0)),
+    before=calls,
+    after=calls,
+)
+def test_no_call_of_a_bucket_goes_before_next_free(
+    rate: int,
+    capacity: int,
+    warmup: float,
+    before: list[tuple[int, int, float | None]],
+    after: list[tuple[int, int, float | None]],
+) -> None:
+    state: BucketState | None = None
+    now = T0
+    for dt, permits, timeout in before:
+        now += dt
+        verdict, new = decide(state, rate, capacity, permits, timeout, now, warmup * MICROS)
+        state = new or state
+    horizon = now + verdict.next_free
+    assert verdict.next_free >= 0
+    for dt, permits, timeout in after:
+        now += dt
+        later, new = decide(state, rate, capacity, permits, timeout, now, warmup * MICROS)
+        state = new or state
+        assert now + later.wait >= horizon - ROUNDING
+        horizon = max(horizon, now + later.next_free)  # each reply's bound holds too
+
+
+@settings(max_examples=200, deadline=None)
+@given(rate=st.integers(1, 50), capacity=st.integers(1, 50), before=calls)
+def test_a_token_bucket_lets_one_permit_go_exactly_at_next_free(
+    rate: int, capacity: int, before: list[tuple[int, int, float | None]]
+) -> None:
+    state: BucketState | None = None
+    now = T0
+    for dt, permits, timeout in before:
+        now += dt
+        verdict, new = decide(state, rate, capacity, permits, timeout, now)
+        state = new or state
+    one, _ = decide(state, rate, capacity, 1, None, now)
+    assert one.wait == pytest.approx(verdict.next_free, abs=ROUNDING)
+
+
+def limit_sets() -> st.SearchStrategy[list[Limit]]:
+    one = st.one_of(
+        st.builds(
+            lambda r, c: Limit(BUCKET, float(r), float(c)), st.integers(1, 20), st.integers(1, 20)
+        ),
+        st.builds(
+            lambda r, p: Limit(SLIDING, float(r), p * MICROS + WINDOW_GUARD),
+            st.integers(1, 8),
+            st.integers(1, 3),
+        ),
+        st.builds(
+            lambda r, p: Limit(FIXED, float(r), p * MICROS), st.integers(1, 8), st.integers(1, 3)
+        ),
+    )
+    return st.lists(one, min_size=1, max_size=3)
+
+
+@settings(max_examples=400, deadline=None)
+@given(limits=limit_sets(), before=calls, after=calls)
+def test_no_call_of_several_limits_goes_before_next_free(
+    limits: list[Limit],
+    before: list[tuple[int, int, float | None]],
+    after: list[tuple[int, int, float | None]],
+) -> None:
+    states: list[LimitState | None] = [None] * len(limits)
+    now = T0
+    for dt, permits, timeout in before:
+        now += dt
+        verdict, new = decide_limits(limits, states, permits, timeout, now)
+        states = list(new) if new is not None else states
+    horizon = now + verdict.next_free
+    for dt, permits, timeout in after:
+        now += dt
+        later, new = decide_limits(limits, states, permits, timeout, now)
+        states = list(new) if new is not None else states
+        if math.isinf(later.wait):  # more permits than a window holds: never placed
+            continue
+        assert now + later.wait >= horizon - ROUNDING
+        if not math.isinf(later.wait):
+            horizon = max(horizon, now + later.next_free)
+
+
+@settings(max_examples=200, deadline=None)
+@given(limits=limit_sets(), before=calls)
+def test_several_limits_let_one_permit_go_exactly_at_next_free(
+    limits: list[Limit], before: list[tuple[int, int, float | None]]
+) -> None:
+    states: list[LimitState | None] = [None] * len(limits)
+    now = T0
+    for dt, permits, timeout in before:
+        now += dt
+        verdict, new = decide_limits(limits, states, permits, timeout, now)
+        states = list(new) if new is not None else states
+    if math.isinf(verdict.wait):
+        assert verdict.next_free == 0.0  # not every limit was read: no bound given
+        return
+    one, _ = decide_limits(limits, states, 1, None, now)
+    assert one.wait == pytest.approx(verdict.next_free, abs=ROUNDING)
+
+
+def test_a_drained_bucket_says_when_its_next_permit_comes() -> None:
+    state = None
+    for _ in range(10):  # rate 10, capacity 10: ten at once drain it
+        verdict, state = decide(state, 10, 10, 1, 0.0, T0)
+    assert verdict.allowed and verdict.next_free == pytest.approx(100_000.0)
+    refused, _ = decide(state, 10, 10, 1, 0.0, T0 + 40_000.0)
+    assert not refused.allowed
+    assert refused.next_free == pytest.approx(60_000.0)  # the same moment, 40 ms nearer
+    waiting, _ = decide(state, 10, 10, 3, None, T0)  # three queued: 300 ms of debt
+    assert waiting.next_free == pytest.approx(400_000.0)
