@@ -171,3 +171,22 @@ def test_the_map_is_bounded() -> None:
     assert horizons.refusal(rule, None, 1.0, 100.5) is not None  # 101.5 < 102
     assert horizons.refusal(rule, None, 1.5, 100.5) is None  # 102.0 reaches it
     assert horizons.refusal(Rule("/x", 2, 0.0, 1), None, 0.0, 100.5) is None  # another rule
+
+
+async def test_asyncio_callers_queued_in_a_burst_learn_no_later_moment_than_the_real_one(
+    db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
+) -> None:
+    """Callers queued behind a burst are sent late; what they learn counts from the
+    moment their call was written, so it never runs past the real next permit."""
+    url, engine = db
+    insert_row(engine, "/burst", rateLimit=2, cache=0.0)  # next permit 0.5 s after each
+    async with AsyncGatewayLimiter(
+        database_url=url, redis_url=private_redis.url, key_prefix=key_prefix
+    ) as lim:
+        answers = await asyncio.gather(*(lim.try_acquire("/burst") for _ in range(600)))
+        assert sum(answers) == 2  # the stored burst, then nothing within 0 s
+        start = time.monotonic()
+        # One permit comes 0.5 s after the burst: a caller who can wait 0.6 s is not
+        # refused in-process, whatever the 600 calls taught.
+        assert await lim.try_acquire("/burst", timeout=0.6)
+        assert time.monotonic() - start <= 0.6 + 0.3

@@ -56,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -68,7 +69,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
 
-from ..bucket import BucketState, Verdict
+from ..bucket import MICROS, BucketState, Verdict
 from ..rules import Rule
 from ..settings import Settings, url_error
 from . import BackendError
@@ -181,14 +182,16 @@ _POOL_ARGS: tuple[str, ...] = (
 
 
 class _Call:
-    """One decision waiting for its reply: the EVALSHA, and the caller's future."""
+    """One decision waiting for its reply: the EVALSHA, the caller's future, and when
+    it was written to Redis (monotonic s; 0 until then)."""
 
-    __slots__ = ("args", "future", "name")
+    __slots__ = ("args", "future", "name", "sent")
 
     def __init__(self, name: str, args: list[Any], future: asyncio.Future[Any]) -> None:
         self.name = name
         self.args = args
         self.future = future
+        self.sent = 0.0
 
 
 @register_async("redis", "rediss", "unix")
@@ -290,11 +293,19 @@ class AsyncRedisBackend:
     ) -> Verdict:
         """One EVALSHA, sent in one round trip with the other decisions queued at that
         moment (see ``_lane``). ``now`` (µs) is for tests that drive the clock."""
+        entered = time.monotonic()
         name, args = self._commands(rule, permits, timeout, caller, now)
-        future = asyncio.get_running_loop().create_future()
-        self._queue.append(_Call(name, args, future))
+        call = _Call(name, args, asyncio.get_running_loop().create_future())
+        self._queue.append(call)
         self._start_lane()
-        return parse_reply(await future)  # cancelled here: the lane skips or drops the reply
+        verdict = parse_reply(await call.future)  # cancelled: the lane skips or drops the reply
+        if verdict.next_free > 0.0 and call.sent > entered:
+            # next_free counts from when the script ran, which is after the call was
+            # written, and that can be long after it was queued in a burst. Counted from
+            # entering here instead (what the limiter goes by), it is that much later.
+            more = (call.sent - entered) * MICROS
+            return Verdict(verdict.allowed, verdict.wait, verdict.stored, verdict.next_free + more)
+        return verdict
 
     def _start_lane(self) -> None:
         """A lane for the queue, unless one is on its way or all are busy (then the first
@@ -383,6 +394,9 @@ class AsyncRedisBackend:
             commands += [("EVALSHA", shas[c.name], *c.args) for c in calls]
             reload = []
             packed = b"".join([self._pack(conn, command) for command in commands])
+            sent = time.monotonic()
+            for call in calls:
+                call.sent = sent
             async with Deadline(self._read_seconds):
                 await conn.send_packed_command(packed, check_health=False)
                 for _ in names:
