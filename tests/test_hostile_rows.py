@@ -31,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.types import NullType
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.backends.redis import bucket_key, window_key
+from gateway_limiter.backends.state import caller_part, state_key
 from gateway_limiter.cli import main
 from gateway_limiter.migrate import upgrade
 from gateway_limiter.rules import ALGORITHMS, MAX_URL_LENGTH
@@ -185,7 +185,11 @@ def check_reload(
         lim.reserve(url, 2, 0.0)
     assert lim.backend_healthy and lim.backend_fallbacks == 0
     # ... and never writes a key that is not one of theirs, under the prefix.
-    mine = {key(prefix, url) for url in snapshot.rules for key in (bucket_key, window_key)}
+    mine = {
+        state_key(prefix, limit) + (caller_part(None) if limit.per_caller else "")
+        for rule in snapshot.rules.values()
+        for limit in rule.limits
+    }  # every kind of limit (bucket, sliding or fixed window), period and scope
     keys = scan_keys(server.client())
     assert keys <= mine, keys - mine
     assert all(k.startswith(f"{prefix}:{{") for k in keys)
