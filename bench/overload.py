@@ -34,11 +34,9 @@ import asyncio
 import math
 import sys
 import tempfile
-import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +46,15 @@ import redis.asyncio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import private_redis
-from decision_cost import REDIS_ERRORS, load_average, machine_facts, median, run_threads, table
+from decision_cost import (
+    Slice,
+    load_average,
+    machine_facts,
+    measure_async_slice,
+    measure_slice,
+    median,
+    table,
+)
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
@@ -92,71 +98,21 @@ class Contender:
 
 
 def measure_threads(call: Callable[[], bool], warmup: float, duration: float) -> Cell:
-    """8 threads calling as fast as they go: warm up, then count ``duration`` s."""
-    counts = [(0, 0, 0)] * THREADS
-    marks: dict[str, float] = {}
-
-    def set_marks() -> None:
-        now = time.perf_counter()
-        marks["measure"], marks["end"] = now + warmup, now + warmup + duration
-
-    barrier = threading.Barrier(THREADS, action=set_marks)
-
-    def worker(i: int, halt: threading.Event) -> None:
-        barrier.wait()
-        clock, stopped = time.perf_counter, halt.is_set
-        while clock() < marks["measure"] and not stopped():
-            with suppress(*REDIS_ERRORS):
-                call()
-        ok = no = err = 0
-        end = marks["end"]
-        while clock() < end and not stopped():
-            try:
-                if call():
-                    ok += 1
-                else:
-                    no += 1
-            except REDIS_ERRORS:
-                err += 1
-        counts[i] = (ok, no, err)
-
-    run_threads(THREADS, worker)
-    ok, no, err = (sum(c[k] for c in counts) for k in range(3))
-    return Cell((ok + no) / duration, ok, err)
+    """8 threads calling as fast as they go (``decision_cost.measure_slice``)."""
+    return cell_of(measure_slice(call, THREADS, warmup, duration), duration)
 
 
 async def measure_tasks(
     call: Callable[[], Awaitable[bool]], warmup: float, duration: float
 ) -> Cell:
-    """256 coroutines on one loop calling as fast as they go."""
-    counting = stop = False
-    ok = no = err = 0
+    """256 coroutines on one loop (``decision_cost.measure_async_slice``)."""
+    return cell_of(await measure_async_slice(call, TASKS, warmup, duration), duration)
 
-    async def worker() -> None:
-        nonlocal ok, no, err
-        while not stop:
-            try:
-                admitted = await call()
-            except REDIS_ERRORS:
-                err += counting
-                await asyncio.sleep(0)  # an error raised before any await must not spin
-                continue
-            if counting:
-                if admitted:
-                    ok += 1
-                else:
-                    no += 1
 
-    workers = [asyncio.create_task(worker()) for _ in range(TASKS)]
-    try:
-        await asyncio.sleep(warmup)
-        counting, began = True, time.perf_counter()
-        await asyncio.sleep(duration)
-        counting, took = False, time.perf_counter() - began
-    finally:
-        stop = True
-        await asyncio.gather(*workers, return_exceptions=True)
-    return Cell((ok + no) / took, ok, err)
+def cell_of(counted: Slice, duration: float) -> Cell:
+    """A slice's admitted rate and refusal count as decisions per second and admissions."""
+    admitted = round(counted.admitted * duration)
+    return Cell((admitted + counted.refused) / duration, admitted, counted.errors)
 
 
 # --------------------------------------------------------------------------- contenders

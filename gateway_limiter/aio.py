@@ -64,7 +64,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import threading
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -97,6 +96,7 @@ from .limiter import (
     has_shared_bucket,
     horizons_for,
     open_metrics,
+    refused_here,
     route,
     settings_from,
     waited_seconds,
@@ -265,15 +265,9 @@ class AsyncGatewayLimiter:
         self, rule: Rule, permits: int, timeout: float | None, key: str | None
     ) -> tuple[Verdict, str]:
         horizons = self._horizons
-        sent = 0.0
-        if horizons is not None:
-            sent = time.monotonic()
-            if timeout is not None and not self._breaker.is_open:
-                refused = horizons.refusal(rule, key, timeout, sent)
-                if refused is not None:  # Redis would refuse too: no round trip
-                    if self._metrics is not None:
-                        self._metrics.local_refusal()
-                    return refused, LIMITED
+        sent, refused = refused_here(horizons, self._breaker, self._metrics, rule, key, timeout)
+        if refused is not None:  # Redis would refuse too: no round trip
+            return refused, LIMITED
         if self._breaker.allows():
             try:
                 verdict = await self.backend.reserve(rule, permits, timeout, key)

@@ -349,6 +349,27 @@ def has_shared_bucket(rule: Rule) -> bool:
     return rule.algorithm not in WINDOWS and not rule.per_caller
 
 
+def refused_here(
+    horizons: Horizons | None,
+    breaker: Breaker,
+    metrics: ProcessMetrics | None,
+    rule: Rule,
+    key: str | None,
+    timeout: float | None,
+) -> tuple[float, Verdict | None]:
+    """When the request leaves (monotonic s), and a refusal in-process if an earlier
+    reply said the interface is not free within ``timeout`` (None: ask the backend)."""
+    if horizons is None:
+        return 0.0, None
+    sent = time.monotonic()
+    if timeout is None or breaker.is_open:
+        return sent, None
+    refused = horizons.refusal(rule, key, timeout, sent)
+    if refused is not None and metrics is not None:
+        metrics.local_refusal()
+    return sent, refused
+
+
 def horizons_for(shared: bool, registry: Registry) -> Horizons | None:
     """Local refusals for a shared backend, forgotten when a reload changes the limits."""
     if not shared:
@@ -476,15 +497,9 @@ class GatewayLimiter:
         self, rule: Rule, permits: int, timeout: float | None, key: str | None
     ) -> tuple[Verdict, str]:
         horizons = self._horizons
-        sent = 0.0
-        if horizons is not None:
-            sent = time.monotonic()
-            if timeout is not None and not self._breaker.is_open:
-                refused = horizons.refusal(rule, key, timeout, sent)
-                if refused is not None:  # Redis would refuse too: no round trip
-                    if self._metrics is not None:
-                        self._metrics.local_refusal()
-                    return refused, LIMITED
+        sent, refused = refused_here(horizons, self._breaker, self._metrics, rule, key, timeout)
+        if refused is not None:  # Redis would refuse too: no round trip
+            return refused, LIMITED
         if self._breaker.allows():
             try:
                 verdict = self.backend.reserve(rule, permits, timeout, key)

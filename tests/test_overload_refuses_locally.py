@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
@@ -45,6 +46,7 @@ def test_a_burst_past_the_rate_costs_one_round_trip_until_the_next_permit(
 ) -> None:
     client = private_redis.client()
     assert lim.try_acquire("/slow")  # the one stored permit
+    counted = REGISTRY.get_sample_value("gateway_limiter_local_refusals_total") or 0.0
     before = evalsha_calls(client)
     start = time.monotonic()
     answers = [lim.try_acquire("/slow") for _ in range(200)]
@@ -55,6 +57,8 @@ def test_a_burst_past_the_rate_costs_one_round_trip_until_the_next_permit(
     if took < 0.9:  # the whole burst fell before the next permit (always, unless starved)
         assert trips == 0  # the admission's reply already said when the next permit comes
     assert lim.local_refusals >= 100
+    metric = REGISTRY.get_sample_value("gateway_limiter_local_refusals_total")
+    assert metric == counted + lim.local_refusals  # the process's metric counts them too
 
 
 def test_a_caller_who_can_wait_for_the_next_permit_is_asked_about_not_refused(
