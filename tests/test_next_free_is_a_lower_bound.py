@@ -13,6 +13,8 @@ buckets and windows; warm-up is a bound only).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -24,9 +26,8 @@ from gateway_limiter.bucket import (
     MICROS,
     SLIDING,
     WINDOW_GUARD,
-    BucketState,
     Limit,
-    LimitState,
+    Verdict,
     decide,
     decide_limits,
 )
@@ -47,6 +48,51 @@ calls = st.lists(
 ROUNDING = 1.0  # µs
 
 
+#: One decision on a state: (state, permits, timeout µs, now) -> (verdict, new state or None).
+Decide = Callable[[Any, int, float | None, float], tuple[Verdict, Any]]
+Steps = list[tuple[int, int, float | None]]
+
+
+def drive(
+    decide_one: Decide, steps: Steps, state: Any = None, now: float = T0
+) -> tuple[list[tuple[float, Verdict]], Any, float]:
+    """Feed ``steps`` to one state: each decision's time and verdict, the state, the time."""
+    seen = []
+    for dt, permits, timeout in steps:
+        now += dt
+        verdict, new = decide_one(state, permits, timeout, now)
+        state = new if new is not None else state
+        seen.append((now, verdict))
+    return seen, state, now
+
+
+def assert_nothing_goes_before(
+    first: tuple[float, Verdict], later: list[tuple[float, Verdict]]
+) -> None:
+    """No call after ``first`` is placed before the moment ``first`` said is next free
+    (nor before what each later reply said in turn)."""
+    at, verdict = first
+    assert verdict.next_free >= 0
+    horizon = at + verdict.next_free
+    for at, verdict in later:
+        if math.isinf(verdict.wait):  # more permits than a window holds: never placed
+            continue
+        assert at + verdict.wait >= horizon - ROUNDING
+        horizon = max(horizon, at + verdict.next_free)
+
+
+def bucket(rate: int, capacity: int, warmup: float = 0.0) -> Decide:
+    return lambda state, permits, timeout, now: decide(
+        state, rate, capacity, permits, timeout, now, warmup * MICROS
+    )
+
+
+def several(limits: list[Limit]) -> Decide:
+    return lambda states, permits, timeout, now: decide_limits(
+        limits, states or [None] * len(limits), permits, timeout, now
+    )
+
+
 @settings(max_examples=400, deadline=None)
 @given(
     rate=st.integers(1, 50),
@@ -56,41 +102,21 @@ ROUNDING = 1.0  # µs
     after=calls,
 )
 def test_no_call_of_a_bucket_goes_before_next_free(
-    rate: int,
-    capacity: int,
-    warmup: float,
-    before: list[tuple[int, int, float | None]],
-    after: list[tuple[int, int, float | None]],
+    rate: int, capacity: int, warmup: float, before: Steps, after: Steps
 ) -> None:
-    state: BucketState | None = None
-    now = T0
-    for dt, permits, timeout in before:
-        now += dt
-        verdict, new = decide(state, rate, capacity, permits, timeout, now, warmup * MICROS)
-        state = new or state
-    horizon = now + verdict.next_free
-    assert verdict.next_free >= 0
-    for dt, permits, timeout in after:
-        now += dt
-        later, new = decide(state, rate, capacity, permits, timeout, now, warmup * MICROS)
-        state = new or state
-        assert now + later.wait >= horizon - ROUNDING
-        horizon = max(horizon, now + later.next_free)  # each reply's bound holds too
+    seen, state, now = drive(bucket(rate, capacity, warmup), before)
+    later, _, _ = drive(bucket(rate, capacity, warmup), after, state, now)
+    assert_nothing_goes_before(seen[-1], later)
 
 
 @settings(max_examples=200, deadline=None)
 @given(rate=st.integers(1, 50), capacity=st.integers(1, 50), before=calls)
 def test_a_token_bucket_lets_one_permit_go_exactly_at_next_free(
-    rate: int, capacity: int, before: list[tuple[int, int, float | None]]
+    rate: int, capacity: int, before: Steps
 ) -> None:
-    state: BucketState | None = None
-    now = T0
-    for dt, permits, timeout in before:
-        now += dt
-        verdict, new = decide(state, rate, capacity, permits, timeout, now)
-        state = new or state
+    seen, state, now = drive(bucket(rate, capacity), before)
     one, _ = decide(state, rate, capacity, 1, None, now)
-    assert one.wait == pytest.approx(verdict.next_free, abs=ROUNDING)
+    assert one.wait == pytest.approx(seen[-1][1].next_free, abs=ROUNDING)
 
 
 def limit_sets() -> st.SearchStrategy[list[Limit]]:
@@ -113,43 +139,24 @@ def limit_sets() -> st.SearchStrategy[list[Limit]]:
 @settings(max_examples=400, deadline=None)
 @given(limits=limit_sets(), before=calls, after=calls)
 def test_no_call_of_several_limits_goes_before_next_free(
-    limits: list[Limit],
-    before: list[tuple[int, int, float | None]],
-    after: list[tuple[int, int, float | None]],
+    limits: list[Limit], before: Steps, after: Steps
 ) -> None:
-    states: list[LimitState | None] = [None] * len(limits)
-    now = T0
-    for dt, permits, timeout in before:
-        now += dt
-        verdict, new = decide_limits(limits, states, permits, timeout, now)
-        states = list(new) if new is not None else states
-    horizon = now + verdict.next_free
-    for dt, permits, timeout in after:
-        now += dt
-        later, new = decide_limits(limits, states, permits, timeout, now)
-        states = list(new) if new is not None else states
-        if math.isinf(later.wait):  # more permits than a window holds: never placed
-            continue
-        assert now + later.wait >= horizon - ROUNDING
-        if not math.isinf(later.wait):
-            horizon = max(horizon, now + later.next_free)
+    seen, states, now = drive(several(limits), before)
+    later, _, _ = drive(several(limits), after, states, now)
+    assert_nothing_goes_before(seen[-1], later)
 
 
 @settings(max_examples=200, deadline=None)
 @given(limits=limit_sets(), before=calls)
 def test_several_limits_let_one_permit_go_exactly_at_next_free(
-    limits: list[Limit], before: list[tuple[int, int, float | None]]
+    limits: list[Limit], before: Steps
 ) -> None:
-    states: list[LimitState | None] = [None] * len(limits)
-    now = T0
-    for dt, permits, timeout in before:
-        now += dt
-        verdict, new = decide_limits(limits, states, permits, timeout, now)
-        states = list(new) if new is not None else states
+    seen, states, now = drive(several(limits), before)
+    verdict = seen[-1][1]
     if math.isinf(verdict.wait):
         assert verdict.next_free == 0.0  # not every limit was read: no bound given
         return
-    one, _ = decide_limits(limits, states, 1, None, now)
+    one, _ = several(limits)(states, 1, None, now)
     assert one.wait == pytest.approx(verdict.next_free, abs=ROUNDING)
 
 
