@@ -127,3 +127,13 @@ def figures(request: pytest.FixtureRequest) -> Callable[..., None]:
                 f.write(line + "\n")
 
     return report
+
+
+@pytest.fixture
+def no_local_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No settings.toml or GATEWAY_LIMITER_* from the developer's machine leak in (the
+    command line tests: ``pytestmark = pytest.mark.usefixtures("no_local_settings")``)."""
+    monkeypatch.chdir(tmp_path)
+    for key in list(os.environ):
+        if key.startswith("GATEWAY_LIMITER_"):
+            monkeypatch.delenv(key)

@@ -9,10 +9,8 @@ leaves the table exactly as it was.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,36 +18,17 @@ import pytest
 from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.cli import main
 from gateway_limiter.rules import Rule, Skipped, build_rules, rule_from_row
 from gateway_limiter.table import ConfRow, read_rows
+from tests.commandline import Ran, cli
 from tests.services import RedisServer
 
 URL = "/ibe/flight/search"
 COLUMNS = "configId, interfaceUrl, rateLimit, cache, status, algorithm, maxPermits, warmupPeriod"
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No settings.toml or GATEWAY_LIMITER_* from the developer's machine leak in."""
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.startswith("GATEWAY_LIMITER_"):
-            monkeypatch.delenv(key)
-
-
-@dataclass
-class Ran:
-    code: int
-    out: str
-    err: str
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> Ran:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return Ran(code, out, err)
+#: No settings.toml or GATEWAY_LIMITER_* from the developer's machine leak in.
+pytestmark = pytest.mark.usefixtures("no_local_settings")
 
 
 def conf_set(capsys: pytest.CaptureFixture[str], db: str, *argv: str) -> Ran:

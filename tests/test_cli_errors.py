@@ -9,14 +9,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, inspect, text
 
-from gateway_limiter.cli import main
 from gateway_limiter.table import make_engine
+from tests.commandline import Ran, cli
 
 UNREACHABLE = "mysql+pymysql://root:s3cret@127.0.0.1:1/x"
 INSERT = (
@@ -24,27 +23,8 @@ INSERT = (
 )
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No settings.toml or GATEWAY_LIMITER_* from the developer's machine leak in."""
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.startswith("GATEWAY_LIMITER_"):
-            monkeypatch.delenv(key)
-
-
-@dataclass
-class Ran:
-    code: int
-    out: str
-    err: str
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> Ran:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return Ran(code, out, err)
+#: No settings.toml or GATEWAY_LIMITER_* from the developer's machine leak in.
+pytestmark = pytest.mark.usefixtures("no_local_settings")
 
 
 def assert_one_line_error(ran: Ran, code: int, *needles: str) -> None:

@@ -5,9 +5,7 @@ anything is written. On MariaDB and on SQLite, checked with plain SQL."""
 
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,32 +16,19 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.cli import main
 from gateway_limiter.rules import MAX_PERIOD, Rule, build_rules
 from gateway_limiter.table import read_rows
+from tests.commandline import Ran
+from tests.commandline import cli as run
 from tests.services import RedisServer
 
 URL = "/ibe/flight/search"
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No settings.toml or GATEWAY_LIMITER_* from the developer's machine leak in."""
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.startswith("GATEWAY_LIMITER_"):
-            monkeypatch.delenv(key)
-
-
-@dataclass
-class Ran:
-    code: int
-    out: str
-    err: str
+#: No settings.toml or GATEWAY_LIMITER_* from the developer's machine leak in.
+pytestmark = pytest.mark.usefixtures("no_local_settings")
 
 
 def cli(capsys: pytest.CaptureFixture[str], db: str, *argv: str) -> Ran:
-    capsys.readouterr()
-    code = main(["--database-url", db, *argv])
-    out, err = capsys.readouterr()
-    return Ran(code, out, err)
+    return run(capsys, "--database-url", db, *argv)
 
 
 def table(engine: Engine) -> list[tuple[Any, ...]]:

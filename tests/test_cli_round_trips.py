@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,36 +19,17 @@ from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.redis import bucket_key
-from gateway_limiter.cli import main
 from gateway_limiter.migrate import VERSION_TABLE, head_revision
 from gateway_limiter.rules import build_rules
 from gateway_limiter.table import make_engine, read_rows
+from tests.commandline import cli
 from tests.services import RedisServer
 
 ANSI = "\x1b"
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No settings.toml or GATEWAY_LIMITER_* from the developer's machine leak in."""
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.startswith("GATEWAY_LIMITER_"):
-            monkeypatch.delenv(key)
-
-
-@dataclass
-class Ran:
-    code: int
-    out: str
-    err: str
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> Ran:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return Ran(code, out, err)
+#: No settings.toml or GATEWAY_LIMITER_* from the developer's machine leak in.
+pytestmark = pytest.mark.usefixtures("no_local_settings")
 
 
 def conf_rows(engine: Engine) -> list[dict[str, Any]]:

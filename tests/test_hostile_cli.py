@@ -4,9 +4,7 @@ traceback; and a command that does not succeed writes nothing (both tables uncha
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -64,13 +62,8 @@ other = st.one_of(
 )
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No settings.toml or GATEWAY_LIMITER_* of the developer's machine."""
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.startswith("GATEWAY_LIMITER_"):
-            monkeypatch.delenv(key)
+#: No settings.toml or GATEWAY_LIMITER_* from the developer's machine leak in.
+pytestmark = pytest.mark.usefixtures("no_local_settings")
 
 
 @pytest.fixture

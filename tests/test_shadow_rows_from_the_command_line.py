@@ -5,34 +5,20 @@ revision 0005 still loads. Real MariaDB and SQLite; the CLI runs in-process."""
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, text
 
-from gateway_limiter.cli import main
 from gateway_limiter.migrate import upgrade
 from gateway_limiter.rules import build_rules
 from gateway_limiter.table import make_engine, read_rows
+from tests.commandline import cli
 from tests.limiting import limiter, set_row
 from tests.services import RedisServer
 
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No settings.toml or GATEWAY_LIMITER_* from the developer's machine leak in."""
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.startswith("GATEWAY_LIMITER_"):
-            monkeypatch.delenv(key)
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+#: No settings.toml or GATEWAY_LIMITER_* from the developer's machine leak in.
+pytestmark = pytest.mark.usefixtures("no_local_settings")
 
 
 def shadow_of(engine: Engine, url: str) -> object:
