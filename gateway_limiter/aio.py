@@ -265,7 +265,7 @@ class AsyncGatewayLimiter:
         self, rule: Rule, permits: int, timeout: float | None, key: str | None
     ) -> tuple[Verdict, str]:
         horizons = self._horizons
-        sent, refused = refused_here(horizons, self._breaker, self._metrics, rule, key, timeout)
+        asked, refused = refused_here(horizons, self._breaker, self._metrics, rule, key, timeout)
         if refused is not None:  # Redis would refuse too: no round trip
             return refused, LIMITED
         if self._breaker.allows():
@@ -275,8 +275,8 @@ class AsyncGatewayLimiter:
                 self._backend_failed(e)
             else:
                 self._breaker.succeeded()
-                if horizons is not None and verdict.next_free > 0.0:
-                    horizons.learn(rule, key, sent, verdict.next_free)
+                if asked is not None and horizons is not None and verdict.next_free > 0.0:
+                    horizons.learn(rule, key, asked, verdict.next_free)
                 return verdict, ADMITTED if verdict.allowed else LIMITED
         self._fallbacks += 1
         if self._metrics is not None:

@@ -149,9 +149,10 @@ class Verdict(NamedTuple):
 
     ``wait`` is in microseconds: how long the caller sleeps when ``allowed``, and how
     long it would have had to wait when refused. ``stored`` is what is left after it.
-    ``next_free`` (µs from the decision's ``now``) is the earliest moment any further
-    call of the interface could go, whatever its permits and however many callers
-    come meanwhile: only time passing brings it closer (see ``next_free_bucket``).
+    ``next_free`` (µs from the decision's ``now``; the asyncio Redis backend counts from
+    when the call was handed to it, which is no later) is the earliest moment any
+    further call of the interface could go, whatever its permits and however many
+    callers come meanwhile: only time passing brings it closer (see ``next_free_bucket``).
     Until then, a caller whose timeout cannot reach it would be refused: the limiter
     refuses it in-process, with no round trip. (A named tuple: it is built on every
     decision, and that costs a third of a frozen dataclass.)

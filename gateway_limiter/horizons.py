@@ -13,17 +13,19 @@ that learnt it was *sent*: the script ran later than that, so the moment kept is
 later than the real one (it errs by the round trip, towards asking Redis).
 
 What is kept, per interface (and per caller key for per-caller limits), is the rule it
-was learnt under and the moment. It is forgotten when it could stop being true or
-useful: a different rule (a reload changed the row: another rate moves the moment),
-a reload that changed any rule or the switch, and a backend failure (the failure
-policy decides meanwhile, and Redis may come back without its state). Memory is
-bounded: past ``LIMIT`` entries the whole map starts over.
+was learnt under and the moment, at most ``AHEAD`` seconds on: a window's next slot can
+lie hours away, and a moment kept that long would outlive anything that changed it
+unseen (below); one round trip a second renews it. It is forgotten when it could stop
+being true or useful: a different rule (a reload changed the row: another rate moves
+the moment), a reload that changed any rule or the switch, and a backend failure (the
+failure policy decides meanwhile, and Redis may come back without its state). A reply
+that was in flight when everything was forgotten is not learnt (``generation``).
+Memory is bounded: past ``LIMIT`` entries the whole map starts over.
 
 Redis losing its state without an error this process sees (``FLUSHALL``, a key
 deleted by hand) makes the shared bucket full again while the moment kept here still
 lies ahead: until it passes, this process refuses what the empty Redis would admit.
-That errs on the strict side only, for at most the wait that was queued (the longest
-``cache`` budget, or what ``acquire`` callers reserved) plus one permit. A restart or
+That errs on the strict side only, and for at most ``AHEAD`` seconds. A restart or
 failover that breaks connections is a backend failure, and forgets everything.
 
 Only backends whose state is shared (Redis) get this: ``memory://`` decides in-process
@@ -42,15 +44,19 @@ from .rules import Rule
 class Horizons:
     """When each interface is next free, as the last reply about it said."""
 
-    __slots__ = ("_at", "_switch", "refused")
+    __slots__ = ("_at", "_switch", "generation", "refused")
 
     #: Interfaces (and caller keys) kept at most; past this the map starts over.
     LIMIT = 16_384
+    #: The furthest ahead a moment is kept, seconds.
+    AHEAD = 1.0
 
     def __init__(self) -> None:
         #: interface (or (interface, key)) -> (its rule, next free on time.monotonic())
         self._at: dict[Hashable, tuple[Rule, float]] = {}
         self._switch: bool | None = None
+        #: bumped by every ``forget``: a reply asked for before that is not learnt
+        self.generation = 0
         #: calls refused here, without a round trip (read by tests and the bench)
         self.refused = 0
 
@@ -70,23 +76,34 @@ class Horizons:
         known, free_at = entry
         if now + timeout >= free_at:
             return None
-        if known is not rule:  # a reload builds new Rule objects: the same limits?
-            if known != rule:
-                return None
-            self._at[rule.url if key is None else _slot(rule, key)] = (rule, free_at)
+        # A reload builds new Rule objects: the same limits? (Until the next reply about
+        # this interface stores the new object; not written back here, where it could
+        # undo a concurrent forget.)
+        if known is not rule and known != rule:
+            return None
         self.refused += 1
         wait = (free_at - now) * MICROS
         return Verdict(False, wait, 0.0, wait)
 
-    def learn(self, rule: Rule, key: str | None, sent: float, next_free: float) -> None:
-        """A reply to a request sent at ``sent`` (monotonic s) said ``next_free`` (µs)."""
+    def learn(
+        self, rule: Rule, key: str | None, asked: tuple[float, int], next_free: float
+    ) -> None:
+        """A reply said ``next_free`` (µs) to a request that left at ``asked`` = (monotonic
+        s, the ``generation`` then)."""
+        sent, generation = asked
+        if generation != self.generation:
+            return  # everything was forgotten while the request was out
         at = self._at
         if len(at) >= self.LIMIT:
             at.clear()
-        at[rule.url if key is None else _slot(rule, key)] = (rule, sent + next_free / MICROS)
+        slot = rule.url if key is None else _slot(rule, key)
+        at[slot] = (rule, sent + min(next_free / MICROS, self.AHEAD))
+        if generation != self.generation:  # a forget came in between: undo, no lock needed
+            at.pop(slot, None)
 
     def forget(self) -> None:
         """Drop everything learnt (the backend failed, or the limits changed)."""
+        self.generation += 1  # first: a learn in progress sees it, and undoes itself
         self._at.clear()
 
     def reloaded(self, summary: ReloadSummary) -> None:

@@ -356,18 +356,20 @@ def refused_here(
     rule: Rule,
     key: str | None,
     timeout: float | None,
-) -> tuple[float, Verdict | None]:
-    """When the request leaves (monotonic s), and a refusal in-process if an earlier
-    reply said the interface is not free within ``timeout`` (None: ask the backend)."""
+) -> tuple[tuple[float, int] | None, Verdict | None]:
+    """When the request leaves (monotonic s, with the horizons' generation; None without
+    horizons), and a refusal in-process if an earlier reply said the interface is not
+    free within ``timeout`` (None: ask the backend)."""
     if horizons is None:
-        return 0.0, None
-    sent = time.monotonic()
-    if timeout is None or breaker.is_open:
-        return sent, None
-    refused = horizons.refusal(rule, key, timeout, sent)
-    if refused is not None and metrics is not None:
-        metrics.local_refusal()
-    return sent, refused
+        return None, None
+    now = time.monotonic()
+    if timeout is not None and not breaker.is_open:
+        refused = horizons.refusal(rule, key, timeout, now)
+        if refused is not None:
+            if metrics is not None:
+                metrics.local_refusal()
+            return None, refused
+    return (now, horizons.generation), None
 
 
 def horizons_for(shared: bool, registry: Registry) -> Horizons | None:
@@ -497,7 +499,7 @@ class GatewayLimiter:
         self, rule: Rule, permits: int, timeout: float | None, key: str | None
     ) -> tuple[Verdict, str]:
         horizons = self._horizons
-        sent, refused = refused_here(horizons, self._breaker, self._metrics, rule, key, timeout)
+        asked, refused = refused_here(horizons, self._breaker, self._metrics, rule, key, timeout)
         if refused is not None:  # Redis would refuse too: no round trip
             return refused, LIMITED
         if self._breaker.allows():
@@ -507,8 +509,8 @@ class GatewayLimiter:
                 self._backend_failed(e)
             else:
                 self._breaker.succeeded()
-                if horizons is not None and verdict.next_free > 0.0:
-                    horizons.learn(rule, key, sent, verdict.next_free)
+                if asked is not None and horizons is not None and verdict.next_free > 0.0:
+                    horizons.learn(rule, key, asked, verdict.next_free)
                 return verdict, ADMITTED if verdict.allowed else LIMITED
         self._fallbacks += 1  # off the hot path: only while the backend is failing
         if self._metrics is not None:

@@ -99,6 +99,7 @@ def test_a_rate_change_forgets_what_was_learnt(
     set_row(db[1], "/slow", rate=1000)
     summary = lim.reload()
     assert summary.changed == ("/slow",)
+    assert len(lim._horizons or ()) == 0
     refused = lim.local_refusals
     assert lim.try_acquire("/slow")  # at 1000/s the debt is gone within a millisecond
     assert lim.local_refusals == refused
@@ -144,6 +145,26 @@ def test_per_caller_limits_keep_a_horizon_per_caller(
         assert lim.try_acquire("/per", key="bob")  # bob's own bucket: not refused for alice's
 
 
+def test_a_window_far_ahead_is_asked_about_again_within_a_second(
+    db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
+) -> None:
+    """A fixed window of an hour: its next slot is an hour away, but a process keeps
+    that moment only a second ahead, so state Redis lost without an error (FLUSHALL)
+    holds no caller back for longer than that."""
+    url, engine = db
+    insert_row(engine, "/hourly", rateLimit=1, cache=0.0, periodSeconds=3600,
+               algorithm="fixed_window")  # fmt: skip
+    with GatewayLimiter(
+        database_url=url, redis_url=private_redis.url, key_prefix=key_prefix
+    ) as lim:
+        assert lim.try_acquire("/hourly")
+        assert not lim.try_acquire("/hourly")
+        assert lim.local_refusals == 1
+        private_redis.client().flushall()  # an operator resets the quota by hand
+        time.sleep(1.05)
+        assert lim.try_acquire("/hourly")  # asked Redis again: a fresh window
+
+
 async def test_asyncio_refuses_locally_too(
     db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
 ) -> None:
@@ -169,12 +190,23 @@ def test_the_map_is_bounded() -> None:
     horizons = Horizons()
     rule = Rule("/x", 1, 0.0, 1)
     for i in range(Horizons.LIMIT + 10):
-        horizons.learn(Rule(f"/u{i}", 1, 0.0, i), None, 0.0, 1e6)
+        horizons.learn(Rule(f"/u{i}", 1, 0.0, i), None, (0.0, 0), 1e6)
     assert len(horizons) <= Horizons.LIMIT
-    horizons.learn(rule, None, 100.0, 2e6)  # free at 102 s on the monotonic clock
-    assert horizons.refusal(rule, None, 1.0, 100.5) is not None  # 101.5 < 102
-    assert horizons.refusal(rule, None, 1.5, 100.5) is None  # 102.0 reaches it
+    horizons.learn(rule, None, (100.0, 0), 0.8e6)  # free at 100.8 s on the monotonic clock
+    assert horizons.refusal(rule, None, 0.2, 100.5) is not None  # 100.7 < 100.8
+    assert horizons.refusal(rule, None, 0.3, 100.5) is None  # 100.8 reaches it
     assert horizons.refusal(Rule("/x", 2, 0.0, 1), None, 0.0, 100.5) is None  # another rule
+
+
+def test_a_moment_is_kept_at_most_a_second_ahead_and_never_across_a_forget() -> None:
+    horizons, rule = Horizons(), Rule("/x", 1, 0.0, 1)
+    horizons.learn(rule, None, (100.0, 0), 3600e6)  # a window free in an hour
+    assert horizons.refusal(rule, None, 0.0, 100.9) is not None
+    assert horizons.refusal(rule, None, 0.0, 101.0) is None  # kept 1 s ahead, no more
+    asked = (200.0, horizons.generation)
+    horizons.forget()  # e.g. Redis failed while that request was out
+    horizons.learn(rule, None, asked, 0.5e6)
+    assert len(horizons) == 0  # the reply of before the forget is not learnt
 
 
 async def test_asyncio_callers_queued_in_a_burst_learn_no_later_moment_than_the_real_one(
