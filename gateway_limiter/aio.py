@@ -72,7 +72,6 @@ from .backends import BackendError
 from .backends.aio import AsyncBackend, open_async_backend
 from .bucket import MICROS, Verdict
 from .decision import (
-    ADMITTED,
     BACKEND_FALLBACK,
     CLOSED,
     LIMITED,
@@ -82,28 +81,22 @@ from .decision import (
 )
 from .limiter import (
     BackendUnavailable,
-    Breaker,
     BucketStatus,
     InterfaceClosed,
+    LimiterCore,
     LimiterError,
     NotStarted,
     Outcome,
-    Outcomes,
-    Policy,
     bucket_status,
     check_args,
     chosen_limits,
     has_shared_bucket,
-    horizons_for,
-    open_metrics,
-    refused_here,
     route,
     settings_from,
     waited_seconds,
 )
 from .logs import log
-from .metrics import Source
-from .registry import Registry, ReloadSummary
+from .registry import ReloadSummary
 from .rules import Rule
 from .settings import Settings, load_settings
 
@@ -123,7 +116,7 @@ __all__ = [
 _NOT_STARTED = "await start() (or use 'async with AsyncGatewayLimiter(...)') first"
 
 
-class AsyncGatewayLimiter:
+class AsyncGatewayLimiter(LimiterCore):
     """Fleet-wide rate limits for one asyncio gateway process.
 
     ::
@@ -137,35 +130,12 @@ class AsyncGatewayLimiter:
     Build it anywhere; use it on one event loop.
     """
 
-    __slots__ = (
-        "_breaker",
-        "_fallbacks",
-        "_horizons",
-        "_metrics",
-        "_outcomes",
-        "_source",
-        "_started",
-        "backend",
-        "policy",
-        "registry",
-        "settings",
-    )
+    __slots__ = ("backend",)
 
     def __init__(self, settings: Settings | str | Path | None = None, **overrides: Any) -> None:
-        self.settings = settings_from(settings, overrides)
-        self.registry = Registry(self.settings)  # no I/O until the first reload
-        self.backend: AsyncBackend = open_async_backend(self.settings)
-        self.policy = Policy(self.settings.on_backend_error)
-        self._breaker = Breaker(self.settings.breaker_seconds)
-        self._started = False
-        self._fallbacks = 0
-        self._metrics = open_metrics(self.settings)
-        self._outcomes = Outcomes(self._metrics)
-        self._source: Source | None = None
-        if self._metrics is not None:
-            self.registry.listeners.append(self._metrics.reloaded)
-            self._source = Source(lambda: self.registry.snapshot, lambda: self._breaker.is_open)
-        self._horizons = horizons_for(self.backend.shared, self.registry)
+        chosen = settings_from(settings, overrides)
+        self.backend: AsyncBackend = open_async_backend(chosen)
+        super().__init__(chosen, self.backend.shared)
 
     @classmethod
     def from_settings(cls, path: str | Path | None = None, **overrides: Any) -> Self:
@@ -222,16 +192,6 @@ class AsyncGatewayLimiter:
     ) -> None:
         await self.aclose()
 
-    @property
-    def backend_healthy(self) -> bool:
-        """False while the failure policy is deciding instead of the backend."""
-        return not self._breaker.is_open
-
-    @property
-    def backend_fallbacks(self) -> int:
-        """How many decisions the failure policy made instead of the backend."""
-        return self._fallbacks
-
     async def reserve(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
     ) -> Verdict:
@@ -264,8 +224,7 @@ class AsyncGatewayLimiter:
     async def _decide(
         self, rule: Rule, permits: int, timeout: float | None, key: str | None
     ) -> tuple[Verdict, str]:
-        horizons = self._horizons
-        asked, refused = refused_here(horizons, self._breaker, self._metrics, rule, key, timeout)
+        asked, refused = self._refused_here(rule, key, timeout)
         if refused is not None:  # Redis would refuse too: no round trip
             return refused, LIMITED
         if self._breaker.allows():
@@ -274,27 +233,8 @@ class AsyncGatewayLimiter:
             except BackendError as e:
                 self._backend_failed(e)
             else:
-                self._breaker.succeeded()
-                if asked is not None and horizons is not None and verdict.next_free > 0.0:
-                    horizons.learn(rule, key, asked, verdict.next_free)
-                return verdict, ADMITTED if verdict.allowed else LIMITED
-        self._fallbacks += 1
-        if self._metrics is not None:
-            self._metrics.fallback()
-        return self.policy.decide(rule, permits, timeout, key), BACKEND_FALLBACK
-
-    def _backend_failed(self, error: BackendError) -> None:
-        self._breaker.failed(error)
-        if self._horizons is not None:
-            self._horizons.forget()  # the failure policy decides now; Redis may lose state
-        if self._metrics is not None:
-            self._metrics.backend_error()
-
-    @property
-    def local_refusals(self) -> int:
-        """How many calls were refused in-process, without a round trip (see
-        ``gateway_limiter.horizons``)."""
-        return 0 if self._horizons is None else self._horizons.refused
+                return self._answered(rule, key, asked, verdict)
+        return self._fall_back(rule, permits, timeout, key)
 
     async def try_acquire(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None

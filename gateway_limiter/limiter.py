@@ -349,29 +349,6 @@ def has_shared_bucket(rule: Rule) -> bool:
     return rule.algorithm not in WINDOWS and not rule.per_caller
 
 
-def refused_here(
-    horizons: Horizons | None,
-    breaker: Breaker,
-    metrics: ProcessMetrics | None,
-    rule: Rule,
-    key: str | None,
-    timeout: float | None,
-) -> tuple[tuple[float, int] | None, Verdict | None]:
-    """When the request leaves (monotonic s, with the horizons' generation; None without
-    horizons), and a refusal in-process if an earlier reply said the interface is not
-    free within ``timeout`` (None: ask the backend)."""
-    if horizons is None:
-        return None, None
-    now = time.monotonic()
-    if timeout is not None and not breaker.is_open:
-        refused = horizons.refusal(rule, key, timeout, now)
-        if refused is not None:
-            if metrics is not None:
-                metrics.local_refusal()
-            return None, refused
-    return (now, horizons.generation), None
-
-
 def horizons_for(shared: bool, registry: Registry) -> Horizons | None:
     """Local refusals for a shared backend, forgotten when a reload changes the limits."""
     if not shared:
@@ -386,7 +363,104 @@ def open_metrics(settings: Settings) -> ProcessMetrics | None:
     return process_metrics() if settings.metrics else None
 
 
-class GatewayLimiter:
+class LimiterCore:
+    """What the sync and asyncio limiters share: everything but the I/O.
+
+    Settings, the registry of rules, the failure policy and its breaker, the metrics,
+    and what replies taught about when each interface is next free. A subclass opens
+    its backend (sync or asyncio) and then calls ``__init__`` with whether that
+    backend's state is shared.
+    """
+
+    __slots__ = (
+        "_breaker",
+        "_fallbacks",
+        "_horizons",
+        "_metrics",
+        "_outcomes",
+        "_source",
+        "_started",
+        "policy",
+        "registry",
+        "settings",
+    )
+
+    def __init__(self, settings: Settings, shared: bool) -> None:
+        self.settings = settings
+        self.registry = Registry(settings)  # no I/O until the first reload
+        self.policy = Policy(settings.on_backend_error)
+        self._breaker = Breaker(settings.breaker_seconds)
+        self._started = False
+        self._fallbacks = 0
+        self._metrics = open_metrics(settings)
+        self._outcomes = Outcomes(self._metrics)
+        self._source: Source | None = None
+        if self._metrics is not None:
+            self.registry.listeners.append(self._metrics.reloaded)
+            self._source = Source(lambda: self.registry.snapshot, lambda: self._breaker.is_open)
+        self._horizons = horizons_for(shared, self.registry)
+
+    @property
+    def backend_healthy(self) -> bool:
+        """False while the failure policy is deciding instead of the backend."""
+        return not self._breaker.is_open
+
+    @property
+    def backend_fallbacks(self) -> int:
+        """How many decisions the failure policy made instead of the backend."""
+        return self._fallbacks
+
+    @property
+    def local_refusals(self) -> int:
+        """How many calls were refused in-process, without a round trip, because the
+        interface was not free within their timeout (see ``gateway_limiter.horizons``)."""
+        return 0 if self._horizons is None else self._horizons.refused
+
+    def _refused_here(
+        self, rule: Rule, key: str | None, timeout: float | None
+    ) -> tuple[tuple[float, int] | None, Verdict | None]:
+        """When the request leaves (monotonic s, with the horizons' generation; None
+        without horizons), or a refusal in-process when an earlier reply said the
+        interface is not free within ``timeout`` (None: ask the backend)."""
+        horizons = self._horizons
+        if horizons is None:
+            return None, None
+        now = time.monotonic()
+        if timeout is not None and not self._breaker.is_open:
+            refused = horizons.refusal(rule, key, timeout, now)
+            if refused is not None:
+                if self._metrics is not None:
+                    self._metrics.local_refusal()
+                return None, refused
+        return (now, horizons.generation), None
+
+    def _answered(
+        self, rule: Rule, key: str | None, asked: tuple[float, int] | None, verdict: Verdict
+    ) -> tuple[Verdict, str]:
+        """The backend decided: close the breaker, learn when the interface is next free."""
+        self._breaker.succeeded()
+        if asked is not None and self._horizons is not None and verdict.next_free > 0.0:
+            self._horizons.learn(rule, key, asked, verdict.next_free)
+        return verdict, ADMITTED if verdict.allowed else LIMITED
+
+    def _fall_back(
+        self, rule: Rule, permits: int, timeout: float | None, key: str | None
+    ) -> tuple[Verdict, str]:
+        """The backend could not be asked: the failure policy decides."""
+        self._fallbacks += 1  # off the hot path: only while the backend is failing
+        if self._metrics is not None:
+            self._metrics.fallback()
+        return self.policy.decide(rule, permits, timeout, key), BACKEND_FALLBACK
+
+    def _backend_failed(self, error: BackendError) -> None:
+        self._breaker.failed(error)
+        if self._horizons is not None:
+            self._horizons.forget()  # the failure policy decides now; Redis may lose state
+        if self._metrics is not None:
+            self._metrics.backend_error()
+
+
+class GatewayLimiter(LimiterCore):
     """Fleet-wide rate limits for one gateway process.
 
     >>> with GatewayLimiter(database_url="sqlite:///limits.db") as limiter:  # doctest: +SKIP
@@ -397,20 +471,9 @@ class GatewayLimiter:
     """
 
     def __init__(self, settings: Settings | str | Path | None = None, **overrides: Any) -> None:
-        self.settings = settings_from(settings, overrides)
-        self.registry = Registry(self.settings)
-        self.backend: Backend = open_backend(self.settings)
-        self.policy = Policy(self.settings.on_backend_error)
-        self._breaker = Breaker(self.settings.breaker_seconds)
-        self._started = False
-        self._fallbacks = 0
-        self._metrics = open_metrics(self.settings)
-        self._outcomes = Outcomes(self._metrics)
-        self._source: Source | None = None
-        if self._metrics is not None:
-            self.registry.listeners.append(self._metrics.reloaded)
-            self._source = Source(lambda: self.registry.snapshot, lambda: self._breaker.is_open)
-        self._horizons = horizons_for(self.backend.shared, self.registry)
+        chosen = settings_from(settings, overrides)
+        self.backend: Backend = open_backend(chosen)
+        super().__init__(chosen, self.backend.shared)
 
     @classmethod
     def from_settings(cls, path: str | Path | None = None, **overrides: Any) -> Self:
@@ -458,16 +521,6 @@ class GatewayLimiter:
     ) -> None:
         self.close()
 
-    @property
-    def backend_healthy(self) -> bool:
-        """False while the failure policy is deciding instead of the backend."""
-        return not self._breaker.is_open
-
-    @property
-    def backend_fallbacks(self) -> int:
-        """How many decisions the failure policy made instead of the backend."""
-        return self._fallbacks
-
     def reserve(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
     ) -> Verdict:
@@ -498,8 +551,7 @@ class GatewayLimiter:
     def _decide(
         self, rule: Rule, permits: int, timeout: float | None, key: str | None
     ) -> tuple[Verdict, str]:
-        horizons = self._horizons
-        asked, refused = refused_here(horizons, self._breaker, self._metrics, rule, key, timeout)
+        asked, refused = self._refused_here(rule, key, timeout)
         if refused is not None:  # Redis would refuse too: no round trip
             return refused, LIMITED
         if self._breaker.allows():
@@ -508,27 +560,8 @@ class GatewayLimiter:
             except BackendError as e:
                 self._backend_failed(e)
             else:
-                self._breaker.succeeded()
-                if asked is not None and horizons is not None and verdict.next_free > 0.0:
-                    horizons.learn(rule, key, asked, verdict.next_free)
-                return verdict, ADMITTED if verdict.allowed else LIMITED
-        self._fallbacks += 1  # off the hot path: only while the backend is failing
-        if self._metrics is not None:
-            self._metrics.fallback()
-        return self.policy.decide(rule, permits, timeout, key), BACKEND_FALLBACK
-
-    def _backend_failed(self, error: BackendError) -> None:
-        self._breaker.failed(error)
-        if self._horizons is not None:
-            self._horizons.forget()  # the failure policy decides now; Redis may lose state
-        if self._metrics is not None:
-            self._metrics.backend_error()
-
-    @property
-    def local_refusals(self) -> int:
-        """How many calls were refused in-process, without a round trip, because the
-        interface was not free within their timeout (see ``gateway_limiter.horizons``)."""
-        return 0 if self._horizons is None else self._horizons.refused
+                return self._answered(rule, key, asked, verdict)
+        return self._fall_back(rule, permits, timeout, key)
 
     def try_acquire(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
