@@ -216,7 +216,7 @@ STATE_COMMANDS_LUA = """
 local t = redis.call("TIME")
 local s = redis.call("GET", KEYS[1])
 redis.call("SET", KEYS[1], ARGV[1], "PX", 2000)
-return {1, "0", ARGV[2]}
+return {1, "0", ARGV[2], "0"}
 """
 
 
