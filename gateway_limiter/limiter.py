@@ -11,8 +11,9 @@ metrics count it -> the wait, outside any lock.
 When the backend fails, ``on_backend_error`` decides (``local``: the same rules in this
 process; ``allow``; ``deny``), and a circuit breaker keeps every following call off
 Redis for ``breaker_seconds``, after which one caller probes and the rest follow it back.
-The pieces below (argument checks, routing, breaker, policy, outcomes) are shared with
-``gateway_limiter.aio``; only the I/O differs there.
+The pieces below (argument checks, routing, breaker, policy, outcomes, and
+``LimiterCore``, which holds them for a limiter) are shared with ``gateway_limiter.aio``;
+only the I/O differs there.
 """
 
 from __future__ import annotations
