@@ -70,9 +70,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import max_in_window, percentile, private_redis
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.migrate import upgrade
-from gateway_limiter.rules import SLIDING_WINDOW, TOKEN_BUCKET, WARM_UP
-from gateway_limiter.table import make_engine, upsert_conf
+from gateway_limiter.config.migrate import upgrade
+from gateway_limiter.config.rules import SLIDING_WINDOW, TOKEN_BUCKET, WARM_UP
+from gateway_limiter.config.table import make_engine, upsert_conf
 
 #: The algorithms this run measures and docs/algorithms.md reports (fixed_window's
 #: per-window count needs no overload run to show; its boundary is in the docs).

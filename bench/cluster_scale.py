@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import _die_with_parent, _stop, free_port
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.migrate import upgrade
-from gateway_limiter.table import make_engine, upsert_conf
+from gateway_limiter.config.migrate import upgrade
+from gateway_limiter.config.table import make_engine, upsert_conf
 
 RATE = 10_000_000
 

@@ -68,8 +68,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import max_in_window, percentile, private_redis
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.migrate import upgrade
-from gateway_limiter.table import make_engine, upsert_conf
+from gateway_limiter.config.migrate import upgrade
+from gateway_limiter.config.table import make_engine, upsert_conf
 
 #: Decided on every call, never limited in practice: the throughput row.
 OPEN_RATE = 10_000_000

@@ -58,8 +58,8 @@ from decision_cost import (
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.migrate import upgrade
-from gateway_limiter.table import make_engine, upsert_conf
+from gateway_limiter.config.migrate import upgrade
+from gateway_limiter.config.table import make_engine, upsert_conf
 
 URL = "/bench/overloaded"
 THREADS = 8

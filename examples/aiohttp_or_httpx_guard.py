@@ -32,8 +32,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.migrate import upgrade
-from gateway_limiter.table import make_engine, upsert_conf
+from gateway_limiter.config.migrate import upgrade
+from gateway_limiter.config.table import make_engine, upsert_conf
 
 INTERFACE = "/ibe/flight/search"
 RATE = 10  # calls per second the supplier's contract allows

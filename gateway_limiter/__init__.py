@@ -14,8 +14,11 @@ from __future__ import annotations
 import atexit
 import threading
 
-from .decision import Decision
-from .limiter import (
+from gateway_limiter.config.reload import ReloadSummary
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.config.settings import Settings, SettingsError, load_settings
+from gateway_limiter.core.decision import Decision
+from gateway_limiter.limiter import (
     BackendUnavailable,
     BucketStatus,
     GatewayLimiter,
@@ -23,9 +26,6 @@ from .limiter import (
     LimiterError,
     NotStarted,
 )
-from .registry import ReloadSummary
-from .rules import Rule
-from .settings import Settings, SettingsError, load_settings
 
 __all__ = [
     "BackendUnavailable",

@@ -15,8 +15,8 @@ A runnable example (``memory://`` and a throw-away SQLite file, no servers)::
 
     import asyncio, tempfile
     from gateway_limiter.aio import AsyncGatewayLimiter
-    from gateway_limiter.migrate import upgrade
-    from gateway_limiter.table import make_engine, upsert_conf
+    from gateway_limiter.config.migrate import upgrade
+    from gateway_limiter.config.table import make_engine, upsert_conf
 
     async def main() -> None:
         db = f"sqlite:///{tempfile.mkdtemp()}/limits.db"
@@ -68,10 +68,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from .backends import BackendError
-from .backends.aio import AsyncBackend, open_async_backend
-from .bucket import MICROS, Verdict
-from .decision import (
+from gateway_limiter.backends.base import AsyncBackend, BackendError
+from gateway_limiter.backends.schemes import open_async_backend
+from gateway_limiter.config.reload import ReloadSummary
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.config.settings import Settings, load_settings
+from gateway_limiter.core.decision import (
     BACKEND_FALLBACK,
     CLOSED,
     LIMITED,
@@ -79,7 +81,7 @@ from .decision import (
     Decision,
     decision_of,
 )
-from .limiter import (
+from gateway_limiter.limiter import (
     BackendUnavailable,
     BucketStatus,
     InterfaceClosed,
@@ -95,10 +97,8 @@ from .limiter import (
     settings_from,
     waited_seconds,
 )
-from .logs import log
-from .registry import ReloadSummary
-from .rules import Rule
-from .settings import Settings, load_settings
+from gateway_limiter.model.bucket import MICROS, Verdict
+from gateway_limiter.observe.logs import log
 
 __all__ = [
     "AsyncGatewayLimiter",

@@ -26,10 +26,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
-from .backends import Backend, BackendError, open_backend
-from .backends.memory import MemoryBackend
-from .bucket import MICROS, BucketState, Verdict, decide, resync
-from .decision import (
+from gateway_limiter.backends.base import Backend, BackendError
+from gateway_limiter.backends.memory import MemoryBackend
+from gateway_limiter.backends.schemes import open_backend
+from gateway_limiter.config.reload import Registry, ReloadSummary, Snapshot
+from gateway_limiter.config.rules import FIXED_WINDOW, SLIDING_WINDOW, Rule
+from gateway_limiter.config.settings import Settings, load_settings
+from gateway_limiter.core.decision import (
     ADMIT,
     ADMITTED,
     BACKEND_FALLBACK,
@@ -43,8 +46,9 @@ from .decision import (
     Decision,
     decision_of,
 )
-from .horizons import Horizons
-from .logs import (
+from gateway_limiter.core.horizons import Horizons
+from gateway_limiter.model.bucket import MICROS, BucketState, Verdict, decide, resync
+from gateway_limiter.observe.logs import (
     OUTAGE_REPORT_SECONDS,
     SHADOW_REPORT_SECONDS,
     Throttle,
@@ -52,10 +56,7 @@ from .logs import (
     log,
     one_line,
 )
-from .metrics import ProcessMetrics, Source, interface_label, process_metrics
-from .registry import Registry, ReloadSummary, Snapshot
-from .rules import FIXED_WINDOW, SLIDING_WINDOW, Rule
-from .settings import Settings, load_settings
+from gateway_limiter.observe.metrics import ProcessMetrics, Source, interface_label, process_metrics
 
 
 class LimiterError(Exception):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from gateway_limiter.migrate import VERSION_TABLE
-from gateway_limiter.table import Base
+from gateway_limiter.config.migrate import VERSION_TABLE
+from gateway_limiter.config.table import Base
 
 config = context.config
 engine = config.attributes["engine"]

@@ -13,8 +13,8 @@ import pytest
 import redis
 from sqlalchemy import Engine
 
-from gateway_limiter.migrate import upgrade
-from gateway_limiter.table import make_engine
+from gateway_limiter.config.migrate import upgrade
+from gateway_limiter.config.table import make_engine
 from tests.clusters import LocalCluster, LocalSentinel
 from tests.services import RedisServer, fresh_mariadb_database, mariadb_url
 

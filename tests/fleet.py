@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.bucket import Verdict
+from gateway_limiter.config.rules import Rule
 from gateway_limiter.limiter import Policy
-from gateway_limiter.rules import Rule
+from gateway_limiter.model.bucket import Verdict
 
 ROOT = Path(__file__).parent.parent
 

@@ -8,7 +8,7 @@ import redis
 from sqlalchemy import Engine, Table, text
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.table import RateLimitConf
+from gateway_limiter.config.table import RateLimitConf
 
 #: The limits table as a Core Table (the model's __table__ is typed as a FromClause).
 CONF = cast(Table, RateLimitConf.__table__)

@@ -96,8 +96,8 @@ def test_invalid_algorithm_combinations_are_skipped_with_reasons(lim: GatewayLim
 def test_an_unmigrated_0002_table_still_loads(
     mariadb_db: str, redis_server: RedisServer, key_prefix: str
 ) -> None:
-    from gateway_limiter.migrate import upgrade
-    from gateway_limiter.table import make_engine
+    from gateway_limiter.config.migrate import upgrade
+    from gateway_limiter.config.table import make_engine
 
     engine = make_engine(mariadb_db)
     upgrade(engine, "0002")  # code newer than schema: the new columns read as NULL

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import redis
 
-from gateway_limiter.backends import BackendError
+from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.redis import SCRIPTS
 from gateway_limiter.backends.redis_async import AsyncRedisBackend
-from gateway_limiter.rules import SLIDING_WINDOW, Rule
-from gateway_limiter.settings import Settings
+from gateway_limiter.config.rules import SLIDING_WINDOW, Rule
+from gateway_limiter.config.settings import Settings
 from tests.limiting import evalsha_calls
 from tests.services import AclUser, RedisServer
 

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import Engine
 
 from gateway_limiter import aio
-from gateway_limiter.migrate import upgrade
-from gateway_limiter.table import make_engine, upsert_conf
+from gateway_limiter.config.migrate import upgrade
+from gateway_limiter.config.table import make_engine, upsert_conf
 from tests.limiting import set_row
 from tests.services import RedisServer
 

@@ -15,8 +15,8 @@ from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter, InterfaceClosed, NotStarted
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.migrate import upgrade
-from gateway_limiter.table import make_engine, upsert_conf
+from gateway_limiter.config.migrate import upgrade
+from gateway_limiter.config.table import make_engine, upsert_conf
 from tests.limiting import evalsha_calls, set_row, set_switch
 from tests.services import RedisServer
 

@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 
 from gateway_limiter.backends.redis import RedisBackend, bucket_key, parse_state, window_key
 from gateway_limiter.backends.state import limit, state_key
-from gateway_limiter.bucket import (
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.config.settings import Settings
+from gateway_limiter.model.bucket import (
     BucketState,
     FixedWindow,
     LimitState,
@@ -26,8 +28,6 @@ from gateway_limiter.bucket import (
     decide_window,
     expiry_ms,
 )
-from gateway_limiter.rules import Rule
-from gateway_limiter.settings import Settings
 from tests.services import RedisServer
 
 START = 1_795_000_000_000_000.0  # microseconds, a 2026 wall clock

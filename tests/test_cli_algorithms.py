@@ -18,8 +18,8 @@ import pytest
 from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.rules import Rule, Skipped, build_rules, rule_from_row
-from gateway_limiter.table import ConfRow, read_rows
+from gateway_limiter.config.rules import Rule, Skipped, build_rules, rule_from_row
+from gateway_limiter.config.table import ConfRow, read_rows
 from tests.commandline import Ran, cli
 from tests.services import RedisServer
 

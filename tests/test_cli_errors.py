@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, inspect, text
 
-from gateway_limiter.table import make_engine
+from gateway_limiter.config.table import make_engine
 from tests.commandline import Ran, cli
 
 UNREACHABLE = "mysql+pymysql://root:s3cret@127.0.0.1:1/x"

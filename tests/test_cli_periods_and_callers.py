@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.cli import main
-from gateway_limiter.rules import MAX_PERIOD, Rule, build_rules
-from gateway_limiter.table import read_rows
+from gateway_limiter.cli.app import main
+from gateway_limiter.config.rules import MAX_PERIOD, Rule, build_rules
+from gateway_limiter.config.table import read_rows
 from tests.commandline import Ran
 from tests.commandline import cli as run
 from tests.services import RedisServer

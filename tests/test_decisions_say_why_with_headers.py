@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.decision import Decision
+from gateway_limiter.core.decision import Decision
 from tests.limiting import evalsha_calls, limiter, set_row, set_switch
 from tests.services import RedisServer
 
@@ -144,9 +144,7 @@ def test_try_acquire_is_decide_allowed_on_one_bucket(
 ) -> None:
     set_row(migrated_db[1], "/one", rate=1, cache=0.0, status=1)  # one permit a second
     lim.reload()
-    answers = [
-        lim.try_acquire("/one") if i % 2 else lim.decide("/one").allowed for i in range(4)
-    ]
+    answers = [lim.try_acquire("/one") if i % 2 else lim.decide("/one").allowed for i in range(4)]
     assert answers == [True, False, False, False]
     for url in ("/closed", "/disabled", "/nowhere", "/shadow-closed"):
         assert lim.try_acquire(url) == lim.decide(url).allowed

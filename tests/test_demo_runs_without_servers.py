@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_limiter.demo import INTERFACES
+from gateway_limiter.cli.demo import INTERFACES
 
 SECONDS = 4
 

@@ -21,9 +21,9 @@ from sqlalchemy import Engine, delete, insert, update
 from sqlalchemy.engine import make_url
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.migrate import upgrade
-from gateway_limiter.registry import Snapshot
-from gateway_limiter.table import make_engine
+from gateway_limiter.config.migrate import upgrade
+from gateway_limiter.config.reload import Snapshot
+from gateway_limiter.config.table import make_engine
 from tests.limiting import CONF, set_row
 from tests.services import RedisServer, TcpProxy
 

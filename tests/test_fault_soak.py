@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from gateway_limiter.table import upsert_conf
+from gateway_limiter.config.table import upsert_conf
 from tests.fleet import Fleet, WorkerConfig
 from tests.services import RedisServer
 

@@ -13,9 +13,9 @@ from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter import limiter as limiter_module
-from gateway_limiter.backends import BackendError
+from gateway_limiter.backends.base import BackendError
 from gateway_limiter.limiter import Breaker
-from gateway_limiter.logs import LOGGER_NAME, Throttle, one_line
+from gateway_limiter.observe.logs import LOGGER_NAME, Throttle, one_line
 from tests.limiting import limiter, set_row
 from tests.services import RedisServer
 
@@ -72,9 +72,7 @@ def test_a_flapping_redis_is_reported_once_per_interval_with_a_count(
     assert len(messages(caplog, "reachable again")) == 1  # only for the outage reported
     time.sleep(0.35)
     breaker.failed(error)
-    assert messages(caplog, "Redis unreachable")[-1].endswith(
-        "(2 more since the last report)"
-    )
+    assert messages(caplog, "Redis unreachable")[-1].endswith("(2 more since the last report)")
     assert all("\n" not in r.getMessage() for r in caplog.records)
 
 

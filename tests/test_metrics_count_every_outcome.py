@@ -20,7 +20,7 @@ from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.metrics import UNCONFIGURED, serve
+from gateway_limiter.observe.metrics import UNCONFIGURED, serve
 from tests.limiting import limiter, set_row, set_switch
 from tests.services import RedisServer
 
@@ -145,8 +145,7 @@ def test_reloads_are_counted_by_outcome_and_gauges_follow_the_snapshot(
     with engine.begin() as conn:
         conn.execute(  # an empty interfaceUrl: skipped by the reload
             text(
-                "insert into t_ratelimite_conf (interfaceUrl, rateLimit, status) "
-                "values ('', 1, 1)"
+                "insert into t_ratelimite_conf (interfaceUrl, rateLimit, status) values ('', 1, 1)"
             )
         )
     set_switch(engine, 0)
@@ -262,7 +261,7 @@ def test_tallies_lose_no_count_when_threads_decide_at_once() -> None:
     # The decision path's counters take no lock; concurrent bumps must still all count.
     from prometheus_client import CollectorRegistry
 
-    from gateway_limiter.metrics import ProcessMetrics
+    from gateway_limiter.observe.metrics import ProcessMetrics
 
     registry = CollectorRegistry()
     own = ProcessMetrics(registry)

@@ -20,14 +20,14 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, inspect, text
 
-from gateway_limiter.migrate import (
+from gateway_limiter.config.migrate import (
     VERSION_TABLE,
     alembic_config,
     current_revision,
     head_revision,
     upgrade,
 )
-from gateway_limiter.table import CONF_TABLE, SWITCH_TABLE, Base, make_engine
+from gateway_limiter.config.table import CONF_TABLE, SWITCH_TABLE, Base, make_engine
 from tests.services import (
     MARIADB_HOST,
     MARIADB_PORT,

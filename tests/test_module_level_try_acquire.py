@@ -17,7 +17,10 @@ from tests.services import RedisServer
 
 @pytest.fixture
 def settings_file(
-    migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str, tmp_path: Path,
+    migrated_db: tuple[str, Engine],
+    redis_server: RedisServer,
+    key_prefix: str,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Path]:
     db_url, engine = migrated_db

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway_limiter.bucket import (
+from gateway_limiter.model.bucket import (
     BUCKET,
     FIXED,
     MICROS,

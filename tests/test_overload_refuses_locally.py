@@ -17,10 +17,10 @@ from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.bucket import MICROS
-from gateway_limiter.decision import LIMITED
-from gateway_limiter.horizons import Horizons
-from gateway_limiter.rules import Rule
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.core.decision import LIMITED
+from gateway_limiter.core.horizons import Horizons
+from gateway_limiter.model.bucket import MICROS
 from tests.limiting import evalsha_calls, insert_row, limiter, set_row, set_switch
 from tests.services import RedisServer
 
@@ -91,9 +91,7 @@ def test_after_the_next_permit_is_due_callers_go_to_redis_again(lim: GatewayLimi
     assert lim.try_acquire("/slow")  # the horizon passed: asked, and admitted
 
 
-def test_a_rate_change_forgets_what_was_learnt(
-    lim: GatewayLimiter, db: tuple[str, Engine]
-) -> None:
+def test_a_rate_change_forgets_what_was_learnt(lim: GatewayLimiter, db: tuple[str, Engine]) -> None:
     assert lim.try_acquire("/slow")
     assert not lim.try_acquire("/slow")  # next permit in ~1 s
     set_row(db[1], "/slow", rate=1000)

@@ -16,7 +16,7 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.state import MAX_PLAIN_CALLER, caller_part
-from gateway_limiter.rules import Rule
+from gateway_limiter.config.rules import Rule
 from tests.limiting import insert_row, limiter
 from tests.services import RedisServer
 

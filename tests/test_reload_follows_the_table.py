@@ -106,7 +106,7 @@ def test_database_outage_keeps_the_last_good_limits_logs_once_and_recovers(
         lim = GatewayLimiter(
             database_url=url, redis_url=redis_server.url, key_prefix=key_prefix, reload_interval=60
         )
-        from gateway_limiter.migrate import upgrade
+        from gateway_limiter.config.migrate import upgrade
 
         upgrade(lim.registry.engine)
         set_row(lim.registry.engine, "/r", rate=2, cache=0.0, status=1)
@@ -137,7 +137,7 @@ def test_database_gone_for_good_between_reloads_raises_nothing(
         lim = GatewayLimiter(
             database_url=url, redis_url=redis_server.url, key_prefix=key_prefix, reload_interval=0.2
         )
-        from gateway_limiter.migrate import upgrade
+        from gateway_limiter.config.migrate import upgrade
 
         upgrade(lim.registry.engine)
         set_row(lim.registry.engine, "/r", rate=3, cache=0.0, status=1)

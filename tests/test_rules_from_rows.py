@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from gateway_limiter.rules import MAX_PERIOD, Rule, build_rules
-from gateway_limiter.table import ConfRow
+from gateway_limiter.config.rules import MAX_PERIOD, Rule, build_rules
+from gateway_limiter.config.table import ConfRow
 
 
 def row(

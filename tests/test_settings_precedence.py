@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_limiter.settings import Settings, SettingsError, load_settings
+from gateway_limiter.config.settings import Settings, SettingsError, load_settings
 
 SHIPPED_FILE = Path(__file__).resolve().parents[1] / "settings.toml"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway_limiter.settings import Settings, SettingsError, load_settings
+from gateway_limiter.config.settings import Settings, SettingsError, load_settings
 
 SECRET = "s3cr3t-pw"
 

@@ -20,9 +20,9 @@ from sqlalchemy import Engine, text
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.redis import RedisBackend
 from gateway_limiter.backends.state import state_key
-from gateway_limiter.migrate import upgrade
-from gateway_limiter.rules import Rule
-from gateway_limiter.table import make_engine
+from gateway_limiter.config.migrate import upgrade
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.config.table import make_engine
 from tests.limiting import evalsha_calls, insert_row, limiter
 from tests.services import RedisServer
 

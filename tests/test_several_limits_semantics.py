@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway_limiter.bucket import (
+from gateway_limiter.model.bucket import (
     BUCKET,
     FIXED,
     SLIDING,
@@ -145,7 +145,7 @@ def test_fixed_window_callers_wait_for_the_start_of_the_next_window_in_order() -
 
 
 def test_fixed_window_state_expires_with_its_window() -> None:
-    from gateway_limiter.bucket import limit_expiry_ms
+    from gateway_limiter.model.bucket import limit_expiry_ms
 
     limit = fixed(5, 10)
     _, new = decide_limits([limit], [None], 1, 0.0, T0 + 4 * SECOND)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
-from gateway_limiter.migrate import upgrade
-from gateway_limiter.rules import build_rules
-from gateway_limiter.table import make_engine, read_rows
+from gateway_limiter.config.migrate import upgrade
+from gateway_limiter.config.rules import build_rules
+from gateway_limiter.config.table import make_engine, read_rows
 from tests.commandline import cli
 from tests.limiting import limiter, set_row
 from tests.services import RedisServer

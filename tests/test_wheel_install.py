@@ -28,8 +28,8 @@ PROBE = """
 import json, sys
 import sqlalchemy
 import gateway_limiter
-from gateway_limiter.migrate import current_revision, head_revision, upgrade
-from gateway_limiter.table import make_engine
+from gateway_limiter.config.migrate import current_revision, head_revision, upgrade
+from gateway_limiter.config.table import make_engine
 
 engine = make_engine(sys.argv[1])
 if sys.argv[2] == "upgrade":

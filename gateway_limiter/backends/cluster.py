@@ -33,13 +33,20 @@ from typing import Any
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from ..bucket import BucketState, Verdict
-from ..rules import Rule
-from ..settings import Settings
-from . import BackendError, register
-from .redis import SCRIPTS, Commands, client_options, parse_reply, parse_state
-from .state import state_key
-from .topology import Endpoints, parse_endpoints
+from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.redis import (
+    SCRIPTS,
+    Commands,
+    client_options,
+    parse_reply,
+    parse_state,
+)
+from gateway_limiter.backends.schemes import register
+from gateway_limiter.backends.state import state_key
+from gateway_limiter.backends.topology import Endpoints, parse_endpoints
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.config.settings import Settings
+from gateway_limiter.model.bucket import BucketState, Verdict
 
 
 def cluster_options(settings: Settings, endpoints: Endpoints) -> dict[str, Any]:

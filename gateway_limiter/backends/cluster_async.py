@@ -26,16 +26,16 @@ import redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import NoScriptError
 
-from ..bucket import BucketState, Verdict
-from ..rules import Rule
-from ..settings import Settings
-from . import BackendError
-from .aio import register_async
-from .cluster import cluster_options
-from .redis import SCRIPTS, Commands, parse_reply, parse_state
-from .redis_async import Deadline, async_client_options
-from .state import state_key
-from .topology import parse_endpoints
+from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.cluster import cluster_options
+from gateway_limiter.backends.redis import SCRIPTS, Commands, parse_reply, parse_state
+from gateway_limiter.backends.redis_async import Deadline, async_client_options
+from gateway_limiter.backends.schemes import register_async
+from gateway_limiter.backends.state import state_key
+from gateway_limiter.backends.topology import parse_endpoints
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.config.settings import Settings
+from gateway_limiter.model.bucket import BucketState, Verdict
 
 T = TypeVar("T")
 

@@ -11,7 +11,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..bucket import (
+from gateway_limiter.backends.base import to_micros
+from gateway_limiter.backends.schemes import register, register_async
+from gateway_limiter.backends.state import caller_part, limit, single_bucket, state_key
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.config.settings import Settings
+from gateway_limiter.model.bucket import (
     MICROS,
     BucketState,
     Verdict,
@@ -20,10 +25,6 @@ from ..bucket import (
     expiry_ms,
     limit_expiry_ms,
 )
-from ..rules import Rule
-from ..settings import Settings
-from . import register, to_micros
-from .state import caller_part, limit, single_bucket, state_key
 
 #: Sweep expired state after this many writes, so idle interfaces cost no memory.
 _SWEEP_EVERY = 1024
@@ -144,3 +145,37 @@ class MemoryBackend:
             for states in (self._shared, self._callers):
                 for key in [k for k, (_, until) in states.items() if until <= now]:
                     del states[key]
+
+
+@register_async("memory")
+class AsyncMemoryBackend:
+    """``memory://`` for asyncio: the in-process model, called directly.
+
+    A decision is a few microseconds of arithmetic under an uncontended lock and no
+    I/O, so it runs on the event loop; handing it to a thread would cost more.
+    """
+
+    shared = False
+    __slots__ = ("_memory",)
+
+    def __init__(
+        self, settings: Settings | None = None, memory: MemoryBackend | None = None
+    ) -> None:
+        self._memory = MemoryBackend(settings) if memory is None else memory
+
+    async def reserve(
+        self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
+    ) -> Verdict:
+        """The model's decision, made at once."""
+        return self._memory.reserve(rule, permits, timeout, caller)
+
+    async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
+        """The live state of ``rule``'s bucket, if any."""
+        return self._memory.peek(rule)
+
+    async def prepare(self) -> None:
+        """Nothing to prepare."""
+
+    async def aclose(self) -> None:
+        """Forget every bucket."""
+        self._memory.close()

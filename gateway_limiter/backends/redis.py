@@ -22,11 +22,12 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..bucket import MICROS, BucketState, Verdict
-from ..rules import SLIDING_WINDOW, Rule
-from ..settings import Settings, url_error
-from . import BackendError, register
-from .state import caller_part, limit, single_bucket, state_key
+from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.schemes import register
+from gateway_limiter.backends.state import caller_part, limit, single_bucket, state_key
+from gateway_limiter.config.rules import SLIDING_WINDOW, Rule
+from gateway_limiter.config.settings import Settings, url_error
+from gateway_limiter.model.bucket import MICROS, BucketState, Verdict
 
 BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
 LIMITS_LUA = resources.files(__package__).joinpath("limits.lua").read_text(encoding="utf-8")

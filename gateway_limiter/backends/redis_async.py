@@ -69,13 +69,19 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
 
-from ..bucket import MICROS, BucketState, Verdict
-from ..rules import Rule
-from ..settings import Settings, url_error
-from . import BackendError
-from .aio import register_async
-from .redis import SCRIPTS, Commands, client_options, parse_reply, parse_state
-from .state import state_key
+from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.redis import (
+    SCRIPTS,
+    Commands,
+    client_options,
+    parse_reply,
+    parse_state,
+)
+from gateway_limiter.backends.schemes import register_async
+from gateway_limiter.backends.state import state_key
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.config.settings import Settings, url_error
+from gateway_limiter.model.bucket import MICROS, BucketState, Verdict
 
 T = TypeVar("T")
 

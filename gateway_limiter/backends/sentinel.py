@@ -20,12 +20,11 @@ import redis
 from redis.asyncio import sentinel as async_sentinel
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from ..settings import Settings
-from . import register
-from .aio import register_async
-from .redis import RedisBackend, client_options
-from .redis_async import AsyncRedisBackend, async_client_options
-from .topology import Endpoints, parse_endpoints
+from gateway_limiter.backends.redis import RedisBackend, client_options
+from gateway_limiter.backends.redis_async import AsyncRedisBackend, async_client_options
+from gateway_limiter.backends.schemes import register, register_async
+from gateway_limiter.backends.topology import Endpoints, parse_endpoints
+from gateway_limiter.config.settings import Settings
 
 
 class BlockingSentinelConnectionPool(SentinelConnectionPool, redis.BlockingConnectionPool):

@@ -26,8 +26,8 @@ from __future__ import annotations
 import re
 from hashlib import sha1
 
-from ..bucket import BUCKET, FIXED, MICROS, SLIDING, WINDOW_GUARD, Limit
-from ..rules import FIXED_WINDOW, SLIDING_WINDOW, Rule
+from gateway_limiter.config.rules import FIXED_WINDOW, SLIDING_WINDOW, Rule
+from gateway_limiter.model.bucket import BUCKET, FIXED, MICROS, SLIDING, WINDOW_GUARD, Limit
 
 #: Plain caller keys are kept as they are up to this many characters.
 MAX_PLAIN_CALLER = 64

@@ -21,10 +21,10 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, NoSuchTableError, SQLAlchemyError
 
-from .logs import OUTAGE_REPORT_SECONDS, Throttle, held_back, log
-from .rules import Rule, Skipped, build_rules
-from .settings import Settings, mask_secrets
-from .table import make_engine, read_rows, read_switch
+from gateway_limiter.config.rules import Rule, Skipped, build_rules
+from gateway_limiter.config.settings import Settings, mask_secrets
+from gateway_limiter.config.table import make_engine, read_rows, read_switch
+from gateway_limiter.observe.logs import OUTAGE_REPORT_SECONDS, Throttle, held_back, log
 
 #: Spread reloads of a fleet so they do not hit the database in the same instant.
 RELOAD_JITTER = 0.1  # as a fraction of reload_interval

@@ -60,8 +60,8 @@ from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from .bucket import MICROS
-from .registry import ReloadSummary, Snapshot
+from gateway_limiter.config.reload import ReloadSummary, Snapshot
+from gateway_limiter.model.bucket import MICROS
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

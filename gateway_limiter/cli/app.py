@@ -41,18 +41,10 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from .backends import BackendError
-from .bucket import MICROS, shape, stored_cost
-from .limiter import (
-    BucketStatus,
-    GatewayLimiter,
-    chosen_limits,
-    describe_state,
-    has_shared_bucket,
-)
-from .migrate import current_revision, head_revision, upgrade
-from .registry import describe_db_error
-from .rules import (
+from gateway_limiter.backends.base import BackendError
+from gateway_limiter.config.migrate import current_revision, head_revision, upgrade
+from gateway_limiter.config.reload import describe_db_error
+from gateway_limiter.config.rules import (
     ALGORITHMS,
     FIXED_WINDOW,
     MAX_CACHE,
@@ -67,8 +59,8 @@ from .rules import (
     build_rules,
     scope_text,
 )
-from .settings import Settings, SettingsError, load_settings, mask_secrets
-from .table import (
+from gateway_limiter.config.settings import Settings, SettingsError, load_settings, mask_secrets
+from gateway_limiter.config.table import (
     CONF_TABLE,
     ConfRow,
     DatabaseUrlError,
@@ -81,9 +73,17 @@ from .table import (
     upsert_conf,
     write_switch,
 )
+from gateway_limiter.limiter import (
+    BucketStatus,
+    GatewayLimiter,
+    chosen_limits,
+    describe_state,
+    has_shared_bucket,
+)
+from gateway_limiter.model.bucket import MICROS, shape, stored_cost
 
 if TYPE_CHECKING:
-    from .metrics import BucketSample
+    from gateway_limiter.observe.metrics import BucketSample
 
 PROG = "gateway-limiter"
 #: INT(11) is a signed 32-bit column.
@@ -473,7 +473,7 @@ def cmd_db_stamp(ctx: Context) -> int:
     """Record a revision without running migrations (tables made from sql/ by hand)."""
     from alembic import command
 
-    from .migrate import alembic_config
+    from gateway_limiter.config.migrate import alembic_config
 
     engine = ctx.engine()
     before = current_revision(engine)
@@ -1197,13 +1197,11 @@ METRICS_PORT = 9464
 def cmd_serve_metrics(ctx: Context) -> int:
     """Serve the Prometheus metrics of a limiter that follows the table like a gateway,
     plus every bucket's live state, until Ctrl-C or SIGTERM."""
-    from .metrics import MetricsUnavailable, Source, process_metrics, serve
+    from gateway_limiter.observe.metrics import MetricsUnavailable, Source, process_metrics, serve
 
     metrics = process_metrics()
     if metrics is None:
-        raise CliError(
-            "prometheus-client is not installed: pip install 'gateway-limiter[metrics]'"
-        )
+        raise CliError("prometheus-client is not installed: pip install 'gateway-limiter[metrics]'")
     a, out = ctx.args, ctx.out
     # The hot path's timeouts: a scrape must not hang on a dead Redis.
     limiter = _open_limiter(ctx, ctx.settings.replace(metrics=True))
@@ -1246,7 +1244,7 @@ def cmd_serve_metrics(ctx: Context) -> int:
 def bucket_samples(limiter: GatewayLimiter) -> list[BucketSample]:
     """Every token/warm-up bucket's live state; stops at the first Redis error (one
     timeout per scrape at most, however many rules)."""
-    from .metrics import BucketSample
+    from gateway_limiter.observe.metrics import BucketSample
 
     samples = []
     seen: set[str] = set()
@@ -1269,7 +1267,7 @@ def bucket_samples(limiter: GatewayLimiter) -> list[BucketSample]:
 
 def cmd_demo(ctx: Context) -> int:
     """Run the self-contained demo (temporary SQLite + memory://, or --redis-url)."""
-    from .demo import run_demo
+    from gateway_limiter.cli.demo import run_demo
 
     return run_demo(
         ctx.args.seconds,

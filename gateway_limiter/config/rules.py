@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from .table import ConfRow
+from gateway_limiter.config.table import ConfRow
 
 MAX_URL_LENGTH = 128
 MAX_CACHE = 9.99

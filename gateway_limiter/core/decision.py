@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 from typing import Final, NamedTuple
 
-from .bucket import MICROS, Verdict
-from .rules import SLIDING_WINDOW, Rule
+from gateway_limiter.config.rules import SLIDING_WINDOW, Rule
+from gateway_limiter.model.bucket import MICROS, Verdict
 
 ADMITTED: Final = "admitted"
 LIMITED: Final = "limited"

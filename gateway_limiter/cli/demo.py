@@ -30,13 +30,13 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy import Engine, text
 
-from .bucket import MICROS
-from .limiter import GatewayLimiter
-from .migrate import upgrade
-from .registry import Snapshot
-from .rules import Rule
-from .settings import Settings, mask_secrets
-from .table import CONF_TABLE, SWITCH_TABLE, make_engine, upsert_conf
+from gateway_limiter.config.migrate import upgrade
+from gateway_limiter.config.reload import Snapshot
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.config.settings import Settings, mask_secrets
+from gateway_limiter.config.table import CONF_TABLE, SWITCH_TABLE, make_engine, upsert_conf
+from gateway_limiter.limiter import GatewayLimiter
+from gateway_limiter.model.bucket import MICROS
 
 PROG = "gateway-limiter"
 RELOAD_INTERVAL = 1.0

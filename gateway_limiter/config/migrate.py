@@ -10,7 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
-from . import migrations  # type: ignore[attr-defined]  # mapped from ./migrations
+from gateway_limiter import migrations  # type: ignore[attr-defined]  # mapped from ./migrations
 
 #: Our own version table, so the limiter can share a database with an application
 #: that has its own Alembic history.

@@ -36,9 +36,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from .bucket import MICROS, Verdict
-from .registry import ReloadSummary
-from .rules import Rule
+from gateway_limiter.config.reload import ReloadSummary
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.model.bucket import MICROS, Verdict
 
 
 class Horizons:

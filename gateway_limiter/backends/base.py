@@ -1,0 +1,73 @@
+"""What a backend is: one decision per call for a Rule, made atomically where the state lives.
+
+A backend knows nothing of rows, switches or policies (those live above it, in the
+core). ``Backend`` is the threaded shape and ``AsyncBackend`` the asyncio one; they have
+the same methods, and only the I/O differs.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.model.bucket import BucketState, Verdict
+
+
+class BackendError(Exception):
+    """The shared state could not be reached or answered wrongly (a failure policy applies)."""
+
+
+class Backend(Protocol):
+    """One decision per call, made atomically where the state lives."""
+
+    #: True when state is shared between processes (False for ``memory://``).
+    shared: bool
+
+    def reserve(
+        self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
+    ) -> Verdict:
+        """Reserve ``permits`` on every limit of ``rule`` if the wait is within ``timeout``
+        seconds (None: any wait); ``caller`` picks the state of per-caller limits.
+
+        Raises BackendError when the state cannot be reached.
+        """
+
+    def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
+        """The stored state of ``rule``'s own shared bucket (None: none stored) and the
+        clock, in µs."""
+
+    def prepare(self) -> None:
+        """Get ready for decisions (load the script); BackendError when unreachable."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+class AsyncBackend(Protocol):
+    """One decision per call, made atomically where the state lives, awaited."""
+
+    #: True when state is shared between processes (False for ``memory://``).
+    shared: bool
+
+    async def reserve(
+        self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
+    ) -> Verdict:
+        """Reserve ``permits`` on every limit of ``rule`` if the wait is within ``timeout``
+        seconds (None: any wait); ``caller`` picks the state of per-caller limits.
+
+        Raises BackendError when the state cannot be reached. Never sleeps for the wait.
+        """
+
+    async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
+        """The stored state of ``rule``'s bucket (None: none stored) and the clock, in µs."""
+
+    async def prepare(self) -> None:
+        """Get ready for decisions (load the script); BackendError when unreachable."""
+
+    async def aclose(self) -> None:
+        """Release connections."""
+
+
+def to_micros(timeout: float | None) -> float | None:
+    """Seconds to microseconds, keeping None (no limit)."""
+    return None if timeout is None else timeout * 1_000_000.0

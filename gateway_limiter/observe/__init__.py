@@ -1,0 +1,1 @@
+"""What the limiter tells people: Prometheus metrics and log lines."""
