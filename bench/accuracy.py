@@ -59,7 +59,6 @@ from collections.abc import Sequence
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import redis
@@ -67,12 +66,14 @@ import redis
 # Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import max_in_window, percentile, private_redis
-
+from bench.harness import report as text
+from bench.harness.limiters import write_rows
+from bench.harness.report import cpu_model, load_average
+from bench.harness.runs import ErrorLog, delete_keys, raise_interrupt
+from bench.harness.servers import private_redis
+from bench.harness.stats import max_in_window, percentile
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.rules import SLIDING_WINDOW, TOKEN_BUCKET, WARM_UP
-from gateway_limiter.config.table import make_engine, upsert_conf
 
 #: The algorithms this run measures and docs/algorithms.md reports (fixed_window's
 #: per-window count needs no overload run to show; its boundary is in the docs).
@@ -128,22 +129,16 @@ QUICK = Plan(busy=2.0, idle=3.0, processes=2, threads=8)
 def make_table(workdir: Path) -> str:
     """A SQLite table with one enabled row per algorithm; its URL."""
     database_url = f"sqlite:///{workdir / 'limits.db'}"
-    engine = make_engine(database_url)
-    try:
-        upgrade(engine)
-        for algorithm in ALGORITHMS:
-            upsert_conf(
-                engine,
-                url_of(algorithm),
-                channel_type="BENCH",
-                rate_limit=RATE,
-                cache=CACHE,
-                status=1,
-                algorithm=algorithm,
-                warmup_period=WARMUP if algorithm == WARM_UP else None,
-            )
-    finally:
-        engine.dispose()
+    rows = {
+        url_of(algorithm): {
+            "rate_limit": RATE,
+            "cache": CACHE,
+            "algorithm": algorithm,
+            "warmup_period": WARMUP if algorithm == WARM_UP else None,
+        }
+        for algorithm in ALGORITHMS
+    }
+    write_rows(database_url, rows)
     return database_url
 
 
@@ -165,23 +160,11 @@ class Job:
 Attempt = tuple[int, int, float, float, bool]
 
 
-class ErrorCount(logging.Handler):
-    """Counts the limiter's ERROR records (each is a circuit-breaker opening)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        """Count one record."""
-        self.count += 1
-
-
 def child(job: Job, ready: Any, go: Any, start: Any, results: Any) -> None:
     """A gateway process: a limiter of its own, ``plan.threads`` threads on a schedule."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
     try:
-        errors = ErrorCount()
+        errors = ErrorLog()
         logging.getLogger("gateway_limiter").addHandler(errors)
         limiter = GatewayLimiter(
             database_url=job.database_url,
@@ -409,29 +392,13 @@ def phases(begin: float, plan: Plan, attempts: Sequence[Attempt], unsent: Unsent
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Fixed-width plain text: the first two columns left-aligned, the rest right-aligned."""
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if i < 2 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
-
-    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *map(line, rows)])
+    """A plain-text table with the algorithm and phase columns left-aligned."""
+    return text.table(headers, rows, left=2)
 
 
 def fmt(value: float, spec: str = ".2f") -> str:
     """A number, or - for NaN."""
-    return "-" if math.isnan(value) else format(value, spec)
-
-
-def load_average() -> str:
-    """The load average, to show how busy the machine was besides this run."""
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
+    return text.fmt(value, spec, missing="-")
 
 
 def machine_facts(redis_url: str, private: bool, plan: Plan, quick: bool) -> list[str]:
@@ -441,12 +408,7 @@ def machine_facts(redis_url: str, private: bool, plan: Plan, quick: bool) -> lis
         version = client.info("server").get("redis_version")
     finally:
         client.close()
-    cpu = "unknown CPU"
-    with suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    cpu = cpu_model()
     where = "private, started by this run" if private else "existing, --redis-url"
     fleet = plan.processes * plan.threads
     return [
@@ -651,10 +613,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def run(args: argparse.Namespace, stack: ExitStack) -> None:
     """Set up, run the fleet, print the report, draw the plot."""
     plan = QUICK if args.quick else FULL
@@ -684,8 +642,7 @@ def _delete_keys(redis_url: str, prefix: str) -> None:
     """On a shared Redis, remove every key this run made."""
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
     try:
-        for key in client.scan_iter(match=f"{prefix}:*", count=1000):
-            client.delete(key)
+        delete_keys(client, f"{prefix}:*")
     finally:
         client.close()
 
@@ -694,7 +651,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; 0 when done, 130 when interrupted."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` cleans up like Ctrl-C
+    signal.signal(signal.SIGTERM, raise_interrupt)  # `kill` cleans up like Ctrl-C
     began = time.monotonic()
     try:
         with ExitStack() as stack:  # stops the children, then redis-server

@@ -24,98 +24,21 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+# Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import _die_with_parent, _stop, free_port
+from bench.harness.limiters import write_rows
+from bench.harness.servers import cpu_seconds, servers
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.config.migrate import upgrade
-from gateway_limiter.config.table import make_engine, upsert_conf
 
 RATE = 10_000_000
-
-
-def start_server(workdir: Path, *extra: str) -> tuple[int, subprocess.Popen[bytes]]:
-    """A redis-server on a free port in a directory of its own; (port, process)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not on PATH")
-    port = free_port()
-    node_dir = workdir / str(port)
-    node_dir.mkdir()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(node_dir), *extra],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
-    )  # fmt: skip
-    for _ in range(200):
-        if (
-            subprocess.run(
-                ["redis-cli", "-p", str(port), "ping"], check=False, capture_output=True, text=True
-            ).stdout.strip()
-            == "PONG"
-        ):
-            return port, proc
-        time.sleep(0.05)
-    _stop(proc)
-    raise SystemExit(f"redis-server on {port} did not start")
-
-
-@contextmanager
-def servers(masters: int) -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
-    """One plain Redis (masters=1) or a cluster of ``masters``; (redis_url, processes)."""
-    workdir = Path(tempfile.mkdtemp(prefix="gwl-bench-cluster-"))
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        if masters == 1:
-            port, proc = start_server(workdir)
-            procs.append(proc)
-            yield f"redis://127.0.0.1:{port}/0", procs
-            return
-        ports = []
-        for _ in range(masters):
-            cluster = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-            cluster += ["--cluster-port", str(free_port())]
-            port, proc = start_server(workdir, *cluster)
-            ports.append(port)
-            procs.append(proc)
-        addresses = [f"127.0.0.1:{p}" for p in ports]
-        subprocess.run(
-            ["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas", "0",
-             "--cluster-yes"], check=True, capture_output=True, timeout=60,
-        )  # fmt: skip
-        for port in ports:
-            for _ in range(200):
-                info = subprocess.run(
-                    ["redis-cli", "-p", str(port), "cluster", "info"],
-                    check=False,
-                    capture_output=True,
-                    text=True,
-                ).stdout
-                if "cluster_state:ok" in info:
-                    break
-                time.sleep(0.05)
-        yield "redis+cluster://" + ",".join(addresses), procs
-    finally:
-        for proc in procs:
-            _stop(proc)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def worker(config: dict[str, object], queue: mp.Queue[int]) -> None:
@@ -157,7 +80,9 @@ def worker(config: dict[str, object], queue: mp.Queue[int]) -> None:
     queue.put(sum(counts))
 
 
-def measure(masters: int, args: argparse.Namespace, database_url: str, urls: list[str]) -> dict:
+def measure(
+    masters: int, args: argparse.Namespace, database_url: str, urls: list[str]
+) -> dict[str, Any]:
     """Calls/s over all processes, and each Redis process's CPU share, for one setup."""
     with servers(masters) as (redis_url, procs):
         ctx = mp.get_context("spawn")
@@ -187,7 +112,8 @@ def measure(masters: int, args: argparse.Namespace, database_url: str, urls: lis
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    """Measure one Redis and a 3-master cluster; print the table."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--interfaces", type=int, default=256)
@@ -197,12 +123,8 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="gwl-bench-db-"))
     try:
         database_url = f"sqlite:///{workdir / 'limits.db'}"
-        engine = make_engine(database_url)
-        upgrade(engine)
         urls = [f"/bench/supplier/{i}" for i in range(args.interfaces)]
-        for url in urls:
-            upsert_conf(engine, url, channel_type="BENCH", rate_limit=RATE, cache=0.0, status=1)
-        engine.dispose()
+        write_rows(database_url, {url: {"rate_limit": RATE, "cache": 0.0} for url in urls})
         rows = [measure(m, args, database_url, urls) for m in (1, 3)]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -40,52 +40,45 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import datetime as dt
-import importlib.metadata
 import logging
 import math
-import os
-import platform
-import shlex
 import signal
 import sys
-import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 import redis
 
 # Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import max_in_window, percentile, private_redis
-
+from bench.harness import limiters
+from bench.harness.limiters import OPEN_RATE, OPEN_URL, floors, sqlite_table, started_limiter
+from bench.harness.report import fmt, load_average, machine_facts, table
+from bench.harness.runs import ErrorLog, delete_keys, raise_interrupt
+from bench.harness.servers import private_redis
+from bench.harness.stats import max_in_window, median, percentile, quantile
+from bench.harness.timing import (
+    AsyncCall,
+    Attempt,
+    Call,
+    Contention,
+    Slice,
+    measure_async_slice,
+    measure_contention,
+    measure_throughput,
+)
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.config.migrate import upgrade
-from gateway_limiter.config.table import make_engine, upsert_conf
 
-#: Decided on every call, never limited in practice: the throughput row.
-OPEN_RATE = 10_000_000
 #: The contended interface: 50/s, capacity 50 (the default: one second's worth), 0.2 s.
 CONTENDED_RATE = 50
 CONTENDED_CAPACITY = 50
 CONTENDED_BUDGET = 0.2
-OPEN_URL = "/bench/open"
 CONTENDED_URL = "/bench/contended"
-
-#: Errors a call may raise that are counted, not fatal (timeouts on a loaded host).
-REDIS_ERRORS = (redis.RedisError, OSError)
-#: A decision: True when admitted (throughput cells).
-Call = Callable[[], bool]
-#: A contended attempt: (admitted, seconds the caller must wait before going ahead).
-Attempt = Callable[[], tuple[bool, float]]
 
 
 @dataclass(frozen=True)
@@ -152,39 +145,16 @@ def gateway_limiter(
     ``metrics``: the setting of that name; on, it records Prometheus metrics when
     prometheus-client is installed (the default, as in production).
     """
-    workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gwl-bench-db-")))
-    database_url = f"sqlite:///{workdir / 'limits.db'}"
-    engine = make_engine(database_url)
-    try:
-        upgrade(engine)
-        upsert_conf(
-            engine, OPEN_URL, channel_type="BENCH", rate_limit=OPEN_RATE, cache=0.0, status=1
-        )
-        upsert_conf(
-            engine,
-            CONTENDED_URL,
-            channel_type="BENCH",
-            rate_limit=CONTENDED_RATE,
-            cache=CONTENDED_BUDGET,
-            status=1,
-        )
-    finally:
-        engine.dispose()
-    limiter = GatewayLimiter(
-        database_url=database_url,
-        redis_url=redis_url,
-        key_prefix=f"gwlbench{run_id}",
-        # No reload may land inside a measurement; the rows never change here.
-        reload_interval=3600,
-        # A Redis error shows as a refusal (counted), never hidden behind the
-        # in-process fallback that `local` would measure instead of Redis.
-        on_backend_error="deny",
-        metrics=metrics,
+    database_url = sqlite_table(
+        stack,
+        {
+            OPEN_URL: {"rate_limit": OPEN_RATE, "cache": 0.0},
+            CONTENDED_URL: {"rate_limit": CONTENDED_RATE, "cache": CONTENDED_BUDGET},
+        },
     )
-    summary = limiter.start()
-    stack.callback(limiter.close)
-    if summary.rules != 2:
-        raise SystemExit(f"gateway-limiter loaded {summary} instead of the 2 benchmark rows")
+    limiter = started_limiter(
+        stack, database_url, redis_url, f"gwlbench{run_id}", expect_rules=2, metrics=metrics
+    )
     rule = limiter.registry.snapshot.rules[CONTENDED_URL]
     if rule.burst != CONTENDED_CAPACITY or rule.cache != CONTENDED_BUDGET:
         raise SystemExit(f"contended rule is {rule}, expected capacity 50 and cache 0.2")
@@ -210,97 +180,17 @@ def gateway_limiter(
     )
 
 
-#: The Redis commands any bucket decision needs (server clock, read, write, expiry),
-#: with no logic: what is left of the gap to the floor after this is our own cost.
-STATE_COMMANDS_LUA = """
-local t = redis.call("TIME")
-local s = redis.call("GET", KEYS[1])
-redis.call("SET", KEYS[1], ARGV[1], "PX", 2000)
-return {1, "0", ARGV[2], "0"}
-"""
-
-
-def floors(limiter: GatewayLimiter, run_id: str) -> tuple[Call, Call]:
-    """EVALSHA of ``return 1``, and of the bare state commands, on the limiter's own client."""
-    client: redis.Redis = limiter.backend.client  # type: ignore[attr-defined]
-    bare = client.register_script("return 1")
-    state = client.register_script(STATE_COMMANDS_LUA)
-    key = f"gwlbench{run_id}:{{/bench/state}}:tb"
-    args = ["0123456789012345678901234567890123456789", "9999999"]  # 40 bytes, like a state
-
-    def bare_call() -> bool:
-        return bool(bare() == 1)
-
-    def state_call() -> bool:
-        return bool(state(keys=[key], args=args)[0] == 1)
-
-    return bare_call, state_call
-
-
 def limits_moving_window(stack: ExitStack, redis_url: str, run_id: str) -> Contender:
     """``limits``: moving window on its Redis storage."""
-    from limits import RateLimitItemPerSecond
-    from limits.storage import storage_from_string
-    from limits.strategies import MovingWindowRateLimiter
-
-    storage = storage_from_string(redis_url)
-    stack.callback(_close_limits_storage, storage)
-    strategy = MovingWindowRateLimiter(storage)
-    open_item = RateLimitItemPerSecond(OPEN_RATE)
-    contended_item = RateLimitItemPerSecond(CONTENDED_RATE)
-    open_key, contended_key = f"bench{run_id}:open", f"bench{run_id}:contended"
-
-    def call() -> bool:
-        return bool(strategy.hit(open_item, open_key))
-
-    def attempt() -> tuple[bool, float]:
-        return bool(strategy.hit(contended_item, contended_key)), 0.0
-
+    call, attempt = limiters.limits_moving_window(stack, redis_url, run_id, CONTENDED_RATE)
     return Contender("limits MovingWindow hit", call, attempt, "rT", window_bound, 1.0)
-
-
-def _close_limits_storage(storage: Any) -> None:
-    client = getattr(storage, "storage", None)
-    if client is not None:
-        client.close()
-        client.connection_pool.disconnect()
 
 
 def pyrate(stack: ExitStack, redis_url: str, run_id: str, *, token_bucket: bool) -> Contender:
     """pyrate-limiter 4: a ``RedisBucket`` (sliding-window log) or a Redis ``TokenBucket``."""
-    from pyrate_limiter import (
-        Duration,
-        Limiter,
-        Rate,
-        RedisBucket,
-        RedisStateStore,
-        StateBucket,
-        TokenBucket,
+    call, attempt = limiters.pyrate(
+        stack, redis_url, run_id, CONTENDED_RATE, token_bucket=token_bucket
     )
-
-    client = redis.Redis.from_url(redis_url)
-    stack.callback(client.close)
-
-    def limiter(rate: int, key: str) -> Any:
-        rates = [Rate(rate, Duration.SECOND)]  # burst defaults to the limit
-        if token_bucket:
-            bucket: Any = StateBucket(rates, TokenBucket(), RedisStateStore(client, key))
-        else:
-            bucket = RedisBucket.init(rates, client, key)
-        lim = Limiter(bucket)
-        stack.callback(lim.close)
-        return lim
-
-    kind = "tb" if token_bucket else "log"
-    open_lim = limiter(OPEN_RATE, f"bench{run_id}:pyrate-{kind}:open")
-    contended_lim = limiter(CONTENDED_RATE, f"bench{run_id}:pyrate-{kind}:contended")
-
-    def call() -> bool:
-        return bool(open_lim.try_acquire("open", blocking=False))
-
-    def attempt() -> tuple[bool, float]:
-        return bool(contended_lim.try_acquire("contended", blocking=False)), 0.0
-
     if token_bucket:
         return Contender(
             "pyrate StateBucket(TokenBucket)",
@@ -313,217 +203,7 @@ def pyrate(stack: ExitStack, redis_url: str, run_id: str, *, token_bucket: bool)
     return Contender("pyrate RedisBucket (log)", call, attempt, "rT", window_bound, 1.0)
 
 
-# --------------------------------------------------------------------------- measuring
-
-
-@dataclass(frozen=True)
-class Slice:
-    """One counted slice of one throughput cell."""
-
-    admitted: float  # admitted calls per second
-    refused: int  # calls refused although the limit is huge
-    errors: int  # calls that raised a Redis error (a timeout, a lost connection)
-
-
-def run_threads(threads: int, worker: Callable[[int, threading.Event], None]) -> None:
-    """Run ``worker(i, halt)`` on ``threads`` daemon threads; re-raise the first error.
-
-    ``halt`` is set when a worker fails or the main thread is interrupted (Ctrl-C), so
-    every worker leaves its loop instead of talking to a Redis that is going away.
-    """
-    halt = threading.Event()
-    errors: list[BaseException] = []
-
-    def guarded(i: int) -> None:
-        try:
-            worker(i, halt)
-        except BaseException as e:  # handed to the main thread
-            errors.append(e)
-            halt.set()
-
-    pool = [
-        threading.Thread(target=guarded, args=(i,), daemon=True, name=f"bench-{i}")
-        for i in range(threads)
-    ]
-    try:
-        for t in pool:
-            t.start()
-        for t in pool:
-            t.join()
-    except BaseException:
-        halt.set()
-        raise
-    if errors:
-        raise errors[0]
-
-
-def measure_slice(call: Call, threads: int, warmup: float, duration: float) -> Slice:
-    """Warm up for ``warmup`` s, then count completed calls for ``duration`` s."""
-    admitted = [0] * threads
-    refused = [0] * threads
-    errors = [0] * threads
-    marks: dict[str, float] = {}
-
-    def set_marks() -> None:
-        now = time.perf_counter()
-        marks["measure"] = now + warmup
-        marks["end"] = now + warmup + duration
-
-    barrier = threading.Barrier(threads, action=set_marks)
-
-    def worker(i: int, halt: threading.Event) -> None:
-        barrier.wait()
-        clock, stopped = time.perf_counter, halt.is_set
-        measure, end = marks["measure"], marks["end"]
-        while clock() < measure and not stopped():
-            with suppress(*REDIS_ERRORS):
-                call()
-        ok = bad = err = 0
-        while clock() < end and not stopped():
-            try:
-                if call():
-                    ok += 1
-                else:
-                    bad += 1
-            except REDIS_ERRORS:  # counted, never fatal: a loaded host times out
-                err += 1
-        admitted[i], refused[i], errors[i] = ok, bad, err
-
-    run_threads(threads, worker)
-    rate = sum(admitted) / duration if duration else 0.0
-    return Slice(rate, sum(refused), sum(errors))
-
-
-def measure_throughput(calls: dict[str, Call], plan: Plan) -> dict[str, dict[int, list[Slice]]]:
-    """Every cell (contender x thread count), in ``plan.rounds`` interleaved rounds."""
-    names = list(calls)
-    results: dict[str, dict[int, list[Slice]]] = {n: {1: [], plan.threads: []} for n in names}
-    for threads in (1, plan.threads):
-        for name in names:  # connections opened, scripts loaded, code paths warm
-            measure_slice(calls[name], threads, plan.prewarm, 0.0)
-    for r in range(plan.rounds):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for threads in (1, plan.threads):
-            for name in order:
-                results[name][threads].append(
-                    measure_slice(calls[name], threads, plan.warmup, plan.duration)
-                )
-    return results
-
-
-@dataclass
-class Contention:
-    """What happened when threads hammered one contended interface."""
-
-    calls: int = 0
-    #: Time (perf_counter) each admitted caller went ahead, after any wait.
-    released: list[float] = field(default_factory=list)
-    #: For callers told to wait: release minus (decision returned + wait), seconds.
-    lateness: list[float] = field(default_factory=list)
-    #: For callers told to wait: release minus (call started + wait): adds the round trip.
-    lateness_bound: list[float] = field(default_factory=list)
-    waits: list[float] = field(default_factory=list)
-    #: Longest time from the call to going ahead, seconds.
-    longest: float = 0.0
-    start: float = 0.0
-    errors: int = 0
-
-
-def measure_contention(attempt: Attempt, threads: int, seconds: float) -> Contention:
-    """``threads`` callers attempt back to back for ``seconds``; admitted ones wait as told."""
-    per_thread = [Contention() for _ in range(threads)]
-    marks: dict[str, float] = {}
-
-    def set_marks() -> None:
-        marks["start"] = time.perf_counter()
-
-    barrier = threading.Barrier(threads, action=set_marks)
-
-    def worker(i: int, halt: threading.Event) -> None:
-        mine = per_thread[i]
-        barrier.wait()
-        clock, stopped = time.perf_counter, halt.is_set
-        end = marks["start"] + seconds
-        while not stopped():
-            called = clock()
-            if called >= end:
-                break
-            try:
-                allowed, wait = attempt()
-            except REDIS_ERRORS:
-                mine.errors += 1
-                continue
-            returned = clock()
-            mine.calls += 1
-            if not allowed:
-                continue
-            if wait > 0:
-                time.sleep(wait)  # as GatewayLimiter.try_acquire does
-                released = clock()
-                mine.waits.append(wait)
-                mine.lateness.append(released - (returned + wait))
-                mine.lateness_bound.append(released - (called + wait))
-            else:
-                released = returned
-            mine.released.append(released)
-            mine.longest = max(mine.longest, released - called)
-
-    run_threads(threads, worker)
-    total = Contention(start=marks["start"])
-    for part in per_thread:
-        total.calls += part.calls
-        total.errors += part.errors
-        total.released.extend(part.released)
-        total.lateness.extend(part.lateness)
-        total.lateness_bound.extend(part.lateness_bound)
-        total.waits.extend(part.waits)
-        total.longest = max(total.longest, part.longest)
-    total.released.sort()
-    return total
-
-
 # --------------------------------------------------------------------------- asyncio
-
-#: An awaitable decision: True when admitted (asyncio throughput cells).
-AsyncCall = Callable[[], Awaitable[bool]]
-
-
-async def measure_async_slice(call: AsyncCall, tasks: int, warmup: float, duration: float) -> Slice:
-    """``tasks`` coroutines calling in a loop: warm up, then count for ``duration`` s."""
-    counting = stop = False
-    admitted = refused = errors = 0
-
-    async def worker() -> None:
-        nonlocal admitted, refused, errors
-        while not stop:
-            try:
-                ok = await call()
-            except REDIS_ERRORS:  # counted, never fatal: a loaded host times out
-                if counting:
-                    errors += 1
-                await asyncio.sleep(0)  # an error may come without I/O: let the clock run
-                continue
-            if ok:
-                if counting:
-                    admitted += 1
-            else:
-                if counting:
-                    refused += 1
-                # A refusal on this huge limit is the failure policy deciding in-process,
-                # with no I/O: without a yield the workers would spin and the slice
-                # would never end.
-                await asyncio.sleep(0)
-
-    workers = [asyncio.create_task(worker()) for _ in range(tasks)]
-    try:
-        await asyncio.sleep(warmup)
-        counting, began = True, time.perf_counter()
-        await asyncio.sleep(duration)
-        counting, took = False, time.perf_counter() - began
-    finally:
-        stop = True
-        await asyncio.gather(*workers, return_exceptions=True)
-    return Slice(admitted / took if duration else 0.0, refused, errors)
 
 
 async def measure_async(
@@ -603,91 +283,6 @@ def print_async(results: dict[str, list[Slice]], plan: Plan, tasks: int = 64) ->
 
 
 # --------------------------------------------------------------------------- reporting
-
-
-def version(dist: str) -> str:
-    """Installed version of a distribution, or 'absent'."""
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "absent"
-
-
-def machine_facts(client: redis.Redis, redis_url: str, private: bool) -> list[str]:
-    """The lines that say where and with what the numbers were measured."""
-    from redis.utils import HIREDIS_AVAILABLE
-
-    info = client.info("server")
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
-    where = "private, started by this run" if private else "existing, --redis-url"
-    return [
-        f"date:     {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
-        f"command:  {shlex.join([sys.executable, *sys.argv])}",
-        f"machine:  nproc {os.cpu_count()} (usable {affinity}), {cpu}, "
-        f"{platform.system()} {platform.release()}",
-        f"python:   {platform.python_implementation()} {platform.python_version()}",
-        f"redis:    redis-server {info.get('redis_version')} at {redis_url} ({where}); "
-        f"redis-py {redis.__version__}; hiredis "
-        + (f"yes ({version('hiredis')})" if HIREDIS_AVAILABLE else "no"),
-        f"peers:    limits {version('limits')}, pyrate-limiter {version('pyrate-limiter')}",
-        f"metrics:  prometheus-client {version('prometheus-client')} (recorded in the "
-        "'gateway-limiter try_acquire' rows unless absent)",
-        f"load:     {load_average()} (1/5/15-min load average at start)",
-    ]
-
-
-def load_average() -> str:
-    """The load average, to show how busy the machine was besides this run."""
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Fixed-width plain text: first column left-aligned, the rest right-aligned."""
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells: Sequence[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
-        return "  ".join([first, *rest]).rstrip()
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
-
-
-def fmt(value: float, spec: str) -> str:
-    """Format a number, or n/a for NaN."""
-    return "n/a" if math.isnan(value) else format(value, spec)
-
-
-def median(values: Sequence[float]) -> float:
-    """The median (NaN when empty)."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    """The ``q``-quantile (0..1), linearly interpolated; NaN when empty."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def ratio_text(cell: Sequence[Slice], base: Sequence[Slice]) -> str:
@@ -770,22 +365,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--asyncio-only", action="store_true", help="table 3 only (skip tables 1 and 2)"
     )
     return parser.parse_args(argv)
-
-
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-class ErrorLog(logging.Handler):
-    """Counts the limiter's ERROR records (each one is a circuit-breaker opening)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        """Count one record."""
-        self.count += 1
 
 
 def print_throughput(
@@ -878,7 +457,15 @@ def sync_tables(
         if c is gwl:  # right below it: the same bucket, metrics not recorded (throughput only)
             calls[quiet.name] = quiet.call
 
-    print_throughput(measure_throughput(calls, plan), plan, floor_name)
+    results = measure_throughput(
+        calls,
+        threads=plan.threads,
+        rounds=plan.rounds,
+        prewarm=plan.prewarm,
+        warmup=plan.warmup,
+        duration=plan.duration,
+    )
+    print_throughput(results, plan, floor_name)
     print(flush=True)
 
     rows, gwl_result = [], None
@@ -898,7 +485,7 @@ def run(args: argparse.Namespace, plan: Plan, stack: ExitStack) -> None:
     admin = redis.Redis.from_url(redis_url, socket_timeout=5)
     stack.callback(admin.close)
     if args.redis_url:
-        stack.callback(_delete_run_keys, admin, run_id)
+        stack.callback(delete_keys, admin, f"*{run_id}*")
     for line in machine_facts(admin, redis_url, private=not args.redis_url):
         print(line)
     print(
@@ -937,7 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit("--threads must be >= 2")
         plan = dataclasses.replace(plan, threads=args.threads)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` cleans up like Ctrl-C
+    signal.signal(signal.SIGTERM, raise_interrupt)  # `kill` cleans up like Ctrl-C
     began = time.monotonic()
     try:
         with ExitStack() as stack:  # closes limiters and clients, then stops redis-server
@@ -947,12 +534,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     print(f"\n(run took {time.monotonic() - began:.1f} s; load average now {load_average()})")
     return 0
-
-
-def _delete_run_keys(client: redis.Redis, run_id: str) -> None:
-    """On a shared Redis, remove every key this run made (all carry the run id)."""
-    for key in client.scan_iter(match=f"*{run_id}*", count=1000):
-        client.delete(key)
 
 
 if __name__ == "__main__":

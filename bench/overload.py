@@ -33,7 +33,6 @@ import argparse
 import asyncio
 import math
 import sys
-import tempfile
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import ExitStack
@@ -43,23 +42,16 @@ from pathlib import Path
 import redis
 import redis.asyncio
 
+# Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import private_redis
-from decision_cost import (
-    Slice,
-    load_average,
-    machine_facts,
-    measure_async_slice,
-    measure_slice,
-    median,
-    table,
-)
-
+from bench.harness.limiters import sqlite_table, started_limiter
+from bench.harness.report import load_average, machine_facts, table
+from bench.harness.servers import private_redis
+from bench.harness.stats import median
+from bench.harness.timing import Slice, measure_async_slice, measure_slice
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.config.migrate import upgrade
-from gateway_limiter.config.table import make_engine, upsert_conf
 
 URL = "/bench/overloaded"
 THREADS = 8
@@ -68,6 +60,8 @@ TASKS = 256
 
 @dataclass(frozen=True)
 class Plan:
+    """How long the floor is measured, and each cell after its warm-up, in how many rounds."""
+
     floor_seconds: float
     warmup: float
     duration: float
@@ -80,6 +74,8 @@ QUICK = Plan(floor_seconds=0.5, warmup=0.1, duration=0.5, rounds=2)
 
 @dataclass(frozen=True)
 class Cell:
+    """One contender's counted slice: what it decided, admitted and failed."""
+
     decisions: float  # per second, admitted and refused
     admitted: int  # in the counted slice
     errors: int
@@ -87,6 +83,8 @@ class Cell:
 
 @dataclass(frozen=True)
 class Contender:
+    """One implementation under test: its threaded and asyncio calls, and its bound."""
+
     name: str
     sync: Callable[[], bool] | None
     aio: Callable[[], Awaitable[bool]] | None
@@ -98,14 +96,14 @@ class Contender:
 
 
 def measure_threads(call: Callable[[], bool], warmup: float, duration: float) -> Cell:
-    """8 threads calling as fast as they go (``decision_cost.measure_slice``)."""
+    """8 threads calling as fast as they go (``harness.timing.measure_slice``)."""
     return cell_of(measure_slice(call, THREADS, warmup, duration), duration)
 
 
 async def measure_tasks(
     call: Callable[[], Awaitable[bool]], warmup: float, duration: float
 ) -> Cell:
-    """256 coroutines on one loop (``decision_cost.measure_async_slice``)."""
+    """256 coroutines on one loop (``harness.timing.measure_async_slice``)."""
     return cell_of(await measure_async_slice(call, TASKS, warmup, duration), duration)
 
 
@@ -123,34 +121,17 @@ def gateway_limiters(
 ) -> tuple[GatewayLimiter, GatewayLimiter]:
     """Two limiters on one temporary SQLite row: as shipped, and without the fast path.
     They keep separate buckets (key prefixes), so neither eats the other's permits."""
-    workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gwl-overload-")))
-    database_url = f"sqlite:///{workdir / 'limits.db'}"
-    engine = make_engine(database_url)
-    try:
-        upgrade(engine)
-        upsert_conf(
-            engine,
-            URL,
-            channel_type="BENCH",
-            rate_limit=rate,
-            max_permits=capacity,
-            cache=0.0,
-            status=1,
-        )
-    finally:
-        engine.dispose()
-    made = []
-    for name in ("fast", "slow"):
-        lim = GatewayLimiter(
-            database_url=database_url,
-            redis_url=redis_url,
-            key_prefix=f"gwlover{run_id}{name}",
-            reload_interval=3600,
-            on_backend_error="deny",  # a Redis error shows as an error, not as local work
-        )
-        lim.start()
-        stack.callback(lim.close)
-        made.append(lim)
+    database_url = sqlite_table(
+        stack,
+        {URL: {"rate_limit": rate, "max_permits": capacity, "cache": 0.0}},
+        prefix="gwl-overload-",
+    )
+    # on_backend_error="deny" (started_limiter's): a Redis error shows as an error, not
+    # as local work.
+    made = [
+        started_limiter(stack, database_url, redis_url, f"gwlover{run_id}{name}")
+        for name in ("fast", "slow")
+    ]
     made[1]._horizons = None  # fast path off: every call asks Redis, as before it existed
     return made[0], made[1]
 
@@ -174,7 +155,7 @@ def peers(stack: ExitStack, redis_url: str, run_id: str, rate: int) -> list[Cont
 
     item = RateLimitItemPerSecond(rate)
     storage = storage_from_string(redis_url)
-    stack.callback(storage.storage.connection_pool.disconnect)
+    stack.callback(storage.storage.connection_pool.disconnect)  # type: ignore[union-attr]
     moving = MovingWindowRateLimiter(storage)
     async_moving = AsyncMovingWindow(AsyncRedisStorage(redis_url, implementation="redispy"))
     key, akey = f"bench{run_id}:limits", f"bench{run_id}:limits-aio"
@@ -223,13 +204,15 @@ def peers(stack: ExitStack, redis_url: str, run_id: str, rate: int) -> list[Cont
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short smoke run")
     parser.add_argument("--rate", type=int, help="the interface's rate (default: floor / 10)")
     return parser.parse_args(argv)
 
 
 def run(args: argparse.Namespace, stack: ExitStack) -> None:
+    """Measure the floor, set the rate from it, then both tables."""
     plan = QUICK if args.quick else FULL
     redis_url = stack.enter_context(private_redis())
     run_id = uuid.uuid4().hex[:8]
@@ -310,6 +293,7 @@ def run(args: argparse.Namespace, stack: ExitStack) -> None:
 
 
 def report(contenders: list[Contender], cells: dict[str, list[Cell]], plan: Plan, rate: int) -> str:
+    """One table: decisions/s against the floor, admitted/s, and the bound per slice."""
     floor = median([c.decisions for c in cells[contenders[0].name]])
     rows = []
     for c in contenders:
@@ -338,6 +322,7 @@ def report(contenders: list[Contender], cells: dict[str, list[Cell]], plan: Plan
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and print its tables."""
     args = parse_args(argv)
     with ExitStack() as stack:
         run(args, stack)

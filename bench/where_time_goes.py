@@ -38,18 +38,18 @@ from typing import Any
 
 import redis
 
+# Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import private_redis
-from decision_cost import (
+from bench.harness.limiters import (
+    OPEN_RATE,
     OPEN_URL,
     STATE_COMMANDS_LUA,
-    gateway_limiter,
-    machine_facts,
-    table,
+    sqlite_table,
+    started_limiter,
 )
-
+from bench.harness.report import machine_facts, table
+from bench.harness.servers import private_redis
 from gateway_limiter.backends.redis import BUCKET_LUA
 
 REPEATS = 5
@@ -132,8 +132,10 @@ def main() -> int:
             print(line)
         print()
 
-        _, limiter = gateway_limiter(stack, redis_url, "where")
-        _, quiet = gateway_limiter(stack, redis_url, "where", metrics=False)
+        # The open row of decision_cost.py: every call decided by bucket.lua, admitted.
+        database_url = sqlite_table(stack, {OPEN_URL: {"rate_limit": OPEN_RATE, "cache": 0.0}})
+        limiter = started_limiter(stack, database_url, redis_url, "gwlbenchwhere")
+        quiet = started_limiter(stack, database_url, redis_url, "gwlbenchwhere", metrics=False)
         client: redis.Redis = limiter.backend.client  # type: ignore[attr-defined]
         args = sent_args(client, lambda: limiter.try_acquire(OPEN_URL, timeout=0))
 
