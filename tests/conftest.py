@@ -15,8 +15,8 @@ from sqlalchemy import Engine
 
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.table import make_engine
-from tests.clusters import LocalCluster, LocalSentinel
-from tests.services import RedisServer, fresh_mariadb_database, mariadb_url
+from tests.support.clusters import LocalCluster, LocalSentinel
+from tests.support.services import RedisServer, fresh_mariadb_database, mariadb_url
 
 
 @pytest.fixture(autouse=True)

@@ -20,8 +20,8 @@ from gateway_limiter.backends.redis import SCRIPTS
 from gateway_limiter.backends.redis_async import AsyncRedisBackend
 from gateway_limiter.config.rules import SLIDING_WINDOW, Rule
 from gateway_limiter.config.settings import Settings
-from tests.limiting import evalsha_calls
-from tests.services import AclUser, RedisServer
+from tests.support.limiting import evalsha_calls
+from tests.support.services import AclUser, RedisServer
 
 #: Scheduling noise of a loaded 2-core host (as in test_async_survives_redis_outages).
 NOISE = 0.45

@@ -16,8 +16,8 @@ import redis
 from sqlalchemy import Engine
 
 from gateway_limiter.aio import AsyncGatewayLimiter
-from tests.limiting import evalsha_calls, set_row
-from tests.services import RedisServer, mariadb_connection
+from tests.support.limiting import evalsha_calls, set_row
+from tests.support.services import RedisServer, mariadb_connection
 
 RATE = 10
 #: CancelledError reaches the caller on the loop's next turn; allow a loaded host.

@@ -19,8 +19,8 @@ import redis
 from sqlalchemy import Engine
 
 from gateway_limiter.aio import AsyncGatewayLimiter
-from tests.limiting import evalsha_calls, set_row
-from tests.services import RedisServer
+from tests.support.limiting import evalsha_calls, set_row
+from tests.support.services import RedisServer
 
 CALLERS = 1000
 #: asyncio timers may fire a hair early; the clock of Redis and ours tick alike.

@@ -24,8 +24,8 @@ import pytest
 from sqlalchemy import Engine
 
 from gateway_limiter.aio import AsyncGatewayLimiter
-from tests.limiting import set_row
-from tests.services import RedisServer, mariadb_connection
+from tests.support.limiting import set_row
+from tests.support.services import RedisServer, mariadb_connection
 
 STALL = 0.020
 TICK = 0.005

@@ -16,8 +16,8 @@ from sqlalchemy import Engine
 from gateway_limiter import aio
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.table import make_engine, upsert_conf
-from tests.limiting import set_row
-from tests.services import RedisServer
+from tests.support.limiting import set_row
+from tests.support.services import RedisServer
 
 
 @pytest.fixture(autouse=True)

@@ -17,8 +17,8 @@ from gateway_limiter import GatewayLimiter, InterfaceClosed, NotStarted
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.table import make_engine, upsert_conf
-from tests.limiting import evalsha_calls, set_row, set_switch
-from tests.services import RedisServer
+from tests.support.limiting import evalsha_calls, set_row, set_switch
+from tests.support.services import RedisServer
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from sqlalchemy import Engine
 from gateway_limiter import BackendUnavailable
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.redis import bucket_key
-from tests.limiting import evalsha_calls, set_row
-from tests.services import RedisServer
+from tests.support.limiting import evalsha_calls, set_row
+from tests.support.services import RedisServer
 
 REDIS_TIMEOUT = 0.05
 CONNECT_TIMEOUT = 0.3

@@ -20,8 +20,8 @@ from sqlalchemy import Engine, text
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.config.rules import Rule, Skipped, build_rules, rule_from_row
 from gateway_limiter.config.table import ConfRow, read_rows
-from tests.commandline import Ran, cli
-from tests.services import RedisServer
+from tests.support.commandline import Ran, cli
+from tests.support.services import RedisServer
 
 URL = "/ibe/flight/search"
 COLUMNS = "configId, interfaceUrl, rateLimit, cache, status, algorithm, maxPermits, warmupPeriod"

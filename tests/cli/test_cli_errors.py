@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Engine, inspect, text
 
 from gateway_limiter.config.table import make_engine
-from tests.commandline import Ran, cli
+from tests.support.commandline import Ran, cli
 
 UNREACHABLE = "mysql+pymysql://root:s3cret@127.0.0.1:1/x"
 INSERT = (

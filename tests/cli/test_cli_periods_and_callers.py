@@ -16,9 +16,9 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.cli.app import main
 from gateway_limiter.config.rules import MAX_PERIOD, Rule, build_rules
 from gateway_limiter.config.table import read_rows
-from tests.commandline import Ran
-from tests.commandline import cli as run
-from tests.services import RedisServer
+from tests.support.commandline import Ran
+from tests.support.commandline import cli as run
+from tests.support.services import RedisServer
 
 URL = "/ibe/flight/search"
 

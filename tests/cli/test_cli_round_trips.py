@@ -22,8 +22,8 @@ from gateway_limiter.backends.redis import bucket_key
 from gateway_limiter.config.migrate import VERSION_TABLE, head_revision
 from gateway_limiter.config.rules import build_rules
 from gateway_limiter.config.table import make_engine, read_rows
-from tests.commandline import cli
-from tests.services import RedisServer
+from tests.support.commandline import cli
+from tests.support.services import RedisServer
 
 ANSI = "\x1b"
 

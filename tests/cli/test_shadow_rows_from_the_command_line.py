@@ -13,9 +13,9 @@ from sqlalchemy import Engine, text
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.rules import build_rules
 from gateway_limiter.config.table import make_engine, read_rows
-from tests.commandline import cli
-from tests.limiting import limiter, set_row
-from tests.services import RedisServer
+from tests.support.commandline import cli
+from tests.support.limiting import limiter, set_row
+from tests.support.services import RedisServer
 
 #: No settings.toml or GATEWAY_LIMITER_* from the developer's machine leak in.
 pytestmark = pytest.mark.usefixtures("no_local_settings")

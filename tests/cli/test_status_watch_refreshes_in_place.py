@@ -21,8 +21,8 @@ import pytest
 from sqlalchemy import Engine, text
 
 from gateway_limiter.cli.app import main
-from tests.limiting import limiter, set_row
-from tests.services import RedisServer
+from tests.support.limiting import limiter, set_row
+from tests.support.services import RedisServer
 
 WATCH = ("status", "--watch")
 #: The command line in a process of its own.

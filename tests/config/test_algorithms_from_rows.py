@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
-from tests.limiting import limiter
-from tests.services import RedisServer
+from tests.support.limiting import limiter
+from tests.support.services import RedisServer
 
 
 def insert(

@@ -28,14 +28,14 @@ from gateway_limiter.config.migrate import (
     upgrade,
 )
 from gateway_limiter.config.table import CONF_TABLE, SWITCH_TABLE, Base, make_engine
-from tests.services import (
+from tests.support.services import (
     MARIADB_HOST,
     MARIADB_PORT,
     MARIADB_USER,
     fresh_mariadb_database,
 )
 
-DDL_FILE = Path(__file__).resolve().parents[1] / "sql" / "t_ratelimite_conf.sql"
+DDL_FILE = Path(__file__).resolve().parents[2] / "sql" / "t_ratelimite_conf.sql"
 
 #: DESIGN.md section 1 as MariaDB reports it: (name, COLUMN_TYPE, IS_NULLABLE,
 #: COLUMN_DEFAULT, EXTRA, COLUMN_KEY), in ordinal order.

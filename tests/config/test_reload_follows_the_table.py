@@ -12,8 +12,8 @@ from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.redis import bucket_key, parse_state
-from tests.limiting import limiter, set_row, set_switch
-from tests.services import RedisServer, fresh_mariadb_database, mariadb_url
+from tests.support.limiting import limiter, set_row, set_switch
+from tests.support.services import RedisServer, fresh_mariadb_database, mariadb_url
 
 INTERVAL = 0.3
 

@@ -10,7 +10,7 @@ import pytest
 
 from gateway_limiter.config.settings import Settings, SettingsError, load_settings
 
-SHIPPED_FILE = Path(__file__).resolve().parents[1] / "settings.toml"
+SHIPPED_FILE = Path(__file__).resolve().parents[2] / "settings.toml"
 
 
 def _write(path: Path, text: str) -> Path:

@@ -24,8 +24,8 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.table import make_engine
-from tests.limiting import CONF, set_row
-from tests.services import RedisServer, TcpProxy
+from tests.support.limiting import CONF, set_row
+from tests.support.services import RedisServer, TcpProxy
 
 #: A decision reads the snapshot and asks Redis: a database problem must not show in
 #: its latency. The bound is Redis's own (redis_timeout 50 ms) plus a loaded host.

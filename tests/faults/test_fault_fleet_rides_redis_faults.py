@@ -32,9 +32,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from tests.fleet import Fleet, WorkerConfig
-from tests.limiting import set_row
-from tests.services import RedisServer
+from tests.support.fleet import Fleet, WorkerConfig
+from tests.support.limiting import set_row
+from tests.support.services import RedisServer
 
 RATE = 40
 CAPACITY = RATE  # maxPermits NULL: one second's worth

@@ -24,8 +24,8 @@ import pytest
 from sqlalchemy import Engine
 
 from gateway_limiter.config.table import upsert_conf
-from tests.fleet import Fleet, WorkerConfig
-from tests.services import RedisServer
+from tests.support.fleet import Fleet, WorkerConfig
+from tests.support.services import RedisServer
 
 SECONDS = float(os.environ.get("GWL_SOAK_SECONDS", "20"))
 PROCESSES, THREADS = 4, 16

@@ -12,8 +12,8 @@ from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.redis import bucket_key
-from tests.limiting import evalsha_calls, limiter, set_row
-from tests.services import RedisServer
+from tests.support.limiting import evalsha_calls, limiter, set_row
+from tests.support.services import RedisServer
 
 REDIS_TIMEOUT = 0.05
 #: A call may take the socket timeout plus scheduling noise on a loaded 2-core host.

@@ -9,8 +9,8 @@ import redis
 from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter, InterfaceClosed, NotStarted
-from tests.limiting import evalsha_calls, limiter, set_row, set_switch
-from tests.services import RedisServer
+from tests.support.limiting import evalsha_calls, limiter, set_row, set_switch
+from tests.support.services import RedisServer
 
 
 @pytest.fixture

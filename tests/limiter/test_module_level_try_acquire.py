@@ -11,8 +11,8 @@ from sqlalchemy import Engine
 
 import gateway_limiter
 from gateway_limiter import GatewayLimiter
-from tests.limiting import insert_row, set_row
-from tests.services import RedisServer
+from tests.support.limiting import insert_row, set_row
+from tests.support.services import RedisServer
 
 
 @pytest.fixture

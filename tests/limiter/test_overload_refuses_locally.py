@@ -21,8 +21,8 @@ from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.decision import LIMITED
 from gateway_limiter.core.horizons import Horizons
 from gateway_limiter.model.bucket import MICROS
-from tests.limiting import evalsha_calls, insert_row, limiter, set_row, set_switch
-from tests.services import RedisServer
+from tests.support.limiting import evalsha_calls, insert_row, limiter, set_row, set_switch
+from tests.support.services import RedisServer
 
 
 @pytest.fixture

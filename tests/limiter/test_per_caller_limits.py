@@ -17,8 +17,8 @@ from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.state import MAX_PLAIN_CALLER, caller_part
 from gateway_limiter.config.rules import Rule
-from tests.limiting import insert_row, limiter
-from tests.services import RedisServer
+from tests.support.limiting import insert_row, limiter
+from tests.support.services import RedisServer
 
 #: Caller keys that must not be written into a Redis key as they are.
 ODD_KEYS = [

@@ -16,8 +16,8 @@ from sqlalchemy import Engine
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.core.decision import Decision
-from tests.limiting import evalsha_calls, limiter, set_row, set_switch
-from tests.services import RedisServer
+from tests.support.limiting import evalsha_calls, limiter, set_row, set_switch
+from tests.support.services import RedisServer
 
 
 @pytest.fixture

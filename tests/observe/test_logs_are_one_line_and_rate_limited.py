@@ -16,8 +16,8 @@ from gateway_limiter import limiter as limiter_module
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.limiter import Breaker
 from gateway_limiter.observe.logs import LOGGER_NAME, Throttle, one_line
-from tests.limiting import limiter, set_row
-from tests.services import RedisServer
+from tests.support.limiting import limiter, set_row
+from tests.support.services import RedisServer
 
 
 class Clock:

@@ -21,8 +21,8 @@ from sqlalchemy import Engine, text
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.observe.metrics import UNCONFIGURED, serve
-from tests.limiting import limiter, set_row, set_switch
-from tests.services import RedisServer
+from tests.support.limiting import limiter, set_row, set_switch
+from tests.support.services import RedisServer
 
 DECISIONS = "gateway_limiter_decisions_total"
 

@@ -22,8 +22,8 @@ from sqlalchemy import Engine
 
 from gateway_limiter.cli.app import main
 from gateway_limiter.observe import metrics
-from tests.limiting import limiter, set_row, set_switch
-from tests.services import RedisServer
+from tests.support.limiting import limiter, set_row, set_switch
+from tests.support.services import RedisServer
 
 CLI = (sys.executable, "-m", "gateway_limiter")
 

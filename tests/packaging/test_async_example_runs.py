@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "aiohttp_or_httpx_guard.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "aiohttp_or_httpx_guard.py"
 
 
 def test_the_asyncio_example_runs_as_written(tmp_path: Path) -> None:

@@ -13,10 +13,10 @@ import httpx
 from sqlalchemy import Engine
 
 from gateway_limiter.aio import AsyncGatewayLimiter
-from tests.limiting import set_row
-from tests.services import RedisServer
+from tests.support.limiting import set_row
+from tests.support.services import RedisServer
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def readme_asyncio_block() -> str:

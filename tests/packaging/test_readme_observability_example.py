@@ -10,10 +10,10 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from tests.limiting import limiter, set_row
-from tests.services import RedisServer
+from tests.support.limiting import limiter, set_row
+from tests.support.services import RedisServer
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def readme_observability_block() -> str:

@@ -21,7 +21,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Run inside the new virtualenv: migrate the database named in argv[1], report back.
 PROBE = """

@@ -28,7 +28,7 @@ from gateway_limiter.model.bucket import (
     decide_window,
     expiry_ms,
 )
-from tests.services import RedisServer
+from tests.support.services import RedisServer
 
 START = 1_795_000_000_000_000.0  # microseconds, a 2026 wall clock
 

@@ -12,8 +12,8 @@ import redis
 from sqlalchemy import Engine
 
 from gateway_limiter.backends.redis import LIMITS_LUA
-from tests.limiting import insert_row, limiter
-from tests.services import RedisServer, free_port
+from tests.support.limiting import insert_row, limiter
+from tests.support.services import RedisServer, free_port
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from sqlalchemy import Engine
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.topology import parse_endpoints
-from tests.clusters import LocalCluster
-from tests.limiting import set_row
+from tests.support.clusters import LocalCluster
+from tests.support.limiting import set_row
 
 RATE = 20
 URLS = [f"/supplier/{i}/search" for i in range(6)]
@@ -84,7 +84,7 @@ def test_several_processes_share_each_bucket_through_the_cluster(
     for url in URLS:
         set_row(engine, url, rate=RATE, cache=0.0, status=1)
     seconds = 2.5
-    env = os.environ | {"PYTHONPATH": str(Path(__file__).parent.parent)}
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).parents[2])}
     args = [db_url, redis_cluster.url, key_prefix, str(seconds), ",".join(URLS)]
     procs = [
         subprocess.Popen(

@@ -12,9 +12,9 @@ import redis
 from sqlalchemy import Engine
 
 from gateway_limiter.backends.redis import bucket_key
-from tests.clusters import LocalCluster, wait_for
-from tests.limiting import set_row
-from tests.traffic import RATE, Traffic, limiting_resumes, stat
+from tests.support.clusters import LocalCluster, wait_for
+from tests.support.limiting import set_row
+from tests.support.traffic import RATE, Traffic, limiting_resumes, stat
 
 
 def master_of(cluster: LocalCluster, key: str) -> int:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from tests.limiting import set_row
-from tests.services import RedisServer
+from tests.support.limiting import set_row
+from tests.support.services import RedisServer
 
 RATE = 30
 WORKER = textwrap.dedent("""
@@ -66,7 +66,7 @@ def test_three_processes_together_stay_within_rate_plus_capacity(
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env=os.environ | {"PYTHONPATH": str(Path(__file__).parent.parent)},
+            env=os.environ | {"PYTHONPATH": str(Path(__file__).parents[2])},
         )
         for _ in range(3)
     ]

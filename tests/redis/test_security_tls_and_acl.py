@@ -21,8 +21,8 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.redis import bucket_key
 from gateway_limiter.cli.app import main
-from tests.limiting import evalsha_calls, scan_keys, set_row
-from tests.services import AclUser, RedisServer, TlsFiles
+from tests.support.limiting import evalsha_calls, scan_keys, set_row
+from tests.support.services import AclUser, RedisServer, TlsFiles
 
 #: A password as secrets look: long, with characters a URL must percent-encode.
 SECRET = "Xq7-s3cr3t/pw:@ 'q'"

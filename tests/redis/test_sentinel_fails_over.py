@@ -8,9 +8,9 @@ from __future__ import annotations
 from sqlalchemy import Engine
 
 from gateway_limiter.backends.redis import bucket_key
-from tests.clusters import LocalSentinel, wait_for
-from tests.limiting import set_row
-from tests.traffic import RATE, Traffic, limiting_resumes, stat
+from tests.support.clusters import LocalSentinel, wait_for
+from tests.support.limiting import set_row
+from tests.support.traffic import RATE, Traffic, limiting_resumes, stat
 
 
 def test_decisions_go_to_the_master_and_survive_its_failover(

@@ -23,8 +23,8 @@ from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.table import make_engine
-from tests.limiting import evalsha_calls, insert_row, limiter
-from tests.services import RedisServer
+from tests.support.limiting import evalsha_calls, insert_row, limiter
+from tests.support.services import RedisServer
 
 SECOND = 1_000_000.0
 T0 = 1_795_000_000 * SECOND  # a whole second of a 2026 clock: a boundary of every window

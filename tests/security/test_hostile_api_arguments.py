@@ -23,8 +23,8 @@ from gateway_limiter.backends.redis import bucket_key, window_key
 from gateway_limiter.config.table import upsert_conf
 from gateway_limiter.limiter import MAX_PERMITS
 from gateway_limiter.model.bucket import Verdict
-from tests.limiting import scan_keys
-from tests.services import RedisServer
+from tests.support.limiting import scan_keys
+from tests.support.services import RedisServer
 
 #: url -> (rateLimit, algorithm, warmupPeriod); rates high enough that nothing waits long.
 RULES = {

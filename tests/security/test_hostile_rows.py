@@ -36,8 +36,8 @@ from gateway_limiter.cli.app import main
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.rules import ALGORITHMS, MAX_URL_LENGTH
 from gateway_limiter.config.table import CONF_TABLE, RateLimitConf, make_engine
-from tests.limiting import CONF, scan_keys
-from tests.services import RedisServer
+from tests.support.limiting import CONF, scan_keys
+from tests.support.services import RedisServer
 
 INT11 = st.integers(-(2**31), 2**31 - 1)
 #: Hostile text: quotes, braces, spaces, newlines, NUL, non-ASCII, emoji.

@@ -19,7 +19,7 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.cli.app import main
 from gateway_limiter.config.table import CONF_TABLE, RateLimitConf
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 SOURCES = sorted(
     [*ROOT.joinpath("gateway_limiter").rglob("*.py"), *ROOT.joinpath("migrations").rglob("*.py")]
 )

@@ -24,8 +24,8 @@ from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.cli.app import main
 from gateway_limiter.config.settings import mask_secrets, mask_url
 from gateway_limiter.config.table import DatabaseUrlError, make_engine
-from tests.limiting import set_row
-from tests.services import (
+from tests.support.limiting import set_row
+from tests.support.services import (
     MARIADB_HOST,
     MARIADB_PORT,
     AclUser,

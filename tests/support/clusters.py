@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 
-from tests.services import RedisServer, free_port, require
+from tests.support.services import RedisServer, free_port, require
 
 #: Node timeout of the test clusters: a dead master is failed over about 2 s later.
 NODE_TIMEOUT_MS = 1000

@@ -1,6 +1,6 @@
 """A fleet of real gateway processes for the fault and soak tests.
 
-``Fleet`` starts N processes (``python -m tests.fleet CONFIG``), each with a
+``Fleet`` starts N processes (``python -m tests.support.fleet CONFIG``), each with a
 ``GatewayLimiter`` and T threads calling ``try_acquire(url, timeout=0)`` in a loop,
 releases them at one wall-clock instant, and collects what each saw. A worker
 records which decisions the failure policy made (not Redis), so a test can bound
@@ -29,7 +29,7 @@ from gateway_limiter.config.rules import Rule
 from gateway_limiter.limiter import Policy
 from gateway_limiter.model.bucket import Verdict
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 @dataclass
@@ -178,7 +178,7 @@ class Fleet:
         env = os.environ | {"PYTHONPATH": str(ROOT)}
         self.procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "tests.fleet", json.dumps(asdict(config))],
+                [sys.executable, "-m", "tests.support.fleet", json.dumps(asdict(config))],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, text
 
-from tests.services import RedisServer
+from tests.support.services import RedisServer
 
 
 def test_private_redis_answers_and_restarts_on_the_same_port(private_redis: RedisServer) -> None:

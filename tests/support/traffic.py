@@ -16,7 +16,7 @@ import redis
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
-from tests.clusters import wait_for
+from tests.support.clusters import wait_for
 
 #: The rate of the interface the failover tests call.
 RATE = 20
