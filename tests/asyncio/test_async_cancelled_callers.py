@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -16,7 +16,7 @@ import redis
 from sqlalchemy import Engine
 
 from gateway_limiter.aio import AsyncGatewayLimiter
-from tests.support.limiting import evalsha_calls, set_row
+from tests.support.limiting import evalsha_calls, write_row
 from tests.support.services import RedisServer, mariadb_connection
 
 RATE = 10
@@ -31,16 +31,16 @@ WAITERS: dict[str, Waiter] = {
 
 
 @pytest.fixture
-async def lim(
-    migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
-) -> AsyncIterator[AsyncGatewayLimiter]:
-    url, engine = migrated_db
-    set_row(engine, "/w", rate=RATE, cache=2.0, status=1)
-    set_row(engine, "/quick", rate=100_000, cache=0.0, status=1)
-    async with AsyncGatewayLimiter(
-        database_url=url, redis_url=redis_server.url, key_prefix=key_prefix, reload_interval=60
-    ) as lim:
-        yield lim
+def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    engine = limiter_db[1]
+    write_row(engine, "/w", rateLimit=RATE, cache=2.0, status=1)
+    write_row(engine, "/quick", rateLimit=100_000, cache=0.0, status=1)
+    return limiter_db
+
+
+@pytest.fixture
+def limiter_settings() -> dict[str, Any]:
+    return {"reload_interval": 60}
 
 
 async def drain(lim: AsyncGatewayLimiter) -> None:
@@ -51,10 +51,10 @@ async def drain(lim: AsyncGatewayLimiter) -> None:
 
 @pytest.mark.parametrize("call", list(WAITERS))
 async def test_a_caller_cancelled_while_it_waits_gets_cancelled_error_at_once(
-    call: str, lim: AsyncGatewayLimiter
+    call: str, alim: AsyncGatewayLimiter
 ) -> None:
-    await drain(lim)
-    waiter = asyncio.create_task(WAITERS[call](lim))
+    await drain(alim)
+    waiter = asyncio.create_task(WAITERS[call](alim))
     await asyncio.sleep(0.05)  # reserved 5 permits: due in ~0.5 s, sleeping
     assert not waiter.done()
     cancelled_at = time.monotonic()
@@ -66,11 +66,11 @@ async def test_a_caller_cancelled_while_it_waits_gets_cancelled_error_at_once(
 
 @pytest.mark.parametrize("call", list(WAITERS))
 async def test_the_permits_of_a_cancelled_caller_stay_spent(
-    call: str, lim: AsyncGatewayLimiter
+    call: str, alim: AsyncGatewayLimiter
 ) -> None:
-    await drain(lim)
+    await drain(alim)
     reserved_at = time.monotonic()
-    waiter = asyncio.create_task(WAITERS[call](lim))
+    waiter = asyncio.create_task(WAITERS[call](alim))
     await asyncio.sleep(0.05)
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -78,23 +78,23 @@ async def test_the_permits_of_a_cancelled_caller_stay_spent(
 
     # The next caller queues behind the cancelled caller's 5 permits, then its own 1.
     # (Had they been given back, it would wait about 0.1 s.)
-    verdict = await lim.reserve("/w", timeout=None)
+    verdict = await alim.reserve("/w", timeout=None)
     expected = (5 + 1) / RATE - (time.monotonic() - reserved_at)
     assert verdict.allowed
     assert verdict.wait / 1e6 == pytest.approx(expected, abs=0.06)
 
 
 async def test_decisions_cancelled_in_flight_leave_the_limiter_healthy(
-    lim: AsyncGatewayLimiter,
+    alim: AsyncGatewayLimiter,
     redis_server: RedisServer,
     redis_client: redis.Redis,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    pool_size = lim.settings.redis_pool_size
+    pool_size = alim.settings.redis_pool_size
     clients_before = len(redis_client.client_list())
     with caplog.at_level(logging.WARNING, logger="gateway_limiter"):
         for turns in range(4):  # cancel at different points: queued, sending, reading
-            calls = [asyncio.create_task(lim.try_acquire("/quick")) for _ in range(200)]
+            calls = [asyncio.create_task(alim.try_acquire("/quick")) for _ in range(200)]
             for _ in range(turns):
                 await asyncio.sleep(0)
             for task in calls:
@@ -104,10 +104,10 @@ async def test_decisions_cancelled_in_flight_leave_the_limiter_healthy(
 
         # Cancellation is not a Redis failure, and nothing leaked: every slot and
         # connection came back, and the next decisions are made by Redis as usual.
-        assert lim.backend_healthy
+        assert alim.backend_healthy
         before = evalsha_calls(redis_client)
         started = time.monotonic()
-        assert all(await asyncio.gather(*(lim.try_acquire("/quick") for _ in range(300))))
+        assert all(await asyncio.gather(*(alim.try_acquire("/quick") for _ in range(300))))
         assert time.monotonic() - started < 5
         assert evalsha_calls(redis_client) - before == 300
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
@@ -117,7 +117,7 @@ async def test_decisions_cancelled_in_flight_leave_the_limiter_healthy(
 
 
 async def test_a_cancelled_reload_still_completes_in_its_thread(
-    lim: AsyncGatewayLimiter, migrated_db: tuple[str, Engine]
+    alim: AsyncGatewayLimiter, migrated_db: tuple[str, Engine]
 ) -> None:
     _, engine = migrated_db
     database = engine.url.database
@@ -130,20 +130,20 @@ async def test_a_cancelled_reload_still_completes_in_its_thread(
                 "insert into t_ratelimite_conf (interfaceUrl, rateLimit, cache, status) "
                 "values ('/late', 3, 0, 1)"
             )
-        reload = asyncio.create_task(lim.reload())
+        reload = asyncio.create_task(alim.reload())
         await asyncio.sleep(0.2)  # the reload waits for the lock, in a thread
         cancelled_at = time.monotonic()
         reload.cancel()
         with pytest.raises(asyncio.CancelledError):
             await reload
         assert time.monotonic() - cancelled_at < PROMPT  # the caller stops waiting at once
-        assert "/late" not in lim.registry.snapshot.rules
+        assert "/late" not in alim.registry.snapshot.rules
         with locker.cursor() as cur:
             cur.execute("UNLOCK TABLES")
     finally:
         locker.close()
 
     deadline = time.monotonic() + 10  # ... and the thread finishes the reload
-    while "/late" not in lim.registry.snapshot.rules:
+    while "/late" not in alim.registry.snapshot.rules:
         assert time.monotonic() < deadline, "the cancelled reload never completed"
         await asyncio.sleep(0.02)

@@ -12,15 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis
 from sqlalchemy import Engine
 
 from gateway_limiter.aio import AsyncGatewayLimiter
-from tests.support.limiting import evalsha_calls, set_row
-from tests.support.services import RedisServer
+from tests.support.limiting import evalsha_calls, write_row
 
 CALLERS = 1000
 #: asyncio timers may fire a hair early; the clock of Redis and ours tick alike.
@@ -36,26 +35,26 @@ def assert_never_early(releases: list[float], started: float, capacity: int, rat
 
 
 @pytest.fixture
-async def lim(
-    migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
-) -> AsyncIterator[AsyncGatewayLimiter]:
-    url, engine = migrated_db
-    set_row(engine, "/acquire", rate=250, cache=0.0, status=1)
-    set_row(engine, "/try", rate=200, cache=0.5, status=1)
-    async with AsyncGatewayLimiter(
-        database_url=url, redis_url=redis_server.url, key_prefix=key_prefix, reload_interval=60
-    ) as lim:
-        yield lim
+def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    engine = limiter_db[1]
+    write_row(engine, "/acquire", rateLimit=250, cache=0.0, status=1)
+    write_row(engine, "/try", rateLimit=200, cache=0.5, status=1)
+    return limiter_db
+
+
+@pytest.fixture
+def limiter_settings() -> dict[str, Any]:
+    return {"reload_interval": 60}
 
 
 async def test_a_thousand_coroutines_acquiring_are_released_at_the_rate(
-    lim: AsyncGatewayLimiter, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+    alim: AsyncGatewayLimiter, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     rate = capacity = 250
     releases: list[float] = []
 
     async def caller() -> None:
-        await lim.acquire("/acquire")
+        await alim.acquire("/acquire")
         releases.append(time.monotonic())
 
     before = evalsha_calls(redis_client)
@@ -65,7 +64,7 @@ async def test_a_thousand_coroutines_acquiring_are_released_at_the_rate(
 
     assert len(releases) == CALLERS
     assert evalsha_calls(redis_client) - before == CALLERS  # every decision made by Redis
-    assert lim.backend_healthy
+    assert alim.backend_healthy
     assert not [r for r in caplog.records if "unreachable" in r.getMessage()]
     assert_never_early(releases, started, capacity, rate)
     # ... and not much later either: the last of 750 queued permits is due at 3 s.
@@ -73,7 +72,7 @@ async def test_a_thousand_coroutines_acquiring_are_released_at_the_rate(
 
 
 async def test_a_thousand_coroutines_trying_get_the_stored_permits_plus_their_wait_budget(
-    lim: AsyncGatewayLimiter, caplog: pytest.LogCaptureFixture
+    alim: AsyncGatewayLimiter, caplog: pytest.LogCaptureFixture
 ) -> None:
     rate = capacity = 200
     budget = 0.5
@@ -83,7 +82,7 @@ async def test_a_thousand_coroutines_trying_get_the_stored_permits_plus_their_wa
 
     async def caller() -> None:
         asked = time.monotonic()
-        verdict = await lim.reserve("/try")  # the decision alone, timed
+        verdict = await alim.reserve("/try")  # the decision alone, timed
         decided.append(time.monotonic())
         if verdict.allowed:
             await asyncio.sleep(verdict.wait / 1e6)  # what try_acquire does next
@@ -96,7 +95,7 @@ async def test_a_thousand_coroutines_trying_get_the_stored_permits_plus_their_wa
         await asyncio.gather(*(caller() for _ in range(CALLERS)))
     spread = max(decided) - started  # every reservation fell within [started, started+spread]
 
-    assert lim.backend_healthy
+    assert alim.backend_healthy
     assert not [r for r in caplog.records if "unreachable" in r.getMessage()]
     # C at once, plus r per second of budget, plus what refilled while decisions ran.
     assert capacity + rate * budget - 1 <= len(releases) <= capacity + rate * (budget + spread) + 1
@@ -106,9 +105,9 @@ async def test_a_thousand_coroutines_trying_get_the_stored_permits_plus_their_wa
     assert max(refused_after) <= spread + 0.05
 
 
-async def test_try_acquire_itself_admits_within_the_budget(lim: AsyncGatewayLimiter) -> None:
+async def test_try_acquire_itself_admits_within_the_budget(alim: AsyncGatewayLimiter) -> None:
     started = time.monotonic()
-    admitted = await asyncio.gather(*(lim.try_acquire("/try") for _ in range(CALLERS)))
+    admitted = await asyncio.gather(*(alim.try_acquire("/try") for _ in range(CALLERS)))
     took = time.monotonic() - started
     # C, plus r x the budget, plus what refilled while the thousand decisions were made
     assert 200 + 200 * 0.5 - 1 <= sum(admitted) <= 200 + 200 * took + 1

@@ -15,16 +15,16 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import pymysql
 import pytest
 from sqlalchemy import Engine
 
 from gateway_limiter.aio import AsyncGatewayLimiter
-from tests.support.limiting import set_row
+from tests.support.limiting import write_row
 from tests.support.services import RedisServer, mariadb_connection
 
 STALL = 0.020
@@ -78,16 +78,16 @@ class LoopTicker:
 
 
 @pytest.fixture
-async def lim(
-    migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
-) -> AsyncIterator[AsyncGatewayLimiter]:
-    url, engine = migrated_db
-    set_row(engine, "/wait", rate=100, cache=0.0, status=1)
-    set_row(engine, "/quick", rate=100_000, cache=0.0, status=1)
-    async with AsyncGatewayLimiter(
-        database_url=url, redis_url=redis_server.url, key_prefix=key_prefix, reload_interval=60
-    ) as lim:
-        yield lim
+def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    engine = limiter_db[1]
+    write_row(engine, "/wait", rateLimit=100, cache=0.0, status=1)
+    write_row(engine, "/quick", rateLimit=100_000, cache=0.0, status=1)
+    return limiter_db
+
+
+@pytest.fixture
+def limiter_settings() -> dict[str, Any]:
+    return {"reload_interval": 60}
 
 
 class TableLock:
@@ -141,14 +141,14 @@ async def test_the_ticker_sees_a_loop_held_by_a_blocking_call_or_by_cpu_work() -
 
 
 async def test_callers_waiting_their_turn_on_redis_do_not_hold_the_loop(
-    lim: AsyncGatewayLimiter,
+    alim: AsyncGatewayLimiter,
 ) -> None:
-    await lim.acquire("/quick")  # a first connection, as a running gateway has
+    await alim.acquire("/quick")  # a first connection, as a running gateway has
     waited: list[float] = []
 
     async def caller(arrives_after: float) -> None:
         await asyncio.sleep(arrives_after)
-        waited.append(await lim.acquire("/wait"))
+        waited.append(await alim.acquire("/wait"))
 
     async with LoopTicker() as ticker:
         # 200 callers arriving over 200 ms, as traffic does (a burst of N at one instant
@@ -170,7 +170,7 @@ async def test_a_reload_stuck_in_the_database_does_not_hold_the_loop(
     key_prefix: str,
 ) -> None:
     url, engine = migrated_db
-    set_row(engine, "/quick", rate=100_000, cache=0.0, status=1)
+    write_row(engine, "/quick", rateLimit=100_000, cache=0.0, status=1)
     lim = AsyncGatewayLimiter(
         database_url=url, redis_url=redis_server.url, key_prefix=key_prefix, reload_interval=60
     )

@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from gateway_limiter import aio
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.table import make_engine, upsert_conf
-from tests.support.limiting import set_row
+from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
 
@@ -47,7 +47,7 @@ async def test_first_callers_together_build_one_limiter_from_settings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, engine = migrated_db
-    set_row(engine, "/m", rate=5, cache=0.0, status=1)
+    write_row(engine, "/m", rateLimit=5, cache=0.0, status=1)
     monkeypatch.setenv("GATEWAY_LIMITER_DATABASE_URL", url)
     monkeypatch.setenv("GATEWAY_LIMITER_REDIS_URL", redis_server.url)
     monkeypatch.setenv("GATEWAY_LIMITER_KEY_PREFIX", key_prefix)

@@ -6,8 +6,8 @@ asyncio process share one bucket."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -17,68 +17,68 @@ from gateway_limiter import GatewayLimiter, InterfaceClosed, NotStarted
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.table import make_engine, upsert_conf
-from tests.support.limiting import evalsha_calls, set_row, set_switch
+from tests.support.limiting import evalsha_calls, set_switch, write_row
 from tests.support.services import RedisServer
 
 
 @pytest.fixture
-async def lim(
-    migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
-) -> AsyncIterator[AsyncGatewayLimiter]:
-    url, engine = migrated_db
-    set_row(engine, "/limited", rate=5, cache=0.0, status=1)
-    set_row(engine, "/disabled", rate=5, cache=0.0, status=0)
-    set_row(engine, "/closed", rate=0, cache=0.5, status=1)
-    async with AsyncGatewayLimiter(
-        database_url=url, redis_url=redis_server.url, key_prefix=key_prefix, reload_interval=60
-    ) as lim:
-        yield lim
+def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    engine = limiter_db[1]
+    write_row(engine, "/limited", rateLimit=5, cache=0.0, status=1)
+    write_row(engine, "/disabled", rateLimit=5, cache=0.0, status=0)
+    write_row(engine, "/closed", rateLimit=0, cache=0.5, status=1)
+    return limiter_db
+
+
+@pytest.fixture
+def limiter_settings() -> dict[str, Any]:
+    return {"reload_interval": 60}
 
 
 async def test_unknown_disabled_and_switch_off_are_admitted_with_no_redis_traffic(
-    lim: AsyncGatewayLimiter, migrated_db: tuple[str, Engine], redis_client: redis.Redis
+    alim: AsyncGatewayLimiter, migrated_db: tuple[str, Engine], redis_client: redis.Redis
 ) -> None:
     before = evalsha_calls(redis_client)
-    assert all([await lim.try_acquire("/unknown", timeout=0) for _ in range(50)])
-    assert all([await lim.try_acquire("/disabled", timeout=0) for _ in range(50)])
-    assert await lim.acquire("/unknown") == 0.0
+    assert all([await alim.try_acquire("/unknown", timeout=0) for _ in range(50)])
+    assert all([await alim.try_acquire("/disabled", timeout=0) for _ in range(50)])
+    assert await alim.acquire("/unknown") == 0.0
     assert evalsha_calls(redis_client) == before
 
     set_switch(migrated_db[1], 0)
-    assert (await lim.reload()).switch is False
-    assert all([await lim.try_acquire("/limited", timeout=0) for _ in range(50)])
-    assert await lim.acquire("/limited", permits=100) == 0.0
+    assert (await alim.reload()).switch is False
+    assert all([await alim.try_acquire("/limited", timeout=0) for _ in range(50)])
+    assert await alim.acquire("/limited", permits=100) == 0.0
     assert evalsha_calls(redis_client) == before
 
 
 async def test_limited_interface_is_decided_by_redis(
-    lim: AsyncGatewayLimiter, redis_client: redis.Redis
+    alim: AsyncGatewayLimiter, redis_client: redis.Redis
 ) -> None:
     before = evalsha_calls(redis_client)
-    admitted = [await lim.try_acquire("/limited", timeout=0) for _ in range(8)]
+    admitted = [await alim.try_acquire("/limited", timeout=0) for _ in range(8)]
     assert admitted == [True] * 5 + [False] * 3
     # Five round trips; the fifth reply said the next permit is 200 ms away, so the three
     # callers who could not wait were refused in-process (exactly as Redis would).
     assert evalsha_calls(redis_client) == before + 5
-    assert lim.local_refusals == 3
+    assert alim.local_refusals == 3
 
 
 async def test_closed_interface_refuses_at_once_without_redis(
-    lim: AsyncGatewayLimiter, redis_client: redis.Redis
+    alim: AsyncGatewayLimiter, redis_client: redis.Redis
 ) -> None:
     before = evalsha_calls(redis_client)
-    assert not any([await lim.try_acquire("/closed") for _ in range(20)])
+    assert not any([await alim.try_acquire("/closed") for _ in range(20)])
     with pytest.raises(InterfaceClosed, match="/closed"):
-        await lim.acquire("/closed")
+        await alim.acquire("/closed")
     assert evalsha_calls(redis_client) == before
 
 
 async def test_caller_waits_within_the_rows_cache_budget(
-    lim: AsyncGatewayLimiter, migrated_db: tuple[str, Engine]
+    alim: AsyncGatewayLimiter, migrated_db: tuple[str, Engine]
 ) -> None:
-    set_row(migrated_db[1], "/wait", rate=10, cache=0.25, status=1)
-    await lim.reload()
-    results = [await lim.reserve("/wait") for _ in range(14)]
+    write_row(migrated_db[1], "/wait", rateLimit=10, cache=0.25, status=1)
+    await alim.reload()
+    results = [await alim.reserve("/wait") for _ in range(14)]
     waits = [v.wait / 1e6 for v in results if v.allowed]
     assert len(waits) == 12  # 10 stored + 2 that fit in 250 ms (100 and 200 ms)
     assert waits[-2:] == pytest.approx([0.1, 0.2], abs=0.02)
@@ -86,21 +86,21 @@ async def test_caller_waits_within_the_rows_cache_budget(
 
 
 async def test_a_rate_change_in_the_table_applies_after_reload(
-    lim: AsyncGatewayLimiter, migrated_db: tuple[str, Engine]
+    alim: AsyncGatewayLimiter, migrated_db: tuple[str, Engine]
 ) -> None:
-    set_row(migrated_db[1], "/limited", rate=50, cache=0.0, status=1)
-    summary = await lim.reload()
+    write_row(migrated_db[1], "/limited", rateLimit=50, cache=0.0, status=1)
+    summary = await alim.reload()
     assert summary.changed == ("/limited",)
-    assert lim.registry.snapshot.rules["/limited"].rate == 50
+    assert alim.registry.snapshot.rules["/limited"].rate == 50
 
 
-async def test_status_shows_the_shared_bucket(lim: AsyncGatewayLimiter) -> None:
-    assert await lim.try_acquire("/limited", permits=3, timeout=0)
-    [status] = await lim.status("/limited")
+async def test_status_shows_the_shared_bucket(alim: AsyncGatewayLimiter) -> None:
+    assert await alim.try_acquire("/limited", permits=3, timeout=0)
+    [status] = await alim.status("/limited")
     assert status.shared and status.error is None
     assert status.stored == pytest.approx(2, abs=0.2)
-    assert await lim.status("/unknown") == []
-    assert [s.rule.url for s in await lim.status()] == ["/closed", "/limited"]
+    assert await alim.status("/unknown") == []
+    assert [s.rule.url for s in await alim.status()] == ["/closed", "/limited"]
 
 
 @pytest.mark.parametrize(
@@ -118,14 +118,14 @@ async def test_status_shows_the_shared_bucket(lim: AsyncGatewayLimiter) -> None:
     ],
 )
 async def test_bad_arguments_raise_naming_the_argument(
-    lim: AsyncGatewayLimiter, kwargs: dict[str, object], error: type[Exception], names: str
+    alim: AsyncGatewayLimiter, kwargs: dict[str, object], error: type[Exception], names: str
 ) -> None:
     call = {"url": "/limited", "permits": 1, "timeout": None} | kwargs
     with pytest.raises(error, match=names):
-        await lim.try_acquire(call["url"], call["permits"], call["timeout"])  # type: ignore[arg-type]
+        await alim.try_acquire(call["url"], call["permits"], call["timeout"])  # type: ignore[arg-type]
     if "timeout" not in kwargs:
         with pytest.raises(error, match=names):
-            await lim.acquire(call["url"], call["permits"])  # type: ignore[arg-type]
+            await alim.acquire(call["url"], call["permits"])  # type: ignore[arg-type]
 
 
 async def test_a_limiter_not_started_or_closed_says_so(sqlite_db: str) -> None:
@@ -152,7 +152,7 @@ async def test_memory_backend_needs_no_server(tmp_path: Path) -> None:
 
 
 async def test_a_sync_and_an_asyncio_process_share_one_bucket(
-    lim: AsyncGatewayLimiter,
+    alim: AsyncGatewayLimiter,
     migrated_db: tuple[str, Engine],
     redis_server: RedisServer,
     key_prefix: str,
@@ -163,7 +163,7 @@ async def test_a_sync_and_an_asyncio_process_share_one_bucket(
     await asyncio.to_thread(sync.start)
     try:
         assert [sync.try_acquire("/limited", timeout=0) for _ in range(3)] == [True] * 3
-        assert [await lim.try_acquire("/limited", timeout=0) for _ in range(3)] == [
+        assert [await alim.try_acquire("/limited", timeout=0) for _ in range(3)] == [
             True,
             True,
             False,
@@ -174,11 +174,11 @@ async def test_a_sync_and_an_asyncio_process_share_one_bucket(
 
 
 async def test_a_script_flushed_from_redis_is_loaded_again_not_an_error(
-    lim: AsyncGatewayLimiter, redis_client: redis.Redis
+    alim: AsyncGatewayLimiter, redis_client: redis.Redis
 ) -> None:
-    assert await lim.try_acquire("/limited", timeout=0)
+    assert await alim.try_acquire("/limited", timeout=0)
     redis_client.script_flush()
-    assert await lim.try_acquire("/limited", timeout=0)  # NOSCRIPT -> SCRIPT LOAD -> EVALSHA
-    assert lim.backend_healthy
+    assert await alim.try_acquire("/limited", timeout=0)  # NOSCRIPT -> SCRIPT LOAD -> EVALSHA
+    assert alim.backend_healthy
     stats = redis_client.info("commandstats")
     assert stats["cmdstat_script|load"]["calls"] >= 1

@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from gateway_limiter import BackendUnavailable
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.redis import bucket_key
-from tests.support.limiting import evalsha_calls, set_row
+from tests.support.limiting import evalsha_calls, write_row
 from tests.support.services import RedisServer
 
 REDIS_TIMEOUT = 0.05
@@ -92,8 +92,8 @@ async def wait_for(condition: Callable[[], bool], seconds: float) -> None:
 @pytest.fixture
 async def db(migrated_db: tuple[str, Engine]) -> AsyncIterator[str]:
     url, engine = migrated_db
-    set_row(engine, "/r", rate=20, cache=0.0, status=1)
-    set_row(engine, "/quick", rate=100_000, cache=0.0, status=1)
+    write_row(engine, "/r", rateLimit=20, cache=0.0, status=1)
+    write_row(engine, "/quick", rateLimit=100_000, cache=0.0, status=1)
     yield url
 
 

@@ -21,6 +21,7 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.config.rules import Rule, Skipped, build_rules, rule_from_row
 from gateway_limiter.config.table import ConfRow, read_rows
 from tests.support.commandline import Ran, cli
+from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
 URL = "/ibe/flight/search"
@@ -45,14 +46,6 @@ def table(engine: Engine) -> list[dict[str, Any]]:
             if row[column] is not None:
                 row[column] = round(row[column], 4)
     return rows
-
-
-def insert(engine: Engine, url: str, **columns: Any) -> None:
-    values = {"interfaceUrl": url, "rateLimit": 20, "status": 1, **columns}
-    names = ", ".join(values)
-    params = ", ".join(f":{k}" for k in values)
-    with engine.begin() as conn:
-        conn.execute(text(f"insert into t_ratelimite_conf ({names}) values ({params})"), values)
 
 
 def applied_rule(engine: Engine, url: str) -> Rule:
@@ -276,7 +269,7 @@ def test_an_invalid_combination_exits_2_naming_the_flag_and_writes_nothing(
     db, engine = migrated_any_db
     existing, argv, flag, needles = INVALID[case]
     if existing is not None:
-        insert(engine, URL, cache=0.5, **existing)
+        write_row(engine, URL, rateLimit=20, cache=0.5, **existing)
     before = table(engine)
     ran = conf_set(capsys, db, URL, "--rate", "30", *argv)
     assert_refused(ran, flag, *needles)
@@ -342,7 +335,7 @@ def test_conf_set_accepts_exactly_the_combinations_the_reload_applies(
                 with engine.begin() as conn:
                     conn.execute(text("delete from t_ratelimite_conf"))
                 if start is not None:
-                    insert(engine, URL, cache=0.5, **start)
+                    write_row(engine, URL, rateLimit=20, cache=0.5, **start)
                 before = table(engine)
                 argv = [*alg_argv, *mp_argv, *wu_argv]
                 ran = conf_set(capsys, db, URL, "--rate", "30", "--cache", "0.5", "--enable", *argv)
@@ -369,10 +362,10 @@ def test_conf_list_shows_the_algorithm_columns_and_what_each_row_does(
     capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
 ) -> None:
     db, engine = migrated_any_db
-    insert(engine, "/tb", rateLimit=20, cache=0.2, maxPermits=40)
-    insert(engine, "/sw", rateLimit=50, cache=0.2, algorithm="sliding_window")
-    insert(engine, "/wu", rateLimit=20, cache=0.5, algorithm="warm_up", warmupPeriod=0.1)
-    insert(engine, "/bad", rateLimit=5, algorithm="sliding_window", maxPermits=9)
+    write_row(engine, "/tb", rateLimit=20, cache=0.2, maxPermits=40)
+    write_row(engine, "/sw", rateLimit=50, cache=0.2, algorithm="sliding_window")
+    write_row(engine, "/wu", rateLimit=20, cache=0.5, algorithm="warm_up", warmupPeriod=0.1)
+    write_row(engine, "/bad", rateLimit=5, algorithm="sliding_window", maxPermits=9)
     ran = cli(capsys, "--database-url", db, "conf", "list")
     assert ran.code == 0, ran.err
     lines = ran.out.splitlines()
@@ -430,9 +423,9 @@ def test_status_shows_each_algorithm_with_its_live_state(
 ) -> None:
     db, engine = migrated_any_db
     # 1/s: the 4 permits taken need 4 s to come back, longer than this test on a loaded host
-    insert(engine, "/tb", rateLimit=1, cache=0.5, maxPermits=4)
-    insert(engine, "/sw", rateLimit=5, cache=0.0, algorithm="sliding_window")
-    insert(engine, "/wu", rateLimit=20, cache=0.5, algorithm="warm_up", warmupPeriod=2.0)
+    write_row(engine, "/tb", rateLimit=1, cache=0.5, maxPermits=4)
+    write_row(engine, "/sw", rateLimit=5, cache=0.0, algorithm="sliding_window")
+    write_row(engine, "/wu", rateLimit=20, cache=0.5, algorithm="warm_up", warmupPeriod=2.0)
     settings = tmp_path / "settings.toml"
     settings.write_text(
         f'database_url = "{db}"\nredis_url = "{redis_server.url}"\nkey_prefix = "{key_prefix}"\n'

@@ -16,11 +16,9 @@ from sqlalchemy import Engine, inspect, text
 
 from gateway_limiter.config.table import make_engine
 from tests.support.commandline import Ran, cli
+from tests.support.limiting import write_row
 
 UNREACHABLE = "mysql+pymysql://root:s3cret@127.0.0.1:1/x"
-INSERT = (
-    "insert into t_ratelimite_conf (interfaceUrl, rateLimit, status) values (:url, :rate, :status)"
-)
 
 
 #: No settings.toml or GATEWAY_LIMITER_* from the developer's machine leak in.
@@ -158,8 +156,7 @@ def test_enabling_a_url_without_rows_exits_1_and_changes_nothing(
     capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
 ) -> None:
     url, engine = migrated_any_db
-    with engine.begin() as conn:
-        conn.execute(text(INSERT), {"url": "/a", "rate": 5, "status": 0})
+    write_row(engine, "/a", rateLimit=5, status=0)
     for action in ("enable", "disable"):
         ran = cli(capsys, "--database-url", url, "conf", action, "/ibe/unknown")
         assert_one_line_error(ran, 1, "no row for URL /ibe/unknown")
@@ -171,8 +168,7 @@ def test_a_url_mysql_matches_under_another_spelling_is_refused(
     capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
 ) -> None:
     url, engine = migrated_any_db
-    with engine.begin() as conn:
-        conn.execute(text(INSERT), {"url": "/A", "rate": 5, "status": 0})
+    write_row(engine, "/A", rateLimit=5, status=0)
     ran = cli(capsys, "--database-url", url, "conf", "set", "/a", "--rate", "9", "--enable")
     if engine.dialect.name in ("mysql", "mariadb"):
         # Its collation says '/a' = '/A'; the limiter does not: refuse, change nothing.

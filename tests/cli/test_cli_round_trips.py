@@ -23,6 +23,7 @@ from gateway_limiter.config.migrate import VERSION_TABLE, head_revision
 from gateway_limiter.config.rules import build_rules
 from gateway_limiter.config.table import make_engine, read_rows
 from tests.support.commandline import cli
+from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
 ANSI = "\x1b"
@@ -48,15 +49,6 @@ def switch_value(engine: Engine) -> object:
         return conn.execute(
             text("select enabled from t_ratelimite_switch where switchId = 1")
         ).scalar_one()
-
-
-def insert(engine: Engine, url: str | None, rate: int | None, status: int, **more: Any) -> int:
-    columns = {"interfaceUrl": url, "rateLimit": rate, "status": status, **more}
-    names = ", ".join(columns)
-    params = ", ".join(f":{k}" for k in columns)
-    with engine.begin() as conn:
-        conn.execute(text(f"insert into t_ratelimite_conf ({names}) values ({params})"), columns)
-        return int(conn.execute(text("select max(configId) from t_ratelimite_conf")).scalar_one())
 
 
 def test_db_upgrade_creates_the_tables_and_says_from_which_revision(
@@ -150,9 +142,9 @@ def test_conf_enable_and_disable_flip_every_row_of_that_url_only(
     capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
 ) -> None:
     url, engine = migrated_any_db
-    first = insert(engine, "/ibe/booking/create", 5, 0)
-    second = insert(engine, "/ibe/booking/create", 3, 0)
-    other = insert(engine, "/ibe/other", 7, 0)
+    first = write_row(engine, "/ibe/booking/create", rateLimit=5, status=0)
+    second = write_row(engine, "/ibe/booking/create", add=True, rateLimit=3, status=0)
+    other = write_row(engine, "/ibe/other", rateLimit=7, status=0)
 
     ran = cli(capsys, "--database-url", url, "conf", "enable", "/ibe/booking/create")
     assert ran.code == 0, ran.err
@@ -172,12 +164,14 @@ def test_conf_list_shows_every_row_and_the_same_skips_as_the_reload(
     capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
 ) -> None:
     url, engine = migrated_any_db
-    good = insert(engine, "/ibe/flight/search", 20, 1, cache=0.2, channelType="IBE+")
-    insert(engine, "/ibe/no/rate", None, 1)
-    insert(engine, "/ibe/bad/cache", 5, 1, cache=-0.5)
-    insert(engine, "/ibe/disabled", 5, 0)
-    insert(engine, "/ibe/dup", 9, 1)
-    insert(engine, "/ibe/dup", 4, 1)
+    good = write_row(
+        engine, "/ibe/flight/search", rateLimit=20, status=1, cache=0.2, channelType="IBE+"
+    )
+    write_row(engine, "/ibe/no/rate", rateLimit=None, status=1)
+    write_row(engine, "/ibe/bad/cache", rateLimit=5, status=1, cache=-0.5)
+    write_row(engine, "/ibe/disabled", rateLimit=5, status=0)
+    write_row(engine, "/ibe/dup", rateLimit=9, status=1)
+    write_row(engine, "/ibe/dup", add=True, rateLimit=4, status=1)
 
     ran = cli(capsys, "--database-url", url, "conf", "list")
     assert ran.code == 0, ran.err
@@ -261,8 +255,8 @@ def test_status_shows_live_bucket_state_from_redis_after_acquisitions(
     tmp_path: Path,
 ) -> None:
     url, engine = migrated_any_db
-    insert(engine, "/ibe/flight/search", 10, 1, cache=0.5)
-    insert(engine, "/ibe/fare/quote", 0, 1)
+    write_row(engine, "/ibe/flight/search", rateLimit=10, status=1, cache=0.5)
+    write_row(engine, "/ibe/fare/quote", rateLimit=0, status=1)
     settings = tmp_path / "settings.toml"
     settings.write_text(
         f'database_url = "{url}"\nredis_url = "{redis_server.url}"\nkey_prefix = "{key_prefix}"\n'
@@ -292,7 +286,7 @@ def test_status_of_a_url_without_a_rule_says_why_it_is_not_limited(
     capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
 ) -> None:
     url, engine = migrated_any_db
-    insert(engine, "/ibe/disabled", 5, 0)
+    write_row(engine, "/ibe/disabled", rateLimit=5, status=0)
     ran = cli(capsys, "--database-url", url, "status", "/ibe/disabled")
     assert ran.code == 0, ran.err
     assert "/ibe/disabled is not limited: its row is disabled" in ran.out

@@ -14,7 +14,7 @@ from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.rules import build_rules
 from gateway_limiter.config.table import make_engine, read_rows
 from tests.support.commandline import cli
-from tests.support.limiting import limiter, set_row
+from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
 
 #: No settings.toml or GATEWAY_LIMITER_* from the developer's machine leak in.
@@ -66,8 +66,8 @@ def test_conf_list_has_a_shadow_column_and_says_shadow_rows_are_not_enforced(
     capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
 ) -> None:
     db, engine = migrated_any_db
-    set_row(engine, "/trial", rate=20, cache=0.2, status=1, shadow=1)
-    set_row(engine, "/real", rate=20, cache=0.2, status=1)
+    write_row(engine, "/trial", rateLimit=20, cache=0.2, status=1, shadow=1)
+    write_row(engine, "/real", rateLimit=20, cache=0.2, status=1)
     code, out, err = cli(capsys, "--database-url", db, "conf", "list")
     assert code == 0, err
     lines = out.splitlines()
@@ -109,7 +109,7 @@ def test_status_marks_shadow_rules(
     tmp_path: Path,
 ) -> None:
     db, engine = migrated_any_db
-    set_row(engine, "/trial", rate=1, cache=0.0, status=1, shadow=1)  # 1 s per permit
+    write_row(engine, "/trial", rateLimit=1, cache=0.0, status=1, shadow=1)  # 1 s per permit
     settings = tmp_path / "settings.toml"
     settings.write_text(
         f'database_url = "{db}"\nredis_url = "{redis_server.url}"\nkey_prefix = "{key_prefix}"\n'
@@ -136,7 +136,7 @@ def test_a_table_from_before_revision_0005_still_loads_enforced(
     engine = make_engine(mariadb_db)
     try:
         upgrade(engine, "0003")  # code newer than the schema: no shadow column yet
-        set_row(engine, "/old", rate=2, cache=0.0, status=1)
+        write_row(engine, "/old", rateLimit=2, cache=0.0, status=1)
         assert read_rows(engine)[0].shadow is None
         caplog.set_level(logging.WARNING, logger="gateway_limiter")
         lim = limiter(mariadb_db, redis_server.url, key_prefix)

@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from gateway_limiter.cli.app import main
-from tests.support.limiting import limiter, set_row
+from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
 
 WATCH = ("status", "--watch")
@@ -43,7 +43,7 @@ def settings(
         if key.startswith("GATEWAY_LIMITER_"):
             monkeypatch.delenv(key)
     db, engine = migrated_db
-    set_row(engine, "/w", rate=5, cache=0.0, status=1)
+    write_row(engine, "/w", rateLimit=5, cache=0.0, status=1)
     path = tmp_path / "settings.toml"
     path.write_text(
         f'database_url = "{db}"\nredis_url = "{redis_server.url}"\nkey_prefix = "{key_prefix}"\n'

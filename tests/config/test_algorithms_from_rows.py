@@ -3,49 +3,25 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
-from tests.support.limiting import limiter
+from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
 
 
-def insert(
-    engine: Engine,
-    url: str,
-    rate: int,
-    cache: float,
-    algorithm: str | None,
-    max_permits: int | None = None,
-    warmup: float | None = None,
-) -> None:
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "insert into t_ratelimite_conf (interfaceUrl, rateLimit, cache, status, "
-                "algorithm, maxPermits, warmupPeriod) values (:u, :r, :c, 1, :a, :m, :w)"
-            ),
-            {"u": url, "r": rate, "c": cache, "a": algorithm, "m": max_permits, "w": warmup},
-        )
-
-
 @pytest.fixture
-def lim(
-    migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
-) -> Iterator[GatewayLimiter]:
-    url, engine = migrated_db
-    insert(engine, "/tb", 10, 0.0, None, max_permits=3)
-    insert(engine, "/sw", 5, 0.0, "sliding_window")
-    insert(engine, "/wu", 20, 0.5, "warm_up", warmup=1.0)
-    insert(engine, "/bad1", 5, 0.0, "sliding_window", max_permits=9)
-    insert(engine, "/bad2", 5, 0.0, "token_bucket", warmup=2.0)
-    insert(engine, "/bad3", 5, 0.0, "leaky")
-    lim = limiter(url, redis_server.url, key_prefix)
-    yield lim
-    lim.close()
+def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    engine = limiter_db[1]
+    write_row(engine, "/tb", rateLimit=10, cache=0.0, algorithm=None, maxPermits=3)
+    write_row(engine, "/sw", rateLimit=5, cache=0.0, algorithm="sliding_window")
+    write_row(engine, "/wu", rateLimit=20, cache=0.5, algorithm="warm_up", warmupPeriod=1.0)
+    write_row(engine, "/bad1", rateLimit=5, cache=0.0, algorithm="sliding_window", maxPermits=9)
+    write_row(engine, "/bad2", rateLimit=5, cache=0.0, algorithm="token_bucket", warmupPeriod=2.0)
+    write_row(engine, "/bad3", rateLimit=5, cache=0.0, algorithm="leaky")
+    return limiter_db
 
 
 def test_columns_default_to_todays_token_bucket(migrated_db: tuple[str, Engine]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -12,7 +12,7 @@ from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.redis import bucket_key, parse_state
-from tests.support.limiting import limiter, set_row, set_switch
+from tests.support.limiting import limiter, set_switch, write_row
 from tests.support.services import RedisServer, fresh_mariadb_database, mariadb_url
 
 INTERVAL = 0.3
@@ -29,14 +29,14 @@ def wait_until(condition: object, seconds: float = 5.0) -> float:
 
 
 @pytest.fixture
-def lim(
-    migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
-) -> Iterator[GatewayLimiter]:
-    url, engine = migrated_db
-    set_row(engine, "/r", rate=4, cache=0.0, status=1)
-    lim = limiter(url, redis_server.url, key_prefix, reload_interval=INTERVAL)
-    yield lim
-    lim.close()
+def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    write_row(limiter_db[1], "/r", rateLimit=4, cache=0.0, status=1)
+    return limiter_db
+
+
+@pytest.fixture
+def limiter_settings() -> dict[str, Any]:
+    return {"reload_interval": INTERVAL}
 
 
 def test_sql_edits_apply_within_one_reload_interval(
@@ -45,13 +45,13 @@ def test_sql_edits_apply_within_one_reload_interval(
     engine = migrated_db[1]
     assert lim.registry.snapshot.rules["/r"].rate == 4
 
-    set_row(engine, "/r", rate=40)
+    write_row(engine, "/r", rateLimit=40)
     took = wait_until(lambda: lim.registry.snapshot.rules["/r"].rate == 40)
     assert took < INTERVAL * 1.1 + 1.0  # one interval (+ jitter), with slack for a busy host
 
-    set_row(engine, "/r", status=0)
+    write_row(engine, "/r", status=0)
     wait_until(lambda: "/r" not in lim.registry.snapshot.rules)
-    set_row(engine, "/new", rate=1, cache=0.0, status=1)
+    write_row(engine, "/new", rateLimit=1, cache=0.0, status=1)
     wait_until(lambda: "/new" in lim.registry.snapshot.rules)
     assert [lim.try_acquire("/new") for _ in range(3)] == [True, False, False]
 
@@ -67,15 +67,15 @@ def test_reload_summary_reports_added_changed_removed_and_skipped(
     lim: GatewayLimiter, migrated_db: tuple[str, Engine]
 ) -> None:
     engine = migrated_db[1]
-    set_row(engine, "/r", rate=8)
-    set_row(engine, "/a", rate=1, status=1)
-    set_row(engine, "/bad", rate=-5, status=1)
+    write_row(engine, "/r", rateLimit=8)
+    write_row(engine, "/a", rateLimit=1, status=1)
+    write_row(engine, "/bad", rateLimit=-5, status=1)
     summary = lim.reload()
     assert summary.ok
     assert summary.added == ("/a",)
     assert summary.changed == ("/r",)
     assert [s.reason for s in summary.skipped] == ["rateLimit -5 is negative"]
-    set_row(engine, "/a", status=0)
+    write_row(engine, "/a", status=0)
     assert lim.reload().removed == ("/a",)
 
 
@@ -87,7 +87,7 @@ def test_a_rate_change_keeps_the_bucket_instead_of_refilling_it(
 ) -> None:
     engine = migrated_db[1]
     assert [lim.try_acquire("/r") for _ in range(5)] == [True] * 4 + [False]  # drained
-    set_row(engine, "/r", rate=8)
+    write_row(engine, "/r", rateLimit=8)
     lim.reload()
     # a reset would serve 8 at once; a rescale doubles what was left (almost nothing)
     admitted = sum(lim.try_acquire("/r") for _ in range(8))
@@ -109,7 +109,7 @@ def test_database_outage_keeps_the_last_good_limits_logs_once_and_recovers(
         from gateway_limiter.config.migrate import upgrade
 
         upgrade(lim.registry.engine)
-        set_row(lim.registry.engine, "/r", rate=2, cache=0.0, status=1)
+        write_row(lim.registry.engine, "/r", rateLimit=2, cache=0.0, status=1)
         lim.start()
         with lim.registry.engine.begin() as conn:
             conn.execute(text("rename table t_ratelimite_conf to t_moved_away"))
@@ -140,7 +140,7 @@ def test_database_gone_for_good_between_reloads_raises_nothing(
         from gateway_limiter.config.migrate import upgrade
 
         upgrade(lim.registry.engine)
-        set_row(lim.registry.engine, "/r", rate=3, cache=0.0, status=1)
+        write_row(lim.registry.engine, "/r", rateLimit=3, cache=0.0, status=1)
         lim.start()
     # the database is dropped now; scheduled reloads fail in the background
     time.sleep(0.6)

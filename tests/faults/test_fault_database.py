@@ -24,7 +24,7 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.table import make_engine
-from tests.support.limiting import CONF, set_row
+from tests.support.limiting import CONF, write_row
 from tests.support.services import RedisServer, TcpProxy
 
 #: A decision reads the snapshot and asks Redis: a database problem must not show in
@@ -73,8 +73,8 @@ class Callers:
 def proxied(migrated_db: tuple[str, Engine]) -> Iterator[tuple[str, TcpProxy]]:
     """The test's MariaDB database, reached through a relay: (URL via the relay, relay)."""
     url, engine = migrated_db
-    set_row(engine, "/a", rate=1000, cache=0.0, status=1)
-    set_row(engine, "/b", rate=500, cache=0.0, status=1)
+    write_row(engine, "/a", rateLimit=1000, cache=0.0, status=1)
+    write_row(engine, "/b", rateLimit=500, cache=0.0, status=1)
     real = make_url(url)
     proxy = TcpProxy(real.host or "127.0.0.1", real.port or 3306).start()
     yield real.set(host="127.0.0.1", port=proxy.port).render_as_string(False), proxy
@@ -144,7 +144,7 @@ def test_a_dropped_table_keeps_the_last_good_limits_until_it_is_back(
     migrated_any_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
 ) -> None:
     db_url, engine = migrated_any_db
-    set_row(engine, "/a", rate=2, cache=0.0, status=1)
+    write_row(engine, "/a", rateLimit=2, cache=0.0, status=1)
     with GatewayLimiter(
         database_url=db_url, redis_url=redis_server.url, key_prefix=key_prefix, reload_interval=60
     ) as lim:

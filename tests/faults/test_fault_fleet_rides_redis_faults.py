@@ -33,7 +33,7 @@ import pytest
 from sqlalchemy import Engine
 
 from tests.support.fleet import Fleet, WorkerConfig
-from tests.support.limiting import set_row
+from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
 RATE = 40
@@ -160,7 +160,7 @@ def resumed_after(calls: list[Call], fault: Fault) -> float:
 @pytest.fixture
 def db(migrated_db: tuple[str, Engine]) -> Iterator[str]:
     url, engine = migrated_db
-    set_row(engine, "/ibe/shared", rate=RATE, cache=0.0, status=1)
+    write_row(engine, "/ibe/shared", rateLimit=RATE, cache=0.0, status=1)
     yield url
 
 

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.redis import bucket_key
-from tests.support.limiting import evalsha_calls, limiter, set_row
+from tests.support.limiting import evalsha_calls, limiter, write_row
 from tests.support.services import RedisServer
 
 REDIS_TIMEOUT = 0.05
@@ -71,7 +71,7 @@ def test_redis_killed_and_restarted_under_load(
     policy: str, migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
 ) -> None:
     url, engine = migrated_db
-    set_row(engine, "/r", rate=20, cache=0.0, status=1)
+    write_row(engine, "/r", rateLimit=20, cache=0.0, status=1)
     lim = limiter(
         url,
         private_redis.url,
@@ -122,7 +122,7 @@ def test_redis_paused_longer_than_the_timeout_never_stalls_a_call(
     migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
 ) -> None:
     url, engine = migrated_db
-    set_row(engine, "/r", rate=1000, cache=0.0, status=1)
+    write_row(engine, "/r", rateLimit=1000, cache=0.0, status=1)
     lim = limiter(
         url,
         private_redis.url,
@@ -149,7 +149,7 @@ def test_script_flush_mid_traffic_costs_one_reload_not_an_error(
     migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
 ) -> None:
     url, engine = migrated_db
-    set_row(engine, "/r", rate=1000, cache=0.0, status=1)
+    write_row(engine, "/r", rateLimit=1000, cache=0.0, status=1)
     lim = limiter(url, private_redis.url, key_prefix, reload_interval=60)
     admin = private_redis.client()
     try:
@@ -167,7 +167,7 @@ def test_redis_restarted_empty_recreates_the_bucket_full(
     migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
 ) -> None:
     url, engine = migrated_db
-    set_row(engine, "/r", rate=5, cache=0.0, status=1)
+    write_row(engine, "/r", rateLimit=5, cache=0.0, status=1)
     lim = limiter(url, private_redis.url, key_prefix, reload_interval=60, breaker_seconds=0.1)
     try:
         assert [lim.try_acquire("/r") for _ in range(6)] == [True] * 5 + [False]
@@ -186,7 +186,7 @@ def test_redis_down_at_start_starts_anyway_and_joins_when_it_comes_up(
     migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
 ) -> None:
     url, engine = migrated_db
-    set_row(engine, "/r", rate=3, cache=0.0, status=1)
+    write_row(engine, "/r", rateLimit=3, cache=0.0, status=1)
     private_redis.kill()
     lim = limiter(url, private_redis.url, key_prefix, reload_interval=60, breaker_seconds=0.1)
     try:

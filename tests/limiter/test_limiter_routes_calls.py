@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter, InterfaceClosed, NotStarted
-from tests.support.limiting import evalsha_calls, limiter, set_row, set_switch
-from tests.support.services import RedisServer
+from tests.support.limiting import evalsha_calls, set_switch, write_row
 
 
 @pytest.fixture
-def lim(
-    migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
-) -> Iterator[GatewayLimiter]:
-    url, engine = migrated_db
-    set_row(engine, "/limited", rate=5, cache=0.0, status=1)
-    set_row(engine, "/disabled", rate=5, cache=0.0, status=0)
-    set_row(engine, "/closed", rate=0, cache=0.5, status=1)
-    lim = limiter(url, redis_server.url, key_prefix)
-    yield lim
-    lim.close()
+def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    engine = limiter_db[1]
+    write_row(engine, "/limited", rateLimit=5, cache=0.0, status=1)
+    write_row(engine, "/disabled", rateLimit=5, cache=0.0, status=0)
+    write_row(engine, "/closed", rateLimit=0, cache=0.5, status=1)
+    return limiter_db
 
 
 def test_unknown_disabled_and_switch_off_are_admitted_with_no_redis_traffic(
@@ -66,7 +59,7 @@ def test_closed_interface_refuses_at_once_without_redis(
 def test_caller_waits_within_the_rows_cache_budget(
     lim: GatewayLimiter, migrated_db: tuple[str, Engine]
 ) -> None:
-    set_row(migrated_db[1], "/wait", rate=10, cache=0.25, status=1)
+    write_row(migrated_db[1], "/wait", rateLimit=10, cache=0.25, status=1)
     lim.reload()
     results = [lim.reserve("/wait") for _ in range(14)]
     waits = [v.wait / 1e6 for v in results if v.allowed]

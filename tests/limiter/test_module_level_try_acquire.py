@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 
 import gateway_limiter
 from gateway_limiter import GatewayLimiter
-from tests.support.limiting import insert_row, set_row
+from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
 
@@ -24,7 +24,7 @@ def settings_file(
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Path]:
     db_url, engine = migrated_db
-    set_row(engine, "/m", rate=10, cache=0.0, status=1)
+    write_row(engine, "/m", rateLimit=10, cache=0.0, status=1)
     path = tmp_path / "settings.toml"
     path.write_text(
         f'database_url = "{db_url}"\nredis_url = "{redis_server.url}"\n'
@@ -76,7 +76,7 @@ def test_module_level_acquire_waits_for_its_permit(settings_file: Path) -> None:
 def test_module_level_functions_pass_the_caller_key(
     settings_file: Path, migrated_db: tuple[str, Engine]
 ) -> None:
-    insert_row(migrated_db[1], "/per-caller", rateLimit=1, cache=0.0, perCaller=1)
+    write_row(migrated_db[1], "/per-caller", rateLimit=1, cache=0.0, perCaller=1)
     assert gateway_limiter.try_acquire("/per-caller", key="a")
     assert not gateway_limiter.try_acquire("/per-caller", key="a")
     assert gateway_limiter.try_acquire("/per-caller", timeout=0, key="b")

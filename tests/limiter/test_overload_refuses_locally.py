@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -21,7 +21,7 @@ from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.decision import LIMITED
 from gateway_limiter.core.horizons import Horizons
 from gateway_limiter.model.bucket import MICROS
-from tests.support.limiting import evalsha_calls, insert_row, limiter, set_row, set_switch
+from tests.support.limiting import evalsha_calls, set_switch, write_row
 from tests.support.services import RedisServer
 
 
@@ -31,14 +31,19 @@ def db(migrated_any_db: tuple[str, Engine]) -> tuple[str, Engine]:
 
 
 @pytest.fixture
-def lim(
-    db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
-) -> Iterator[GatewayLimiter]:
-    url, engine = db
-    insert_row(engine, "/slow", rateLimit=1, cache=0.0)  # one permit a second
-    lim = limiter(url, private_redis.url, key_prefix, reload_interval=3600)
-    yield lim
-    lim.close()
+def limiter_db(db: tuple[str, Engine]) -> tuple[str, Engine]:
+    write_row(db[1], "/slow", rateLimit=1, cache=0.0)  # one permit a second
+    return db
+
+
+@pytest.fixture
+def limiter_redis_url(private_redis: RedisServer) -> str:
+    return private_redis.url
+
+
+@pytest.fixture
+def limiter_settings() -> dict[str, Any]:
+    return {"reload_interval": 3600}
 
 
 def test_a_burst_past_the_rate_costs_one_round_trip_until_the_next_permit(
@@ -94,7 +99,7 @@ def test_after_the_next_permit_is_due_callers_go_to_redis_again(lim: GatewayLimi
 def test_a_rate_change_forgets_what_was_learnt(lim: GatewayLimiter, db: tuple[str, Engine]) -> None:
     assert lim.try_acquire("/slow")
     assert not lim.try_acquire("/slow")  # next permit in ~1 s
-    set_row(db[1], "/slow", rate=1000)
+    write_row(db[1], "/slow", rateLimit=1000)
     summary = lim.reload()
     assert summary.changed == ("/slow",)
     assert len(lim._horizons or ()) == 0
@@ -132,7 +137,7 @@ def test_per_caller_limits_keep_a_horizon_per_caller(
     db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
 ) -> None:
     url, engine = db
-    insert_row(engine, "/per", rateLimit=1, cache=0.0, perCaller=1)
+    write_row(engine, "/per", rateLimit=1, cache=0.0, perCaller=1)
     with GatewayLimiter(
         database_url=url, redis_url=private_redis.url, key_prefix=key_prefix
     ) as lim:
@@ -150,7 +155,7 @@ def test_a_window_far_ahead_is_asked_about_again_within_a_second(
     that moment only a second ahead, so state Redis lost without an error (FLUSHALL)
     holds no caller back for longer than that."""
     url, engine = db
-    insert_row(engine, "/hourly", rateLimit=1, cache=0.0, periodSeconds=3600,
+    write_row(engine, "/hourly", rateLimit=1, cache=0.0, periodSeconds=3600,
                algorithm="fixed_window")  # fmt: skip
     with GatewayLimiter(
         database_url=url, redis_url=private_redis.url, key_prefix=key_prefix
@@ -167,7 +172,7 @@ async def test_asyncio_refuses_locally_too(
     db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
 ) -> None:
     url, engine = db
-    insert_row(engine, "/aslow", rateLimit=1, cache=0.0)
+    write_row(engine, "/aslow", rateLimit=1, cache=0.0)
     client = private_redis.client()
     async with AsyncGatewayLimiter(
         database_url=url, redis_url=private_redis.url, key_prefix=key_prefix
@@ -213,7 +218,7 @@ async def test_asyncio_callers_queued_in_a_burst_learn_no_later_moment_than_the_
     """Callers queued behind a burst are sent late; what they learn counts from the
     moment their call was written, so it never runs past the real next permit."""
     url, engine = db
-    insert_row(engine, "/burst", rateLimit=2, cache=0.0)  # next permit 0.5 s after each
+    write_row(engine, "/burst", rateLimit=2, cache=0.0)  # next permit 0.5 s after each
     async with AsyncGatewayLimiter(
         database_url=url, redis_url=private_redis.url, key_prefix=key_prefix
     ) as lim:

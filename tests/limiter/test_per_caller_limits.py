@@ -6,7 +6,6 @@ key holds, and idle per-caller state expires."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis
@@ -17,7 +16,7 @@ from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.state import MAX_PLAIN_CALLER, caller_part
 from gateway_limiter.config.rules import Rule
-from tests.support.limiting import insert_row, limiter
+from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
 
 #: Caller keys that must not be written into a Redis key as they are.
@@ -37,13 +36,13 @@ ODD_KEYS = [
 @pytest.fixture
 def db(migrated_db: tuple[str, Engine]) -> Engine:
     engine = migrated_db[1]
-    insert_row(engine, "/each", rateLimit=2, cache=0.0, perCaller=1)
+    write_row(engine, "/each", rateLimit=2, cache=0.0, perCaller=1)
     # 3 per second for everyone together, 2 per second for each caller
-    insert_row(engine, "/both", rateLimit=3, cache=0.0)
-    insert_row(engine, "/both", rateLimit=2, cache=0.0, perCaller=1)
-    insert_row(engine, "/shared", rateLimit=2, cache=0.0)
+    write_row(engine, "/both", rateLimit=3, cache=0.0)
+    write_row(engine, "/both", add=True, rateLimit=2, cache=0.0, perCaller=1)
+    write_row(engine, "/shared", rateLimit=2, cache=0.0)
     # per caller, two periods, a fixed window: 2 per 2 s window and 3 per minute each
-    insert_row(
+    write_row(
         engine,
         "/mix",
         rateLimit=2,
@@ -52,22 +51,19 @@ def db(migrated_db: tuple[str, Engine]) -> Engine:
         algorithm="fixed_window",
         periodSeconds=2,
     )
-    insert_row(engine, "/mix", rateLimit=3, cache=0.0, perCaller=1, periodSeconds=60)
+    write_row(engine, "/mix", add=True, rateLimit=3, cache=0.0, perCaller=1, periodSeconds=60)
     return engine
 
 
+@pytest.fixture
+def limiter_db(limiter_db: tuple[str, Engine], db: Engine) -> tuple[str, Engine]:
+    return limiter_db  # with the rows of ``db``
+
+
 @pytest.fixture(params=["redis", "memory"])
-def lim(
-    request: pytest.FixtureRequest,
-    migrated_db: tuple[str, Engine],
-    db: Engine,
-    redis_server: RedisServer,
-    key_prefix: str,
-) -> Iterator[GatewayLimiter]:
-    where = redis_server.url if request.param == "redis" else "memory://"
-    lim = limiter(migrated_db[0], where, key_prefix)
-    yield lim
-    lim.close()
+def limiter_redis_url(request: pytest.FixtureRequest, redis_server: RedisServer) -> str:
+    """The shared Redis, then memory:// (as the ``local`` policy decides)."""
+    return redis_server.url if request.param == "redis" else "memory://"
 
 
 def burst(lim: GatewayLimiter, url: str, key: str | None, n: int) -> list[bool]:
@@ -187,16 +183,6 @@ def test_memory_state_per_caller_is_bounded_least_recently_used_first_out() -> N
     assert memory.reserve(rule, 2, 0.0, "b").allowed  # b forgotten: a full bucket again
     assert not memory.reserve(rule, 1, 0.0, "a").allowed  # a kept its state
     assert not memory.reserve(shared, 1, 0.0).allowed  # shared state never evicted
-
-
-@pytest.fixture
-async def alim(
-    migrated_db: tuple[str, Engine], db: Engine, redis_server: RedisServer, key_prefix: str
-) -> AsyncIterator[AsyncGatewayLimiter]:
-    async with AsyncGatewayLimiter(
-        database_url=migrated_db[0], redis_url=redis_server.url, key_prefix=key_prefix
-    ) as lim:
-        yield lim
 
 
 async def test_the_asyncio_limiter_takes_a_key_too(alim: AsyncGatewayLimiter) -> None:

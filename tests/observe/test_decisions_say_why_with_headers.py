@@ -7,7 +7,7 @@ outcomes that must not touch Redis is counted on the server.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -16,24 +16,25 @@ from sqlalchemy import Engine
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.core.decision import Decision
-from tests.support.limiting import evalsha_calls, limiter, set_row, set_switch
+from tests.support.limiting import evalsha_calls, limiter, set_switch, write_row
 from tests.support.services import RedisServer
 
 
 @pytest.fixture
-def lim(
-    migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
-) -> Iterator[GatewayLimiter]:
-    url, engine = migrated_db
-    set_row(engine, "/lim", rate=5, cache=0.0, status=1)
-    set_row(engine, "/wait", rate=10, cache=0.25, status=1)
-    set_row(engine, "/closed", rate=0, cache=0.5, status=1)
-    set_row(engine, "/disabled", rate=5, cache=0.0, status=0)
-    set_row(engine, "/shadow", rate=2, cache=0.0, status=1, shadow=1)
-    set_row(engine, "/shadow-closed", rate=0, cache=0.0, status=1, shadow=1)
-    lim = limiter(url, redis_server.url, key_prefix, reload_interval=3600)
-    yield lim
-    lim.close()
+def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    engine = limiter_db[1]
+    write_row(engine, "/lim", rateLimit=5, cache=0.0, status=1)
+    write_row(engine, "/wait", rateLimit=10, cache=0.25, status=1)
+    write_row(engine, "/closed", rateLimit=0, cache=0.5, status=1)
+    write_row(engine, "/disabled", rateLimit=5, cache=0.0, status=0)
+    write_row(engine, "/shadow", rateLimit=2, cache=0.0, status=1, shadow=1)
+    write_row(engine, "/shadow-closed", rateLimit=0, cache=0.0, status=1, shadow=1)
+    return limiter_db
+
+
+@pytest.fixture
+def limiter_settings() -> dict[str, Any]:
+    return {"reload_interval": 3600}
 
 
 def test_admitted_calls_count_permits_down_and_a_refusal_says_when_to_retry(
@@ -127,7 +128,7 @@ def test_shadow_rules_admit_at_once_what_they_would_refuse_and_show_no_headers(
 def test_shadow_rules_never_make_a_caller_wait(
     lim: GatewayLimiter, migrated_db: tuple[str, Engine]
 ) -> None:
-    set_row(migrated_db[1], "/shadow", rate=2, cache=2.0, status=1, shadow=1)
+    write_row(migrated_db[1], "/shadow", rateLimit=2, cache=2.0, status=1, shadow=1)
     lim.reload()
     assert lim.decide("/shadow", permits=2).remaining == 0
     began = time.monotonic()
@@ -142,7 +143,7 @@ def test_shadow_rules_never_make_a_caller_wait(
 def test_try_acquire_is_decide_allowed_on_one_bucket(
     lim: GatewayLimiter, migrated_db: tuple[str, Engine]
 ) -> None:
-    set_row(migrated_db[1], "/one", rate=1, cache=0.0, status=1)  # one permit a second
+    write_row(migrated_db[1], "/one", rateLimit=1, cache=0.0, status=1)  # one permit a second
     lim.reload()
     answers = [lim.try_acquire("/one") if i % 2 else lim.decide("/one").allowed for i in range(4)]
     assert answers == [True, False, False, False]
@@ -182,7 +183,7 @@ def test_redis_down_decisions_say_the_failure_policy_decided(
     expected: Decision,
 ) -> None:
     url, engine = migrated_db
-    set_row(engine, "/lim", rate=5, cache=0.0, status=1)
+    write_row(engine, "/lim", rateLimit=5, cache=0.0, status=1)
     private_redis.kill()
     lim = limiter(url, private_redis.url, key_prefix, on_backend_error=policy, breaker_seconds=1.0)
     try:
@@ -199,10 +200,10 @@ async def test_asyncio_decide_gives_the_same_decisions(
     migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
 ) -> None:
     url, engine = migrated_db
-    set_row(engine, "/lim", rate=2, cache=0.0, status=1)
-    set_row(engine, "/closed", rate=0, cache=0.0, status=1)
-    set_row(engine, "/disabled", rate=2, cache=0.0, status=0)
-    set_row(engine, "/shadow", rate=1, cache=0.0, status=1, shadow=1)
+    write_row(engine, "/lim", rateLimit=2, cache=0.0, status=1)
+    write_row(engine, "/closed", rateLimit=0, cache=0.0, status=1)
+    write_row(engine, "/disabled", rateLimit=2, cache=0.0, status=0)
+    write_row(engine, "/shadow", rateLimit=1, cache=0.0, status=1, shadow=1)
     async with AsyncGatewayLimiter(
         database_url=url, redis_url=redis_server.url, key_prefix=key_prefix, reload_interval=3600
     ) as lim:
@@ -226,7 +227,7 @@ def test_decide_takes_the_caller_key_of_per_caller_rows(
     migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
 ) -> None:
     url, engine = migrated_db
-    set_row(engine, "/each", rate=2, cache=0.0, status=1, per_caller=1)
+    write_row(engine, "/each", rateLimit=2, cache=0.0, status=1, perCaller=1)
     lim = limiter(url, redis_server.url, key_prefix, reload_interval=3600)
     try:
         a = [lim.decide("/each", key="a") for _ in range(3)]

@@ -16,7 +16,7 @@ from gateway_limiter import limiter as limiter_module
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.limiter import Breaker
 from gateway_limiter.observe.logs import LOGGER_NAME, Throttle, one_line
-from tests.support.limiting import limiter, set_row
+from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
 
 
@@ -85,7 +85,7 @@ def shadow_limiter(
 ) -> Iterator[GatewayLimiter]:
     monkeypatch.setattr(limiter_module, "SHADOW_REPORT_SECONDS", 0.3)
     db, engine = migrated_db
-    set_row(engine, "/trial", rate=1, cache=0.0, status=1, shadow=1)
+    write_row(engine, "/trial", rateLimit=1, cache=0.0, status=1, shadow=1)
     lim = limiter(db, redis_server.url, key_prefix)
     yield lim
     lim.close()

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -21,7 +21,7 @@ from sqlalchemy import Engine, text
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.observe.metrics import UNCONFIGURED, serve
-from tests.support.limiting import limiter, set_row, set_switch
+from tests.support.limiting import limiter, set_switch, write_row
 from tests.support.services import RedisServer
 
 DECISIONS = "gateway_limiter_decisions_total"
@@ -55,21 +55,19 @@ def urls(key_prefix: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def lim(
-    migrated_db: tuple[str, Engine],
-    redis_server: RedisServer,
-    key_prefix: str,
-    urls: dict[str, str],
-) -> Iterator[GatewayLimiter]:
-    db, engine = migrated_db
-    set_row(engine, urls["lim"], rate=3, cache=0.0, status=1)
-    set_row(engine, urls["wait"], rate=20, cache=0.5, status=1)
-    set_row(engine, urls["closed"], rate=0, cache=0.0, status=1)
-    set_row(engine, urls["disabled"], rate=3, cache=0.0, status=0)
-    set_row(engine, urls["shadow"], rate=1, cache=0.0, status=1, shadow=1)
-    lim = limiter(db, redis_server.url, key_prefix, reload_interval=3600)
-    yield lim
-    lim.close()
+def limiter_db(limiter_db: tuple[str, Engine], urls: dict[str, str]) -> tuple[str, Engine]:
+    engine = limiter_db[1]
+    write_row(engine, urls["lim"], rateLimit=3, cache=0.0, status=1)
+    write_row(engine, urls["wait"], rateLimit=20, cache=0.5, status=1)
+    write_row(engine, urls["closed"], rateLimit=0, cache=0.0, status=1)
+    write_row(engine, urls["disabled"], rateLimit=3, cache=0.0, status=0)
+    write_row(engine, urls["shadow"], rateLimit=1, cache=0.0, status=1, shadow=1)
+    return limiter_db
+
+
+@pytest.fixture
+def limiter_settings() -> dict[str, Any]:
+    return {"reload_interval": 3600}
 
 
 def test_each_outcome_is_counted_under_its_interface_and_reason(
@@ -176,7 +174,7 @@ def test_redis_outage_counts_errors_and_fallbacks_and_shows_the_fallback_state(
 ) -> None:
     db, engine = migrated_db
     url = f"/{key_prefix}/r"
-    set_row(engine, url, rate=100, cache=0.0, status=1)
+    write_row(engine, url, rateLimit=100, cache=0.0, status=1)
     lim = limiter(db, private_redis.url, key_prefix, breaker_seconds=0.3, reload_interval=3600)
     try:
         errors = value("gateway_limiter_backend_errors_total")
@@ -211,7 +209,7 @@ def test_metrics_off_records_nothing(
 ) -> None:
     db, engine = migrated_db
     url = f"/{key_prefix}/quiet"
-    set_row(engine, url, rate=2, cache=0.0, status=1)
+    write_row(engine, url, rateLimit=2, cache=0.0, status=1)
     lim = limiter(db, redis_server.url, key_prefix, metrics=False)
     try:
         assert [lim.try_acquire(url) for _ in range(3)] == [True, True, False]
@@ -226,7 +224,7 @@ async def test_the_asyncio_limiter_counts_the_same_way(
 ) -> None:
     db, engine = migrated_db
     url = f"/{key_prefix}/async"
-    set_row(engine, url, rate=2, cache=0.0, status=1)
+    write_row(engine, url, rateLimit=2, cache=0.0, status=1)
     async with AsyncGatewayLimiter(
         database_url=db, redis_url=redis_server.url, key_prefix=key_prefix, reload_interval=3600
     ) as lim:

@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter.cli.app import main
 from gateway_limiter.observe import metrics
-from tests.support.limiting import limiter, set_row, set_switch
+from tests.support.limiting import limiter, set_switch, write_row
 from tests.support.services import RedisServer
 
 CLI = (sys.executable, "-m", "gateway_limiter")
@@ -41,9 +41,9 @@ def settings(
         if key.startswith("GATEWAY_LIMITER_"):
             monkeypatch.delenv(key)
     db, engine = migrated_db
-    set_row(engine, "/a", rate=5, cache=0.0, status=1)
-    set_row(engine, "/closed", rate=0, cache=0.0, status=1)
-    set_row(engine, "/trial", rate=2, cache=0.0, status=1, shadow=1)
+    write_row(engine, "/a", rateLimit=5, cache=0.0, status=1)
+    write_row(engine, "/closed", rateLimit=0, cache=0.0, status=1)
+    write_row(engine, "/trial", rateLimit=2, cache=0.0, status=1, shadow=1)
     path = tmp_path / "settings.toml"
     path.write_text(
         f'database_url = "{db}"\nredis_url = "{redis_server.url}"\n'

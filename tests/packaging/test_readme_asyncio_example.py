@@ -13,7 +13,7 @@ import httpx
 from sqlalchemy import Engine
 
 from gateway_limiter.aio import AsyncGatewayLimiter
-from tests.support.limiting import set_row
+from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -45,7 +45,7 @@ async def test_readme_asyncio_example_guards_httpx_calls(
     migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
 ) -> None:
     url, engine = migrated_db
-    set_row(engine, "/ibe/flight/search", rate=5, cache=0.0, status=1)
+    write_row(engine, "/ibe/flight/search", rateLimit=5, cache=0.0, status=1)
     namespace: dict[str, Any] = {"__name__": "readme_example"}
     exec(compile(readme_asyncio_block(), str(README), "exec"), namespace)
 

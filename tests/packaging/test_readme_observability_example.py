@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from tests.support.limiting import limiter, set_row
+from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -29,7 +29,7 @@ def test_readme_observability_example_answers_429_with_headers(
     migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
 ) -> None:
     db, engine = migrated_db
-    set_row(engine, "/ibe/flight/search", rate=2, cache=0.0, status=1)
+    write_row(engine, "/ibe/flight/search", rateLimit=2, cache=0.0, status=1)
     calls: list[dict[str, str]] = []
     namespace: dict[str, Any] = {"__name__": "readme_example"}
     exec(compile(readme_observability_block(), str(README), "exec"), namespace)

@@ -12,7 +12,7 @@ import redis
 from sqlalchemy import Engine
 
 from gateway_limiter.backends.redis import LIMITS_LUA
-from tests.support.limiting import insert_row, limiter
+from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer, free_port
 
 
@@ -46,11 +46,12 @@ def test_limits_of_one_interface_are_decided_in_one_slot(
     migrated_db: tuple[str, Engine], cluster_node: RedisServer, key_prefix: str
 ) -> None:
     _, engine = migrated_db
-    insert_row(engine, "/ibe/flight/search", rateLimit=5, cache=0.0)
-    insert_row(engine, "/ibe/flight/search", rateLimit=200, cache=0.0, periodSeconds=60)
-    insert_row(
+    write_row(engine, "/ibe/flight/search", rateLimit=5, cache=0.0)
+    write_row(engine, "/ibe/flight/search", add=True, rateLimit=200, cache=0.0, periodSeconds=60)
+    write_row(
         engine,
         "/ibe/flight/search",
+        add=True,
         rateLimit=3,
         cache=0.0,
         periodSeconds=10,

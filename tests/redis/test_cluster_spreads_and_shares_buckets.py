@@ -20,7 +20,7 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.topology import parse_endpoints
 from tests.support.clusters import LocalCluster
-from tests.support.limiting import set_row
+from tests.support.limiting import write_row
 
 RATE = 20
 URLS = [f"/supplier/{i}/search" for i in range(6)]
@@ -59,7 +59,7 @@ def test_buckets_of_many_interfaces_spread_over_every_master(
     db_url, engine = migrated_db
     urls = [f"/spread/{i}" for i in range(48)]
     for url in urls:
-        set_row(engine, url, rate=5, cache=0.0, status=1)
+        write_row(engine, url, rateLimit=5, cache=0.0, status=1)
     with GatewayLimiter(
         database_url=db_url, redis_url=redis_cluster.url, key_prefix=key_prefix
     ) as lim:
@@ -82,7 +82,7 @@ def test_several_processes_share_each_bucket_through_the_cluster(
 ) -> None:
     db_url, engine = migrated_db
     for url in URLS:
-        set_row(engine, url, rate=RATE, cache=0.0, status=1)
+        write_row(engine, url, rateLimit=RATE, cache=0.0, status=1)
     seconds = 2.5
     env = os.environ | {"PYTHONPATH": str(Path(__file__).parents[2])}
     args = [db_url, redis_cluster.url, key_prefix, str(seconds), ",".join(URLS)]
@@ -130,7 +130,7 @@ def test_asyncio_and_threads_decide_on_the_same_cluster_buckets(
     migrated_db: tuple[str, Engine], redis_cluster: LocalCluster, key_prefix: str
 ) -> None:
     db_url, engine = migrated_db
-    set_row(engine, "/mixed", rate=10, cache=0.0, status=1)
+    write_row(engine, "/mixed", rateLimit=10, cache=0.0, status=1)
     settings = {"database_url": db_url, "redis_url": redis_cluster.url, "key_prefix": key_prefix}
 
     async def take_six() -> tuple[list[bool], int]:

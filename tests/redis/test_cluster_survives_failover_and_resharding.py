@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter.backends.redis import bucket_key
 from tests.support.clusters import LocalCluster, wait_for
-from tests.support.limiting import set_row
+from tests.support.limiting import write_row
 from tests.support.traffic import RATE, Traffic, limiting_resumes, stat
 
 
@@ -37,7 +37,7 @@ def test_a_master_failover_mid_traffic_raises_nothing_and_limiting_resumes(
 ) -> None:
     db_url, engine = migrated_db
     url = "/failover/search"
-    set_row(engine, url, rate=RATE, cache=0.0, status=1)
+    write_row(engine, url, rateLimit=RATE, cache=0.0, status=1)
     victim = redis_cluster.node_on(master_of(redis_cluster, bucket_key(key_prefix, url)))
     # a generous read timeout: this test is about failover, not a starved host's timeouts
     traffic = Traffic(
@@ -74,7 +74,7 @@ def test_a_node_that_lost_its_scripts_costs_a_script_load_not_a_failure(
 ) -> None:
     db_url, engine = migrated_db
     url = "/noscript/search"
-    set_row(engine, url, rate=RATE, cache=0.0, status=1)
+    write_row(engine, url, rateLimit=RATE, cache=0.0, status=1)
     node = redis_cluster.node_on(master_of(redis_cluster, bucket_key(key_prefix, url))).client()
     traffic = Traffic(
         url,
@@ -100,7 +100,7 @@ def test_a_slot_resharded_mid_traffic_is_followed_through_ask_and_moved(
 ) -> None:
     db_url, engine = migrated_db
     url = "/reshard/search"
-    set_row(engine, url, rate=RATE, cache=0.0, status=1)
+    write_row(engine, url, rateLimit=RATE, cache=0.0, status=1)
     key = bucket_key(key_prefix, url)
     source_port = master_of(redis_cluster, key)
     target_port = next(p for p in redis_cluster.master_ports() if p != source_port)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from tests.support.limiting import set_row
+from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
 RATE = 30
@@ -58,7 +58,7 @@ def test_three_processes_together_stay_within_rate_plus_capacity(
     import time
 
     db_url, engine = migrated_db
-    set_row(engine, "/shared", rate=RATE, cache=0.1, status=1)
+    write_row(engine, "/shared", rateLimit=RATE, cache=0.1, status=1)
     seconds = 3.0
     procs = [
         subprocess.Popen(

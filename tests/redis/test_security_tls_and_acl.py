@@ -21,7 +21,7 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.redis import bucket_key
 from gateway_limiter.cli.app import main
-from tests.support.limiting import evalsha_calls, scan_keys, set_row
+from tests.support.limiting import evalsha_calls, scan_keys, write_row
 from tests.support.services import AclUser, RedisServer, TlsFiles
 
 #: A password as secrets look: long, with characters a URL must percent-encode.
@@ -78,7 +78,7 @@ def url_for(server: RedisServer, tls: TlsFiles, *, ca: bool = True, cert: bool =
 @pytest.fixture
 def db(migrated_db: tuple[str, Engine]) -> str:
     url, engine = migrated_db
-    set_row(engine, "/ibe/x", rate=5, cache=0.0, status=1)
+    write_row(engine, "/ibe/x", rateLimit=5, cache=0.0, status=1)
     return url
 
 

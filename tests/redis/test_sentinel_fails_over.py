@@ -9,7 +9,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter.backends.redis import bucket_key
 from tests.support.clusters import LocalSentinel, wait_for
-from tests.support.limiting import set_row
+from tests.support.limiting import write_row
 from tests.support.traffic import RATE, Traffic, limiting_resumes, stat
 
 
@@ -18,7 +18,7 @@ def test_decisions_go_to_the_master_and_survive_its_failover(
 ) -> None:
     db_url, engine = migrated_db
     url = "/sentinel/search"
-    set_row(engine, url, rate=RATE, cache=0.0, status=1)
+    write_row(engine, url, rateLimit=RATE, cache=0.0, status=1)
     master = redis_sentinel.server_on(redis_sentinel.master_port())
     traffic = Traffic(
         url,

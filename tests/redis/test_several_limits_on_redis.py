@@ -11,7 +11,6 @@ wide enough for a loaded 2-core machine.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -23,7 +22,7 @@ from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.table import make_engine
-from tests.support.limiting import evalsha_calls, insert_row, limiter
+from tests.support.limiting import evalsha_calls, limiter, write_row
 from tests.support.services import RedisServer
 
 SECOND = 1_000_000.0
@@ -35,29 +34,25 @@ def db(migrated_db: tuple[str, Engine]) -> Engine:
     """The rows every test here reads (MariaDB)."""
     engine = migrated_db[1]
     # 5 per second and 8 per 10 s: the 10 s limit binds once 8 went
-    insert_row(engine, "/two", rateLimit=5, cache=0.0)
-    insert_row(engine, "/two", rateLimit=8, cache=0.0, periodSeconds=10)
+    write_row(engine, "/two", rateLimit=5, cache=0.0)
+    write_row(engine, "/two", add=True, rateLimit=8, cache=0.0, periodSeconds=10)
     # 5 per 5 s and 3 per minute: the minute refuses long before the other does
-    insert_row(engine, "/minute", rateLimit=5, cache=0.0, periodSeconds=5)
-    insert_row(engine, "/minute", rateLimit=3, cache=0.0, periodSeconds=60)
+    write_row(engine, "/minute", rateLimit=5, cache=0.0, periodSeconds=5)
+    write_row(engine, "/minute", add=True, rateLimit=3, cache=0.0, periodSeconds=60)
     # 3 per aligned 2 s window
-    insert_row(engine, "/fixed", rateLimit=3, cache=0.0, algorithm="fixed_window", periodSeconds=2)
+    write_row(engine, "/fixed", rateLimit=3, cache=0.0, algorithm="fixed_window", periodSeconds=2)
     return engine
 
 
+@pytest.fixture
+def limiter_db(limiter_db: tuple[str, Engine], db: Engine) -> tuple[str, Engine]:
+    return limiter_db  # with the rows of ``db``
+
+
 @pytest.fixture(params=["redis", "memory"])
-def lim(
-    request: pytest.FixtureRequest,
-    migrated_db: tuple[str, Engine],
-    db: Engine,
-    redis_server: RedisServer,
-    key_prefix: str,
-) -> Iterator[GatewayLimiter]:
+def limiter_redis_url(request: pytest.FixtureRequest, redis_server: RedisServer) -> str:
     """A limiter on the shared Redis, then one on memory:// (the local policy's model)."""
-    where = redis_server.url if request.param == "redis" else "memory://"
-    lim = limiter(migrated_db[0], where, key_prefix)
-    yield lim
-    lim.close()
+    return redis_server.url if request.param == "redis" else "memory://"
 
 
 def rule_of(lim: GatewayLimiter, url: str) -> Rule:
@@ -190,7 +185,7 @@ def test_a_0003_schema_still_loads_and_upgrading_keeps_every_row_per_second_and_
 ) -> None:
     engine = make_engine(mariadb_db)
     upgrade(engine, "0003")  # code newer than the schema: the new columns read as NULL
-    insert_row(engine, "/old", rateLimit=2, cache=0.0)
+    write_row(engine, "/old", rateLimit=2, cache=0.0)
     try:
         lim = limiter(mariadb_db, redis_server.url, key_prefix)
         try:

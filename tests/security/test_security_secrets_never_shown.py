@@ -24,7 +24,7 @@ from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.cli.app import main
 from gateway_limiter.config.settings import mask_secrets, mask_url
 from gateway_limiter.config.table import DatabaseUrlError, make_engine
-from tests.support.limiting import set_row
+from tests.support.limiting import write_row
 from tests.support.services import (
     MARIADB_HOST,
     MARIADB_PORT,
@@ -131,7 +131,7 @@ SECRET = f"{HEAD}-s3cr3t pw'{TAIL}"
 def db_user(migrated_db: tuple[str, Engine]) -> Iterator[str]:
     """A MariaDB user with SECRET as its password, on the test's database; its URL."""
     engine = migrated_db[1]
-    set_row(engine, "/ibe/x", rate=5, cache=0.0, status=1)
+    write_row(engine, "/ibe/x", rateLimit=5, cache=0.0, status=1)
     database = engine.url.database
     name = f"gwl_{uuid.uuid4().hex[:8]}"
     conn = mariadb_connection()

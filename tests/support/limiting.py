@@ -20,34 +20,44 @@ def evalsha_calls(client: redis.Redis) -> int:
     return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
 
 
-def set_row(engine: Engine, url: str, **values: Any) -> None:
-    """Plain SQL, as an operator would: insert the row for ``url`` or update it."""
-    columns = {
-        "rate": "rateLimit",
-        "cache": "cache",
-        "status": "status",
-        "shadow": "shadow",
-        "per_caller": "perCaller",
-    }
+def write_row(engine: Engine, url: str, *, add: bool = False, **columns: Any) -> int:
+    """Plain SQL, as an operator would write it: the limit row of ``url``; its configId.
+
+    ``columns`` are named as in the table (rateLimit, cache, status, shadow, perCaller,
+    periodSeconds, algorithm, maxPermits, warmupPeriod...). A new row is enabled unless
+    ``status`` says otherwise. Without ``add``, the row of ``url`` is updated with just
+    ``columns`` when there is one, and inserted when there is none; with ``add=True`` a
+    new row goes in beside any others of ``url`` (limits of other periods or scopes).
+    """
     with engine.begin() as conn:
-        exists = conn.execute(
-            text("select count(*) from t_ratelimite_conf where interfaceUrl = :u"), {"u": url}
-        ).scalar_one()
-        params = {columns[k]: v for k, v in values.items()} | {"u": url}
-        if exists:
-            sets = ", ".join(f"{c} = :{c}" for c in params if c != "u")
+        ids = [
+            int(i)
+            for i in conn.execute(
+                text("select configId from t_ratelimite_conf where interfaceUrl = :u"), {"u": url}
+            ).scalars()
+        ]
+        if ids and not add:
+            if len(ids) > 1:
+                raise ValueError(f"{url!r} has {len(ids)} rows (configId {ids}): which one?")
+            sets = ", ".join(f"{name} = :{name}" for name in columns)
             conn.execute(
-                text(f"update t_ratelimite_conf set {sets} where interfaceUrl = :u"), params
+                text(f"update t_ratelimite_conf set {sets} where configId = :id"),
+                columns | {"id": ids[0]},
             )
-        else:
-            cols = [c for c in params if c != "u"]
+            return ids[0]
+        values = {"status": 1} | columns
+        names = ", ".join(values)
+        marks = ", ".join(f":{name}" for name in values)
+        conn.execute(
+            text(f"insert into t_ratelimite_conf (interfaceUrl, {names}) values (:u, {marks})"),
+            values | {"u": url},
+        )
+        return int(
             conn.execute(
-                text(
-                    f"insert into t_ratelimite_conf (interfaceUrl, {', '.join(cols)}) "
-                    f"values (:u, {', '.join(':' + c for c in cols)})"
-                ),
-                params,
-            )
+                text("select max(configId) from t_ratelimite_conf where interfaceUrl = :u"),
+                {"u": url},
+            ).scalar_one()
+        )
 
 
 def set_switch(engine: Engine, enabled: int | None) -> None:
@@ -61,25 +71,6 @@ def limiter(db_url: str, redis_url: str, prefix: str, **settings: Any) -> Gatewa
     lim = GatewayLimiter(database_url=db_url, redis_url=redis_url, key_prefix=prefix, **settings)
     lim.start()
     return lim
-
-
-def insert_row(engine: Engine, url: str, **columns: Any) -> int:
-    """Plain SQL: insert an enabled row for ``url`` with ``columns`` (named as in the
-    table: rateLimit, cache, periodSeconds, perCaller, algorithm...); its configId."""
-    values = {"status": 1} | columns
-    names = ", ".join(values)
-    marks = ", ".join(f":{name}" for name in values)
-    with engine.begin() as conn:
-        conn.execute(
-            text(f"insert into t_ratelimite_conf (interfaceUrl, {names}) values (:u, {marks})"),
-            values | {"u": url},
-        )
-        return int(
-            conn.execute(
-                text("select max(configId) from t_ratelimite_conf where interfaceUrl = :u"),
-                {"u": url},
-            ).scalar_one()
-        )
 
 
 def scan_keys(client: redis.Redis) -> set[str]:
