@@ -4,7 +4,7 @@ every second: the bound holds on each interface, and no process's memory grows.
 Runs ``GWL_SOAK_SECONDS`` (default 20, which keeps CI short). The full soak of the
 issue is a minute:
 
-    GWL_SOAK_SECONDS=60 .venv/bin/python -m pytest -q -s tests/test_fault_soak.py
+    GWL_SOAK_SECONDS=60 .venv/bin/python -m pytest -q -s tests/faults/test_fault_soak.py
 
 Bound per interface, over the run's T seconds: Redis admits at most R x T + C (C the
 capacity; for the sliding window, R in any 1 s, so at most R x T + R), plus what the

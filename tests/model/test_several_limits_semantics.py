@@ -1,8 +1,8 @@
 """Several limits on one interface, and the fixed window, on the reference model.
 
 The clock is driven (microseconds), so every assertion is exact. ``limits.lua`` is held
-equal to this model by tests/test_bucket_script_matches_model.py; the same behaviours
-through a real Redis are in tests/test_several_limits_on_redis.py.
+equal to this model by tests/redis/test_bucket_script_matches_model.py; the same behaviours
+through a real Redis are in tests/redis/test_several_limits_on_redis.py.
 """
 
 from __future__ import annotations
