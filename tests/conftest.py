@@ -6,17 +6,21 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from sqlalchemy import Engine
 
+from gateway_limiter import GatewayLimiter
+from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.table import make_engine
-from tests.clusters import LocalCluster, LocalSentinel
-from tests.services import RedisServer, fresh_mariadb_database, mariadb_url
+from tests.support.clusters import LocalCluster, LocalSentinel
+from tests.support.limiting import limiter
+from tests.support.services import RedisServer, fresh_mariadb_database, mariadb_url
 
 
 @pytest.fixture(autouse=True)
@@ -137,3 +141,72 @@ def no_local_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for key in list(os.environ):
         if key.startswith("GATEWAY_LIMITER_"):
             monkeypatch.delenv(key)
+
+
+# The limiter under test. ``lim`` (threaded) and ``alim`` (asyncio) are built from three
+# fixtures a test module overrides, or a test parametrises by name, to change one thing:
+#
+#   limiter_db          the config store, (url, engine): a module writes its rows here
+#   limiter_redis_url   where buckets live: the session's Redis, a private one, memory://
+#   limiter_settings    any other setting, e.g. {"reload_interval": 3600}
+#
+# e.g. in a module:
+#
+#   @pytest.fixture
+#   def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+#       write_row(limiter_db[1], "/x", rateLimit=5, cache=0.0)
+#       return limiter_db
+
+
+@pytest.fixture
+def limiter_db(migrated_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    """The config store ``lim`` and ``alim`` read: this test's migrated MariaDB database.
+
+    A module overrides it to write its rows before the limiter starts (asking for
+    ``limiter_db`` itself), or to read another store (``migrated_any_db``)."""
+    return migrated_db
+
+
+@pytest.fixture
+def limiter_redis_url(redis_server: RedisServer) -> str:
+    """Where ``lim`` and ``alim`` keep their buckets: the session's Redis (a module
+    overrides it for a private server, a cluster or ``memory://``)."""
+    return redis_server.url
+
+
+@pytest.fixture
+def limiter_settings() -> dict[str, Any]:
+    """Settings of ``lim`` and ``alim`` beyond database, Redis and key prefix: none (a
+    module overrides it, e.g. ``{"reload_interval": 3600}``)."""
+    return {}
+
+
+@pytest.fixture
+def lim(
+    limiter_db: tuple[str, Engine],
+    limiter_redis_url: str,
+    limiter_settings: dict[str, Any],
+    key_prefix: str,
+) -> Iterator[GatewayLimiter]:
+    """A started ``GatewayLimiter`` on ``limiter_db`` and ``limiter_redis_url``, under this
+    test's key prefix, with ``limiter_settings``; closed afterwards."""
+    started = limiter(limiter_db[0], limiter_redis_url, key_prefix, **limiter_settings)
+    yield started
+    started.close()
+
+
+@pytest.fixture
+async def alim(
+    limiter_db: tuple[str, Engine],
+    limiter_redis_url: str,
+    limiter_settings: dict[str, Any],
+    key_prefix: str,
+) -> AsyncIterator[AsyncGatewayLimiter]:
+    """The asyncio twin of ``lim``: a started ``AsyncGatewayLimiter`` built alike."""
+    async with AsyncGatewayLimiter(
+        database_url=limiter_db[0],
+        redis_url=limiter_redis_url,
+        key_prefix=key_prefix,
+        **limiter_settings,
+    ) as started:
+        yield started

@@ -1,0 +1,1 @@
+"""The asyncio limiter: routing, rate under load, a free loop, cancelled callers, outages."""

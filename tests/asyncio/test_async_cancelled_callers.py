@@ -1,0 +1,149 @@
+"""Cancelling a caller: CancelledError at once; the permits it reserved stay spent (the
+documented choice: the supplier stays protected, later callers may wait a little
+longer); a decision cancelled in flight leaves the limiter and its pool healthy; a
+cancelled reload still completes in its thread."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy import Engine
+
+from gateway_limiter.aio import AsyncGatewayLimiter
+from tests.support.limiting import evalsha_calls, write_row
+from tests.support.services import RedisServer, mariadb_connection
+
+RATE = 10
+#: CancelledError reaches the caller on the loop's next turn; allow a loaded host.
+PROMPT = 0.05
+
+Waiter = Callable[[AsyncGatewayLimiter], Coroutine[Any, Any, object]]
+WAITERS: dict[str, Waiter] = {
+    "acquire": lambda lim: lim.acquire("/w", permits=5),
+    "try_acquire": lambda lim: lim.try_acquire("/w", permits=5, timeout=2.0),
+}
+
+
+@pytest.fixture
+def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    engine = limiter_db[1]
+    write_row(engine, "/w", rateLimit=RATE, cache=2.0, status=1)
+    write_row(engine, "/quick", rateLimit=100_000, cache=0.0, status=1)
+    return limiter_db
+
+
+@pytest.fixture
+def limiter_settings() -> dict[str, Any]:
+    return {"reload_interval": 60}
+
+
+async def drain(lim: AsyncGatewayLimiter) -> None:
+    """Spend the stored permits, so the next reservation must wait."""
+    assert all([await lim.try_acquire("/w", timeout=0) for _ in range(RATE)])
+    assert not await lim.try_acquire("/w", timeout=0)
+
+
+@pytest.mark.parametrize("call", list(WAITERS))
+async def test_a_caller_cancelled_while_it_waits_gets_cancelled_error_at_once(
+    call: str, alim: AsyncGatewayLimiter
+) -> None:
+    await drain(alim)
+    waiter = asyncio.create_task(WAITERS[call](alim))
+    await asyncio.sleep(0.05)  # reserved 5 permits: due in ~0.5 s, sleeping
+    assert not waiter.done()
+    cancelled_at = time.monotonic()
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert time.monotonic() - cancelled_at < PROMPT
+
+
+@pytest.mark.parametrize("call", list(WAITERS))
+async def test_the_permits_of_a_cancelled_caller_stay_spent(
+    call: str, alim: AsyncGatewayLimiter
+) -> None:
+    await drain(alim)
+    reserved_at = time.monotonic()
+    waiter = asyncio.create_task(WAITERS[call](alim))
+    await asyncio.sleep(0.05)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+
+    # The next caller queues behind the cancelled caller's 5 permits, then its own 1.
+    # (Had they been given back, it would wait about 0.1 s.)
+    verdict = await alim.reserve("/w", timeout=None)
+    expected = (5 + 1) / RATE - (time.monotonic() - reserved_at)
+    assert verdict.allowed
+    assert verdict.wait / 1e6 == pytest.approx(expected, abs=0.06)
+
+
+async def test_decisions_cancelled_in_flight_leave_the_limiter_healthy(
+    alim: AsyncGatewayLimiter,
+    redis_server: RedisServer,
+    redis_client: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pool_size = alim.settings.redis_pool_size
+    clients_before = len(redis_client.client_list())
+    with caplog.at_level(logging.WARNING, logger="gateway_limiter"):
+        for turns in range(4):  # cancel at different points: queued, sending, reading
+            calls = [asyncio.create_task(alim.try_acquire("/quick")) for _ in range(200)]
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            for task in calls:
+                task.cancel()
+            outcomes = await asyncio.gather(*calls, return_exceptions=True)
+            assert all(o is True or isinstance(o, asyncio.CancelledError) for o in outcomes)
+
+        # Cancellation is not a Redis failure, and nothing leaked: every slot and
+        # connection came back, and the next decisions are made by Redis as usual.
+        assert alim.backend_healthy
+        before = evalsha_calls(redis_client)
+        started = time.monotonic()
+        assert all(await asyncio.gather(*(alim.try_acquire("/quick") for _ in range(300))))
+        assert time.monotonic() - started < 5
+        assert evalsha_calls(redis_client) - before == 300
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    # connections dropped by cancellation were closed, not left open on the server
+    await asyncio.sleep(0.1)
+    assert len(redis_client.client_list()) <= clients_before + pool_size
+
+
+async def test_a_cancelled_reload_still_completes_in_its_thread(
+    alim: AsyncGatewayLimiter, migrated_db: tuple[str, Engine]
+) -> None:
+    _, engine = migrated_db
+    database = engine.url.database
+    assert database is not None
+    locker = mariadb_connection(database)
+    try:
+        with locker.cursor() as cur:
+            cur.execute("LOCK TABLES t_ratelimite_conf WRITE")
+            cur.execute(
+                "insert into t_ratelimite_conf (interfaceUrl, rateLimit, cache, status) "
+                "values ('/late', 3, 0, 1)"
+            )
+        reload = asyncio.create_task(alim.reload())
+        await asyncio.sleep(0.2)  # the reload waits for the lock, in a thread
+        cancelled_at = time.monotonic()
+        reload.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reload
+        assert time.monotonic() - cancelled_at < PROMPT  # the caller stops waiting at once
+        assert "/late" not in alim.registry.snapshot.rules
+        with locker.cursor() as cur:
+            cur.execute("UNLOCK TABLES")
+    finally:
+        locker.close()
+
+    deadline = time.monotonic() + 10  # ... and the thread finishes the reload
+    while "/late" not in alim.registry.snapshot.rules:
+        assert time.monotonic() < deadline, "the cancelled reload never completed"
+        await asyncio.sleep(0.02)

@@ -1,0 +1,200 @@
+"""Nothing the asyncio limiter does holds the event loop: not callers waiting their turn
+on real Redis, not a reload stuck in a real MariaDB, not a start against it.
+
+The instrument is a ticker on the loop that sleeps 5 ms at a time and records how late
+it wakes. On a shared 2-core host the OS alone can keep a process off the CPU for tens
+of milliseconds, so the ticker subtracts the time its thread spent runnable but waiting
+for a CPU (the run-queue time in /proc/self/task/<tid>/schedstat). What is left is time
+the loop was held by something on it: running Python (ours, or a thread holding the
+GIL) or blocking in a call. That is what must stay under 20 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pymysql
+import pytest
+from sqlalchemy import Engine
+
+from gateway_limiter.aio import AsyncGatewayLimiter
+from tests.support.limiting import write_row
+from tests.support.services import RedisServer, mariadb_connection
+
+STALL = 0.020
+TICK = 0.005
+
+
+def _run_queue_seconds() -> float:
+    """Seconds this thread has spent runnable but not running (0.0 where unknown)."""
+    try:
+        text = Path(f"/proc/self/task/{threading.get_native_id()}/schedstat").read_text()
+    except OSError:
+        return 0.0
+    return int(text.split()[1]) / 1e9
+
+
+class LoopTicker:
+    """Ticks on the running loop; ``worst`` is the longest the loop was held (s)."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self.worst_raw = 0.0
+        self.ticks = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        while True:
+            started, queued = time.perf_counter(), _run_queue_seconds()
+            await asyncio.sleep(TICK)
+            late = time.perf_counter() - started - TICK
+            self.worst_raw = max(self.worst_raw, late)
+            self.worst = max(self.worst, late - (_run_queue_seconds() - queued))
+            self.ticks += 1
+
+    async def __aenter__(self) -> LoopTicker:
+        self._task = asyncio.create_task(self._tick())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+    def __repr__(self) -> str:
+        return f"loop held {self.worst * 1000:.1f} ms (raw lateness {self.worst_raw * 1000:.1f})"
+
+
+@pytest.fixture
+def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    engine = limiter_db[1]
+    write_row(engine, "/wait", rateLimit=100, cache=0.0, status=1)
+    write_row(engine, "/quick", rateLimit=100_000, cache=0.0, status=1)
+    return limiter_db
+
+
+@pytest.fixture
+def limiter_settings() -> dict[str, Any]:
+    return {"reload_interval": 60}
+
+
+class TableLock:
+    """``LOCK TABLES t_ratelimite_conf WRITE`` from another session: every read of the
+    limits table, the limiter's reload included, waits until ``release``."""
+
+    def __init__(self, engine: Engine) -> None:
+        database = engine.url.database
+        assert database is not None
+        self.conn = mariadb_connection(database)
+
+    def __enter__(self) -> TableLock:
+        with self.conn.cursor() as cur:
+            cur.execute("LOCK TABLES t_ratelimite_conf WRITE")
+        return self
+
+    def insert(self, url: str, rate: int) -> None:
+        """A row written under the lock: seen by a reload only once the lock is released."""
+        with self.conn.cursor() as cur:
+            cur.execute(
+                "insert into t_ratelimite_conf (interfaceUrl, rateLimit, cache, status) "
+                "values (%s, %s, 0, 1)",
+                (url, rate),
+            )
+
+    def release(self) -> None:
+        """UNLOCK TABLES."""
+        with self.conn.cursor() as cur:
+            cur.execute("UNLOCK TABLES")
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(pymysql.Error):
+            self.release()
+        self.conn.close()
+
+
+async def test_the_ticker_sees_a_loop_held_by_a_blocking_call_or_by_cpu_work() -> None:
+    async with LoopTicker() as ticker:
+        await asyncio.sleep(0.02)
+        time.sleep(0.06)  # a blocking call inside a coroutine: the bug this file guards
+        await asyncio.sleep(0.02)
+    assert ticker.worst >= 0.04, ticker
+
+    async with LoopTicker() as ticker:
+        await asyncio.sleep(0.02)
+        until = time.thread_time() + 0.06
+        while time.thread_time() < until:  # 60 ms of CPU on the loop holds it just the same
+            pass
+        await asyncio.sleep(0.02)
+    assert ticker.worst >= 0.04, ticker
+
+
+async def test_callers_waiting_their_turn_on_redis_do_not_hold_the_loop(
+    alim: AsyncGatewayLimiter,
+) -> None:
+    await alim.acquire("/quick")  # a first connection, as a running gateway has
+    waited: list[float] = []
+
+    async def caller(arrives_after: float) -> None:
+        await asyncio.sleep(arrives_after)
+        waited.append(await alim.acquire("/wait"))
+
+    async with LoopTicker() as ticker:
+        # 200 callers arriving over 200 ms, as traffic does (a burst of N at one instant
+        # is N decisions' CPU in one turn of the loop: work, not a stall), then waiting
+        # up to a second for their turn at 100/s.
+        await asyncio.gather(*(caller(i / 1000) for i in range(200)))
+
+    assert len(waited) == 200
+    assert max(waited) > 0.5  # they did wait (100 stored, then 100 more at 100/s)
+    assert ticker.ticks > 20
+    assert ticker.worst < STALL, ticker
+
+
+@pytest.mark.parametrize("operation", ["reload", "start"])
+async def test_a_reload_stuck_in_the_database_does_not_hold_the_loop(
+    operation: str,
+    migrated_db: tuple[str, Engine],
+    redis_server: RedisServer,
+    key_prefix: str,
+) -> None:
+    url, engine = migrated_db
+    write_row(engine, "/quick", rateLimit=100_000, cache=0.0, status=1)
+    lim = AsyncGatewayLimiter(
+        database_url=url, redis_url=redis_server.url, key_prefix=key_prefix, reload_interval=60
+    )
+    if operation == "reload":
+        await lim.start()
+        await lim.acquire("/quick")
+    try:
+        with TableLock(engine) as lock:
+            lock.insert("/new", 7)
+            async with LoopTicker() as ticker:
+                stuck = asyncio.create_task(getattr(lim, operation)())
+                slowest = 0.0
+                for _ in range(50):  # requests keep being decided meanwhile
+                    started = time.perf_counter()
+                    if operation == "reload":
+                        assert await lim.try_acquire("/quick", timeout=0)
+                    slowest = max(slowest, time.perf_counter() - started)
+                    await asyncio.sleep(0.01)
+                assert not stuck.done()  # still waiting for the table lock, in its thread
+                lock.release()
+                summary = await asyncio.wait_for(stuck, 10)
+        assert summary.ok
+        assert "/new" in lim.registry.snapshot.rules
+        assert slowest < 0.1
+        assert ticker.worst < STALL, ticker
+    finally:
+        await lim.aclose()

@@ -1,0 +1,38 @@
+"""The benchmark scripts still run to the end against the current code (smoke runs).
+
+They measure, and no figure is asserted here: a loaded CI host gives any numbers. What
+is asserted is that each script finishes and prints its tables, so a change to the
+decision path (a reply of another shape, a renamed function) cannot leave the
+documented commands broken until someone next measures.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "expected"),
+    [
+        ("decision_cost.py", ["--quick"], ["1. Throughput", "2. Accuracy", "3. asyncio"]),
+        ("where_time_goes.py", [], ["1. Redis server time", "3. Python alone"]),
+        ("overload.py", ["--quick"], ["1. 8 threads", "2. asyncio", "local refusals:"]),
+    ],
+)
+def test_benchmark_runs_to_its_tables(script: str, args: list[str], expected: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for heading in expected:
+        assert heading in done.stdout, done.stdout[-3000:]

@@ -1,0 +1,1 @@
+"""The gateway-limiter command line: conf and switch round trips, errors, status."""

@@ -1,0 +1,1 @@
+"""Settings, limit rows, the reload that follows the table, migrations."""

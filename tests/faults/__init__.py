@@ -1,0 +1,1 @@
+"""Outages of Redis and the database, the failure policies, a fleet soak."""

@@ -1,0 +1,1 @@
+"""The threaded limiter's decisions: routing, per-caller limits, local refusals."""

@@ -1,0 +1,1 @@
+"""The reference model: bucket and window semantics, their properties."""

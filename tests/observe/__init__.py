@@ -1,0 +1,1 @@
+"""What the limiter shows: decisions and headers, metrics, logs."""

@@ -1,0 +1,1 @@
+"""What ships works as shown: the wheel, the README and example code, the demo."""

@@ -1,0 +1,1 @@
+"""Through real Redis: the scripts, cluster, sentinel, TLS and ACL, processes sharing a rate."""

@@ -1,0 +1,81 @@
+"""Redis Cluster refuses a script whose keys lie in different hash slots (CROSSSLOT), even
+when one node serves every slot. Every key of one interface (each period, each caller)
+carries the interface's {hash tag}, so its limits are decided in one script call there."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from sqlalchemy import Engine
+
+from gateway_limiter.backends.redis import LIMITS_LUA
+from tests.support.limiting import limiter, write_row
+from tests.support.services import RedisServer, free_port
+
+
+@pytest.fixture
+def cluster_node() -> Iterator[RedisServer]:
+    """A one-node Redis Cluster holding all 16384 slots."""
+    server = RedisServer(
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        # the bus port defaults to port + 10000, past 65535 for a high free port
+        "--cluster-port",
+        str(free_port()),
+    )
+    server.start()
+    try:
+        client = server.client()
+        client.cluster("ADDSLOTSRANGE", 0, 16383)
+        deadline = time.monotonic() + 10
+        while client.cluster("INFO").get("cluster_state") != "ok":
+            if time.monotonic() > deadline:
+                pytest.fail("the one-node cluster did not reach cluster_state:ok")
+            time.sleep(0.05)
+        yield server
+    finally:
+        server.stop()
+
+
+def test_limits_of_one_interface_are_decided_in_one_slot(
+    migrated_db: tuple[str, Engine], cluster_node: RedisServer, key_prefix: str
+) -> None:
+    _, engine = migrated_db
+    write_row(engine, "/ibe/flight/search", rateLimit=5, cache=0.0)
+    write_row(engine, "/ibe/flight/search", add=True, rateLimit=200, cache=0.0, periodSeconds=60)
+    write_row(
+        engine,
+        "/ibe/flight/search",
+        add=True,
+        rateLimit=3,
+        cache=0.0,
+        periodSeconds=10,
+        perCaller=1,
+        algorithm="fixed_window",
+    )
+    client: redis.Redis = cluster_node.client()
+    # The check is real: keys of two interfaces in one call are refused.
+    with pytest.raises(redis.ResponseError, match="hash to the same slot"):  # CROSSSLOT
+        client.eval(
+            LIMITS_LUA, 2, "{/a}:tb", "{/b}:tb", "1", "-1", "", "tb", "1", "1", "tb", "1", "1"
+        )
+
+    lim = limiter(migrated_db[0], cluster_node.url, key_prefix, on_backend_error="deny")
+    try:
+        outcomes = [
+            lim.try_acquire("/ibe/flight/search", timeout=0, key=caller)
+            for caller in ("10.0.0.1", "10.0.0.1", "a caller with spaces", None)
+        ]
+        assert outcomes == [True, True, True, True]
+        assert lim.backend_healthy and lim.backend_fallbacks == 0  # Redis decided each
+    finally:
+        lim.close()
+    keys = list(client.scan_iter(f"{key_prefix}:*"))
+    assert len(keys) == 2 + 3  # the two shared limits, the fixed window of 3 callers
+    slots = {client.cluster("KEYSLOT", key) for key in keys}
+    assert len(slots) == 1
