@@ -11,6 +11,7 @@ count reloads that way, whoever started them (the scheduler, ``reload()``, the C
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -34,6 +35,8 @@ from gateway_limiter.observe.logs import OUTAGE_REPORT_SECONDS, Throttle, held_b
 
 #: Spread reloads of a fleet so they do not hit the database in the same instant.
 RELOAD_JITTER = 0.1  # as a fraction of reload_interval
+#: APScheduler logs every job added and every start at INFO: noise in a gateway's log.
+SCHEDULER_LOGGER = "apscheduler"
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +248,7 @@ class Registry:
         if self._scheduler is None:
             from apscheduler.schedulers.background import BackgroundScheduler
 
+            quiet_scheduler_logs()
             interval = self.settings.reload_interval
             scheduler = BackgroundScheduler(daemon=True)
             scheduler.add_job(
@@ -267,3 +271,15 @@ class Registry:
         if scheduler is not None:
             scheduler.shutdown(wait=False)
         self._engine.dispose()
+
+
+def quiet_scheduler_logs() -> None:
+    """Show APScheduler's own lines from WARNING up, unless its logger was configured.
+
+    Its INFO lines (a job added, the scheduler started or shut down) say nothing a
+    gateway's operator needs; a level set on the ``apscheduler`` logger by the
+    application (anything but NOTSET) is left as it is.
+    """
+    logger = logging.getLogger(SCHEDULER_LOGGER)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)
