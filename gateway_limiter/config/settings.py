@@ -102,7 +102,7 @@ def mask_secrets(text: str) -> str:
 
 @dataclass(frozen=True, slots=True, repr=False)
 class Settings:
-    """Every setting of the limiter (DESIGN.md section 4), validated.
+    """Every setting of the limiter (docs/design.md), validated.
 
     Its repr masks passwords, so logging a Settings never shows one.
     """

@@ -1,6 +1,6 @@
 """The limits table ``t_ratelimite_conf`` and the switch table, and every query on them.
 
-The model mirrors DESIGN.md section 1 column for column; ``sql/`` holds the same DDL
+The model mirrors the table of docs/design.md column for column; ``sql/`` holds the same DDL
 for MySQL, and ``migrations/`` creates it (a test compares the two). Nothing else in
 the package speaks SQL, and no SQL here is built from strings.
 """
