@@ -2,9 +2,10 @@
 """An asyncio gateway whose upstream HTTP calls are guarded by ``AsyncGatewayLimiter``.
 
 Runs as written, with no servers and no network: the "supplier" is a tiny HTTP server
-this script starts on a free local port, the limits live in a throw-away SQLite file,
-and the bucket is in-process (``memory://``). Point ``database_url`` at MySQL and
-``redis_url`` at Redis and the same code keeps a whole fleet within the supplier's rate.
+this script starts on a free local port, the limits live in a SQLite file in a
+temporary folder (removed at the end), and the bucket is in-process (``memory://``).
+Point ``database_url`` at MySQL and ``redis_url`` at Redis and the same code keeps a
+whole fleet within the supplier's rate.
 
     python examples/aiohttp_or_httpx_guard.py
 
@@ -31,9 +32,8 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from gateway_limiter import admin
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.config.migrate import upgrade
-from gateway_limiter.config.table import make_engine, upsert_conf
 
 INTERFACE = "/ibe/flight/search"
 RATE = 10  # calls per second the supplier's contract allows
@@ -110,13 +110,18 @@ async def search_flights(
 
 
 async def main() -> None:
-    # The limits table, as operations staff would fill it (here: a temp SQLite file).
-    database_url = f"sqlite:///{Path(tempfile.mkdtemp()) / 'limits.db'}"
-    engine = make_engine(database_url)
-    upgrade(engine)
-    upsert_conf(engine, INTERFACE, rate_limit=RATE, cache=BUDGET, status=1)
-    engine.dispose()
+    with tempfile.TemporaryDirectory(prefix="gateway-limiter-example-") as folder:
+        # The limits table, as operations staff would fill it (``gateway-limiter db
+        # upgrade`` and ``conf set`` do the same from the command line). Blocking
+        # database I/O, done once before the gateway serves.
+        database_url = f"sqlite:///{Path(folder) / 'limits.db'}"
+        admin.upgrade(database_url)
+        admin.set_limit(database_url, INTERFACE, rate=RATE, cache=BUDGET)
+        await serve(database_url)
 
+
+async def serve(database_url: str) -> None:
+    """Start the supplier, send the burst through the limiter, then one ``acquire``."""
     arrivals: list[float] = []
     supplier = await start_supplier(arrivals)
     port = supplier.sockets[0].getsockname()[1]
@@ -124,26 +129,27 @@ async def main() -> None:
     client_name, get = http_get()
     print(f"supplier on {base}, limited to {RATE}/s; client: {client_name}")
 
-    async with AsyncGatewayLimiter(database_url=database_url, redis_url="memory://") as limiter:
-        started = time.monotonic()
-        answers = await asyncio.gather(
-            *(search_flights(limiter, get, base) for _ in range(REQUESTS))
-        )
-        took = time.monotonic() - started
-        counted = collections.Counter(answers)
-        print(f"{REQUESTS} requests at once -> {dict(counted)} in {took:.2f} s")
+    try:
+        async with AsyncGatewayLimiter(database_url=database_url, redis_url="memory://") as limiter:
+            started = time.monotonic()
+            answers = await asyncio.gather(
+                *(search_flights(limiter, get, base) for _ in range(REQUESTS))
+            )
+            took = time.monotonic() - started
+            counted = collections.Counter(answers)
+            print(f"{REQUESTS} requests at once -> {dict(counted)} in {took:.2f} s")
 
-        offsets = sorted(t - started for t in arrivals)
-        print("supplier saw calls at (s):", " ".join(f"{t:.1f}" for t in offsets))
-        for k, t in enumerate(offsets, start=1):  # the k-th call: at least (k - C) / r in
-            assert t >= (k - RATE) / RATE - 0.01, f"call {k} came {t:.3f} s in: too early"
+            offsets = sorted(t - started for t in arrivals)
+            print("supplier saw calls at (s):", " ".join(f"{t:.1f}" for t in offsets))
+            for k, t in enumerate(offsets, start=1):  # the k-th call: at least (k - C) / r in
+                assert t >= (k - RATE) / RATE - 0.01, f"call {k} came {t:.3f} s in: too early"
 
-        waited = await limiter.acquire(INTERFACE)  # must go through: waits its turn
-        status = await get(base + INTERFACE)
-        print(f"acquire waited {waited:.2f} s, then supplier answered {status}")
-
-    supplier.close()
-    await supplier.wait_closed()
+            waited = await limiter.acquire(INTERFACE)  # must go through: waits its turn
+            status = await get(base + INTERFACE)
+            print(f"acquire waited {waited:.2f} s, then supplier answered {status}")
+    finally:
+        supplier.close()
+        await supplier.wait_closed()
 
 
 if __name__ == "__main__":

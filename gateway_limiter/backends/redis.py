@@ -13,12 +13,17 @@ blocking pool sized for threads that waits at most ``redis_timeout`` for a conne
 
 from __future__ import annotations
 
+import functools
+import inspect
 import struct
 from hashlib import sha1
 from importlib import resources
+from types import ModuleType
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 import redis
+import redis.connection
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -144,8 +149,23 @@ def parse_state(raw: object) -> BucketState | None:
     return BucketState(*STATE.unpack(raw))
 
 
+#: Options a ``redis_url`` query may set besides those redis-py converts from text
+#: itself (its ``URL_QUERY_ARGUMENT_PARSERS``): texts the connection takes as they are.
+TEXT_QUERY_OPTIONS = ("username", "password", "client_name", "lib_name", "lib_version")
+
+
 def client_options(settings: Settings) -> dict[str, Any]:
-    """Connection options for the decision path (shared by sync and asyncio clients)."""
+    """Connection options for the decision path (shared by sync and asyncio clients).
+
+    Raises ValueError when ``redis_url``'s query names an option redis-py would pass
+    to the connection, to fail there with a TypeError on the first connect.
+    """
+    check_query_options(settings.redis_url, redis.connection)
+    return decision_path_options(settings)
+
+
+def decision_path_options(settings: Settings) -> dict[str, Any]:
+    """The timeouts, retries and pool size every decision's connection gets."""
     return {
         "socket_timeout": settings.redis_timeout,
         "socket_connect_timeout": settings.redis_connect_timeout,
@@ -153,6 +173,68 @@ def client_options(settings: Settings) -> dict[str, Any]:
         "health_check_interval": 0,
         "max_connections": settings.redis_pool_size,
     }
+
+
+def check_query_options(url: str, connection: ModuleType) -> None:
+    """Refuse a ``redis://``, ``rediss://`` or ``unix://`` URL whose query names an
+    option ``connection`` (``redis.connection`` or ``redis.asyncio.connection``) does not
+    take for that scheme: one line naming it and the options allowed.
+
+    redis-py hands any query option to the connection as a keyword, so an unknown one
+    is a TypeError at the first connect (``start()``), not an error about the URL.
+    ``redis+cluster://`` and ``redis+sentinel://`` URLs take no query (their parser
+    refuses one).
+    """
+    scheme = url.partition("://")[0].lower()
+    if scheme not in _CONNECTIONS:
+        return
+    given = parse_qs(urlparse(url).query)  # as redis-py reads it: blank values left out
+    allowed = allowed_query_options(scheme, connection)
+    unknown = [name for name in given if name not in allowed]
+    if not unknown:
+        return
+    hint = ""
+    if scheme != "rediss" and any(name.startswith("ssl_") for name in unknown):
+        hint = "; ssl_ options need a rediss:// URL"
+    raise ValueError(
+        f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} in the query "
+        f"(allowed: {', '.join(allowed)}){hint}"
+    )
+
+
+# The connection class redis-py uses for each scheme, by name in either module.
+_CONNECTIONS = {
+    "redis": "Connection",
+    "rediss": "SSLConnection",
+    "unix": "UnixDomainSocketConnection",
+}
+
+
+@functools.cache
+def allowed_query_options(scheme: str, connection: ModuleType) -> tuple[str, ...]:
+    """The query options a ``scheme`` URL may have with this redis-py, sorted: those
+    redis-py converts from text, plain texts, and for TLS the ``ssl_`` settings, each
+    only if the scheme's connection class (or the pool) takes it."""
+    taken = _keywords(getattr(connection, _CONNECTIONS[scheme]))
+    taken |= _keywords(connection.BlockingConnectionPool)
+    candidates = {*connection.URL_QUERY_ARGUMENT_PARSERS, *TEXT_QUERY_OPTIONS}
+    candidates |= {name for name in taken if name.startswith("ssl_")}
+    return tuple(sorted(candidates & taken))
+
+
+def _keywords(cls: type) -> set[str]:
+    """Every keyword the ``__init__`` of ``cls`` or of a class it derives from names."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        names.update(
+            p.name
+            for p in inspect.signature(init).parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+        )
+    return names
 
 
 def redis_url(settings: Settings) -> str:

@@ -63,6 +63,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import redis
+import redis.asyncio.connection
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
@@ -73,7 +74,8 @@ from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.redis import (
     SCRIPTS,
     Commands,
-    client_options,
+    check_query_options,
+    decision_path_options,
     parse_reply,
     parse_state,
 )
@@ -145,9 +147,14 @@ class Deadline:
 
 def async_client_options(settings: Settings) -> dict[str, Any]:
     """Connection options: ``client_options`` with the asyncio Retry, and no socket
-    timeouts of redis-py's own: ``Deadline`` times connecting and every round trip."""
+    timeouts of redis-py's own: ``Deadline`` times connecting and every round trip.
+
+    Raises ValueError when ``redis_url``'s query names an option ``redis.asyncio``
+    does not take (``check_query_options``).
+    """
+    check_query_options(settings.redis_url, redis.asyncio.connection)
     return (
-        client_options(settings)
+        decision_path_options(settings)
         | {"retry": Retry(NoBackoff(), 0), "socket_timeout": None, "socket_connect_timeout": None}
         | _newer_redis_py_options()
     )

@@ -11,10 +11,12 @@ count reloads that way, whoever started them (the scheduler, ``reload()``, the C
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -23,11 +25,18 @@ from sqlalchemy.exc import DBAPIError, NoSuchTableError, SQLAlchemyError
 
 from gateway_limiter.config.rules import Rule, Skipped, build_rules
 from gateway_limiter.config.settings import Settings, mask_secrets
-from gateway_limiter.config.table import make_engine, read_rows, read_switch
+from gateway_limiter.config.table import (
+    make_engine,
+    missing_sqlite_file,
+    read_rows,
+    read_switch,
+)
 from gateway_limiter.observe.logs import OUTAGE_REPORT_SECONDS, Throttle, held_back, log
 
 #: Spread reloads of a fleet so they do not hit the database in the same instant.
 RELOAD_JITTER = 0.1  # as a fraction of reload_interval
+#: APScheduler logs every job added and every start at INFO: noise in a gateway's log.
+SCHEDULER_LOGGER = "apscheduler"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +122,11 @@ class Registry:
         return summary
 
     def _reload(self) -> ReloadSummary:
+        missing = missing_sqlite_file(self._engine.url)
+        if missing is not None:
+            # Connecting would create an empty file (and the next reload would find no
+            # table in it): a limiter run where no settings point at a database.
+            return self._no_database_file(missing)
         try:
             rows = read_rows(self._engine, display=False)
             ruleset = build_rules(rows, self.settings.default_cache)
@@ -148,6 +162,26 @@ class Registry:
             return None
         self._switch_table_missing = False
         return value
+
+    def _no_database_file(self, path: Path) -> ReloadSummary:
+        reason = f"database file {path} does not exist"
+        if self.snapshot.loaded_at is not None or self._db_down:
+            # It was there (or something else failed first): an outage like any other.
+            return self._failed(FileNotFoundError(reason))
+        url = self._engine.url.render_as_string(hide_password=True)
+        default = url == Settings.__dataclass_fields__["database_url"].default
+        log.warning(
+            "%s (database_url %s%s): no limits in force, every call is admitted. Configure "
+            "the limiter with GATEWAY_LIMITER_SETTINGS=/path/to/settings.toml, a "
+            "./settings.toml, or GATEWAY_LIMITER_DATABASE_URL=<SQLAlchemy URL>, and create "
+            "the tables with 'gateway-limiter db upgrade'",
+            reason,
+            mask_secrets(url),
+            ", the default" if default else "",
+        )
+        self._db_down = True
+        self._outage_reported = True  # so the reload that finds the file says so
+        return ReloadSummary(ok=False, switch=self.snapshot.switch, rules=0, error=reason)
 
     def _failed(self, error: BaseException) -> ReloadSummary:
         reason = describe_db_error(error)
@@ -214,6 +248,7 @@ class Registry:
         if self._scheduler is None:
             from apscheduler.schedulers.background import BackgroundScheduler
 
+            quiet_scheduler_logs()
             interval = self.settings.reload_interval
             scheduler = BackgroundScheduler(daemon=True)
             scheduler.add_job(
@@ -236,3 +271,15 @@ class Registry:
         if scheduler is not None:
             scheduler.shutdown(wait=False)
         self._engine.dispose()
+
+
+def quiet_scheduler_logs() -> None:
+    """Show APScheduler's own lines from WARNING up, unless its logger was configured.
+
+    Its INFO lines (a job added, the scheduler started or shut down) say nothing a
+    gateway's operator needs; a level set on the ``apscheduler`` logger by the
+    application (anything but NOTSET) is left as it is.
+    """
+    logger = logging.getLogger(SCHEDULER_LOGGER)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)

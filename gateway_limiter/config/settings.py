@@ -2,11 +2,14 @@
 
 Every key is validated when loaded; an error names the key and the (masked) value, so
 a typo in a file or an environment variable fails at start, never on the first call.
+A ``GATEWAY_LIMITER_*`` variable that names no setting is logged as a warning with the
+nearest name, since a misspelt variable would otherwise be ignored without a word.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import re
@@ -99,7 +102,7 @@ def mask_secrets(text: str) -> str:
 
 @dataclass(frozen=True, slots=True, repr=False)
 class Settings:
-    """Every setting of the limiter (DESIGN.md section 4), validated.
+    """Every setting of the limiter (docs/design.md), validated.
 
     Its repr masks passwords, so logging a Settings never shows one.
     """
@@ -257,7 +260,9 @@ def load_settings(
     """Load settings: ``base`` (or defaults) < file < environment < ``overrides``.
 
     ``path=None`` looks for $GATEWAY_LIMITER_SETTINGS, then ./settings.toml. Unknown
-    keys are errors (a misspelt key would otherwise be ignored silently).
+    keys are errors (a misspelt key would otherwise be ignored silently); an unknown
+    ``GATEWAY_LIMITER_*`` variable is a warning on the ``gateway_limiter`` logger that
+    names the nearest valid variable.
     """
     env = os.environ if environ is None else environ
     values: dict[str, Any] = dataclasses.asdict(base) if base is not None else {}
@@ -271,12 +276,42 @@ def load_settings(
         text = env.get(ENV_PREFIX + key.upper())
         if text is not None:
             values[key] = _from_text(key, text)
+    for name in unknown_env_names(env):
+        _warn_unknown_env(name)
     for key, value in overrides.items():
         if key not in _FIELDS:
             raise TypeError(f"unknown setting {key!r}")
         if value is not None:
             values[key] = float(value) if _is_float_field(key, value) else value
     return Settings(**values)
+
+
+#: Every variable name ``load_settings`` reads.
+ENV_NAMES: Final = frozenset({SETTINGS_ENV} | {ENV_PREFIX + key.upper() for key in _FIELDS})
+
+
+def unknown_env_names(environ: Mapping[str, str]) -> list[str]:
+    """The ``GATEWAY_LIMITER_*`` variables in ``environ`` that name no setting, sorted.
+
+    A misspelt key in the file or a keyword is an error; a misspelt variable cannot be
+    (the environment is shared with everything else the process runs), so it is warned
+    about instead of being ignored without a word.
+    """
+    return sorted(n for n in environ if n.startswith(ENV_PREFIX) and n not in ENV_NAMES)
+
+
+def _warn_unknown_env(name: str) -> None:
+    # Imported here: observe.logs imports this module (mask_secrets).
+    from gateway_limiter.observe.logs import log
+
+    # Compared without the prefix they all share, which would make any two look alike.
+    keys = sorted(n.removeprefix(ENV_PREFIX) for n in ENV_NAMES)
+    nearest = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), keys, n=1, cutoff=0.6)
+    if nearest:
+        hint = f"did you mean {ENV_PREFIX}{nearest[0]}?"
+    else:
+        hint = f"the variables read are {', '.join(sorted(ENV_NAMES))}"
+    log.warning("environment variable %s is not a setting and is ignored; %s", name, hint)
 
 
 def _is_float_field(key: str, value: object) -> bool:

@@ -1,6 +1,6 @@
 """The limits table ``t_ratelimite_conf`` and the switch table, and every query on them.
 
-The model mirrors DESIGN.md section 1 column for column; ``sql/`` holds the same DDL
+The model mirrors the table of docs/design.md column for column; ``sql/`` holds the same DDL
 for MySQL, and ``migrations/`` creates it (a test compares the two). Nothing else in
 the package speaks SQL, and no SQL here is built from strings.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -23,11 +24,13 @@ from sqlalchemy import (
     create_engine,
     func,
     inspect,
+    make_url,
     select,
     type_coerce,
     update,
 )
 from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -155,6 +158,26 @@ def make_engine(url: str, *, timeout: float = 5.0) -> Engine:
         raise DatabaseUrlError(
             f"database_url {mask_secrets(url)}: its driver is not installed ({e})"
         ) from None
+
+
+def missing_sqlite_file(url: str | URL) -> Path | None:
+    """The file a ``sqlite:///path`` URL names when it does not exist, else None.
+
+    Connecting to such a URL creates an empty file (SQLite's default), so whatever only
+    reads the tables asks this first and does not connect. None for other databases,
+    an in-memory database and SQLite URI filenames (``file:...?mode=...``), whose
+    opening SQLite itself decides.
+    """
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except ArgumentError:
+        return None  # not a URL at all: make_engine reports it
+    path = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
+        return None
+    if parsed.query.get("uri") or path.startswith("file:"):
+        return None
+    return None if Path(path).exists() else Path(path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ how many were held back, so nothing is lost from the count.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -27,9 +28,26 @@ OUTAGE_REPORT_SECONDS = 60.0
 SHADOW_REPORT_SECONDS = 10.0
 
 
-def one_line(text: str) -> str:
-    """``text`` as one line of a log: passwords masked, newlines and runs of spaces folded."""
-    return " ".join(mask_secrets(text).split())
+#: Characters of outside text one line keeps at most (the rest is cut, marked "...").
+LINE_LIMIT = 300
+# Where a client library pastes an object's repr into its message, e.g. redis-py's
+# "No master found for 'x' : <redis.asyncio.client.Redis(<...ConnectionPool(<...>)>)>",
+# 1,500 characters of pool and connection settings that say nothing about the failure.
+_OBJECT_REPR = re.compile(r"\s*[:,;-]?\s*<[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+(?:\(| object at 0x)")
+
+
+def one_line(text: str, limit: int = LINE_LIMIT) -> str:
+    """``text`` as one short line of a log: passwords masked, newlines and runs of spaces
+    folded, and what follows an object's repr (``<module.Class(...``), or anything past
+    ``limit`` characters, cut and marked with "...".
+    """
+    line = " ".join(mask_secrets(text).split())  # masked whole, before anything is cut
+    cut = _OBJECT_REPR.search(line)
+    if cut is not None:
+        line = line[: cut.start()] + " ..."
+    if len(line) > limit:
+        line = line[: max(0, limit - 4)].rstrip() + " ..."
+    return line
 
 
 def held_back(count: int) -> str:

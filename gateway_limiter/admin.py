@@ -1,0 +1,118 @@
+"""Set up and fill the limits tables from Python: what examples, tests and operator
+scripts need, without the command line.
+
+>>> from gateway_limiter import admin
+>>> url = "sqlite:///limits.db"
+>>> admin.upgrade(url)  # doctest: +SKIP
+>>> admin.set_limit(url, "/ibe/flight/search", rate=10, cache=1.0)  # doctest: +SKIP
+1
+>>> admin.set_switch(url, True)  # doctest: +SKIP
+
+Each function takes the database URL (a SQLAlchemy URL, as ``database_url``), opens
+its own connection and closes it before returning: a running limiter sees the change
+at its next reload (``reload_interval``), or at once after ``limiter.reload()``. They do
+what ``gateway-limiter db upgrade``, ``conf set`` and ``switch on/off/default`` do.
+SQLAlchemy and Alembic are imported only when a function is called.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["set_limit", "set_switch", "upgrade"]
+
+
+def upgrade(database_url: str) -> None:
+    """Create the limits tables, or migrate them to the newest revision.
+
+    Safe to run again (nothing to do at the newest revision). A ``sqlite:///path`` file
+    that does not exist is created.
+    """
+    from gateway_limiter.config.migrate import upgrade as migrate_upgrade
+    from gateway_limiter.config.table import make_engine
+
+    engine = make_engine(database_url)
+    try:
+        migrate_upgrade(engine)
+    finally:
+        engine.dispose()
+
+
+def set_limit(
+    database_url: str,
+    interface_url: str,
+    rate: int,
+    *,
+    cache: float | None = None,
+    period_seconds: int = 1,
+    per_caller: bool = False,
+    enabled: bool = True,
+    shadow: bool = False,
+    algorithm: str = "token_bucket",
+    max_permits: int | None = None,
+    warmup_period: float | None = None,
+) -> int:
+    """Store one limit: ``rate`` calls per ``period_seconds`` on ``interface_url``.
+
+    The row for that URL, period and scope (``per_caller``: each caller its own
+    bucket, else all callers together) is updated, or inserted; every column named
+    here is written. ``cache`` is the most a call may wait for a permit (seconds;
+    None: the ``default_cache`` setting). ``enabled=False`` stores the row but does not
+    enforce it; ``shadow=True`` counts what it would refuse and refuses nothing.
+    ``algorithm`` is ``token_bucket``, ``sliding_window`` or ``warm_up`` (with
+    ``max_permits`` and ``warmup_period``: docs/algorithms.md).
+
+    Returns the row's configId. Raises ValueError, and writes nothing, when the
+    reload would skip the row (it names why); the tables must exist (``upgrade``).
+    """
+    from gateway_limiter.config.rules import Skipped, rule_from_row
+    from gateway_limiter.config.table import ConfRow, make_engine, upsert_conf
+
+    scope = {"period_seconds": period_seconds, "per_caller": int(per_caller)}
+    fields: dict[str, Any] = {
+        "rate_limit": rate,
+        "cache": cache,
+        "status": int(enabled),
+        "shadow": int(shadow),
+        "algorithm": algorithm,
+        "max_permits": max_permits,
+        "warmup_period": warmup_period,
+    }
+    # Checked as the reload reads it (enabled, even if stored disabled: it may be
+    # enabled later), so a limit set here is never skipped there.
+    planned = ConfRow(
+        config_id=0,
+        channel_type=None,
+        interface_no=None,
+        interface_url=interface_url,
+        rate_limit=rate,
+        cache=cache,
+        status=1,
+        algorithm=algorithm,
+        max_permits=max_permits,
+        warmup_period=warmup_period,
+        period_seconds=period_seconds,
+        per_caller=int(per_caller),
+        shadow=int(shadow),
+    )
+    checked = rule_from_row(planned, default_cache=0.0)
+    if isinstance(checked, Skipped):
+        raise ValueError(f"limit on {interface_url!r} refused: {checked.reason}")
+    engine = make_engine(database_url)
+    try:
+        row, _ = upsert_conf(engine, interface_url, where=scope, **fields)
+    finally:
+        engine.dispose()
+    return row.config_id
+
+
+def set_switch(database_url: str, enabled: bool | None) -> None:
+    """Turn every limit on (True) or off (False: every call admitted), or let the
+    ``switch`` setting decide again (None)."""
+    from gateway_limiter.config.table import make_engine, write_switch
+
+    engine = make_engine(database_url)
+    try:
+        write_switch(engine, enabled)
+    finally:
+        engine.dispose()
