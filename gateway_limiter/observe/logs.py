@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from gateway_limiter.config.settings import mask_secrets
+from gateway_limiter.observe.redact import mask_secrets
 
 LOGGER_NAME = "gateway_limiter"
 log = logging.getLogger(LOGGER_NAME)

@@ -60,12 +60,13 @@ from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from gateway_limiter.config.reload import ReloadSummary, Snapshot
 from gateway_limiter.model.bucket import MICROS
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import CollectorRegistry
+
+    from gateway_limiter.config.reload import ReloadSummary, Snapshot
 
 try:
     import prometheus_client

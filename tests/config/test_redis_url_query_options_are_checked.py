@@ -8,8 +8,8 @@ import pytest
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
-from tests.commandline import cli
-from tests.services import RedisServer
+from tests.support.commandline import cli
+from tests.support.services import RedisServer
 
 pytestmark = pytest.mark.usefixtures("no_local_settings")
 

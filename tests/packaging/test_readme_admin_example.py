@@ -10,7 +10,7 @@ import pytest
 
 from gateway_limiter.config.table import find_rows, make_engine, read_switch
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def readme_admin_block() -> str:

@@ -14,7 +14,7 @@ import pytest
 from gateway_limiter.config.reload import SCHEDULER_LOGGER, Registry
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.observe.logs import LINE_LIMIT, one_line
-from tests.services import free_port
+from tests.support.services import free_port
 
 REDIS_REPR = (
     "No master found for 'gwl' : <redis.asyncio.client.Redis(<redis.asyncio.connection."

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def run_example(name: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
