@@ -151,7 +151,7 @@ def gateway_limiters(
         lim.start()
         stack.callback(lim.close)
         made.append(lim)
-    made[1]._horizons = None  # fast path off: every call asks Redis, as before it existed
+    made[1]._local_refusals = None  # fast path off: every call asks Redis, as before it existed
     return made[0], made[1]
 
 

@@ -18,8 +18,8 @@ from sqlalchemy import Engine
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.config.rules import Rule
-from gateway_limiter.core.decision import LIMITED
-from gateway_limiter.core.horizons import Horizons
+from gateway_limiter.core.decision import Reason
+from gateway_limiter.core.local_refusal import LocalRefusals
 from gateway_limiter.model.bucket import MICROS
 from tests.limiting import evalsha_calls, insert_row, limiter, set_row, set_switch
 from tests.services import RedisServer
@@ -79,7 +79,7 @@ def test_a_local_refusal_says_why_and_when_to_come_back(lim: GatewayLimiter) -> 
     refused = lim.local_refusals
     decision = lim.decide("/slow")
     assert lim.local_refusals == refused + 1
-    assert not decision.allowed and decision.reason == LIMITED
+    assert not decision.allowed and decision.reason == Reason.LIMITED
     assert decision.retry_after is not None and 0.0 < decision.retry_after <= 1.0
     assert int(decision.headers()["Retry-After"]) >= 1
 
@@ -97,7 +97,7 @@ def test_a_rate_change_forgets_what_was_learnt(lim: GatewayLimiter, db: tuple[st
     set_row(db[1], "/slow", rate=1000)
     summary = lim.reload()
     assert summary.changed == ("/slow",)
-    assert len(lim._horizons or ()) == 0
+    assert len(lim._local_refusals or ()) == 0
     refused = lim.local_refusals
     assert lim.try_acquire("/slow")  # at 1000/s the debt is gone within a millisecond
     assert lim.local_refusals == refused
@@ -108,10 +108,10 @@ def test_a_switch_change_forgets_what_was_learnt(
 ) -> None:
     assert lim.try_acquire("/slow")
     assert not lim.try_acquire("/slow")
-    assert len(lim._horizons or ()) == 1
+    assert len(lim._local_refusals or ()) == 1
     set_switch(db[1], 0)
     lim.reload()
-    assert len(lim._horizons or ()) == 0
+    assert len(lim._local_refusals or ()) == 0
 
 
 def test_a_redis_failure_forgets_what_was_learnt(
@@ -119,13 +119,13 @@ def test_a_redis_failure_forgets_what_was_learnt(
 ) -> None:
     assert lim.try_acquire("/slow")
     assert not lim.try_acquire("/slow")
-    assert len(lim._horizons or ()) == 1
+    assert len(lim._local_refusals or ()) == 1
     private_redis.kill()
     lim.try_acquire("/other-never-limited")  # not limited: no Redis, nothing forgotten
-    assert len(lim._horizons or ()) == 1
+    assert len(lim._local_refusals or ()) == 1
     lim.try_acquire("/slow", timeout=5.0)  # can reach the horizon: asks Redis, which is gone
     assert not lim.backend_healthy
-    assert len(lim._horizons or ()) == 0
+    assert len(lim._local_refusals or ()) == 0
 
 
 def test_per_caller_limits_keep_a_horizon_per_caller(
@@ -185,11 +185,11 @@ async def test_asyncio_refuses_locally_too(
 
 
 def test_the_map_is_bounded() -> None:
-    horizons = Horizons()
+    horizons = LocalRefusals()
     rule = Rule("/x", 1, 0.0, 1)
-    for i in range(Horizons.LIMIT + 10):
+    for i in range(LocalRefusals.LIMIT + 10):
         horizons.learn(Rule(f"/u{i}", 1, 0.0, i), None, (0.0, 0), 1e6)
-    assert len(horizons) <= Horizons.LIMIT
+    assert len(horizons) <= LocalRefusals.LIMIT
     horizons.learn(rule, None, (100.0, 0), 0.8e6)  # free at 100.8 s on the monotonic clock
     assert horizons.refusal(rule, None, 0.2, 100.5) is not None  # 100.7 < 100.8
     assert horizons.refusal(rule, None, 0.3, 100.5) is None  # 100.8 reaches it
@@ -197,7 +197,7 @@ def test_the_map_is_bounded() -> None:
 
 
 def test_a_moment_is_kept_at_most_a_second_ahead_and_never_across_a_forget() -> None:
-    horizons, rule = Horizons(), Rule("/x", 1, 0.0, 1)
+    horizons, rule = LocalRefusals(), Rule("/x", 1, 0.0, 1)
     horizons.learn(rule, None, (100.0, 0), 3600e6)  # a window free in an hour
     assert horizons.refusal(rule, None, 0.0, 100.9) is not None
     assert horizons.refusal(rule, None, 0.0, 101.0) is None  # kept 1 s ahead, no more
