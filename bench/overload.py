@@ -132,7 +132,7 @@ def gateway_limiters(
         started_limiter(stack, database_url, redis_url, f"gwlover{run_id}{name}")
         for name in ("fast", "slow")
     ]
-    made[1]._horizons = None  # fast path off: every call asks Redis, as before it existed
+    made[1]._local_refusals = None  # fast path off: every call asks Redis, as before it existed
     return made[0], made[1]
 
 

@@ -1,9 +1,10 @@
 """``AsyncGatewayLimiter``: the limiter for asyncio gateways (aiohttp, FastAPI + httpx).
 
-The same names as ``GatewayLimiter``, as coroutines, and the same behaviour: the rules,
-the snapshot, the switch, the failure policies, the circuit breaker, shadow rules, the
-metrics and the bucket are the sync limiter's own objects (imported, not copied). Only
-the I/O differs, and none of it blocks the event loop:
+The same names as ``GatewayLimiter``, as coroutines, and the same behaviour: both are
+I/O shells around one ``gateway_limiter.core.pipeline.LimiterCore`` (the rules, the
+snapshot, the switch, the failure policies, the circuit breaker, local refusals, shadow
+rules, the metrics and the bucket). Only the I/O differs, and none of it blocks the
+event loop:
 
 - a decision is one EVALSHA on ``redis.asyncio`` (``memory://``: the model, in-process);
 - a wait is ``asyncio.sleep``;
@@ -64,41 +65,25 @@ from __future__ import annotations
 import asyncio
 import atexit
 import threading
-from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import ClassVar, Self
 
-from gateway_limiter.backends.base import AsyncBackend, BackendError
+from gateway_limiter.backends.base import AsyncBackend
 from gateway_limiter.backends.schemes import open_async_backend
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
-from gateway_limiter.config.settings import Settings, load_settings
-from gateway_limiter.core.decision import (
-    BACKEND_FALLBACK,
-    CLOSED,
-    LIMITED,
-    REFUSE,
-    Decision,
-    decision_of,
-)
-from gateway_limiter.limiter import (
-    BackendUnavailable,
+from gateway_limiter.config.settings import Settings
+from gateway_limiter.core.decision import Decision
+from gateway_limiter.core.failure import attempt_async
+from gateway_limiter.core.pipeline import Ask, LimiterCore, Outcome, allowed_wait_s
+from gateway_limiter.core.status import (
     BucketStatus,
-    InterfaceClosed,
-    LimiterCore,
-    LimiterError,
-    NotStarted,
-    Outcome,
     bucket_status,
-    check_args,
     chosen_limits,
     has_shared_bucket,
-    route,
-    settings_from,
-    waited_seconds,
 )
-from gateway_limiter.model.bucket import MICROS, Verdict
-from gateway_limiter.observe.logs import log
+from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, LimiterError, NotStarted
+from gateway_limiter.model.bucket import Verdict
 
 __all__ = [
     "AsyncGatewayLimiter",
@@ -113,8 +98,6 @@ __all__ = [
     "try_acquire",
 ]
 
-_NOT_STARTED = "await start() (or use 'async with AsyncGatewayLimiter(...)') first"
-
 
 class AsyncGatewayLimiter(LimiterCore):
     """Fleet-wide rate limits for one asyncio gateway process.
@@ -126,39 +109,28 @@ class AsyncGatewayLimiter(LimiterCore):
             if await limiter.try_acquire("/ibe/flight/search"):
                 await call_supplier()
 
-    Keywords are settings (DESIGN.md section 4) and override the file and environment.
-    Build it anywhere; use it on one event loop.
+    Keywords are settings (see docs/design.md) and override the file and environment.
+    Build it anywhere; use it on one event loop. Each method is its ``GatewayLimiter``
+    namesake, awaited.
     """
 
     __slots__ = ("backend",)
+    backend: AsyncBackend
 
-    def __init__(self, settings: Settings | str | Path | None = None, **overrides: Any) -> None:
-        chosen = settings_from(settings, overrides)
-        self.backend: AsyncBackend = open_async_backend(chosen)
-        super().__init__(chosen, self.backend.shared)
+    _NOT_STARTED: ClassVar[str] = (
+        "await start() (or use 'async with AsyncGatewayLimiter(...)') first"
+    )
 
-    @classmethod
-    def from_settings(cls, path: str | Path | None = None, **overrides: Any) -> Self:
-        """A limiter from a settings file (None: $GATEWAY_LIMITER_SETTINGS, ./settings.toml)."""
-        return cls(load_settings(path, **overrides))
+    def _open_backend(self, settings: Settings) -> bool:
+        self.backend = open_async_backend(settings)
+        return self.backend.shared
 
     async def start(self) -> ReloadSummary:
         """Load the limits now (in a thread), then reload every ``reload_interval`` s."""
-        if not self.backend.shared:
-            log.warning(
-                "redis_url is memory://: limits hold in this process only "
-                "(N processes admit N x the rate)"
-            )
-        try:
-            await self.backend.prepare()
-        except BackendError as e:
-            self._backend_failed(e)  # start anyway: the failure policy decides meanwhile
+        self._starting()
+        self._prepared(await attempt_async(self.backend.prepare))
         # The registry's first reload and its reload thread, exactly as the sync limiter's.
-        summary = await asyncio.to_thread(self.registry.start)
-        self._started = True
-        if self._metrics is not None and self._source is not None:
-            self._metrics.attach(self._source)
-        return summary
+        return self._running(await asyncio.to_thread(self.registry.start))
 
     async def reload(self) -> ReloadSummary:
         """Reload the limits now, in a thread; the last good limits stay if the database fails."""
@@ -166,18 +138,14 @@ class AsyncGatewayLimiter(LimiterCore):
 
     async def aclose(self) -> None:
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
-        self._started = False
-        if self._metrics is not None and self._source is not None:
-            self._metrics.detach(self._source)
+        self._stopping()
         await asyncio.to_thread(self.registry.close)  # disposing the engine is database I/O
         await self.backend.aclose()
 
     def abandon(self) -> None:
         """Stop reloading and leave the metrics' gauges, with no I/O on the connections
         (for a limiter whose event loop is gone, and its connections with it)."""
-        self._started = False
-        if self._metrics is not None and self._source is not None:
-            self._metrics.detach(self._source)
+        self._stopping()
         self.registry.close()
 
     async def __aenter__(self) -> Self:
@@ -192,63 +160,30 @@ class AsyncGatewayLimiter(LimiterCore):
     ) -> None:
         await self.aclose()
 
+    async def _ask_backend(self, step: Outcome | Ask) -> Outcome:
+        # A decision's one backend round trip, awaited (when ``_begin`` left one to make).
+        if not isinstance(step, Ask):
+            return step
+        reserve = self.backend.reserve
+        reply = await attempt_async(reserve, step.rule, step.permits, step.budget_s, step.key)
+        return self._finish(step, reply)
+
     async def reserve(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
     ) -> Verdict:
-        """Decide without sleeping: the verdict, whose ``wait`` (µs) the caller must honour.
-
-        ``timeout=None`` here means the row's ``cache``; ``key`` is the caller, for
-        per-caller limits. A shadow rule's verdict is always allowed, with no wait.
-        """
-        return (await self._reserve(url, permits, timeout, key))[0]
-
-    async def _reserve(
-        self, url: str, permits: int, timeout: float | None, key: str | None
-    ) -> Outcome:
-        check_args(url, permits, timeout, key)
-        if not self._started:
-            raise NotStarted(_NOT_STARTED)
-        snapshot = self.registry.snapshot
-        rule = route(snapshot, url)
-        if rule is None:
-            return self._outcomes.unlimited(snapshot, url)
-        if rule.closed:
-            verdict, reason = REFUSE, CLOSED
-        else:
-            budget = rule.cache if timeout is None else timeout
-            verdict, reason = await self._decide(rule, permits, budget, key)
-        if rule.shadow or self._metrics is not None:
-            return self._outcomes.settle(rule, verdict, reason)
-        return verdict, reason, rule
-
-    async def _decide(
-        self, rule: Rule, permits: int, timeout: float | None, key: str | None
-    ) -> tuple[Verdict, str]:
-        asked, refused = self._refused_here(rule, key, timeout)
-        if refused is not None:  # Redis would refuse too: no round trip
-            return refused, LIMITED
-        if self._breaker.allows():
-            try:
-                verdict = await self.backend.reserve(rule, permits, timeout, key)
-            except BackendError as e:
-                self._backend_failed(e)
-            else:
-                return self._answered(rule, key, asked, verdict)
-        return self._fall_back(rule, permits, timeout, key)
+        """``GatewayLimiter.reserve``: the verdict, whose ``wait`` (µs) the caller honours."""
+        return (await self._ask_backend(self._begin(url, permits, timeout, key)))[0]
 
     async def try_acquire(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
     ) -> bool:
-        """Take ``permits`` for ``url`` if the wait fits in ``timeout`` (default: the row's
-        ``cache``): wait, then True. Otherwise False at once, with nothing reserved.
+        """``GatewayLimiter.try_acquire``: True once the wait is over, or False at once.
 
-        ``key`` names the caller: rows with ``perCaller = 1`` give each key its own
-        limits; other rows ignore it. Always ``(await decide(...)).allowed``.
         Cancelled while waiting: CancelledError at once; the permits stay spent.
         """
-        verdict = (await self._reserve(url, permits, timeout, key))[0]
-        if verdict.allowed and verdict.wait > 0:
-            await asyncio.sleep(verdict.wait / MICROS)
+        verdict = (await self._ask_backend(self._begin(url, permits, timeout, key)))[0]
+        if (wait_s := allowed_wait_s(verdict)) > 0:
+            await asyncio.sleep(wait_s)
         return verdict.allowed
 
     async def decide(
@@ -258,61 +193,33 @@ class AsyncGatewayLimiter(LimiterCore):
 
         Cancelled while waiting: CancelledError at once; the permits stay spent.
         """
-        verdict, reason, rule = await self._reserve(url, permits, timeout, key)
-        if verdict.allowed and verdict.wait > 0:
-            await asyncio.sleep(verdict.wait / MICROS)
-        if rule is None:
-            return decision_of(verdict, reason, None, 0.0, 0.0)
-        budget = rule.cache if timeout is None else timeout
-        return decision_of(verdict, reason, rule, budget, self.settings.breaker_seconds)
+        outcome = await self._ask_backend(self._begin(url, permits, timeout, key))
+        if (wait_s := allowed_wait_s(outcome[0])) > 0:
+            await asyncio.sleep(wait_s)
+        return self._decision(outcome, timeout)
 
     async def acquire(self, url: str, permits: int = 1, key: str | None = None) -> float:
-        """Take ``permits`` for ``url`` however long it takes; returns the seconds waited.
+        """``GatewayLimiter.acquire``: the seconds waited, however long it takes.
 
-        Raises InterfaceClosed for a closed interface (it would never return), and
-        ValueError for more permits than a window of the interface can ever hold. A
-        shadow rule returns 0.0 at once. Cancelled while waiting: CancelledError at
-        once; the permits stay spent.
+        Cancelled while waiting: CancelledError at once; the permits stay spent.
         """
-        check_args(url, permits, None, key)
-        if not self._started:
-            raise NotStarted(_NOT_STARTED)
-        snapshot = self.registry.snapshot
-        rule = route(snapshot, url)
-        if rule is None:
-            self._outcomes.unlimited(snapshot, url)
-            return 0.0
-        if rule.closed:
-            verdict, reason = REFUSE, CLOSED
-        else:
-            try:
-                verdict, reason = await self._decide(rule, permits, None, key)
-            except BackendUnavailable:
-                if not rule.shadow:
-                    raise
-                verdict, reason = REFUSE, BACKEND_FALLBACK  # a shadow rule never stops a call
-        verdict, reason, _ = self._outcomes.settle(rule, verdict, reason)
-        if reason == CLOSED:
-            raise InterfaceClosed(f"interface {url!r} is closed (rateLimit 0)")
-        seconds = waited_seconds(verdict, rule, permits)  # ValueError: more than a window
-        if seconds > 0:
-            await asyncio.sleep(seconds)
-        return seconds
+        wait_s = self._acquired(
+            url,
+            permits,
+            await self._ask_backend(self._begin(url, permits, None, key, forever=True)),
+        )
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
+        return wait_s
 
     async def status(self, url: str | None = None) -> list[BucketStatus]:
         """Every limit in force (or ``url``'s) with its live state (shared buckets)."""
         return [await self._describe(rule) for rule in chosen_limits(self.registry, url)]
 
     async def _describe(self, rule: Rule) -> BucketStatus:
-        # limiter.describe_state, with the peek awaited.
-        shared = self.backend.shared
-        if not has_shared_bucket(rule):
-            return BucketStatus(rule, None, 0.0, shared)
-        try:
-            state, now = await self.backend.peek(rule)
-        except BackendError as e:
-            return BucketStatus(rule, None, 0.0, shared, str(e))
-        return bucket_status(rule, state, now, shared)
+        # core.status.describe_state, with the peek awaited.
+        peeked = await attempt_async(self.backend.peek, rule) if has_shared_bucket(rule) else None
+        return bucket_status(rule, self.backend.shared, peeked)
 
 
 # --- the process-wide limiter ------------------------------------------------------

@@ -1,3 +1,5 @@
-"""The decision path both limiters share: routing a call to its rule, the failure
-policy, local refusals and the Decision a caller gets back.
+"""The decision path both limiters share, with no I/O in it: ``pipeline`` (routing a
+call to its rule, argument checks, outcomes, ``LimiterCore``), ``failure`` (the circuit
+breaker and the failure policy), ``local_refusal`` (refusing in-process what the backend
+would refuse too), ``decision`` (the Decision a caller gets back) and ``status``.
 """

@@ -25,30 +25,26 @@ reason              allowed when
 from __future__ import annotations
 
 import math
+from enum import StrEnum
 from typing import Final, NamedTuple
 
 from gateway_limiter.config.rules import SLIDING_WINDOW, Rule
 from gateway_limiter.model.bucket import MICROS, Verdict
 
-ADMITTED: Final = "admitted"
-LIMITED: Final = "limited"
-CLOSED: Final = "closed"
-SHADOW: Final = "shadow"
-BACKEND_FALLBACK: Final = "backend_fallback"
-SWITCH_OFF: Final = "switch_off"
-NOT_CONFIGURED: Final = "not_configured"
-DISABLED: Final = "disabled"
-#: Every reason a decision can have.
-REASONS: Final = (
-    ADMITTED,
-    LIMITED,
-    CLOSED,
-    SHADOW,
-    BACKEND_FALLBACK,
-    SWITCH_OFF,
-    NOT_CONFIGURED,
-    DISABLED,
-)
+
+class Reason(StrEnum):
+    """Why a decision went as it did (the table above). The values are what logs, the
+    metrics' ``reason`` label and ``Decision.reason`` have always said."""
+
+    ADMITTED = "admitted"
+    LIMITED = "limited"
+    CLOSED = "closed"
+    SHADOW = "shadow"
+    BACKEND_FALLBACK = "backend_fallback"
+    SWITCH_OFF = "switch_off"
+    NOT_CONFIGURED = "not_configured"
+    DISABLED = "disabled"
+
 
 #: The verdicts of calls decided without a bucket (unlimited, closed, allow/deny policy).
 ADMIT: Final = Verdict(True, 0.0, 0.0)
@@ -70,6 +66,8 @@ class Decision(NamedTuple):
     """
 
     allowed: bool
+    #: A ``Reason`` (a str) when a limiter made it; typed ``str`` so that a Decision
+    #: built by hand, in a caller's test say, may write ``"admitted"``.
     reason: str
     waited: float = 0.0
     retry_after: float | None = None
@@ -94,11 +92,11 @@ class Decision(NamedTuple):
 
 
 def decision_of(
-    verdict: Verdict, reason: str, rule: Rule | None, budget: float, fallback_retry: float
+    verdict: Verdict, reason: Reason, rule: Rule | None, budget_s: float, fallback_retry_s: float
 ) -> Decision:
     """The Decision of a verdict already honoured (any wait slept).
 
-    ``budget``: the wait budget the call had, in seconds. ``fallback_retry``: what
+    ``budget_s``: the wait budget the call had. ``fallback_retry_s``: what
     ``retry_after`` is when the ``deny`` policy refused (the breaker's next probe).
     """
     if rule is None:
@@ -107,12 +105,12 @@ def decision_of(
         waited, retry_after = verdict.wait / MICROS, None
     else:
         waited = 0.0
-        if reason == CLOSED or math.isinf(verdict.wait):
+        if reason == Reason.CLOSED or math.isinf(verdict.wait):
             retry_after = None
         elif verdict is REFUSE:
-            retry_after = fallback_retry
+            retry_after = fallback_retry_s
         else:
-            retry_after = max(0.0, verdict.wait / MICROS - budget)
+            retry_after = max(0.0, verdict.wait / MICROS - budget_s)
     if rule.closed:
         remaining: int | None = 0
     elif verdict is ADMIT or verdict is REFUSE or rule.algorithm == SLIDING_WINDOW:

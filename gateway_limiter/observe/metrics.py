@@ -14,7 +14,7 @@ name                                        type      what
 ``gateway_limiter_wait_seconds``            histogram waits granted to admitted calls on
                                                       limited interfaces, by ``interface``
 ``gateway_limiter_local_refusals_total``    counter   of the refusals, those decided in-process
-                                                      (no round trip: ``horizons``)
+                                                      (no round trip: ``core.local_refusal``)
 ``gateway_limiter_backend_errors_total``    counter   Redis calls that failed
 ``gateway_limiter_backend_fallbacks_total`` counter   decisions made by ``on_backend_error``
 ``gateway_limiter_backend_fallback``        gauge     1 while ``on_backend_error`` decides
@@ -196,7 +196,7 @@ class ProcessMetrics:
         self._bumps: dict[tuple[str, str, bool], Callable[[], int]] = {}
         self._waited: dict[str, WaitHistogram] = {}
         self._local = Tally()  # refusals decided in-process
-        #: Count one refusal decided in-process, with no round trip (``horizons``).
+        #: Count one refusal decided in-process, with no round trip (``core.local_refusal``).
         self.local_refusal = self._local.bump
         self._sources: list[Source] = []
         self._lock = threading.Lock()

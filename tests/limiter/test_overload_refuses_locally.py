@@ -18,8 +18,8 @@ from sqlalchemy import Engine
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.config.rules import Rule
-from gateway_limiter.core.decision import LIMITED
-from gateway_limiter.core.horizons import Horizons
+from gateway_limiter.core.decision import Reason
+from gateway_limiter.core.local_refusal import LocalRefusals
 from gateway_limiter.model.bucket import MICROS
 from tests.support.limiting import evalsha_calls, set_switch, write_row
 from tests.support.services import RedisServer
@@ -84,7 +84,7 @@ def test_a_local_refusal_says_why_and_when_to_come_back(lim: GatewayLimiter) -> 
     refused = lim.local_refusals
     decision = lim.decide("/slow")
     assert lim.local_refusals == refused + 1
-    assert not decision.allowed and decision.reason == LIMITED
+    assert not decision.allowed and decision.reason == Reason.LIMITED
     assert decision.retry_after is not None and 0.0 < decision.retry_after <= 1.0
     assert int(decision.headers()["Retry-After"]) >= 1
 
@@ -93,7 +93,7 @@ def test_after_the_next_permit_is_due_callers_go_to_redis_again(lim: GatewayLimi
     assert lim.try_acquire("/slow")
     assert not lim.try_acquire("/slow")
     time.sleep(1.05)
-    assert lim.try_acquire("/slow")  # the horizon passed: asked, and admitted
+    assert lim.try_acquire("/slow")  # the local refusal passed: asked, and admitted
 
 
 def test_a_rate_change_forgets_what_was_learnt(lim: GatewayLimiter, db: tuple[str, Engine]) -> None:
@@ -102,7 +102,7 @@ def test_a_rate_change_forgets_what_was_learnt(lim: GatewayLimiter, db: tuple[st
     write_row(db[1], "/slow", rateLimit=1000)
     summary = lim.reload()
     assert summary.changed == ("/slow",)
-    assert len(lim._horizons or ()) == 0
+    assert len(lim._local_refusals or ()) == 0
     refused = lim.local_refusals
     assert lim.try_acquire("/slow")  # at 1000/s the debt is gone within a millisecond
     assert lim.local_refusals == refused
@@ -113,10 +113,10 @@ def test_a_switch_change_forgets_what_was_learnt(
 ) -> None:
     assert lim.try_acquire("/slow")
     assert not lim.try_acquire("/slow")
-    assert len(lim._horizons or ()) == 1
+    assert len(lim._local_refusals or ()) == 1
     set_switch(db[1], 0)
     lim.reload()
-    assert len(lim._horizons or ()) == 0
+    assert len(lim._local_refusals or ()) == 0
 
 
 def test_a_redis_failure_forgets_what_was_learnt(
@@ -124,16 +124,16 @@ def test_a_redis_failure_forgets_what_was_learnt(
 ) -> None:
     assert lim.try_acquire("/slow")
     assert not lim.try_acquire("/slow")
-    assert len(lim._horizons or ()) == 1
+    assert len(lim._local_refusals or ()) == 1
     private_redis.kill()
     lim.try_acquire("/other-never-limited")  # not limited: no Redis, nothing forgotten
-    assert len(lim._horizons or ()) == 1
-    lim.try_acquire("/slow", timeout=5.0)  # can reach the horizon: asks Redis, which is gone
+    assert len(lim._local_refusals or ()) == 1
+    lim.try_acquire("/slow", timeout=5.0)  # can reach the local refusal: asks Redis, which is gone
     assert not lim.backend_healthy
-    assert len(lim._horizons or ()) == 0
+    assert len(lim._local_refusals or ()) == 0
 
 
-def test_per_caller_limits_keep_a_horizon_per_caller(
+def test_per_caller_limits_keep_a_local_refusal_per_caller(
     db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
 ) -> None:
     url, engine = db
@@ -190,26 +190,26 @@ async def test_asyncio_refuses_locally_too(
 
 
 def test_the_map_is_bounded() -> None:
-    horizons = Horizons()
+    refusals = LocalRefusals()
     rule = Rule("/x", 1, 0.0, 1)
-    for i in range(Horizons.LIMIT + 10):
-        horizons.learn(Rule(f"/u{i}", 1, 0.0, i), None, (0.0, 0), 1e6)
-    assert len(horizons) <= Horizons.LIMIT
-    horizons.learn(rule, None, (100.0, 0), 0.8e6)  # free at 100.8 s on the monotonic clock
-    assert horizons.refusal(rule, None, 0.2, 100.5) is not None  # 100.7 < 100.8
-    assert horizons.refusal(rule, None, 0.3, 100.5) is None  # 100.8 reaches it
-    assert horizons.refusal(Rule("/x", 2, 0.0, 1), None, 0.0, 100.5) is None  # another rule
+    for i in range(LocalRefusals.LIMIT + 10):
+        refusals.learn(Rule(f"/u{i}", 1, 0.0, i), None, (0.0, 0), 1e6)
+    assert len(refusals) <= LocalRefusals.LIMIT
+    refusals.learn(rule, None, (100.0, 0), 0.8e6)  # free at 100.8 s on the monotonic clock
+    assert refusals.refusal(rule, None, 0.2, 100.5) is not None  # 100.7 < 100.8
+    assert refusals.refusal(rule, None, 0.3, 100.5) is None  # 100.8 reaches it
+    assert refusals.refusal(Rule("/x", 2, 0.0, 1), None, 0.0, 100.5) is None  # another rule
 
 
 def test_a_moment_is_kept_at_most_a_second_ahead_and_never_across_a_forget() -> None:
-    horizons, rule = Horizons(), Rule("/x", 1, 0.0, 1)
-    horizons.learn(rule, None, (100.0, 0), 3600e6)  # a window free in an hour
-    assert horizons.refusal(rule, None, 0.0, 100.9) is not None
-    assert horizons.refusal(rule, None, 0.0, 101.0) is None  # kept 1 s ahead, no more
-    asked = (200.0, horizons.generation)
-    horizons.forget()  # e.g. Redis failed while that request was out
-    horizons.learn(rule, None, asked, 0.5e6)
-    assert len(horizons) == 0  # the reply of before the forget is not learnt
+    refusals, rule = LocalRefusals(), Rule("/x", 1, 0.0, 1)
+    refusals.learn(rule, None, (100.0, 0), 3600e6)  # a window free in an hour
+    assert refusals.refusal(rule, None, 0.0, 100.9) is not None
+    assert refusals.refusal(rule, None, 0.0, 101.0) is None  # kept 1 s ahead, no more
+    asked = (200.0, refusals.generation)
+    refusals.forget()  # e.g. Redis failed while that request was out
+    refusals.learn(rule, None, asked, 0.5e6)
+    assert len(refusals) == 0  # the reply of before the forget is not learnt
 
 
 async def test_asyncio_callers_queued_in_a_burst_learn_no_later_moment_than_the_real_one(

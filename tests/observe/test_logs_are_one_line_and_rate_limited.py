@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter import limiter as limiter_module
 from gateway_limiter.backends.base import BackendError
-from gateway_limiter.limiter import Breaker
+from gateway_limiter.core import failure, pipeline
+from gateway_limiter.core.failure import Breaker
 from gateway_limiter.observe.logs import LOGGER_NAME, Throttle, one_line
 from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
@@ -57,7 +57,7 @@ def test_one_line_masks_passwords_and_folds_newlines() -> None:
 def test_a_flapping_redis_is_reported_once_per_interval_with_a_count(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(limiter_module, "OUTAGE_REPORT_SECONDS", 0.3)
+    monkeypatch.setattr(failure, "OUTAGE_REPORT_SECONDS", 0.3)
     caplog.set_level(logging.DEBUG, logger=LOGGER_NAME)
     breaker = Breaker(0.01)
     error = BackendError("ConnectionError: redis://:s3cret@cache:6379\nsecond line")
@@ -83,7 +83,7 @@ def shadow_limiter(
     key_prefix: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[GatewayLimiter]:
-    monkeypatch.setattr(limiter_module, "SHADOW_REPORT_SECONDS", 0.3)
+    monkeypatch.setattr(pipeline, "SHADOW_REPORT_SECONDS", 0.3)
     db, engine = migrated_db
     write_row(engine, "/trial", rateLimit=1, cache=0.0, status=1, shadow=1)
     lim = limiter(db, redis_server.url, key_prefix)

@@ -21,7 +21,7 @@ from gateway_limiter import GatewayLimiter, InterfaceClosed
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.redis import bucket_key, window_key
 from gateway_limiter.config.table import upsert_conf
-from gateway_limiter.limiter import MAX_PERMITS
+from gateway_limiter.core.pipeline import MAX_PERMITS
 from gateway_limiter.model.bucket import Verdict
 from tests.support.limiting import scan_keys
 from tests.support.services import RedisServer

@@ -26,7 +26,7 @@ from typing import Any
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.config.rules import Rule
-from gateway_limiter.limiter import Policy
+from gateway_limiter.core.failure import Policy
 from gateway_limiter.model.bucket import Verdict
 
 ROOT = Path(__file__).parents[2]
@@ -57,12 +57,12 @@ class RecordingPolicy(Policy):
         super().__init__(name)
         self.mark = threading.local()
 
-    def decide(
-        self, rule: Rule, permits: int, timeout: float | None, key: str | None = None
+    def reserve(
+        self, rule: Rule, permits: int, timeout_s: float | None, key: str | None = None
     ) -> Verdict:
         """Decide as the policy does, and say so."""
         self.mark.decided = True
-        return super().decide(rule, permits, timeout, key)
+        return super().reserve(rule, permits, timeout_s, key)
 
 
 def rss_bytes() -> int:

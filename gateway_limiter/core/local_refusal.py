@@ -1,4 +1,4 @@
-"""Refusing hopeless callers in-process: the overload fast path.
+"""Local refusals: refusing hopeless callers in-process, the overload fast path.
 
 Under overload most calls are refused, and a refusal that costs a Redis round trip
 costs as much as an admission. But every reply of the scripts says when the interface
@@ -13,7 +13,7 @@ that learnt it was *sent*: the script ran later than that, so the moment kept is
 later than the real one (it errs by the round trip, towards asking Redis).
 
 What is kept, per interface (and per caller key for per-caller limits), is the rule it
-was learnt under and the moment, at most ``AHEAD`` seconds on: a window's next slot can
+was learnt under and the moment, at most ``AHEAD_S`` seconds on: a window's next slot can
 lie hours away, and a moment kept that long would outlive anything that changed it
 unseen (below); one round trip a second renews it. It is forgotten when it could stop
 being true or useful: a different rule (a reload changed the row: another rate moves
@@ -25,7 +25,7 @@ Memory is bounded: past ``LIMIT`` entries the whole map starts over.
 Redis losing its state without an error this process sees (``FLUSHALL``, a key
 deleted by hand) makes the shared bucket full again while the moment kept here still
 lies ahead: until it passes, this process refuses what the empty Redis would admit.
-That errs on the strict side only, and for at most ``AHEAD`` seconds. A restart or
+That errs on the strict side only, and for at most ``AHEAD_S`` seconds. A restart or
 failover that breaks connections is a backend failure, and forgets everything.
 
 Only backends whose state is shared (Redis) get this: ``memory://`` decides in-process
@@ -41,18 +41,19 @@ from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import MICROS, Verdict
 
 
-class Horizons:
-    """When each interface is next free, as the last reply about it said."""
+class LocalRefusals:
+    """When each interface is next free, as the last reply about it said, and the
+    refusals that follow from it."""
 
     __slots__ = ("_at", "_switch", "generation", "refused")
 
     #: Interfaces (and caller keys) kept at most; past this the map starts over.
     LIMIT = 16_384
-    #: The furthest ahead a moment is kept, seconds.
-    AHEAD = 1.0
+    #: The furthest ahead a moment is kept.
+    AHEAD_S = 1.0
 
     def __init__(self) -> None:
-        #: interface (or (interface, key)) -> (its rule, next free on time.monotonic())
+        #: interface (or (interface, key)) -> (its rule, next free, s on time.monotonic())
         self._at: dict[Hashable, tuple[Rule, float]] = {}
         self._switch: bool | None = None
         #: bumped by every ``forget``: a reply asked for before that is not learnt
@@ -63,9 +64,11 @@ class Horizons:
     def __len__(self) -> int:
         return len(self._at)
 
-    def refusal(self, rule: Rule, key: str | None, timeout: float, now: float) -> Verdict | None:
-        """A refusal for a caller at ``now`` (monotonic seconds) who can wait ``timeout``
-        seconds, when the interface is not free before then; None: ask the backend.
+    def refusal(
+        self, rule: Rule, key: str | None, timeout_s: float, now_s: float
+    ) -> Verdict | None:
+        """A refusal for a caller at ``now_s`` (monotonic) who can wait ``timeout_s``,
+        when the interface is not free before then; None: ask the backend.
 
         The refusal's wait (µs) is until the interface is next free: no sooner could
         this caller go (a lower bound, as ``Retry-After``).
@@ -73,8 +76,8 @@ class Horizons:
         entry = self._at.get(rule.url if key is None else _slot(rule, key))
         if entry is None:
             return None
-        known, free_at = entry
-        if now + timeout >= free_at:
+        known, free_at_s = entry
+        if now_s + timeout_s >= free_at_s:
             return None
         # A reload builds new Rule objects: the same limits? (Until the next reply about
         # this interface stores the new object; not written back here, where it could
@@ -82,22 +85,22 @@ class Horizons:
         if known is not rule and known != rule:
             return None
         self.refused += 1
-        wait = (free_at - now) * MICROS
-        return Verdict(False, wait, 0.0, wait)
+        wait_us = (free_at_s - now_s) * MICROS
+        return Verdict(False, wait_us, 0.0, wait_us)
 
     def learn(
-        self, rule: Rule, key: str | None, asked: tuple[float, int], next_free: float
+        self, rule: Rule, key: str | None, asked: tuple[float, int], next_free_us: float
     ) -> None:
-        """A reply said ``next_free`` (µs) to a request that left at ``asked`` = (monotonic
-        s, the ``generation`` then)."""
-        sent, generation = asked
+        """A reply said the interface is next free in ``next_free_us`` to a request that
+        left at ``asked`` = (monotonic s, the ``generation`` then)."""
+        sent_s, generation = asked
         if generation != self.generation:
             return  # everything was forgotten while the request was out
         at = self._at
         if len(at) >= self.LIMIT:
             at.clear()
         slot = rule.url if key is None else _slot(rule, key)
-        at[slot] = (rule, sent + min(next_free / MICROS, self.AHEAD))
+        at[slot] = (rule, sent_s + min(next_free_us / MICROS, self.AHEAD_S))
         if generation != self.generation:  # a forget came in between: undo, no lock needed
             at.pop(slot, None)
 
@@ -117,5 +120,6 @@ class Horizons:
 
 
 def _slot(rule: Rule, key: str) -> Hashable:
-    """What a caller's horizon is kept under: per key only where a limit is per caller."""
+    """What a caller's next free moment is kept under: per key only where a limit is
+    per caller."""
     return (rule.url, key) if rule.keyed else rule.url

@@ -1,0 +1,141 @@
+"""What the limiters do while the backend fails: the circuit breaker and the failure policy.
+
+When a backend call fails, ``on_backend_error`` decides (``FailurePolicy``: ``local``,
+the same rules in this process; ``allow``; ``deny``), and the ``Breaker`` keeps every
+following call off the backend for ``breaker_seconds``, after which one caller probes
+and the rest follow it back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from typing import ParamSpec, TypeVar
+
+from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.memory import MemoryBackend
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.core.decision import ADMIT, REFUSE
+from gateway_limiter.errors import BackendUnavailable
+from gateway_limiter.model.bucket import Verdict
+from gateway_limiter.observe.logs import OUTAGE_REPORT_SECONDS, Throttle, held_back, log, one_line
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def attempt(call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T | BackendError:
+    """``call``'s result, or the BackendError it raised: a backend call whose failure the
+    core handles (the sync limiter's one way of doing backend I/O)."""
+    try:
+        return call(*args, **kwargs)
+    except BackendError as e:
+        return e
+
+
+async def attempt_async(
+    call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs
+) -> T | BackendError:
+    """``attempt``, awaited (the asyncio limiter's)."""
+    try:
+        return await call(*args, **kwargs)
+    except BackendError as e:
+        return e
+
+
+class FailurePolicy(StrEnum):
+    """``on_backend_error``: how a call is decided when the backend cannot be asked."""
+
+    #: The same rules, in this process (every limit, per caller too).
+    LOCAL = "local"
+    #: Every call goes ahead at once.
+    ALLOW = "allow"
+    #: Every call is refused at once (``acquire`` raises ``BackendUnavailable``).
+    DENY = "deny"
+
+
+class Breaker:
+    """Keeps calls off a failing backend for ``open_s`` seconds, then lets one caller probe.
+
+    Closed (healthy) costs one attribute read per call; a lock is taken only while
+    the backend is failing. Each outage is logged once, and a backend that comes and
+    goes at most once per ``OUTAGE_REPORT_SECONDS`` (with a count of the others).
+    """
+
+    __slots__ = ("_lock", "_open_s", "_open_until_s", "_outages", "_reported")
+
+    def __init__(self, open_s: float) -> None:
+        self._open_s = open_s
+        #: Monotonic seconds until which calls stay off the backend; 0.0: closed.
+        self._open_until_s = 0.0
+        self._lock = threading.Lock()
+        self._outages = Throttle(OUTAGE_REPORT_SECONDS)
+        self._reported = False
+
+    @property
+    def is_open(self) -> bool:
+        """True while calls go to the failure policy instead of the backend."""
+        return self._open_until_s != 0.0
+
+    def allows(self) -> bool:
+        """Should this call try the backend? (True for exactly one prober per window.)"""
+        if self._open_until_s == 0.0:
+            return True
+        now_s = time.monotonic()
+        with self._lock:
+            if now_s < self._open_until_s:
+                return False
+            self._open_until_s = now_s + self._open_s  # this caller probes; others wait
+            return True
+
+    def failed(self, error: BaseException) -> None:
+        """The backend failed: open (log once per outage)."""
+        with self._lock:
+            if self._open_until_s == 0.0:
+                held = self._outages.ready("backend")
+                self._reported = held is not None
+                if held is not None:
+                    log.error(
+                        "Redis unreachable (%s); deciding by on_backend_error%s",
+                        one_line(str(error)),
+                        held_back(held),
+                    )
+            self._open_until_s = time.monotonic() + self._open_s
+
+    def succeeded(self) -> None:
+        """The backend answered: close (log once)."""
+        if self._open_until_s != 0.0:
+            with self._lock:
+                if self._open_until_s != 0.0:
+                    self._open_until_s = 0.0
+                    if self._reported:
+                        log.warning("Redis reachable again; back to shared limits")
+
+
+class Policy:
+    """The failure policy at work: the verdict of a call the backend cannot be asked about."""
+
+    __slots__ = ("kind", "local")
+
+    def __init__(self, kind: FailurePolicy | str) -> None:
+        # Settings keep ``on_backend_error`` a validated string; it becomes the enum here.
+        self.kind = FailurePolicy(kind)
+        self.local = MemoryBackend() if self.kind is FailurePolicy.LOCAL else None
+
+    def reserve(
+        self, rule: Rule, permits: int, timeout_s: float | None, key: str | None = None
+    ) -> Verdict:
+        """What the backend's ``reserve`` would have answered, as the policy says:
+        ``local``: the model in this process; ``allow``/``deny``: at once.
+
+        Raises BackendUnavailable for ``deny`` with no timeout (an ``acquire``).
+        """
+        if self.local is not None:
+            return self.local.reserve(rule, permits, timeout_s, key)
+        if self.kind is FailurePolicy.ALLOW:
+            return ADMIT
+        if timeout_s is None:
+            raise BackendUnavailable("Redis is unreachable and on_backend_error is 'deny'")
+        return REFUSE

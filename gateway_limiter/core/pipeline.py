@@ -1,0 +1,424 @@
+"""The decision path both limiters share, with no I/O in it: ``LimiterCore``.
+
+A call goes: arguments checked -> snapshot read (no lock) -> switch off, no rule, or a
+disabled row: admitted at once, no backend traffic -> a closed rule (rateLimit 0):
+refused at once -> an earlier reply said the interface is not free within the
+caller's timeout: refused at once, no round trip (``core.local_refusal``) -> otherwise
+one backend decision -> a shadow rule lets the call go whatever was decided -> the
+metrics count it -> the wait, outside any lock.
+
+``GatewayLimiter`` and ``AsyncGatewayLimiter`` are two I/O shells around this core. A
+decision is ``_begin`` (everything up to the backend: it returns the finished
+``Outcome``, or an ``Ask`` when the backend must be asked), the backend call made by
+the shell (sync or awaited, its BackendError caught by ``failure.attempt``), then
+``_finish`` with the reply or the error; the shell sleeps or awaits the wait.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any, ClassVar, Final, Self
+
+from gateway_limiter.backends.base import BackendError
+from gateway_limiter.config.reload import Registry, ReloadSummary, Snapshot
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.config.settings import Settings, load_settings
+from gateway_limiter.core.decision import ADMIT, REFUSE, Decision, Reason, decision_of
+from gateway_limiter.core.failure import Breaker, Policy
+from gateway_limiter.core.local_refusal import LocalRefusals
+from gateway_limiter.core.status import WINDOWS
+from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
+from gateway_limiter.model.bucket import MICROS, Verdict
+from gateway_limiter.observe.logs import SHADOW_REPORT_SECONDS, Throttle, held_back, log, one_line
+from gateway_limiter.observe.metrics import ProcessMetrics, Source, interface_label, process_metrics
+
+#: The most permits one call may ask for: a row's rateLimit is an INT(11), and beyond
+#: this a reservation's debt stops being exact in the script's doubles.
+MAX_PERMITS = 2**31 - 1
+#: The largest timeout: a finite float (an int beyond it would overflow converting).
+_MAX_TIMEOUT_S = sys.float_info.max
+
+
+def _shown(value: object) -> str:
+    # repr of an int of thousands of digits raises ValueError (int_max_str_digits).
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)
+
+
+def check_args(url: object, permits: object, timeout: object, key: object = None) -> None:
+    """Raise TypeError/ValueError naming the bad argument (``timeout`` in seconds)."""
+    if (
+        type(url) is str
+        and type(permits) is int
+        and 1 <= permits <= MAX_PERMITS
+        and (timeout is None or (type(timeout) in (float, int) and 0 <= timeout <= _MAX_TIMEOUT_S))  # type: ignore[operator]
+        and (key is None or type(key) is str)
+    ):
+        return  # the common case, in a few type checks; the rest explains what is wrong
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"key must be a string or None, got {type(key).__name__}")
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a string, got {type(url).__name__}")
+    if not isinstance(permits, int) or isinstance(permits, bool):
+        raise TypeError(f"permits must be an int, got {type(permits).__name__}")
+    if permits < 1:
+        raise ValueError(f"permits must be >= 1, got {_shown(permits)}")
+    if permits > MAX_PERMITS:
+        raise ValueError(f"permits must be at most {MAX_PERMITS}, got {_shown(permits)}")
+    if timeout is not None:
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
+            raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
+        # NaN, infinity and ints too large for a float all fail this comparison.
+        if not 0 <= timeout <= _MAX_TIMEOUT_S:
+            raise ValueError(
+                f"timeout must be a finite number of seconds >= 0, got {_shown(timeout)}"
+            )
+
+
+def route(snapshot: Snapshot, url: str) -> Rule | None:
+    """The rule that limits ``url`` now, or None when the call is not limited."""
+    if not snapshot.switch:
+        return None
+    return snapshot.rules.get(url)
+
+
+#: What a reservation comes to: the verdict to honour, its reason, and the rule (None:
+#: not limited). Built once per decision; the unlimited ones are built here, once.
+Outcome = tuple[Verdict, Reason, Rule | None]
+_UNLIMITED: Final[dict[Reason, Outcome]] = {
+    reason: (ADMIT, reason, None)
+    for reason in (Reason.SWITCH_OFF, Reason.NOT_CONFIGURED, Reason.DISABLED)
+}
+
+
+def allowed_wait_s(verdict: Verdict) -> float:
+    """The seconds a caller sleeps to honour ``verdict`` (0.0: none, or refused)."""
+    return verdict.wait / MICROS if verdict.allowed else 0.0
+
+
+def acquired_wait_s(verdict: Verdict, rule: Rule, permits: int) -> float:
+    """The seconds an ``acquire`` must wait for ``verdict`` (decided with no timeout).
+
+    Raises ValueError when no wait can ever do: ``permits`` more than a window of the
+    interface holds.
+    """
+    if not verdict.allowed:
+        most = min((r.rate for r in rule.limits if r.algorithm in WINDOWS), default=0)
+        raise ValueError(
+            f"permits must be at most {most} for {rule.url!r} (what its window holds), "
+            f"got {permits}"
+        )
+    return verdict.wait / MICROS
+
+
+class Outcomes:
+    """How a decision ends, the same for the sync and asyncio limiters: a shadow rule
+    lets the call go whatever the bucket said, and the metrics count every decision.
+
+    With metrics off and no shadow rule, the decision path never calls in here for a
+    limited interface (``LimiterCore._settled`` checks ``rule.shadow`` and ``metrics`` first).
+    """
+
+    __slots__ = ("_shadow_log", "metrics")
+
+    def __init__(self, metrics: ProcessMetrics | None) -> None:
+        self.metrics = metrics
+        self._shadow_log = Throttle(SHADOW_REPORT_SECONDS)
+
+    def unlimited(self, snapshot: Snapshot, url: str) -> Outcome:
+        """A call no rule limits: admitted at once; why, and counted."""
+        if not snapshot.switch:
+            reason = Reason.SWITCH_OFF
+        elif url in snapshot.disabled:
+            reason = Reason.DISABLED
+        else:
+            reason = Reason.NOT_CONFIGURED
+        if self.metrics is not None:
+            self.metrics.record(interface_label(snapshot, url), reason, True, None)
+        return _UNLIMITED[reason]
+
+    def settle(self, rule: Rule, verdict: Verdict, reason: Reason) -> Outcome:
+        """The bucket (or the failure policy) decided: apply shadow mode, count it."""
+        if not rule.shadow:
+            if self.metrics is not None:
+                wait_us = verdict.wait if verdict.allowed else None
+                self.metrics.record(rule.url, reason, verdict.allowed, wait_us)
+            return verdict, reason, rule
+        # Shadow: counted as the limit decided (a wait it would impose is observed),
+        # but the call goes ahead at once.
+        if verdict.allowed:
+            if self.metrics is not None:
+                self.metrics.record(rule.url, reason, True, verdict.wait)
+            if verdict.wait > 0:
+                verdict = Verdict(True, 0.0, verdict.stored)
+            return verdict, reason, rule
+        if self.metrics is not None:
+            self.metrics.record(rule.url, Reason.SHADOW, True, None)
+        held = self._shadow_log.ready(rule.url)
+        if held is not None:
+            log.info(
+                "shadow rule %s (%d/s, configId %d) would have refused a call (%s)%s",
+                one_line(rule.url),
+                rule.rate,
+                rule.config_id,
+                reason,
+                held_back(held),
+            )
+        shadowed = ADMIT if verdict is REFUSE else Verdict(True, 0.0, verdict.stored)
+        return shadowed, Reason.SHADOW, rule
+
+
+class Ask:
+    """What ``LimiterCore._begin`` leaves to the shell: ask the backend to ``reserve``
+    ``permits`` of ``rule`` within ``budget_s`` (None: however long), for ``key``."""
+
+    __slots__ = ("asked", "budget_s", "key", "permits", "rule")
+
+    def __init__(
+        self,
+        rule: Rule,
+        permits: int,
+        budget_s: float | None,
+        key: str | None,
+        asked: tuple[float, int] | None,
+    ) -> None:
+        self.rule = rule
+        self.permits = permits
+        self.budget_s = budget_s
+        self.key = key
+        #: When the request left (monotonic s) and the local refusals' generation then;
+        #: None without local refusals.
+        self.asked = asked
+
+
+def settings_from(settings: Settings | str | Path | None, overrides: dict[str, Any]) -> Settings:
+    """Settings from an object, a file path, or the usual lookup, plus keyword overrides."""
+    if isinstance(settings, Settings):
+        return settings.replace(**overrides) if overrides else settings
+    return load_settings(settings, **overrides)
+
+
+def open_metrics(settings: Settings) -> ProcessMetrics | None:
+    """The process's metrics if the settings ask for them and prometheus-client is there."""
+    return process_metrics() if settings.metrics else None
+
+
+def local_refusals_for(shared: bool, registry: Registry) -> LocalRefusals | None:
+    """Local refusals for a shared backend, forgotten when a reload changes the limits."""
+    if not shared:
+        return None  # memory:// decides in-process already
+    refusals = LocalRefusals()
+    registry.listeners.append(refusals.reloaded)
+    return refusals
+
+
+class LimiterCore:
+    """What the sync and asyncio limiters share: everything but the I/O.
+
+    Settings, the registry of rules, the failure policy and its breaker, the metrics,
+    and the local refusals (what replies said about when each interface is next free).
+    A subclass opens its backend (sync or asyncio) in ``_open_backend``.
+    """
+
+    __slots__ = (
+        "_breaker",
+        "_fallbacks",
+        "_local_refusals",
+        "_metrics",
+        "_outcomes",
+        "_shared",
+        "_source",
+        "_started",
+        "policy",
+        "registry",
+        "settings",
+    )
+
+    #: What ``NotStarted`` says: how to start this kind of limiter.
+    _NOT_STARTED: ClassVar[str] = "call start() first"
+
+    def __init__(self, settings: Settings | str | Path | None = None, **overrides: Any) -> None:
+        self.settings = chosen = settings_from(settings, overrides)
+        shared = self._open_backend(chosen)
+        self.registry = Registry(chosen)  # no I/O until the first reload
+        self.policy = Policy(chosen.on_backend_error)
+        self._breaker = Breaker(chosen.breaker_seconds)
+        self._shared = shared
+        self._started = False
+        self._fallbacks = 0
+        self._metrics = open_metrics(chosen)
+        self._outcomes = Outcomes(self._metrics)
+        self._source: Source | None = None
+        if self._metrics is not None:
+            self.registry.listeners.append(self._metrics.reloaded)
+            self._source = Source(lambda: self.registry.snapshot, lambda: self._breaker.is_open)
+        self._local_refusals = local_refusals_for(shared, self.registry)
+
+    @classmethod
+    def from_settings(cls, path: str | Path | None = None, **overrides: Any) -> Self:
+        """A limiter from a settings file (None: $GATEWAY_LIMITER_SETTINGS, ./settings.toml)."""
+        return cls(load_settings(path, **overrides))
+
+    def _open_backend(self, settings: Settings) -> bool:
+        """Open this limiter's backend (no I/O yet); whether its state is shared."""
+        raise NotImplementedError
+
+    @property
+    def backend_healthy(self) -> bool:
+        """False while the failure policy is deciding instead of the backend."""
+        return not self._breaker.is_open
+
+    @property
+    def backend_fallbacks(self) -> int:
+        """How many decisions the failure policy made instead of the backend."""
+        return self._fallbacks
+
+    @property
+    def local_refusals(self) -> int:
+        """How many calls were refused in-process, without a round trip, because the
+        interface was not free within their timeout (see ``core.local_refusal``)."""
+        return 0 if self._local_refusals is None else self._local_refusals.refused
+
+    # --- start and stop: the shell does the I/O in between -----------------------
+
+    def _starting(self) -> None:
+        """Before the backend's ``prepare``: say when limits hold in this process only."""
+        if not self._shared:
+            log.warning(
+                "redis_url is memory://: limits hold in this process only "
+                "(N processes admit N x the rate)"
+            )
+
+    def _prepared(self, failure: BackendError | None) -> None:
+        """The backend's ``prepare`` returned (None) or failed."""
+        if failure is not None:
+            self._backend_failed(failure)  # start anyway: the failure policy decides meanwhile
+
+    def _running(self, summary: ReloadSummary) -> ReloadSummary:
+        """The first reload is done: decisions may be asked for."""
+        self._started = True
+        if self._metrics is not None and self._source is not None:
+            self._metrics.attach(self._source)
+        return summary
+
+    def _stopping(self) -> None:
+        """Before closing: decisions raise NotStarted from now on, the gauges go."""
+        self._started = False
+        if self._metrics is not None and self._source is not None:
+            self._metrics.detach(self._source)
+
+    # --- one decision: _begin, the backend (in the shell), _finish ----------------
+
+    def _begin(
+        self,
+        url: str,
+        permits: int,
+        timeout_s: float | None,
+        key: str | None,
+        *,
+        forever: bool = False,
+    ) -> Outcome | Ask:
+        """Everything up to the backend: the finished Outcome, or what to ask it.
+
+        ``timeout_s`` None: the row's ``cache``. ``forever`` (``acquire``): no wait
+        budget at all, however long it takes.
+        """
+        check_args(url, permits, timeout_s, key)
+        if not self._started:
+            raise NotStarted(self._NOT_STARTED)
+        snapshot = self.registry.snapshot
+        rule = route(snapshot, url)
+        if rule is None:
+            return self._outcomes.unlimited(snapshot, url)
+        if rule.closed:
+            return self._settled(rule, REFUSE, Reason.CLOSED)
+        budget_s = None if forever else rule.cache if timeout_s is None else timeout_s
+        asked, refused = self._refused_here(rule, key, budget_s)
+        if refused is not None:  # the backend would refuse too: no round trip
+            return self._settled(rule, refused, Reason.LIMITED)
+        if self._breaker.allows():
+            return Ask(rule, permits, budget_s, key, asked)
+        return self._settled(rule, *self._fall_back(rule, permits, budget_s, key))
+
+    def _finish(self, ask: Ask, reply: Verdict | BackendError) -> Outcome:
+        """The backend answered ``ask`` (or failed): the Outcome."""
+        if isinstance(reply, BackendError):
+            self._backend_failed(reply)
+            verdict, reason = self._fall_back(ask.rule, ask.permits, ask.budget_s, ask.key)
+        else:
+            verdict, reason = self._answered(ask, reply)
+        return self._settled(ask.rule, verdict, reason)
+
+    def _decision(self, outcome: Outcome, timeout_s: float | None) -> Decision:
+        """The Decision a ``decide`` answers, once its wait is slept."""
+        verdict, reason, rule = outcome
+        if rule is None:
+            return decision_of(verdict, reason, None, 0.0, 0.0)
+        budget_s = rule.cache if timeout_s is None else timeout_s
+        return decision_of(verdict, reason, rule, budget_s, self.settings.breaker_seconds)
+
+    def _acquired(self, url: str, permits: int, outcome: Outcome) -> float:
+        """The seconds an ``acquire`` sleeps; InterfaceClosed for a closed interface,
+        ValueError for more permits than a window of it can ever hold."""
+        verdict, reason, rule = outcome
+        if rule is None:
+            return 0.0
+        if reason == Reason.CLOSED:
+            raise InterfaceClosed(f"interface {url!r} is closed (rateLimit 0)")
+        return acquired_wait_s(verdict, rule, permits)
+
+    def _settled(self, rule: Rule, verdict: Verdict, reason: Reason) -> Outcome:
+        if rule.shadow or self._metrics is not None:
+            return self._outcomes.settle(rule, verdict, reason)
+        return verdict, reason, rule
+
+    def _refused_here(
+        self, rule: Rule, key: str | None, budget_s: float | None
+    ) -> tuple[tuple[float, int] | None, Verdict | None]:
+        """When the request leaves (monotonic s, with the local refusals' generation;
+        None without them), or a refusal in-process when an earlier reply said the
+        interface is not free within ``budget_s`` (None: ask the backend)."""
+        refusals = self._local_refusals
+        if refusals is None:
+            return None, None
+        now_s = time.monotonic()
+        if budget_s is not None and not self._breaker.is_open:
+            refused = refusals.refusal(rule, key, budget_s, now_s)
+            if refused is not None:
+                if self._metrics is not None:
+                    self._metrics.local_refusal()
+                return None, refused
+        return (now_s, refusals.generation), None
+
+    def _answered(self, ask: Ask, verdict: Verdict) -> tuple[Verdict, Reason]:
+        """The backend decided: close the breaker, learn when the interface is next free."""
+        self._breaker.succeeded()
+        refusals = self._local_refusals
+        if ask.asked is not None and refusals is not None and verdict.next_free > 0.0:
+            refusals.learn(ask.rule, ask.key, ask.asked, verdict.next_free)
+        return verdict, Reason.ADMITTED if verdict.allowed else Reason.LIMITED
+
+    def _fall_back(
+        self, rule: Rule, permits: int, budget_s: float | None, key: str | None
+    ) -> tuple[Verdict, Reason]:
+        """The backend could not be asked: the failure policy decides."""
+        self._fallbacks += 1  # off the hot path: only while the backend is failing
+        if self._metrics is not None:
+            self._metrics.fallback()
+        try:
+            return self.policy.reserve(rule, permits, budget_s, key), Reason.BACKEND_FALLBACK
+        except BackendUnavailable:  # deny, and an acquire: it would wait forever
+            if not rule.shadow:
+                raise
+            return REFUSE, Reason.BACKEND_FALLBACK  # a shadow rule never stops a call
+
+    def _backend_failed(self, error: BackendError) -> None:
+        self._breaker.failed(error)
+        if self._local_refusals is not None:
+            # The failure policy decides now; the backend may come back without its state.
+            self._local_refusals.forget()
+        if self._metrics is not None:
+            self._metrics.backend_error()
