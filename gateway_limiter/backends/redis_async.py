@@ -29,7 +29,7 @@ Three things are done differently on an event loop, on purpose:
    and lets the loop take one more turn before it strikes (see ``Deadline``). A Redis
    that really does not answer costs a caller ``redis_timeout`` plus one turn of an
    idle loop.
-2. **Connecting and asking are timed apart** (DESIGN.md section 4): taking a connection
+2. **Connecting and asking are timed apart** (docs/design.md): taking a connection
    from the pool, which may open one and introduce the client, gets
    ``redis_connect_timeout + redis_timeout``; each round trip on it gets
    ``redis_timeout``. Both are Deadlines, so a loop busy while a connection was being

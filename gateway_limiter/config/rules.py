@@ -1,4 +1,4 @@
-"""Rules: what the table's rows mean (DESIGN.md section 1), decided in one place.
+"""Rules: what the table's rows mean (docs/design.md), decided in one place.
 
 ``build_rules`` turns rows into an immutable mapping url -> Rule plus the list of rows
 it skipped and why. Rows never raise: a bad row is skipped with a warning naming its
