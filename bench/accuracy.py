@@ -581,12 +581,13 @@ def _trailing(times: Sequence[float], t: float) -> int:
 
 
 def _panel_title(algorithm: str) -> str:
-    return {
+    titles: dict[str, str] = {
         TOKEN_BUCKET: f"token_bucket (capacity {RATE}): a burst of capacity + rate, then the rate",
         WARM_UP: f"warm_up (warmupPeriod {WARMUP:g} s): a third of the rate when cold, "
         "ramping up to it",
         SLIDING_WINDOW: "sliding_window: never more than the rate in any 1 s window",
-    }[algorithm]
+    }
+    return titles[algorithm]
 
 
 # --------------------------------------------------------------------------- main

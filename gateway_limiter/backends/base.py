@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from gateway_limiter.config.rules import Rule
-from gateway_limiter.model.bucket import BucketState, Verdict
+from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
 
 
 class BackendError(Exception):
@@ -68,6 +68,6 @@ class AsyncBackend(Protocol):
         """Release connections."""
 
 
-def to_micros(timeout: float | None) -> float | None:
+def to_us(timeout_s: float | None) -> float | None:
     """Seconds to microseconds, keeping None (no limit)."""
-    return None if timeout is None else timeout * 1_000_000.0
+    return None if timeout_s is None else timeout_s * US_PER_S

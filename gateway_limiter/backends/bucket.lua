@@ -1,5 +1,5 @@
 --[[
-The bucket: one decision, atomically, in one round trip. gateway_limiter/bucket.py is
+The bucket: one decision, atomically, in one round trip. gateway_limiter/model/bucket.py is
 the same model in Python and explains it at length; in short:
 
   config (ARGV, from the row): rate r permits/s (stable interval = 1e6 / r

@@ -1,10 +1,10 @@
 """``redis+cluster://``: the scripts on a Redis Cluster, through redis-py's ``RedisCluster``.
 
-The decision is the one of ``backends/redis.py`` (same ``Commands``, same scripts, same
-reply parsing): one EVALSHA, sent to the master that serves the slot of its keys. Every
-key of an interface carries the interface's ``{hash tag}`` (``backends/state.py``) and
-one call decides one interface, so every call's keys lie in one slot and no
-configuration can make a CROSSSLOT.
+The decision is the one of ``backends/redis.py`` (its ``ScriptBackend``: the same script
+calls and reply parsing, from ``backends/scripts.py``): one EVALSHA, sent to the master
+that serves the slot of its keys. Every key of an interface carries the interface's
+``{hash tag}`` (``backends/state.py``) and one call decides one interface, so every
+call's keys lie in one slot and no configuration can make a CROSSSLOT.
 
 What the cluster adds, and how each is met:
 
@@ -33,20 +33,11 @@ from typing import Any
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from gateway_limiter.backends.base import BackendError
-from gateway_limiter.backends.redis import (
-    SCRIPTS,
-    Commands,
-    client_options,
-    parse_reply,
-    parse_state,
-)
+from gateway_limiter.backends.redis import ScriptBackend, backend_errors, client_options
 from gateway_limiter.backends.schemes import register
-from gateway_limiter.backends.state import state_key
+from gateway_limiter.backends.scripts import Commands, ScriptCall
 from gateway_limiter.backends.topology import Endpoints, parse_endpoints
-from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import BucketState, Verdict
 
 
 def cluster_options(settings: Settings, endpoints: Endpoints) -> dict[str, Any]:
@@ -64,7 +55,7 @@ def _netloc(host: str, port: int) -> str:
 
 
 @register("redis+cluster")
-class RedisClusterBackend:
+class RedisClusterBackend(ScriptBackend):
     """The scripts on a Redis Cluster: each call on the master of its interface's slot."""
 
     shared = True
@@ -92,7 +83,7 @@ class RedisClusterBackend:
 
     def _connect(self) -> RedisCluster:
         (host, port), *others = self._endpoints.nodes
-        try:
+        with backend_errors():
             return RedisCluster(
                 # Given a URL, RedisCluster builds each node's pool with
                 # connection_pool_class: a blocking pool, so a thread waits up to
@@ -103,58 +94,17 @@ class RedisClusterBackend:
                 timeout=self._settings.redis_timeout,
                 **cluster_options(self._settings, self._endpoints),
             )
-        except (redis.RedisError, OSError) as e:
-            raise BackendError(f"{type(e).__name__}: {e}") from e
 
-    def reserve(
-        self,
-        rule: Rule,
-        permits: int,
-        timeout: float | None,
-        caller: str | None = None,
-        *,
-        now: float | None = None,
-    ) -> Verdict:
-        """One EVALSHA on the master of the interface's slot (plus a SCRIPT LOAD there
-        when that node lacks the script). ``now`` (µs) is for tests that drive the clock."""
-        name, args = self._commands(rule, permits, timeout, caller, now)
-        sha = self._commands.shas[name]
-        try:
-            client = self.client
-            try:
-                reply = client.evalsha(sha, *args)
-            except redis.exceptions.NoScriptError:  # a promoted replica, a restarted node
-                node = client.get_node_from_key(args[1])  # type: ignore[no-untyped-call]
-                client.execute_command(  # type: ignore[no-untyped-call]
-                    "SCRIPT LOAD", SCRIPTS[name], target_nodes=node
-                )
-                reply = client.evalsha(sha, *args)
-        except (redis.RedisError, OSError) as e:
-            raise BackendError(f"{type(e).__name__}: {e}") from e
-        return parse_reply(reply)
+    def _load(self, client: Any, call: ScriptCall) -> None:
+        """SCRIPT LOAD on the master of the call's slot (a promoted replica, a restarted
+        node: scripts are not replicated)."""
+        node = client.get_node_from_key(call.key)
+        client.execute_command("SCRIPT LOAD", call.source, target_nodes=node)
 
-    def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
-        """GET and TIME in one pipeline, on the node that holds the key."""
-        key = state_key(self._prefix, rule)
-        try:
-            client = self.client
-            node = client.get_redis_connection(client.get_node_from_key(key))  # type: ignore[no-untyped-call]
-            pipe = node.pipeline(transaction=False)
-            pipe.get(key)
-            pipe.time()
-            raw, (sec, usec) = pipe.execute()
-        except (redis.RedisError, OSError) as e:
-            raise BackendError(f"{type(e).__name__}: {e}") from e
-        return parse_state(raw), sec * 1_000_000.0 + usec
-
-    def prepare(self) -> None:
-        """SCRIPT LOAD on every master now, so first decisions are one round trip."""
-        try:
-            client = self.client
-            for source in SCRIPTS.values():
-                client.script_load(source)
-        except (redis.RedisError, OSError) as e:
-            raise BackendError(f"{type(e).__name__}: {e}") from e
+    def _server(self, key: str) -> Any:
+        """A connection to the node that holds ``key``."""
+        client = self.client
+        return client.get_redis_connection(client.get_node_from_key(key))  # type: ignore[no-untyped-call]
 
     def close(self) -> None:
         """Close every node's connections."""

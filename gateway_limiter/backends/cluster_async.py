@@ -1,8 +1,8 @@
 """``redis+cluster://`` for asyncio: the scripts on a Redis Cluster, through
 ``redis.asyncio.cluster.RedisCluster``.
 
-The same decisions as ``backends/cluster.py`` (and ``backends/redis.py``, whose
-``Commands`` and reply parsing it imports): one EVALSHA on the master of the
+The same decisions as ``backends/cluster.py`` (the script calls and reply parsing of
+``backends/scripts.py``, with this module's I/O): one EVALSHA on the master of the
 interface's slot; MOVED and ASK followed by redis-py within the call; no retry of a
 failed node (BackendError, and the failure policy decides); NOSCRIPT answered by a
 SCRIPT LOAD on that node.
@@ -26,9 +26,9 @@ import redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import NoScriptError
 
+from gateway_limiter.backends import scripts
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.cluster import cluster_options
-from gateway_limiter.backends.redis import SCRIPTS, Commands, parse_reply, parse_state
 from gateway_limiter.backends.redis_async import Deadline, async_client_options
 from gateway_limiter.backends.schemes import register_async
 from gateway_limiter.backends.state import state_key
@@ -60,7 +60,7 @@ class AsyncRedisClusterBackend:
         self._seconds = settings.redis_connect_timeout + settings.redis_timeout
         self._slots = asyncio.Semaphore(settings.redis_pool_size)  # FIFO
         self._failures = 0
-        self._commands = Commands(settings.key_prefix)
+        self._commands = scripts.Commands(settings.key_prefix)
 
     @property
     def client(self) -> RedisCluster:
@@ -80,30 +80,25 @@ class AsyncRedisClusterBackend:
                 self._failures += 1
                 if isinstance(e, TimeoutError) and not isinstance(e, redis.RedisError):
                     raise BackendError("TimeoutError: no answer within the timeouts") from e
-                raise BackendError(f"{type(e).__name__}: {e}") from e
+                raise BackendError(scripts.describe(e)) from e
 
-    async def _evalsha(self, name: str, args: list[Any]) -> Any:
+    async def _evalsha(self, call: scripts.ScriptCall) -> Any:
+        """EVALSHA, and after NOSCRIPT (``backends/scripts.py``) SCRIPT LOAD on the master
+        of the call's slot and EVALSHA again."""
         client = self._client
-        sha = self._commands.shas[name]
         try:
-            return await client.evalsha(sha, *args)
+            return await client.evalsha(*call.evalsha)
         except NoScriptError:  # a promoted replica, a restarted node: load there
-            node = client.get_node_from_key(args[1])
-            await client.execute_command("SCRIPT LOAD", SCRIPTS[name], target_nodes=node)
-            return await client.evalsha(sha, *args)
+            node = client.get_node_from_key(call.key)
+            await client.execute_command("SCRIPT LOAD", call.source, target_nodes=node)
+            return await client.evalsha(*call.evalsha)
 
     async def reserve(
-        self,
-        rule: Rule,
-        permits: int,
-        timeout: float | None,
-        caller: str | None = None,
-        *,
-        now: float | None = None,
+        self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
     ) -> Verdict:
-        """One EVALSHA. ``now`` (µs) is for tests that drive the clock."""
-        name, args = self._commands(rule, permits, timeout, caller, now)
-        return parse_reply(await self._queued(lambda: self._evalsha(name, args)))
+        """One EVALSHA on the master of the interface's slot."""
+        call = self._commands(rule, permits, timeout, caller, None)
+        return scripts.parse_reply(await self._queued(lambda: self._evalsha(call)))
 
     async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """GET, then TIME on the node that holds the key."""
@@ -114,14 +109,14 @@ class AsyncRedisClusterBackend:
             node = self._client.get_node_from_key(key)
             return raw, await self._client.time(target_nodes=node)
 
-        raw, (sec, usec) = await self._queued(both)
-        return parse_state(raw), sec * 1_000_000.0 + usec
+        raw, time_reply = await self._queued(both)
+        return scripts.parse_state(raw), scripts.clock_us(time_reply)
 
     async def prepare(self) -> None:
         """SCRIPT LOAD on every master now."""
 
         async def load() -> None:
-            for source in SCRIPTS.values():
+            for source in scripts.SCRIPTS.values():
                 await self._client.script_load(source)
 
         await self._queued(load)

@@ -11,20 +11,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway_limiter.backends.base import to_micros
+from gateway_limiter.backends.base import to_us
 from gateway_limiter.backends.schemes import register, register_async
 from gateway_limiter.backends.state import caller_part, limit, single_bucket, state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import (
-    MICROS,
-    BucketState,
-    Verdict,
-    decide,
-    decide_limits,
-    expiry_ms,
-    limit_expiry_ms,
-)
+from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict, decide, expiry_ms
+from gateway_limiter.model.limits import decide_limits, limit_expiry_ms
 
 #: Sweep expired state after this many writes, so idle interfaces cost no memory.
 _SWEEP_EVERY = 1024
@@ -33,7 +26,7 @@ _SWEEP_EVERY = 1024
 MAX_CALLERS = 100_000
 
 
-def monotonic_micros() -> float:
+def monotonic_us() -> float:
     """This process's monotonic clock in microseconds."""
     return time.monotonic_ns() / 1000.0
 
@@ -54,7 +47,7 @@ class MemoryBackend:
         self,
         settings: Settings | None = None,
         *,
-        clock: Callable[[], float] = monotonic_micros,
+        clock: Callable[[], float] = monotonic_us,
         max_callers: int = MAX_CALLERS,
     ) -> None:
         # key (as in Redis, without a prefix) -> (state, expires at µs); insertion order
@@ -71,35 +64,39 @@ class MemoryBackend:
     ) -> Verdict:
         """Decide with the model, as the Redis scripts would; state expires as in Redis."""
         with self._lock:
-            now = self._clock()
-            budget = to_micros(timeout)
+            now_us = self._clock()
+            timeout_us = to_us(timeout)
             if single_bucket(rule):  # bucket.lua
                 key = self._key(rule, caller)
-                state = self._live(key, rule.per_caller, now)
+                state = self._live(key, rule.per_caller, now_us)
+                warmup_us = rule.warmup * US_PER_S
                 verdict, new = decide(
-                    state, rule.per_second, rule.burst, permits, budget, now, rule.warmup * MICROS
+                    state, rule.per_second, rule.burst, permits, timeout_us, now_us, warmup_us
                 )
                 if new is not None:
-                    self._store(key, rule.per_caller, new, now + expiry_ms(new, now) * 1000.0)
-                    self._written(now)
+                    until_us = now_us + expiry_ms(new, now_us) * 1000.0
+                    self._store(key, rule.per_caller, new, until_us)
+                    self._written(now_us)
                 return verdict
             limits = rule.limits  # limits.lua
             keys = [self._key(r, caller) for r in limits]
             specs = [limit(r) for r in limits]
-            states = [self._live(k, r.per_caller, now) for k, r in zip(keys, limits, strict=True)]
-            verdict, changed = decide_limits(specs, states, permits, budget, now)
+            states = [
+                self._live(k, r.per_caller, now_us) for k, r in zip(keys, limits, strict=True)
+            ]
+            verdict, changed = decide_limits(specs, states, permits, timeout_us, now_us)
             if changed is not None:
                 for k, r, spec, state in zip(keys, limits, specs, changed, strict=True):
-                    until = now + limit_expiry_ms(spec, state, now) * 1000.0
-                    self._store(k, r.per_caller, state, until)
-                self._written(now)
+                    until_us = now_us + limit_expiry_ms(spec, state, now_us) * 1000.0
+                    self._store(k, r.per_caller, state, until_us)
+                self._written(now_us)
             return verdict
 
     def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """The live state of ``rule``'s own shared bucket, if any."""
         with self._lock:
-            now = self._clock()
-            return self._live(state_key("", rule), False, now), now
+            now_us = self._clock()
+            return self._live(state_key("", rule), False, now_us), now_us
 
     def prepare(self) -> None:
         """Nothing to prepare."""
@@ -118,32 +115,32 @@ class MemoryBackend:
         key = state_key("", rule)
         return key + caller_part(caller) if rule.per_caller else key
 
-    def _live(self, key: str, per_caller: bool, now: float) -> Any:
+    def _live(self, key: str, per_caller: bool, now_us: float) -> Any:
         if not per_caller:
             entry = self._shared.get(key)
         else:  # a caller refused again and again is in use too: to the end, most recent
             entry = self._callers.pop(key, None)
             if entry is not None:
                 self._callers[key] = entry
-        if entry is None or entry[1] <= now:
+        if entry is None or entry[1] <= now_us:
             return None
         return entry[0]
 
-    def _store(self, key: str, per_caller: bool, state: Any, until: float) -> None:
+    def _store(self, key: str, per_caller: bool, state: Any, until_us: float) -> None:
         if not per_caller:
-            self._shared[key] = (state, until)
+            self._shared[key] = (state, until_us)
             return
         callers = self._callers
         callers.pop(key, None)  # to the end: the most recently used
-        callers[key] = (state, until)
+        callers[key] = (state, until_us)
         if len(callers) > self._max_callers:
             del callers[next(iter(callers))]
 
-    def _written(self, now: float) -> None:
+    def _written(self, now_us: float) -> None:
         self._writes += 1
         if self._writes % _SWEEP_EVERY == 0:
             for states in (self._shared, self._callers):
-                for key in [k for k, (_, until) in states.items() if until <= now]:
+                for key in [k for k, (_, until_us) in states.items() if until_us <= now_us]:
                     del states[key]
 
 

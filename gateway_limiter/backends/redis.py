@@ -4,7 +4,9 @@ One decision is one EVALSHA: of ``bucket.lua`` for an interface that is one toke
 bucket (or warm-up), of ``limits.lua`` for every other (windows, several limits): no
 lock, no read-then-write from here. The scripts are loaded at ``prepare()``; after
 NOSCRIPT (a Redis restart or SCRIPT FLUSH) the script is loaded again and the call
-repeated, so that costs one extra round trip, never an error.
+repeated, so that costs one extra round trip, never an error. What is sent and what
+each reply means is ``backends/scripts.py`` (no I/O); ``ScriptBackend`` is its I/O for
+the threaded backends, shared with Sentinel and Cluster.
 
 The client is tuned for a hot path: a socket timeout of ``redis_timeout`` (a slow
 Redis must not stall the gateway), no retries (the failure policy is the retry), and a
@@ -15,9 +17,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-import struct
-from hashlib import sha1
-from importlib import resources
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -25,128 +26,115 @@ from urllib.parse import parse_qs, urlparse
 import redis
 import redis.connection
 from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.schemes import register
-from gateway_limiter.backends.state import caller_part, limit, single_bucket, state_key
-from gateway_limiter.config.rules import SLIDING_WINDOW, Rule
+from gateway_limiter.backends.scripts import (
+    BUCKET_LUA,
+    LIMITS_LUA,
+    SCRIPTS,
+    Commands,
+    ScriptCall,
+    clock_us,
+    describe,
+    parse_reply,
+    parse_state,
+)
+from gateway_limiter.backends.state import bucket_key, state_key, window_key
+from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings, url_error
-from gateway_limiter.model.bucket import MICROS, BucketState, Verdict
+from gateway_limiter.model.bucket import BucketState, Verdict
 
-BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
-LIMITS_LUA = resources.files(__package__).joinpath("limits.lua").read_text(encoding="utf-8")
-#: Script name -> source; a backend registers each once.
-SCRIPTS = {"bucket": BUCKET_LUA, "limits": LIMITS_LUA}
-
-
-def bucket_key(prefix: str, url: str) -> str:
-    """The Redis key of ``url``'s shared per-second bucket (the URL is the hash tag)."""
-    return state_key(prefix, Rule(url, 1, 0.0, 0))
-
-
-def window_key(prefix: str, url: str) -> str:
-    """The Redis key of ``url``'s shared per-second sliding window (same hash tag)."""
-    return state_key(prefix, Rule(url, 1, 0.0, 0, algorithm=SLIDING_WINDOW))
-
-
-class _Plan:
-    """What a decision on one Rule needs, computed once per Rule object."""
-
-    __slots__ = ("args", "bucket", "key", "keyed", "keys", "per_caller", "rule")
-
-    def __init__(self, rule: Rule, prefix: str) -> None:
-        self.rule = rule
-        self.bucket = single_bucket(rule)
-        #: each limit's key without the caller part, and whether it takes one
-        self.keys = [state_key(prefix, r) for r in rule.limits]
-        self.per_caller = [r.per_caller for r in rule.limits]
-        self.key = self.keys[0]  # the single bucket's
-        self.keyed = any(self.per_caller)
-        if self.bucket:
-            rate = str(rule.rate) if rule.period == 1 else repr(rule.per_second)
-            self.args = [rate, str(rule.burst)]
-        else:
-            self.args = [str(x) for r in rule.limits for x in _spec(r)]
-
-    def keys_for(self, caller: str | None) -> list[str]:
-        """The keys of every limit for ``caller`` (ignored by shared limits)."""
-        part = caller_part(caller)
-        return [k + part if p else k for k, p in zip(self.keys, self.per_caller, strict=True)]
+__all__ = [
+    # moved to scripts.py and state.py; kept importable from here during the move
+    "BUCKET_LUA",
+    "LIMITS_LUA",
+    "SCRIPTS",
+    "RedisBackend",
+    "ScriptBackend",
+    "backend_errors",
+    "bucket_key",
+    "client_options",
+    "parse_state",
+    "redis_url",
+    "window_key",
+]
 
 
-def _spec(rule: Rule) -> tuple[str, str, str]:
-    kind, rate, size = limit(rule)
-    return kind, repr(rate), repr(size)
+@contextmanager
+def backend_errors() -> Iterator[None]:
+    """Errors of the Redis client (and of the network, OSError) as BackendError."""
+    try:
+        yield
+    except (redis.RedisError, OSError) as e:
+        raise BackendError(describe(e)) from e
 
 
-class Commands:
-    """The EVALSHA of each decision, with what depends only on the rule computed once.
+class ScriptBackend:
+    """What the threaded Redis backends share (one Redis, Sentinel, Cluster): the I/O of
+    ``backends/scripts.py``. Each says where its client is (``client``), where a script
+    is loaded after NOSCRIPT (``_load``) and which server holds a key (``_server``)."""
 
-    A rule is immutable, so its script, keys and fixed arguments are kept per URL (and
-    rebuilt when a reload hands over a new Rule object); a decision then adds only the
-    permits, the budget and, for per-caller limits, the caller's part of the keys.
-    Shared by the sync and asyncio clients.
-    """
+    __slots__ = ()
+    _commands: Commands
+    _prefix: str
 
-    __slots__ = ("_cache", "_prefix", "shas")
+    @property
+    def client(self) -> Any:
+        """The redis-py client."""
+        raise NotImplementedError
 
-    #: Rules kept at most; past this the cache starts over (URLs of removed rows go).
-    LIMIT = 65_536
+    def _load(self, client: Any, call: ScriptCall) -> None:
+        """SCRIPT LOAD ``call``'s script where it ran (and got NOSCRIPT)."""
+        client.script_load(call.source)
 
-    def __init__(self, prefix: str) -> None:
-        self._prefix = prefix
-        self._cache: dict[str, _Plan] = {}
-        #: script name -> SHA1 of its source
-        self.shas = {name: sha1(src.encode()).hexdigest() for name, src in SCRIPTS.items()}
+    def _server(self, key: str) -> Any:
+        """A client of the server that holds ``key``."""
+        return self.client
 
-    def __call__(
+    def reserve(
         self,
         rule: Rule,
         permits: int,
         timeout: float | None,
         caller: str | None = None,
+        *,
         now: float | None = None,
-    ) -> tuple[str, list[Any]]:
-        """(script name, EVALSHA arguments after the SHA: numkeys, keys, ARGV) of one
-        decision. ``now`` (µs) drives the clock in tests."""
-        plan = self._cache.get(rule.url)
-        if plan is None or plan.rule is not rule:
-            if len(self._cache) >= self.LIMIT:
-                self._cache.clear()
-            plan = self._cache[rule.url] = _Plan(rule, self._prefix)
-        budget = "-1" if timeout is None else repr(timeout * MICROS)
-        clock = "" if now is None else repr(now)
-        if plan.bucket:
-            key = plan.key + caller_part(caller) if plan.keyed else plan.key
-            if rule.warmup:
-                warmup = repr(rule.warmup * MICROS)
-                return "bucket", [1, key, *plan.args, str(permits), budget, clock, warmup]
-            if now is not None:
-                return "bucket", [1, key, *plan.args, str(permits), budget, clock]
-            return "bucket", [1, key, *plan.args, str(permits), budget]
-        keys = plan.keys_for(caller) if plan.keyed else plan.keys
-        return "limits", [len(keys), *keys, str(permits), budget, clock, *plan.args]
+    ) -> Verdict:
+        """One EVALSHA (plus a SCRIPT LOAD where the script was missing).
 
+        ``now`` (µs) is for tests that drive the clock.
+        """
+        call = self._commands(rule, permits, timeout, caller, now)
+        with backend_errors():
+            client = self.client
+            try:
+                reply = client.evalsha(*call.evalsha)
+            except NoScriptError:  # restarted, flushed, promoted: load there, ask again
+                self._load(client, call)
+                reply = client.evalsha(*call.evalsha)
+        return parse_reply(reply)
 
-def parse_reply(reply: Any) -> Verdict:
-    """A script's reply as a Verdict (BackendError when it is not one)."""
-    try:
-        allowed, wait, stored, next_free = reply
-        return Verdict(allowed == 1, float(wait), float(stored), float(next_free))
-    except (TypeError, ValueError) as e:
-        raise BackendError(f"unexpected reply from the bucket script: {reply!r}") from e
+    def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
+        """GET and TIME in one pipeline (``rule``'s own limit, shared state), on the server
+        that holds the key."""
+        key = state_key(self._prefix, rule)
+        with backend_errors():
+            pipe = self._server(key).pipeline(transaction=False)
+            pipe.get(key)
+            pipe.time()
+            raw, time_reply = pipe.execute()
+        return parse_state(raw), clock_us(time_reply)
 
-
-#: A bucket's state in Redis: stored, balance, rate, capacity, refill (bucket.lua).
-STATE = struct.Struct("<5d")
-
-
-def parse_state(raw: object) -> BucketState | None:
-    """A bucket's packed state (GET) as a BucketState, or None when there is none."""
-    if not isinstance(raw, bytes) or len(raw) != STATE.size:
-        return None
-    return BucketState(*STATE.unpack(raw))
+    def prepare(self) -> None:
+        """SCRIPT LOAD now (on every master), so the first decision is one round trip, not
+        NOSCRIPT + load."""
+        with backend_errors():
+            client = self.client
+            for source in SCRIPTS.values():
+                client.script_load(source)
 
 
 #: Options a ``redis_url`` query may set besides those redis-py converts from text
@@ -243,7 +231,7 @@ def redis_url(settings: Settings) -> str:
 
 
 @register("redis", "rediss", "unix")
-class RedisBackend:
+class RedisBackend(ScriptBackend):
     """The scripts on one Redis server (a master)."""
 
     shared = True
@@ -266,50 +254,6 @@ class RedisBackend:
     def client(self) -> redis.Redis:
         """The redis-py client (for status and tests)."""
         return self._client
-
-    def reserve(
-        self,
-        rule: Rule,
-        permits: int,
-        timeout: float | None,
-        caller: str | None = None,
-        *,
-        now: float | None = None,
-    ) -> Verdict:
-        """One EVALSHA (plus a SCRIPT LOAD after Redis lost its scripts).
-
-        ``now`` (µs) is for tests that drive the clock.
-        """
-        name, args = self._commands(rule, permits, timeout, caller, now)
-        sha = self._commands.shas[name]
-        try:
-            try:
-                reply = self._client.evalsha(sha, *args)
-            except redis.exceptions.NoScriptError:  # restarted or SCRIPT FLUSH: load, again
-                self._client.script_load(SCRIPTS[name])
-                reply = self._client.evalsha(sha, *args)
-        except (redis.RedisError, OSError) as e:
-            raise BackendError(f"{type(e).__name__}: {e}") from e
-        return parse_reply(reply)
-
-    def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
-        """GET and TIME in one pipeline (``rule``'s own limit, shared state)."""
-        try:
-            pipe = self._client.pipeline(transaction=False)
-            pipe.get(state_key(self._prefix, rule))
-            pipe.time()
-            raw, (sec, usec) = pipe.execute()
-        except (redis.RedisError, OSError) as e:
-            raise BackendError(f"{type(e).__name__}: {e}") from e
-        return parse_state(raw), sec * 1_000_000.0 + usec
-
-    def prepare(self) -> None:
-        """SCRIPT LOAD now, so the first decision is one round trip, not NOSCRIPT + load."""
-        try:
-            for source in SCRIPTS.values():
-                self._client.script_load(source)
-        except (redis.RedisError, OSError) as e:
-            raise BackendError(f"{type(e).__name__}: {e}") from e
 
     def close(self) -> None:
         """Close every pooled connection."""

@@ -1,10 +1,10 @@
 """``redis://``, ``rediss://``, ``unix://`` for asyncio: the scripts on ``redis.asyncio``.
 
-The same scripts, keys, arguments and reply parsing as ``backends/redis.py`` (imported
-from there, not copied); one decision is still one EVALSHA, and a NOSCRIPT (Redis
-restarted, SCRIPT FLUSH) costs a SCRIPT LOAD and a second EVALSHA, never an error. The
-connections have the sync client's options (connect timeout ``redis_connect_timeout``,
-no retries: the failure policy is the retry).
+The same scripts, keys, arguments and reply parsing as ``backends/redis.py`` (both take
+them from ``backends/scripts.py``, which has no I/O); one decision is still one
+EVALSHA, and a NOSCRIPT (Redis restarted, SCRIPT FLUSH) costs a SCRIPT LOAD and a
+second EVALSHA, never an error. The connections have the sync client's options
+(connect timeout ``redis_connect_timeout``, no retries: the failure policy is the retry).
 
 **Concurrent decisions share round trips.** A coroutine's decision joins a queue, first
 come first served, and up to ``redis_pool_size`` *lanes* (one pooled connection each)
@@ -29,7 +29,7 @@ Three things are done differently on an event loop, on purpose:
    and lets the loop take one more turn before it strikes (see ``Deadline``). A Redis
    that really does not answer costs a caller ``redis_timeout`` plus one turn of an
    idle loop.
-2. **Connecting and asking are timed apart** (DESIGN.md section 4): taking a connection
+2. **Connecting and asking are timed apart** (docs/design.md): taking a connection
    from the pool, which may open one and introduce the client, gets
    ``redis_connect_timeout + redis_timeout``; each round trip on it gets
    ``redis_timeout``. Both are Deadlines, so a loop busy while a connection was being
@@ -70,20 +70,14 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
 
+from gateway_limiter.backends import scripts
 from gateway_limiter.backends.base import BackendError
-from gateway_limiter.backends.redis import (
-    SCRIPTS,
-    Commands,
-    check_query_options,
-    decision_path_options,
-    parse_reply,
-    parse_state,
-)
+from gateway_limiter.backends.redis import check_query_options, decision_path_options
 from gateway_limiter.backends.schemes import register_async
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings, url_error
-from gateway_limiter.model.bucket import MICROS, BucketState, Verdict
+from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
 
 T = TypeVar("T")
 
@@ -195,14 +189,13 @@ _POOL_ARGS: tuple[str, ...] = (
 
 
 class _Call:
-    """One decision waiting for its reply: the EVALSHA, the caller's future, and when
+    """One decision waiting for its reply: the script call, the caller's future, and when
     it was written to Redis (monotonic s; 0 until then)."""
 
-    __slots__ = ("args", "future", "name", "sent")
+    __slots__ = ("future", "script", "sent")
 
-    def __init__(self, name: str, args: list[Any], future: asyncio.Future[Any]) -> None:
-        self.name = name
-        self.args = args
+    def __init__(self, script: scripts.ScriptCall, future: asyncio.Future[Any]) -> None:
+        self.script = script
         self.future = future
         self.sent = 0.0
 
@@ -254,7 +247,7 @@ class AsyncRedisBackend:
         self._connect_seconds = settings.redis_connect_timeout + settings.redis_timeout
         self._slots = asyncio.Semaphore(settings.redis_pool_size)  # FIFO, unlike the pool
         self._failures = 0  # calls failed so far: a queued caller compares before and after
-        self._commands = Commands(settings.key_prefix)
+        self._commands = scripts.Commands(settings.key_prefix)
         self._queue: deque[_Call] = deque()  # decisions not yet sent, first come first
         self._lanes: set[asyncio.Task[None]] = set()  # referenced while they run
         self._max_lanes = settings.redis_pool_size
@@ -296,28 +289,24 @@ class AsyncRedisBackend:
             _resolve(self._queue.popleft().future, error=error)
 
     async def reserve(
-        self,
-        rule: Rule,
-        permits: int,
-        timeout: float | None,
-        caller: str | None = None,
-        *,
-        now: float | None = None,
+        self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
     ) -> Verdict:
         """One EVALSHA, sent in one round trip with the other decisions queued at that
-        moment (see ``_lane``). ``now`` (µs) is for tests that drive the clock."""
-        entered = time.monotonic()
-        name, args = self._commands(rule, permits, timeout, caller, now)
-        call = _Call(name, args, asyncio.get_running_loop().create_future())
+        moment (see ``_lane``)."""
+        entered_s = time.monotonic()
+        script = self._commands(rule, permits, timeout, caller, None)
+        call = _Call(script, asyncio.get_running_loop().create_future())
         self._queue.append(call)
         self._start_lane()
-        verdict = parse_reply(await call.future)  # cancelled: the lane skips or drops the reply
-        if verdict.next_free > 0.0 and call.sent > entered:
+        reply = await call.future  # cancelled: the lane skips or drops the reply
+        verdict = scripts.parse_reply(reply)
+        if verdict.next_free_us > 0.0 and call.sent > entered_s:
             # next_free counts from when the script ran, which is after the call was
             # written, and that can be long after it was queued in a burst. Counted from
             # entering here instead (what the limiter goes by), it is that much later.
-            more = (call.sent - entered) * MICROS
-            return Verdict(verdict.allowed, verdict.wait, verdict.stored, verdict.next_free + more)
+            more_us = (call.sent - entered_s) * US_PER_S
+            next_free_us = verdict.next_free_us + more_us
+            return Verdict(verdict.allowed, verdict.wait_us, verdict.stored, next_free_us)
         return verdict
 
     def _start_lane(self) -> None:
@@ -398,13 +387,12 @@ class AsyncRedisBackend:
         An error reply is that caller's alone; NOSCRIPT (Redis restarted or flushed its
         scripts) loads the script and asks again in the next round trip.
         """
-        shas = self._commands.shas
         reload: list[_Call] = []
         for _attempt in range(self.RELOADS + 1):
-            names = sorted({c.name for c in reload})
-            commands = [("SCRIPT", "LOAD", SCRIPTS[n]) for n in names]
+            names = sorted({c.script.name for c in reload})
+            commands = [("SCRIPT", "LOAD", scripts.SCRIPTS[n]) for n in names]
             calls = [c for c in reload if not c.future.done()] if reload else batch
-            commands += [("EVALSHA", shas[c.name], *c.args) for c in calls]
+            commands += [("EVALSHA", *c.script.evalsha) for c in calls]
             reload = []
             packed = b"".join([self._pack(conn, command) for command in commands])
             sent = time.monotonic()
@@ -451,15 +439,15 @@ class AsyncRedisBackend:
                 pipe.time()
                 return await pipe.execute()
 
-        raw, (sec, usec) = await self._queued(both)
-        return parse_state(raw), sec * 1_000_000.0 + usec
+        raw, time_reply = await self._queued(both)
+        return scripts.parse_state(raw), scripts.clock_us(time_reply)
 
     async def prepare(self) -> None:
         """SCRIPT LOAD now, so the first decision is one round trip, not NOSCRIPT + load."""
 
         async def load() -> None:
             async with Deadline(self._connect_seconds + self._read_seconds):
-                for source in SCRIPTS.values():
+                for source in scripts.SCRIPTS.values():
                     await self._client.script_load(source)
 
         await self._queued(load)
@@ -500,4 +488,4 @@ def _resolve(
 def _describe(error: BaseException) -> str:
     if isinstance(error, TimeoutError) and not isinstance(error, redis.RedisError):
         return "TimeoutError: no answer within redis_timeout"
-    return f"{type(error).__name__}: {error}"
+    return scripts.describe(error)

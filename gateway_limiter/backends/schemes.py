@@ -8,65 +8,62 @@ imported only when it is used, and there is no import circle.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from gateway_limiter.config.settings import Settings, mask_secrets
 
 if TYPE_CHECKING:
     from gateway_limiter.backends.base import AsyncBackend, Backend
 
-BackendFactory = Callable[[Settings], "Backend"]
-BACKENDS: dict[str, BackendFactory] = {}
+B = TypeVar("B")
 
 
-def register(*schemes: str) -> Callable[[BackendFactory], BackendFactory]:
-    """Class decorator: make a backend the one for ``schemes``."""
+class Registry(Generic[B]):
+    """Backend factories by URL scheme: one registry for threaded backends, one for asyncio."""
 
-    def deco(factory: BackendFactory) -> BackendFactory:
-        for scheme in schemes:
-            BACKENDS[scheme] = factory
-        return factory
+    def __init__(self, flavour: str, modules: tuple[str, ...]) -> None:
+        #: scheme -> factory
+        self.factories: dict[str, Callable[[Settings], B]] = {}
+        self._flavour = flavour  # in the error: "no asyncio backend for ..."
+        self._modules = modules  # of backends/, registering their factories on import
 
-    return deco
+    def register(
+        self, *schemes: str
+    ) -> Callable[[Callable[[Settings], B]], Callable[[Settings], B]]:
+        """Class decorator: make a backend the one for ``schemes``."""
 
+        def deco(factory: Callable[[Settings], B]) -> Callable[[Settings], B]:
+            for scheme in schemes:
+                self.factories[scheme] = factory
+            return factory
 
-def open_backend(settings: Settings) -> Backend:
-    """The backend for ``settings.redis_url``."""
-    # Importing the modules registers them; redis is imported only when it is used.
-    from gateway_limiter.backends import cluster, memory, redis, sentinel  # noqa: F401
+        return deco
 
-    scheme = settings.redis_url.split("://", 1)[0].lower()
-    factory = BACKENDS.get(scheme)
-    if factory is None:
-        raise ValueError(f"redis_url {mask_secrets(settings.redis_url)}: no backend for {scheme!r}")
-    return factory(settings)
-
-
-AsyncBackendFactory = Callable[[Settings], "AsyncBackend"]
-ASYNC_BACKENDS: dict[str, AsyncBackendFactory] = {}
-
-
-def register_async(*schemes: str) -> Callable[[AsyncBackendFactory], AsyncBackendFactory]:
-    """Class decorator: make an asyncio backend the one for ``schemes``."""
-
-    def deco(factory: AsyncBackendFactory) -> AsyncBackendFactory:
-        for scheme in schemes:
-            ASYNC_BACKENDS[scheme] = factory
-        return factory
-
-    return deco
+    def open(self, settings: Settings) -> B:
+        """The backend for ``settings.redis_url``."""
+        # Importing the modules registers them; redis is imported only when it is used.
+        for module in self._modules:
+            importlib.import_module(f"gateway_limiter.backends.{module}")
+        scheme = settings.redis_url.split("://", 1)[0].lower()
+        factory = self.factories.get(scheme)
+        if factory is None:
+            url = mask_secrets(settings.redis_url)
+            raise ValueError(f"redis_url {url}: no {self._flavour}backend for {scheme!r}")
+        return factory(settings)
 
 
-def open_async_backend(settings: Settings) -> AsyncBackend:
-    """The asyncio backend for ``settings.redis_url``."""
-    # Importing the modules registers them; redis.asyncio is imported only when it is used.
-    from gateway_limiter.backends import cluster_async, redis_async, sentinel  # noqa: F401
+_THREADED: Registry[Backend] = Registry("", ("cluster", "memory", "redis", "sentinel"))
+_ASYNCIO: Registry[AsyncBackend] = Registry(
+    "asyncio ", ("cluster_async", "redis_async", "sentinel")
+)
 
-    scheme = settings.redis_url.split("://", 1)[0].lower()
-    factory = ASYNC_BACKENDS.get(scheme)
-    if factory is None:
-        raise ValueError(
-            f"redis_url {mask_secrets(settings.redis_url)}: no asyncio backend for {scheme!r}"
-        )
-    return factory(settings)
+BACKENDS = _THREADED.factories
+ASYNC_BACKENDS = _ASYNCIO.factories
+#: ``@register("redis", "rediss")``: the threaded backend for those schemes
+register = _THREADED.register
+#: ``@register_async("redis")``: the asyncio backend for those schemes
+register_async = _ASYNCIO.register
+open_backend = _THREADED.open
+open_async_backend = _ASYNCIO.open

@@ -26,20 +26,25 @@ from __future__ import annotations
 import re
 from hashlib import sha1
 
-from gateway_limiter.config.rules import FIXED_WINDOW, SLIDING_WINDOW, Rule
-from gateway_limiter.model.bucket import BUCKET, FIXED, MICROS, SLIDING, WINDOW_GUARD, Limit
+from gateway_limiter.config.rules import Algorithm, Rule
+from gateway_limiter.model.limits import LIMIT_MODELS, Limit, LimitKind
 
 #: Plain caller keys are kept as they are up to this many characters.
 MAX_PLAIN_CALLER = 64
 _PLAIN_CALLER = re.compile(rf"[A-Za-z0-9._:@/+=-]{{0,{MAX_PLAIN_CALLER}}}")
 
-#: algorithm -> kind of state
-KINDS = {SLIDING_WINDOW: SLIDING, FIXED_WINDOW: FIXED}
+#: algorithm -> the kind of state it keeps (warm-up: a bucket whose stored permits cost)
+KINDS: dict[Algorithm, LimitKind] = {
+    Algorithm.TOKEN_BUCKET: LimitKind.TOKEN_BUCKET,
+    Algorithm.WARM_UP: LimitKind.TOKEN_BUCKET,
+    Algorithm.SLIDING_WINDOW: LimitKind.SLIDING_WINDOW,
+    Algorithm.FIXED_WINDOW: LimitKind.FIXED_WINDOW,
+}
 
 
-def kind(rule: Rule) -> str:
-    """The kind of state ``rule``'s limit keeps: BUCKET, SLIDING or FIXED."""
-    return KINDS.get(rule.algorithm, BUCKET)
+def kind(rule: Rule) -> LimitKind:
+    """The kind of state ``rule``'s limit keeps."""
+    return KINDS[rule.algorithm]
 
 
 def state_key(prefix: str, rule: Rule) -> str:
@@ -58,15 +63,20 @@ def caller_part(caller: str | None) -> str:
 
 
 def limit(rule: Rule) -> Limit:
-    """``rule``'s own limit as ``limits.lua`` and ``bucket.decide_limits`` take it."""
-    shape = kind(rule)
-    if shape == BUCKET:
-        return Limit(BUCKET, rule.per_second, float(rule.burst))
-    if shape == SLIDING:
-        return Limit(SLIDING, float(rule.rate), rule.period * MICROS + WINDOW_GUARD)
-    return Limit(FIXED, float(rule.rate), rule.period * MICROS)
+    """``rule``'s own limit as ``limits.lua`` and ``limits.decide_limits`` take it."""
+    return LIMIT_MODELS[kind(rule)].limit(rule.rate, rule.period, rule.burst)
 
 
 def single_bucket(rule: Rule) -> bool:
     """True when ``rule``'s interface is one token bucket (or warm-up): ``bucket.lua``."""
-    return not rule.also and kind(rule) == BUCKET
+    return not rule.also and kind(rule) is LimitKind.TOKEN_BUCKET
+
+
+def bucket_key(prefix: str, url: str) -> str:
+    """The key of ``url``'s shared per-second bucket (the URL is the hash tag)."""
+    return state_key(prefix, Rule(url, 1, 0.0, 0))
+
+
+def window_key(prefix: str, url: str) -> str:
+    """The key of ``url``'s shared per-second sliding window (same hash tag)."""
+    return state_key(prefix, Rule(url, 1, 0.0, 0, algorithm=Algorithm.SLIDING_WINDOW))

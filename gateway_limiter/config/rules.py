@@ -1,4 +1,4 @@
-"""Rules: what the table's rows mean (DESIGN.md section 1), decided in one place.
+"""Rules: what the table's rows mean (docs/design.md), decided in one place.
 
 ``build_rules`` turns rows into an immutable mapping url -> Rule plus the list of rows
 it skipped and why. Rows never raise: a bad row is skipped with a warning naming its
@@ -36,7 +36,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from gateway_limiter.config.table import ConfRow
 
@@ -44,11 +46,26 @@ MAX_URL_LENGTH = 128
 MAX_CACHE = 9.99
 #: The longest ``periodSeconds``: a day (suppliers sell daily quotas; no longer ones).
 MAX_PERIOD = 86_400
-TOKEN_BUCKET = "token_bucket"
-WARM_UP = "warm_up"
-SLIDING_WINDOW = "sliding_window"
-FIXED_WINDOW = "fixed_window"
-ALGORITHMS = (TOKEN_BUCKET, WARM_UP, SLIDING_WINDOW, FIXED_WINDOW)
+
+
+class Algorithm(StrEnum):
+    """The ``algorithm`` column's values. Each member equals its column value (a str), so
+    rows, logs, metrics labels and script arguments carry the same text as ever."""
+
+    TOKEN_BUCKET = "token_bucket"
+    WARM_UP = "warm_up"
+    SLIDING_WINDOW = "sliding_window"
+    FIXED_WINDOW = "fixed_window"
+
+
+#: The old names of the algorithms, kept while callers move over to ``Algorithm``.
+TOKEN_BUCKET = Algorithm.TOKEN_BUCKET
+WARM_UP = Algorithm.WARM_UP
+SLIDING_WINDOW = Algorithm.SLIDING_WINDOW
+FIXED_WINDOW = Algorithm.FIXED_WINDOW
+#: Every algorithm's column value, in the order the CLI and messages list them (plain
+#: strings: argparse and messages show them with repr).
+ALGORITHMS: tuple[str, ...] = tuple(a.value for a in Algorithm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +83,34 @@ class Rule:
     cache: float
     config_id: int
     capacity: int = 0  # token bucket: maxPermits; 0 = the rate (one period's worth)
-    algorithm: str = TOKEN_BUCKET
+    algorithm: Algorithm = Algorithm.TOKEN_BUCKET
     warmup: float = 0.0  # warm_up: seconds from cold to the full rate
     period: int = 1  # seconds that ``rate`` permits are for
     per_caller: bool = False  # True: each caller key has its own state
     also: tuple[Rule, ...] = ()  # the interface's other limits
     shadow: bool = False  # decided and counted, never enforced (the call always goes ahead)
+
+    if TYPE_CHECKING:
+        # The generated __init__, except that ``algorithm`` may also be given as its
+        # column value ("sliding_window"): __post_init__ makes it an Algorithm.
+        def __init__(
+            self,
+            url: str,
+            rate: int,
+            cache: float,
+            config_id: int,
+            capacity: int = 0,
+            algorithm: Algorithm | str = Algorithm.TOKEN_BUCKET,
+            warmup: float = 0.0,
+            period: int = 1,
+            per_caller: bool = False,
+            also: tuple[Rule, ...] = (),
+            shadow: bool = False,
+        ) -> None: ...
+
+    def __post_init__(self) -> None:
+        if type(self.algorithm) is not Algorithm:  # ValueError naming an unknown one
+            object.__setattr__(self, "algorithm", Algorithm(self.algorithm))
 
     @property
     def closed(self) -> bool:
@@ -164,7 +203,7 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         return Skipped(row.config_id, f"cache {row.cache!r} is negative")
     # FLOAT(3,2) on MySQL reads back as e.g. 0.300000011920929; keep what was meant.
     cache = min(round(cache, 2), MAX_CACHE)
-    algorithm = row.algorithm or TOKEN_BUCKET
+    algorithm = row.algorithm or Algorithm.TOKEN_BUCKET
     # NULL (a schema before revision 0004, or written so by hand): today's meaning.
     period = 1 if row.period_seconds is None else row.period_seconds
     per_caller = 0 if row.per_caller is None else row.per_caller
@@ -181,7 +220,7 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         cache=cache,
         config_id=row.config_id,
         capacity=row.max_permits or 0,
-        algorithm=algorithm,
+        algorithm=Algorithm(algorithm),
         warmup=float(row.warmup_period or 0.0),
         period=period,
         per_caller=bool(per_caller),
@@ -205,9 +244,9 @@ def algorithm_problem(
         return f"periodSeconds {period!r} is not a whole number from 1 to {MAX_PERIOD}"
     if algorithm not in ALGORITHMS:
         return f"algorithm {algorithm!r} is not one of {', '.join(ALGORITHMS)}"
-    if max_permits is not None and (max_permits < 1 or algorithm != TOKEN_BUCKET):
+    if max_permits is not None and (max_permits < 1 or algorithm != Algorithm.TOKEN_BUCKET):
         return f"maxPermits {max_permits} is invalid for {algorithm} (token_bucket only, >= 1)"
-    if algorithm == WARM_UP:
+    if algorithm == Algorithm.WARM_UP:
         if warmup is None or not (math.isfinite(warmup) and 0 < warmup <= 3600):
             return f"warm_up needs warmupPeriod between 0 and 3600 seconds, got {warmup!r}"
         if period != 1:
@@ -306,7 +345,7 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
             )
             chosen = enforced
         if len(chosen) > 1:
-            others = [r for r in chosen if r.algorithm != WARM_UP]
+            others = [r for r in chosen if r.algorithm is not Algorithm.WARM_UP]
             applies = ", ".join(str(r.config_id) for r in others)
             skipped.extend(
                 Skipped(
@@ -316,7 +355,7 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
                     "algorithm token_bucket with maxPermits 1",
                 )
                 for r in chosen
-                if r.algorithm == WARM_UP
+                if r.algorithm is Algorithm.WARM_UP
             )
             chosen = others
         rules[url] = interface_rule(chosen)

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway_limiter.model.bucket import WINDOW, BucketState, Verdict, decide, decide_window
+from gateway_limiter.model.bucket import BucketState, Verdict, decide
+from gateway_limiter.model.limits import WINDOW, decide_window
 
 T0 = 1_000_000_000.0
 SECOND = 1_000_000.0

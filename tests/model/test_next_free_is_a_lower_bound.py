@@ -20,17 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway_limiter.model.bucket import (
-    BUCKET,
-    FIXED,
-    MICROS,
-    SLIDING,
-    WINDOW_GUARD,
-    Limit,
-    Verdict,
-    decide,
-    decide_limits,
-)
+from gateway_limiter.model.bucket import MICROS, Verdict, decide
+from gateway_limiter.model.limits import BUCKET, FIXED, SLIDING, WINDOW_GUARD, Limit, decide_limits
 
 T0 = 1_795_000_000_000_000.0
 

@@ -14,16 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway_limiter.model.bucket import (
+from gateway_limiter.model.bucket import BucketState, Verdict
+from gateway_limiter.model.limits import (
     BUCKET,
     FIXED,
     SLIDING,
     WINDOW_GUARD,
-    BucketState,
     FixedWindow,
     Limit,
+    LimitKind,
     LimitState,
-    Verdict,
     decide_limits,
 )
 
@@ -145,7 +145,7 @@ def test_fixed_window_callers_wait_for_the_start_of_the_next_window_in_order() -
 
 
 def test_fixed_window_state_expires_with_its_window() -> None:
-    from gateway_limiter.model.bucket import limit_expiry_ms
+    from gateway_limiter.model.limits import limit_expiry_ms
 
     limit = fixed(5, 10)
     _, new = decide_limits([limit], [None], 1, 0.0, T0 + 4 * SECOND)
@@ -175,7 +175,7 @@ traffic = st.lists(
 @settings(max_examples=400, deadline=None)
 @given(specs=limit_specs, steps=traffic)
 def test_no_limit_is_ever_exceeded_at_the_times_calls_really_go(
-    specs: list[tuple[str, int, int]], steps: list[tuple[int, int, float | None]]
+    specs: list[tuple[LimitKind, int, int]], steps: list[tuple[int, int, float | None]]
 ) -> None:
     build = {BUCKET: bucket, SLIDING: sliding, FIXED: fixed}
     iface = Interface(*(build[kind](rate, period) for kind, rate, period in specs))

@@ -19,15 +19,8 @@ from gateway_limiter.backends.redis import RedisBackend, bucket_key, parse_state
 from gateway_limiter.backends.state import limit, state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import (
-    BucketState,
-    FixedWindow,
-    LimitState,
-    decide,
-    decide_limits,
-    decide_window,
-    expiry_ms,
-)
+from gateway_limiter.model.bucket import BucketState, decide, expiry_ms
+from gateway_limiter.model.limits import FixedWindow, LimitState, decide_limits, decide_window
 from tests.support.services import RedisServer
 
 START = 1_795_000_000_000_000.0  # microseconds, a 2026 wall clock

@@ -1,0 +1,166 @@
+"""The Lua scripts, and what one decision sends and gets back, without any I/O.
+
+Shared by every Redis backend, threaded and asyncio, single, Sentinel and Cluster: they
+differ only in how the commands reach Redis. This module imports no redis.
+
+One decision is one ``ScriptCall``: ``EVALSHA`` of ``bucket.lua`` for an interface that is
+one token bucket (or warm-up), of ``limits.lua`` for every other (windows, several
+limits). What the replies mean:
+
+- a script's reply: four numbers, read by ``parse_reply`` into a Verdict;
+- **NOSCRIPT**: the server that runs the call lacks the script (Redis restarted, SCRIPT
+  FLUSH, a replica promoted: scripts are not replicated). SCRIPT LOAD
+  ``ScriptCall.source`` on that server (on a cluster, the master of ``ScriptCall.key``'s
+  slot), then the same EVALSHA again: one extra round trip, never an error;
+- **MOVED / ASK** (a cluster resharded or failed over): routing, not an answer. redis-py
+  follows the redirect within the call and updates its slot map; nothing here retries.
+  Every key of one call lies in one slot (``backends/state.py``), so no call can get a
+  CROSSSLOT;
+- any other error: the call failed, and the failure policy decides (no retry here).
+"""
+
+from __future__ import annotations
+
+import struct
+from hashlib import sha1
+from importlib import resources
+from typing import Any, NamedTuple
+
+from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.state import caller_part, limit, single_bucket, state_key
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
+
+BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
+LIMITS_LUA = resources.files(__package__).joinpath("limits.lua").read_text(encoding="utf-8")
+#: Script name -> source; a backend registers each once.
+SCRIPTS = {"bucket": BUCKET_LUA, "limits": LIMITS_LUA}
+#: Script name -> SHA1 of its source (what EVALSHA names).
+SHAS = {name: sha1(source.encode()).hexdigest() for name, source in SCRIPTS.items()}
+
+
+class ScriptCall(NamedTuple):
+    """One decision as a script call: which script, and its arguments."""
+
+    name: str  # a key of SCRIPTS
+    args: list[Any]  # after the SHA: numkeys, the keys, ARGV
+
+    @property
+    def evalsha(self) -> tuple[Any, ...]:
+        """The arguments of ``EVALSHA``: the SHA, numkeys, keys, ARGV."""
+        return (SHAS[self.name], *self.args)
+
+    @property
+    def source(self) -> str:
+        """The script's source: what ``SCRIPT LOAD`` sends after NOSCRIPT."""
+        return SCRIPTS[self.name]
+
+    @property
+    def key(self) -> str:
+        """The call's first key: on a cluster, its slot's master runs the call."""
+        return str(self.args[1])
+
+
+class _Plan:
+    """What a decision on one Rule needs, computed once per Rule object."""
+
+    __slots__ = ("args", "bucket", "key", "keyed", "keys", "per_caller", "rule")
+
+    def __init__(self, rule: Rule, prefix: str) -> None:
+        self.rule = rule
+        self.bucket = single_bucket(rule)
+        #: each limit's key without the caller part, and whether it takes one
+        self.keys = [state_key(prefix, r) for r in rule.limits]
+        self.per_caller = [r.per_caller for r in rule.limits]
+        self.key = self.keys[0]  # the single bucket's
+        self.keyed = any(self.per_caller)
+        if self.bucket:
+            rate = str(rule.rate) if rule.period == 1 else repr(rule.per_second)
+            self.args = [rate, str(rule.burst)]
+        else:
+            self.args = [str(x) for r in rule.limits for x in _spec(r)]
+
+    def keys_for(self, caller: str | None) -> list[str]:
+        """The keys of every limit for ``caller`` (ignored by shared limits)."""
+        part = caller_part(caller)
+        return [k + part if p else k for k, p in zip(self.keys, self.per_caller, strict=True)]
+
+
+def _spec(rule: Rule) -> tuple[str, str, str]:
+    kind, rate, size = limit(rule)
+    return kind.value, repr(rate), repr(size)
+
+
+class Commands:
+    """The script call of each decision, with what depends only on the rule computed once.
+
+    A rule is immutable, so its script, keys and fixed arguments are kept per URL (and
+    rebuilt when a reload hands over a new Rule object); a decision then adds only the
+    permits, the budget and, for per-caller limits, the caller's part of the keys.
+    """
+
+    __slots__ = ("_cache", "_prefix")
+
+    #: Rules kept at most; past this the cache starts over (URLs of removed rows go).
+    LIMIT = 65_536
+    #: script name -> SHA1 of its source
+    shas = SHAS
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._cache: dict[str, _Plan] = {}
+
+    def __call__(
+        self, rule: Rule, permits: int, timeout: float | None, caller: str | None, now: float | None
+    ) -> ScriptCall:
+        """The script call of one decision: ``timeout`` in seconds (None: any wait);
+        ``now`` (µs) drives the clock in tests (None: the server's)."""
+        plan = self._cache.get(rule.url)
+        if plan is None or plan.rule is not rule:
+            if len(self._cache) >= self.LIMIT:
+                self._cache.clear()
+            plan = self._cache[rule.url] = _Plan(rule, self._prefix)
+        # the scripts take µs: timeout_us, and a negative one for no timeout
+        timeout_us = "-1" if timeout is None else repr(timeout * US_PER_S)
+        now_us = "" if now is None else repr(now)
+        if plan.bucket:
+            key = plan.key + caller_part(caller) if plan.keyed else plan.key
+            args = [1, key, *plan.args, str(permits), timeout_us]
+            if rule.warmup:
+                return ScriptCall("bucket", [*args, now_us, repr(rule.warmup * US_PER_S)])
+            return ScriptCall("bucket", args if now is None else [*args, now_us])
+        keys = plan.keys_for(caller) if plan.keyed else plan.keys
+        return ScriptCall(
+            "limits", [len(keys), *keys, str(permits), timeout_us, now_us, *plan.args]
+        )
+
+
+def parse_reply(reply: Any) -> Verdict:
+    """A script's reply as a Verdict (BackendError when it is not one)."""
+    try:
+        allowed, wait_us, stored, next_free_us = reply
+        return Verdict(allowed == 1, float(wait_us), float(stored), float(next_free_us))
+    except (TypeError, ValueError) as e:
+        raise BackendError(f"unexpected reply from the bucket script: {reply!r}") from e
+
+
+#: A bucket's state in Redis: stored, balance, rate, capacity, refill (bucket.lua).
+STATE = struct.Struct("<5d")
+
+
+def parse_state(raw: object) -> BucketState | None:
+    """A bucket's packed state (GET) as a BucketState, or None when there is none."""
+    if not isinstance(raw, bytes) or len(raw) != STATE.size:
+        return None
+    return BucketState(*STATE.unpack(raw))
+
+
+def clock_us(time_reply: Any) -> float:
+    """Redis ``TIME`` (seconds, microseconds) as microseconds."""
+    sec, usec = time_reply
+    return float(sec * US_PER_S + usec)
+
+
+def describe(error: BaseException) -> str:
+    """An error of the Redis client, for a BackendError."""
+    return f"{type(error).__name__}: {error}"

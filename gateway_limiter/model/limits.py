@@ -1,0 +1,387 @@
+"""The windows and several limits at once, as a pure-Python reference model: ``limits.lua``.
+
+Sliding window (``sliding_window``)
+-----------------------------------
+Not a bucket: the state is the times of the last ``r`` admissions, oldest first. A
+call of ``n`` permits is placed at the earliest time ``t >= now``, and not before the
+latest admission (callers keep their order), such that no window of one second
+ending at ``t`` holds more than ``r`` admissions with it: when ``n`` more would
+exceed ``r``, ``t`` is at least one window after the admission that must drop out. The
+caller waits until ``t`` if that is within its timeout, and is refused at once
+otherwise. The window is one second plus ``WINDOW_GUARD_US`` so that the few
+milliseconds by which a sleeping caller wakes late never put ``r + 1`` calls into
+one real second. Memory is bounded by ``r`` times per interface.
+
+Periods
+-------
+A row allows ``rateLimit`` permits per ``periodSeconds`` P. A token bucket then refills
+at ``rateLimit / P`` per second and holds ``rateLimit`` (one period's worth) unless
+``maxPermits`` says otherwise (``model/bucket.py``); a sliding window is P seconds (plus
+the guard) long.
+
+Fixed window (``fixed_window``)
+-------------------------------
+Time is cut into aligned windows of P seconds (window k is ``[k P, (k + 1) P)`` on the
+shared clock), and each window admits at most r permits. The state is one counter: the
+latest window that holds reservations, and how many permits it holds. A call goes into
+that window if it still has room and has begun, else into the next one: a caller that
+waits goes at the start of its window, callers keep their order (nobody squeezes into
+an earlier window than one already given out), and a refusal counts nothing. The
+counter expires when its window ends. Cheap and exact per window, but two windows
+meet at a boundary: up to 2 r calls can come within a moment across it.
+
+Several limits at once
+----------------------
+An interface with several limits (different periods, or shared and per caller)
+admits a call only when every limit admits it, all or nothing (``decide_limits``):
+
+1. each limit says the earliest time it could let the call go (a bucket: once its
+   debt and the call's shortfall are paid; a window: its earliest slot);
+2. the call goes at the latest of these, T; if T - now exceeds the timeout, the call
+   is refused and no limit records anything;
+3. otherwise every limit records the call *at T*: a bucket refills up to T, then
+   gives the permits (its balance time becomes T); a window records the admission at
+   T, in the window that contains T.
+
+Recording at T, not at each limit's own earliest time, is what keeps every limit
+exact: a limit that could have served earlier must not count the call before it
+really happens, or it would refill (or let its window slide past the call) while the
+call still waits for the slower limit. Warm-up is never part of such a set (rules.py).
+
+Each kind of limit (``LimitKind``: a token bucket, a sliding window, a fixed window) is
+one small class that says what differs: how a row's numbers become its ``Limit``, its
+earliest time for a call, what recording a call at T does to its state, and when its
+state expires. ``decide_limits`` is the same steps 1-3 for every kind.
+
+Every number is a double in the same order of operations as ``limits.lua``, so the
+model and the script agree exactly (the property tests check this against a real
+Redis). ``decide_limits`` is ``limits.lua``, which also serves the single windows;
+``decide_window`` is the single one-second sliding window on its own. Times and
+durations are microseconds (``_us``) on the shared clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import NamedTuple, Protocol, TypeAlias, cast
+
+from gateway_limiter.model.bucket import (
+    EXPIRY_GRACE_MS,
+    US_PER_S,
+    BucketState,
+    TokenBucket,
+    Verdict,
+    expiry_ms,
+    fresh,
+    reconfigure,
+    resync,
+)
+
+#: The sliding window is its period plus this, for wake-up jitter.
+WINDOW_GUARD_US = 10_000.0
+#: The single sliding window (``decide_window``): one second plus the guard.
+WINDOW_US = US_PER_S + WINDOW_GUARD_US
+#: The old names of ``WINDOW_GUARD_US`` and ``WINDOW_US``, kept while callers move over.
+WINDOW_GUARD = WINDOW_GUARD_US
+WINDOW = WINDOW_US
+
+
+class LimitKind(StrEnum):
+    """The kinds of state a limit keeps: the last part of its key, and what ``limits.lua``
+    is told (the values are the scripts' and the keys', and must not change)."""
+
+    TOKEN_BUCKET = "tb"
+    SLIDING_WINDOW = "sw"
+    FIXED_WINDOW = "fw"
+
+
+#: The old names of the limit kinds, kept while callers move over to ``LimitKind``.
+BUCKET = LimitKind.TOKEN_BUCKET
+SLIDING = LimitKind.SLIDING_WINDOW
+FIXED = LimitKind.FIXED_WINDOW
+
+
+class Limit(NamedTuple):
+    """One limit as ``limits.lua`` is told it."""
+
+    kind: LimitKind
+    rate: float  # token bucket: permits per second; windows: permits per window
+    size: float  # token bucket: capacity; sliding: window length, µs; fixed: period, µs
+
+
+class FixedWindow(NamedTuple):
+    """A fixed window's counter: the latest window holding reservations, and its count."""
+
+    window: float  # k, for the window [k * period, (k + 1) * period)
+    used: float  # permits reserved in it
+
+
+#: The state of one limit: a bucket's, a sliding window's admission times (oldest
+#: first), or a fixed window's counter.
+LimitState: TypeAlias = BucketState | tuple[float, ...] | FixedWindow
+
+
+# --- one sliding window of one second ----------------------------------------------------
+
+
+def decide_window(
+    times: tuple[float, ...],
+    rate: int,
+    permits: int,
+    timeout_us: float | None,
+    now_us: float,
+) -> tuple[Verdict, tuple[float, ...] | None]:
+    """Sliding window: place ``permits`` admissions at the earliest allowed time.
+
+    ``times`` are the last admissions, oldest first (at most ``rate`` of them).
+    Returns the verdict (``stored`` is 0: a window stores no permits) and the times to
+    store, or None on refusal. ``permits > rate`` can never be placed.
+    """
+    if permits > rate:
+        return Verdict(False, math.inf, 0.0), None  # next_free 0, as in limits.lua
+    at_us = window_slot(times, rate, permits, now_us, WINDOW_US)
+    wait_us = at_us - now_us
+    if timeout_us is not None and wait_us > timeout_us:
+        next_us = window_slot(times, rate, 1, now_us, WINDOW_US)
+        return Verdict(False, wait_us, 0.0, next_us - now_us), None
+    kept = (*times, *([at_us] * permits))[-rate:]
+    return Verdict(True, wait_us, 0.0, window_slot(kept, rate, 1, now_us, WINDOW_US) - now_us), kept
+
+
+def window_expiry_ms(times: tuple[float, ...], now_us: float) -> int:
+    """Milliseconds after which the window's times no longer matter."""
+    return math.ceil((times[-1] + WINDOW_US - now_us) / 1000.0) + EXPIRY_GRACE_MS
+
+
+def window_slot(
+    times: tuple[float, ...], rate: int, permits: int, now_us: float, window_us: float
+) -> float:
+    """The earliest time >= ``now_us`` at which a sliding window can place ``permits`` more.
+
+    For one permit, also a time before which no call can be placed later on: the
+    window only fills up meanwhile, and an admission leaves it no sooner than this.
+    """
+    at_us = now_us
+    if times:
+        at_us = max(at_us, times[-1])
+    need = len(times) + permits - rate  # admissions that must have left the window
+    if need > 0:
+        at_us = max(at_us, times[need - 1] + window_us)
+    return at_us
+
+
+def fixed_window_now(state: FixedWindow | None, now_us: float, period_us: float) -> FixedWindow:
+    """The counter as of ``now_us``: the stored one, or an empty current window if it ended."""
+    current = float(math.floor(now_us / period_us))
+    if state is None or state.window < current:
+        return FixedWindow(current, 0.0)
+    return state
+
+
+# --- what differs between the kinds of limit ---------------------------------------------
+
+
+class LimitModel(Protocol):
+    """What one kind of limit does in ``decide_limits`` (one class per ``LimitKind``)."""
+
+    def limit(self, rate: int, period_s: int, capacity: int) -> Limit:
+        """The limit of a row: ``rate`` permits per ``period_s``, ``capacity`` (buckets)."""
+
+    def earliest(
+        self, limit: Limit, state: LimitState | None, permits: int, now_us: float
+    ) -> tuple[float, LimitState] | None:
+        """Step 1: the earliest time the limit lets ``permits`` go, and its state as of
+        ``now_us`` (None: it can never hold that many)."""
+
+    def next_free_at(self, limit: Limit, state: LimitState, now_us: float) -> float:
+        """The earliest time a one-permit call could go, for ``state`` after a decision."""
+
+    def record(self, limit: Limit, state: LimitState, n: float, at_us: float) -> LimitState:
+        """Step 3: ``state`` after admitting ``n`` permits at ``at_us`` (a time it allows)."""
+
+    def expiry_ms(self, limit: Limit, state: LimitState, now_us: float) -> int:
+        """Milliseconds after which ``state`` is the same as no state."""
+
+
+class BucketLimit:
+    """A token bucket: ``bucket.lua``'s steps 1-3 without warm-up, recorded at T."""
+
+    def limit(self, rate: int, period_s: int, capacity: int) -> Limit:
+        """Refills at ``rate / period_s`` per second, holds ``capacity``."""
+        return Limit(LimitKind.TOKEN_BUCKET, rate / period_s, float(capacity))
+
+    def earliest(
+        self, limit: Limit, state: LimitState | None, permits: int, now_us: float
+    ) -> tuple[float, LimitState]:
+        """Once its debt and the call's shortfall are paid."""
+        sh = TokenBucket(float(limit.rate), float(limit.size))
+        bucket = fresh(sh, now_us) if state is None else cast(BucketState, state)
+        bucket = reconfigure(resync(bucket, now_us), sh)
+        n = float(permits)
+        spend = min(n, bucket.stored)
+        return max(bucket.balance_us, now_us) + (n - spend) * sh.stable_us, bucket
+
+    def next_free_at(self, limit: Limit, state: LimitState, now_us: float) -> float:
+        """The balance time, plus what stored permits lack of one (``next_free_bucket``)."""
+        bucket = cast(BucketState, state)
+        owed_us = max(0.0, 1.0 - bucket.stored) * bucket.refill_interval_us
+        return max(bucket.balance_us, now_us) + owed_us
+
+    def record(self, limit: Limit, state: LimitState, n: float, at_us: float) -> LimitState:
+        """Refill up to T, then give the permits: the balance time becomes T."""
+        bucket = cast(BucketState, state)
+        stored = bucket.stored
+        if at_us > bucket.balance_us:
+            refilled = (at_us - bucket.balance_us) / bucket.refill_interval_us
+            stored = min(bucket.capacity, stored + refilled)
+        return BucketState(
+            max(0.0, stored - n), at_us, bucket.rate, bucket.capacity, bucket.refill_us
+        )
+
+    def expiry_ms(self, limit: Limit, state: LimitState, now_us: float) -> int:
+        """Once the bucket would be full again."""
+        return expiry_ms(cast(BucketState, state), now_us)
+
+
+class SlidingLimit:
+    """A sliding window: the last ``rate`` admission times."""
+
+    def limit(self, rate: int, period_s: int, capacity: int) -> Limit:
+        """``rate`` permits in any window of ``period_s`` (plus the guard)."""
+        return Limit(LimitKind.SLIDING_WINDOW, float(rate), period_s * US_PER_S + WINDOW_GUARD_US)
+
+    def earliest(
+        self, limit: Limit, state: LimitState | None, permits: int, now_us: float
+    ) -> tuple[float, LimitState] | None:
+        """Its earliest slot (``window_slot``)."""
+        if permits > limit.rate:
+            return None
+        times = cast(tuple[float, ...], state or ())
+        return window_slot(times, int(limit.rate), permits, now_us, limit.size), times
+
+    def next_free_at(self, limit: Limit, state: LimitState, now_us: float) -> float:
+        """Its earliest slot for one permit."""
+        return window_slot(cast(tuple[float, ...], state), int(limit.rate), 1, now_us, limit.size)
+
+    def record(self, limit: Limit, state: LimitState, n: float, at_us: float) -> LimitState:
+        """T, once per permit, and only the last ``rate`` times kept."""
+        times = cast(tuple[float, ...], state)
+        return (*times, *([at_us] * int(n)))[-int(limit.rate) :]
+
+    def expiry_ms(self, limit: Limit, state: LimitState, now_us: float) -> int:
+        """Once the latest admission has left the window."""
+        times = cast(tuple[float, ...], state)
+        return math.ceil((times[-1] + limit.size - now_us) / 1000.0) + EXPIRY_GRACE_MS
+
+
+class FixedLimit:
+    """A fixed window: one counter, for the latest window holding reservations."""
+
+    def limit(self, rate: int, period_s: int, capacity: int) -> Limit:
+        """``rate`` permits in each aligned window of ``period_s``."""
+        return Limit(LimitKind.FIXED_WINDOW, float(rate), period_s * US_PER_S)
+
+    def earliest(
+        self, limit: Limit, state: LimitState | None, permits: int, now_us: float
+    ) -> tuple[float, LimitState] | None:
+        """Now if the counter's window has room and has begun, else the next window."""
+        if permits > limit.rate:
+            return None
+        counter = fixed_window_now(cast(FixedWindow | None, state), now_us, limit.size)
+        full = counter.used + float(permits) > limit.rate
+        window = counter.window + 1.0 if full else counter.window
+        # the counter is not moved on: record does that, and a refusal keeps it
+        return max(now_us, window * limit.size), counter
+
+    def next_free_at(self, limit: Limit, state: LimitState, now_us: float) -> float:
+        """The window the counter has room for one more permit in."""
+        counter = fixed_window_now(cast(FixedWindow, state), now_us, limit.size)
+        if counter.used + 1.0 > limit.rate:
+            return (counter.window + 1.0) * limit.size
+        return max(now_us, counter.window * limit.size)
+
+    def record(self, limit: Limit, state: LimitState, n: float, at_us: float) -> LimitState:
+        """Count the permits in the window that contains T."""
+        counter = cast(FixedWindow, state)
+        window = float(math.floor(at_us / limit.size))
+        if window > counter.window:
+            counter = FixedWindow(window, 0.0)
+        return FixedWindow(counter.window, counter.used + n)
+
+    def expiry_ms(self, limit: Limit, state: LimitState, now_us: float) -> int:
+        """When the counter's window ends."""
+        counter = cast(FixedWindow, state)
+        ends_us = (counter.window + 1.0) * limit.size
+        return math.ceil((ends_us - now_us) / 1000.0) + EXPIRY_GRACE_MS
+
+
+#: Each kind of limit's model.
+LIMIT_MODELS: dict[LimitKind, LimitModel] = {
+    LimitKind.TOKEN_BUCKET: BucketLimit(),
+    LimitKind.SLIDING_WINDOW: SlidingLimit(),
+    LimitKind.FIXED_WINDOW: FixedLimit(),
+}
+
+
+# --- several limits at once (limits.lua) -------------------------------------------------
+
+
+def decide_limits(
+    limits: Sequence[Limit],
+    states: Sequence[LimitState | None],
+    permits: int,
+    timeout_us: float | None,
+    now_us: float,
+) -> tuple[Verdict, tuple[LimitState, ...] | None]:
+    """Decide ``permits`` against every limit at once, all or nothing.
+
+    Returns the verdict and each limit's new state (None on refusal: nothing is
+    written). ``wait_us`` is until the latest of the limits' earliest times; ``stored``
+    is the least any token bucket among them holds (0 without one); ``next_free_us`` the
+    latest of the limits' earliest times for one permit, after the decision (a call
+    goes when every limit lets it). A window that can never hold ``permits`` refuses
+    with an infinite wait (and ``next_free_us`` 0: not every limit was read).
+    """
+    at_us = now_us
+    current: list[LimitState] = []
+    for limit, state in zip(limits, states, strict=True):
+        found = LIMIT_MODELS[limit.kind].earliest(limit, state, permits, now_us)
+        if found is None:
+            return Verdict(False, math.inf, 0.0), None
+        earliest_us, as_of_now = found
+        current.append(as_of_now)
+        at_us = max(at_us, earliest_us)
+    wait_us = at_us - now_us
+    if timeout_us is not None and wait_us > timeout_us:
+        next_us = _next_free_us(limits, current, now_us)
+        return Verdict(False, wait_us, _least_stored(current), next_us), None
+    n = float(permits)
+    new = tuple(
+        LIMIT_MODELS[limit.kind].record(limit, state, n, at_us)
+        for limit, state in zip(limits, current, strict=True)
+    )
+    return Verdict(True, wait_us, _least_stored(new), _next_free_us(limits, new, now_us)), new
+
+
+def _next_free_us(limits: Sequence[Limit], states: Sequence[LimitState], now_us: float) -> float:
+    """Microseconds from ``now_us`` before which no call can go: the latest of each
+    limit's earliest time for one permit."""
+    at_us = now_us
+    for limit, state in zip(limits, states, strict=True):
+        at_us = max(at_us, LIMIT_MODELS[limit.kind].next_free_at(limit, state, now_us))
+    return at_us - now_us
+
+
+def _least_stored(states: Sequence[LimitState]) -> float:
+    least: float | None = None
+    for state in states:
+        if isinstance(state, BucketState) and (least is None or state.stored < least):
+            least = state.stored
+    return 0.0 if least is None else least
+
+
+def limit_expiry_ms(limit: Limit, state: LimitState, now_us: float) -> int:
+    """Milliseconds after which ``state`` of ``limit`` is the same as no state."""
+    return LIMIT_MODELS[limit.kind].expiry_ms(limit, state, now_us)
