@@ -1,4 +1,4 @@
-"""Create t_ratelimite_conf exactly as DESIGN.md section 1 (and sql/).
+"""Create t_ratelimite_conf exactly as docs/design.md#the-table describes it (and sql/).
 
 Revision ID: 0001
 Revises:

@@ -1,4 +1,4 @@
-"""The Alembic history creates the tables of DESIGN.md section 1, on MariaDB and SQLite.
+"""The Alembic history creates the tables of docs/design.md ("The table"), on MariaDB and SQLite.
 
 On MariaDB the migrated schema is compared, column by column as information_schema
 reports it, with the schema ``sql/t_ratelimite_conf.sql`` creates, and with the contract
@@ -37,7 +37,7 @@ from tests.support.services import (
 
 DDL_FILE = Path(__file__).resolve().parents[2] / "sql" / "t_ratelimite_conf.sql"
 
-#: DESIGN.md section 1 as MariaDB reports it: (name, COLUMN_TYPE, IS_NULLABLE,
+#: The contract table (docs/design.md, "The table") as MariaDB reports it: (name, COLUMN_TYPE, IS_NULLABLE,
 #: COLUMN_DEFAULT, EXTRA, COLUMN_KEY), in ordinal order.
 CONTRACT_COLUMNS = [
     ("configId", "int(11)", "NO", None, "auto_increment", "PRI"),
@@ -199,7 +199,7 @@ def test_migrated_mariadb_table_starts_with_exactly_the_contract_columns(
     assert [c[1:] for c in contract] == CONTRACT_COLUMNS
     assert [c[0] for c in contract] == list(range(1, len(CONTRACT_COLUMNS) + 1))
     # Later columns come after the contract's and have a default (NULL counts), so an
-    # INSERT written against DESIGN.md section 1 keeps working.
+    # INSERT written against the first revision of the table keeps working.
     later = {c[1]: c[4] for c in columns[len(CONTRACT_COLUMNS) :]}
     assert None not in later.values(), later
 

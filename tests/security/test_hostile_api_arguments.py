@@ -105,7 +105,7 @@ def lim(db_url: str, private_redis: RedisServer, key_prefix: str) -> Iterator[Ga
 
 
 def expected_error(url: object, permits: object, timeout: object) -> type[Exception] | None:
-    """What DESIGN.md section 3 says these arguments must raise (None: a decision)."""
+    """What the Python API (docs/design.md) says these arguments must raise (None: a decision)."""
     if not isinstance(url, str):
         return TypeError
     if not isinstance(permits, int) or isinstance(permits, bool):

@@ -64,7 +64,7 @@ def urls() -> st.SearchStrategy[str | None]:
     )
 
 
-# What MariaDB's column types allow (DESIGN.md section 1, plus revision 0003).
+# What MariaDB's column types allow (docs/design.md, "The table", with revision 0003).
 typed_rows = st.fixed_dictionaries(
     {
         "channelType": st.one_of(st.none(), nasty(24)),
