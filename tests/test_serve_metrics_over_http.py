@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
-from gateway_limiter.cli.app import main
+from gateway_limiter.cli import main
 from gateway_limiter.observe import metrics
 from tests.limiting import limiter, set_row, set_switch
 from tests.services import RedisServer
