@@ -47,6 +47,7 @@ def test_importing_the_cli_and_help_load_no_database_redis_or_rich(tmp_path: Pat
     code = (
         "from gateway_limiter.cli import main\n"
         "assert main(['--help']) == 0\n"
+        "assert main(['--version']) == 0\n"
         "assert main(['frobnicate']) == 2\n"
     )
     assert loaded_after(code, tmp_path) == []

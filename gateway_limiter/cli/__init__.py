@@ -12,7 +12,7 @@ codes, no wrapping at 80 columns), so ``gateway-limiter conf list | grep`` works
 Each command lives in a module of its own (``db``, ``conf``, ``switch``, ``status``,
 ``metrics``, ``demo``) that adds its arguments to the parser and runs it. A module is
 imported only when its command is on the command line, and SQLAlchemy, Alembic, redis
-and rich only where a command needs them: ``--help`` loads none of them.
+and rich only where a command needs them: ``--help`` and ``--version`` load none of them.
 """
 
 from __future__ import annotations
@@ -115,6 +115,38 @@ class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
         super().__call__(parser, namespace, values, option_string)
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed distribution's version, looked up only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(
+            option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"{PROG} {version()}", file=sys.stdout, flush=True)
+        parser.exit(EXIT_OK)
+
+
+def version() -> str:
+    """The version installed (package metadata), else the one the source declares."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("gateway-limiter")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        import gateway_limiter
+
+        return gateway_limiter.__version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``gateway-limiter``; a command's own arguments are added
     when it is parsed (``register`` in its module)."""
@@ -123,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Manage gateway-limiter: the limits table, the global switch, live state.",
         epilog=f"Start with '{PROG} demo' (no servers needed).",
     )
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     global_options(parser, top=True)
     parser.register("action", "parsers", _Commands)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -199,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``gateway-limiter`` with ``argv`` (default: sys.argv[1:]); return the exit code."""
     try:
         args = build_parser().parse_args(argv)
-    except SystemExit as e:  # --help (0) or bad usage (2): argparse has printed it
+    except SystemExit as e:  # --help, --version (0) or bad usage (2): argparse has printed it
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     ctx = Context(args=args, out=Output())
     run: Command = args.run
