@@ -2,8 +2,8 @@
 table, the global switch, live bucket state, a demo.
 
 Every command runs through ``main(argv) -> int``: 0 on success, 2 on bad usage (argparse,
-and values checked before anything is written), 1 on any other error. An expected error
-(a bad setting, an unreachable database, a missing table) is one line on stderr with
+bad settings, and values checked before anything is written), 1 on any other error. An
+expected error (an unreachable database, a missing table) is one line on stderr with
 passwords masked; only a bug shows a traceback.
 
 Output goes through rich: tables on a terminal, plain aligned text when piped (no ANSI
@@ -38,7 +38,7 @@ __all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_p
 EXIT_OK = 0
 #: Exit status: a failure (the database or Redis unreachable, a missing table...).
 EXIT_FAILURE = 1
-#: Exit status: bad usage: a bad argument or option; nothing was written.
+#: Exit status: bad usage: a bad argument, option or setting; nothing was written.
 EXIT_USAGE = 2
 #: Exit status: interrupted by Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130
@@ -202,12 +202,12 @@ def _expected_failure(ctx: Context, error: Exception) -> tuple[str, int] | None:
 
     loaded = sys.modules
     if isinstance(error, SettingsError):
-        return str(error), EXIT_FAILURE
+        return str(error), EXIT_USAGE
     if "gateway_limiter.config.table" in loaded:
         from gateway_limiter.config.table import DatabaseUrlError
 
-        if isinstance(error, DatabaseUrlError):
-            return str(error), EXIT_FAILURE
+        if isinstance(error, DatabaseUrlError):  # database_url is a setting too
+            return str(error), EXIT_USAGE
     if "gateway_limiter.backends.base" in loaded:
         from gateway_limiter.backends.base import BackendError
 
