@@ -50,7 +50,6 @@ from gateway_limiter.config.table import (
     RateLimitConf,
     find_rows,
     read_rows,
-    set_status,
     upsert_conf,
 )
 from gateway_limiter.model.bucket import MICROS, shape, stored_cost
@@ -481,31 +480,75 @@ def _scope_of(args: argparse.Namespace) -> dict[str, Any]:
     return scope
 
 
+def _no_row(ctx: Context, scope: dict[str, Any], then: str) -> CliError:
+    url = ctx.args.url
+    which = f" {scope_text(ctx.args.period or 1, bool(ctx.args.per_caller))}" if scope else ""
+    return CliError(f"no row for URL {url}{which}; {then}")
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ", ".join(str(i) for i in ids)
+
+
+def _rows(count: int) -> str:
+    return f"{count} row{'' if count == 1 else 's'}"
+
+
+def flip_rows(
+    engine: Engine, url: str, status: int, scope: dict[str, Any]
+) -> tuple[list[int], list[int]]:
+    """Set ``status`` on the rows of ``url`` that ``scope`` picks, in one transaction;
+    return the configIds picked and those that changed (their status was another)."""
+    from sqlalchemy import select, update
+
+    with engine.begin() as conn:
+        picked = conn.execute(
+            select(RateLimitConf.config_id, RateLimitConf.status)
+            .where(RateLimitConf.interface_url == url)
+            .where(*(getattr(RateLimitConf, name) == value for name, value in scope.items()))
+            .order_by(RateLimitConf.config_id)
+        ).all()
+        changed = [config_id for config_id, was in picked if was != status]
+        if changed:
+            conn.execute(
+                update(RateLimitConf)
+                .where(RateLimitConf.config_id.in_(changed))
+                .values(status=status)
+            )
+    return [config_id for config_id, _ in picked], changed
+
+
 def _cmd_conf_status(ctx: Context, status: int) -> int:
     url = ctx.args.url
     engine = ctx.engine()
     _refuse_collation_twins(engine, url)
     scope = _scope_of(ctx.args)
-    count = set_status(engine, url, status, **scope)
-    if count == 0:
-        which = f" {scope_text(ctx.args.period or 1, bool(ctx.args.per_caller))}" if scope else ""
-        raise CliError(
-            f"no row for URL {url}{which}; create one with '{PROG} conf set {url} --rate N'"
-        )
+    picked, changed = flip_rows(engine, url, status, scope)
+    if not picked:
+        raise _no_row(ctx, scope, f"create one with '{PROG} conf set {url} --rate N'")
     verb = "enabled" if status else "disabled"
+    already = [i for i in picked if i not in changed]
+    said = []
+    if changed:
+        said.append(f"{verb} {_rows(len(changed))} for {url} (configId {_ids(changed)})")
+    if already:
+        was = "was" if len(already) == 1 else "were"
+        said.append(f"configId {_ids(already)} {was} already {verb}")
+    if not changed:
+        said.append(f"0 rows changed for {url}")
+    ctx.out.line("; ".join(said))
     rows = read_rows(engine)
-    ids = ", ".join(str(r.config_id) for r in rows if r.interface_url == url)
-    ctx.out.line(f"{verb} {count} row{'s' if count > 1 else ''} for {url} (configId {ids})")
     ctx.out.line(url_effect(url, rows, build_rules(rows, ctx.settings.default_cache)))
-    ctx.out.line(ctx.reload_note())
+    if changed:
+        ctx.out.line(ctx.reload_note())
     return 0
 
 
 def cmd_conf_enable(ctx: Context) -> int:
-    """Set status 1 on every row of a URL."""
+    """Set status 1 on the rows of a URL (every row, or those --period/--per-caller pick)."""
     return _cmd_conf_status(ctx, 1)
 
 
 def cmd_conf_disable(ctx: Context) -> int:
-    """Set status 0 on every row of a URL."""
+    """Set status 0 on the rows of a URL (every row, or those --period/--per-caller pick)."""
     return _cmd_conf_status(ctx, 0)
