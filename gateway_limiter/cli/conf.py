@@ -1,4 +1,4 @@
-"""``gateway-limiter conf list|set|enable|disable``: the rows of the limits table.
+"""``gateway-limiter conf list|set|enable|disable|delete``: the rows of the limits table.
 
 Commands that write change the rows they name in one transaction, after every argument
 has been checked: an error never leaves half a change.
@@ -66,6 +66,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     for name, run, text in (
         ("enable", cmd_conf_enable, "set status 1 on the rows of URL"),
         ("disable", cmd_conf_disable, "set status 0 on the rows of URL"),
+        ("delete", cmd_conf_delete, "delete the rows of URL"),
     ):
         pick = leaf(conf, name, run, text)
         pick.add_argument("url", metavar="URL", type=url_arg)
@@ -467,7 +468,7 @@ def _scope_flags(row: RateLimitConf) -> str:
     return f" --period {row.period_seconds} --{'per-caller' if row.per_caller else 'shared'}"
 
 
-# --- conf enable, disable: the rows of a URL, narrowed by period and scope ---------------
+# --- conf enable, disable, delete: the rows of a URL, narrowed by period and scope -------
 
 
 def _scope_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -518,6 +519,25 @@ def flip_rows(
     return [config_id for config_id, _ in picked], changed
 
 
+def delete_rows(engine: Engine, url: str, scope: dict[str, Any]) -> list[int]:
+    """Delete the rows of ``url`` that ``scope`` picks, in one transaction; return their
+    configIds."""
+    from sqlalchemy import delete, select
+
+    with engine.begin() as conn:
+        picked = list(
+            conn.scalars(
+                select(RateLimitConf.config_id)
+                .where(RateLimitConf.interface_url == url)
+                .where(*(getattr(RateLimitConf, name) == value for name, value in scope.items()))
+                .order_by(RateLimitConf.config_id)
+            )
+        )
+        if picked:
+            conn.execute(delete(RateLimitConf).where(RateLimitConf.config_id.in_(picked)))
+    return picked
+
+
 def _cmd_conf_status(ctx: Context, status: int) -> int:
     url = ctx.args.url
     engine = ctx.engine()
@@ -552,3 +572,19 @@ def cmd_conf_enable(ctx: Context) -> int:
 def cmd_conf_disable(ctx: Context) -> int:
     """Set status 0 on the rows of a URL (every row, or those --period/--per-caller pick)."""
     return _cmd_conf_status(ctx, 0)
+
+
+def cmd_conf_delete(ctx: Context) -> int:
+    """Delete the rows of a URL (every row, or those --period/--per-caller pick)."""
+    url = ctx.args.url
+    engine = ctx.engine()
+    _refuse_collation_twins(engine, url)
+    scope = _scope_of(ctx.args)
+    gone = delete_rows(engine, url, scope)
+    if not gone:
+        raise _no_row(ctx, scope, "nothing deleted")
+    ctx.out.line(f"deleted {_rows(len(gone))} for {url} (configId {_ids(gone)})")
+    rows = read_rows(engine)
+    ctx.out.line(url_effect(url, rows, build_rules(rows, ctx.settings.default_cache)))
+    ctx.out.line(ctx.reload_note())
+    return 0
