@@ -59,12 +59,21 @@ def cmd_db_upgrade(ctx: Context) -> int:
 
 def cmd_db_current(ctx: Context) -> int:
     """Print the database's revision and the newest one this package knows."""
+    from sqlalchemy import inspect
+
     from gateway_limiter.config.migrate import current_revision, head_revision
+    from gateway_limiter.config.table import CONF_TABLE
 
     engine = ctx.engine()
     current = current_revision(engine)
     head = head_revision(engine)
-    if current is None:
+    if current is None and inspect(engine).has_table(CONF_TABLE):
+        # Tables made by hand from sql/: 'db upgrade' would fail creating them again.
+        ctx.out.line(
+            f"{ctx.database}: no revision recorded, but {CONF_TABLE} exists (made from "
+            f"sql/?); head is {head}: {_stamp_hint()}"
+        )
+    elif current is None:
         ctx.out.line(
             f"{ctx.database}: no revision (never migrated); head is {head}: run '{PROG} db upgrade'"
         )
