@@ -19,10 +19,20 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """A column of a table: its header, and whether it holds numbers (right-aligned)."""
+    """A column of a table: its header, whether it holds numbers (right-aligned), and
+    how it gives way on a narrow terminal (``status --watch``).
+
+    ``short`` is a shorter header, taken when the table is too wide; ``drop`` orders
+    the columns left out when it is still too wide (1 first; 0: never left out);
+    ``cut`` is how narrow the column may be cut, its text ending in an ellipsis
+    (0: never cut).
+    """
 
     header: str
     numeric: bool = False
+    short: str = ""
+    drop: int = 0
+    cut: int = 0
 
 
 #: What a command reports, in order: lines, and tables (columns, rows).
@@ -46,17 +56,81 @@ def plain_table(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> lis
     return [line([c.header for c in columns]), *(line(row) for row in rows)]
 
 
-def rich_table(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> Table:
-    """A table for a terminal."""
+def rich_table(
+    columns: Sequence[Column], rows: Sequence[Sequence[str]], *, width: int | None = None
+) -> Table:
+    """A table for a terminal.
+
+    Without ``width``, a cell too wide for the terminal folds onto more lines: nothing
+    is lost (``conf list``, one-shot ``status``). With ``width`` (``status --watch``),
+    the table fits it and no cell wraps: a cell broken mid-word is unreadable in a
+    table redrawn every second. To fit, the table takes the short headers, then leaves
+    out the columns that matter least, one by one, then cuts the columns that may be
+    cut, rightmost first (their text ends in an ellipsis).
+    """
+    if width is None:
+        return _table([(c.header, c.numeric, None) for c in columns], rows)
+    keep, headers, widths = _fit(columns, rows, width)
+    return _table(
+        [(headers[i], columns[i].numeric, widths[i]) for i in keep],
+        [[row[i] for i in keep] for row in rows],
+    )
+
+
+#: Characters between two columns (a space of padding and the box's divider).
+_GAP = 2
+
+
+def _fit(
+    columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int
+) -> tuple[list[int], list[str], dict[int, int]]:
+    """The columns kept (indexes), every column's header, and the kept columns' widths
+    for a table at most ``width`` wide (if it can be: at worst rich squeezes it)."""
+    from rich.cells import cell_len
+
+    headers = [c.header for c in columns]
+    keep = list(range(len(columns)))
+    drops = sorted({c.drop for c in columns if c.drop})
+    natural: dict[int, int] = {}
+    for step in ("full", "short", *drops):
+        if step == "short":
+            headers = [c.short or c.header for c in columns]
+        elif isinstance(step, int):
+            keep = [i for i in keep if columns[i].drop != step]
+        natural = {
+            i: max([cell_len(headers[i]), *(cell_len(row[i]) for row in rows)]) for i in keep
+        }
+        if sum(natural.values()) + _GAP * (len(keep) - 1) <= width:
+            break
+    widths = dict(natural)
+    excess = sum(widths.values()) + _GAP * (len(keep) - 1) - width
+    for i in reversed([i for i in keep if columns[i].cut]):  # the rightmost is cut first
+        if excess <= 0:
+            break
+        give = min(excess, max(0, natural[i] - columns[i].cut))
+        widths[i] -= give
+        excess -= give
+    return keep, headers, widths
+
+
+def _table(columns: Sequence[tuple[str, bool, int | None]], rows: Sequence[Sequence[str]]) -> Table:
+    """A rich table of (header, numeric, width) columns; with widths, cells are cut
+    with an ellipsis, never broken over lines; without, they fold."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    # Narrow padding so a usual table fits without wrapping; on a narrow terminal
-    # cells fold rather than lose characters.
+    # Narrow padding so a usual table fits without wrapping.
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
-    for c in columns:
-        table.add_column(c.header, justify="right" if c.numeric else "left", overflow="fold")
+    for header, numeric, width in columns:
+        fitted = width is not None
+        table.add_column(
+            header,
+            justify="right" if numeric else "left",
+            width=width,
+            no_wrap=fitted,
+            overflow="ellipsis" if fitted else "fold",
+        )
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))
     return table
@@ -108,10 +182,15 @@ class Output:
                 self.table(*item)
 
     def renderable(self, report: Report) -> Group:
-        """A report as one rich renderable (for ``Live``, which redraws it in place)."""
+        """A report as one rich renderable fitted to the terminal (for ``Live``, which
+        redraws it in place)."""
         from rich.console import Group
         from rich.text import Text
 
+        width = self.console.width
         return Group(
-            *(Text(item) if isinstance(item, str) else rich_table(*item) for item in report)
+            *(
+                Text(item) if isinstance(item, str) else rich_table(*item, width=width)
+                for item in report
+            )
         )

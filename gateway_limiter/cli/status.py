@@ -27,17 +27,20 @@ from gateway_limiter.model.bucket import MICROS, shape
 if TYPE_CHECKING:
     from gateway_limiter.limiter import BucketStatus, GatewayLimiter
 
+#: The columns of ``status``. On a narrow terminal ``--watch`` takes the short headers,
+#: leaves out the columns that change least (``drop``: 1 first), then cuts the state
+#: and the URL.
 STATUS_COLUMNS = (
-    Column("interfaceUrl"),
-    Column("configId", numeric=True),
-    Column("rate", numeric=True),
-    Column("cache s", numeric=True),
-    Column("capacity", numeric=True),
-    Column("stored permits", numeric=True),
-    Column("debt ms", numeric=True),
-    Column("next free ms", numeric=True),
-    Column("algorithm"),
-    Column("state"),
+    Column("interfaceUrl", short="URL", cut=24),
+    Column("configId", numeric=True, short="id", drop=1),
+    Column("rate", numeric=True, drop=5),
+    Column("cache s", numeric=True, short="cache", drop=3),
+    Column("capacity", numeric=True, short="cap", drop=4),
+    Column("stored permits", numeric=True, short="stored"),
+    Column("debt ms", numeric=True, short="debt"),
+    Column("next free ms", numeric=True, short="free ms"),
+    Column("algorithm", short="algo", drop=2),
+    Column("state", cut=30),
 )
 #: ``status --watch``: refresh every this many seconds unless --interval says otherwise.
 WATCH_INTERVAL = 1.0
