@@ -162,7 +162,8 @@ def relaxed(settings: Settings) -> Settings:
 
 
 def open_limiter(settings: Settings) -> GatewayLimiter:
-    """A limiter on ``settings`` (not started), for ``status`` and ``serve-metrics``."""
+    """A limiter on ``settings`` (not started), for ``status``, ``serve-metrics`` and the
+    demo; a redis_url the backend refuses is bad usage (exit 2), like a bad setting."""
     from gateway_limiter.config.settings import SettingsError
     from gateway_limiter.config.table import DatabaseUrlError
     from gateway_limiter.limiter import GatewayLimiter
@@ -172,8 +173,8 @@ def open_limiter(settings: Settings) -> GatewayLimiter:
         return GatewayLimiter(settings)
     except (SettingsError, DatabaseUrlError):
         raise
-    except ValueError as e:  # a redis_url the backend cannot use
-        raise CliError(str(e)) from None
+    except ValueError as e:  # a redis_url the backend cannot use (it names the value)
+        raise CliError(str(e), code=2) from None
 
 
 @contextmanager

@@ -32,7 +32,7 @@ from rich.text import Text
 from sqlalchemy import Engine, text
 
 from gateway_limiter.cli import arguments
-from gateway_limiter.cli.context import PROG, Context
+from gateway_limiter.cli.context import PROG, Context, open_limiter
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule
@@ -452,7 +452,7 @@ def run_demo(
                 )[0].config_id
                 for i in INTERFACES
             }
-            limiter = GatewayLimiter(settings)
+            limiter = open_limiter(settings)
             try:
                 # A Redis that does not answer would quietly fall back to `local`;
                 # the demo is about the shared state, so say so instead.
