@@ -36,7 +36,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         "Needs prometheus-client: pip install 'gateway-limiter[metrics]'. Reloads the "
         "table like a gateway and reads every bucket in Redis at each scrape. A gateway "
         "process exposes its own decisions on prometheus_client's default registry, or "
-        "with gateway_limiter.metrics.serve(port)."
+        "with gateway_limiter.observe.metrics.serve(port)."
     )
     parser.add_argument(
         "--port",
