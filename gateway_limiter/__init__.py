@@ -7,25 +7,31 @@
 ``try_acquire`` and ``acquire`` here use one process-wide limiter, built and started
 on first use from settings ($GATEWAY_LIMITER_SETTINGS, else ./settings.toml, else the
 defaults). Build a ``GatewayLimiter`` yourself for anything else.
+
+The names below are imported on first use (PEP 562): ``import gateway_limiter`` alone,
+as the command line does, loads neither SQLAlchemy nor redis.
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib
 import threading
+from typing import TYPE_CHECKING, Any
 
-from gateway_limiter.config.reload import ReloadSummary
-from gateway_limiter.config.rules import Rule
-from gateway_limiter.config.settings import Settings, SettingsError, load_settings
-from gateway_limiter.core.decision import Decision
-from gateway_limiter.limiter import (
-    BackendUnavailable,
-    BucketStatus,
-    GatewayLimiter,
-    InterfaceClosed,
-    LimiterError,
-    NotStarted,
-)
+if TYPE_CHECKING:
+    from gateway_limiter.config.reload import ReloadSummary
+    from gateway_limiter.config.rules import Rule
+    from gateway_limiter.config.settings import Settings, SettingsError, load_settings
+    from gateway_limiter.core.decision import Decision
+    from gateway_limiter.core.status import BucketStatus
+    from gateway_limiter.errors import (
+        BackendUnavailable,
+        InterfaceClosed,
+        LimiterError,
+        NotStarted,
+    )
+    from gateway_limiter.limiter import GatewayLimiter
 
 __all__ = [
     "BackendUnavailable",
@@ -48,6 +54,43 @@ __all__ = [
 
 __version__ = "0.1.0"
 
+#: Where each lazily imported public name lives (keep in step with the TYPE_CHECKING
+#: imports above, which are what mypy sees).
+_HOMES = {
+    "BackendUnavailable": "gateway_limiter.errors",
+    "BucketStatus": "gateway_limiter.core.status",
+    "Decision": "gateway_limiter.core.decision",
+    "GatewayLimiter": "gateway_limiter.limiter",
+    "InterfaceClosed": "gateway_limiter.errors",
+    "LimiterError": "gateway_limiter.errors",
+    "NotStarted": "gateway_limiter.errors",
+    "ReloadSummary": "gateway_limiter.config.reload",
+    "Rule": "gateway_limiter.config.rules",
+    "Settings": "gateway_limiter.config.settings",
+    "SettingsError": "gateway_limiter.config.settings",
+    "load_settings": "gateway_limiter.config.settings",
+}
+
+
+if not TYPE_CHECKING:  # mypy sees the imports above, and still flags a misspelt name
+
+    def __getattr__(name: str) -> Any:
+        """Import a public name from its home module on first use (PEP 562)."""
+        home = _HOMES.get(name)
+        if home is None:
+            # AttributeError (not ImportError) lets ``from gateway_limiter import aio`` go
+            # on to import the submodule, and hasattr() answer False.
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the lazy ones included."""
+    return sorted({*globals(), *__all__})
+
+
 _default: GatewayLimiter | None = None
 _default_lock = threading.Lock()
 
@@ -60,6 +103,8 @@ def default_limiter() -> GatewayLimiter:
         with _default_lock:
             limiter = _default
             if limiter is None:
+                from gateway_limiter.limiter import GatewayLimiter
+
                 limiter = GatewayLimiter()
                 limiter.start()
                 atexit.register(limiter.close)

@@ -2,7 +2,7 @@
 
 import sys
 
-from gateway_limiter.cli.app import main
+from gateway_limiter.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,6 +15,7 @@ it up, so the path from table to process shows within a second.
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 import threading
 import time
@@ -30,6 +31,8 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy import Engine, text
 
+from gateway_limiter.cli import arguments
+from gateway_limiter.cli.context import PROG, Context, open_limiter
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule
@@ -38,13 +41,34 @@ from gateway_limiter.config.table import CONF_TABLE, SWITCH_TABLE, make_engine, 
 from gateway_limiter.limiter import GatewayLimiter
 from gateway_limiter.model.bucket import MICROS
 
-PROG = "gateway-limiter"
 RELOAD_INTERVAL = 1.0
 #: A second's counts are shown this long after it ends, so calls that were still
 #: finishing their wait are in.
 SETTLE = 0.1
 #: How often the main loop looks for due changes, reloads and finished seconds.
 TICK = 0.05
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` the ``demo`` command."""
+    arguments.command(parser, cmd_demo)
+    parser.add_argument(
+        "--seconds",
+        type=arguments.seconds_arg,
+        default=12,
+        metavar="N",
+        help="how long (default 12)",
+    )
+
+
+def cmd_demo(ctx: Context) -> int:
+    """Run the self-contained demo (temporary SQLite + memory://, or --redis-url)."""
+    return run_demo(
+        ctx.args.seconds,
+        console=ctx.out.console,
+        # Only an explicit --redis-url: the demo never reads settings files or env.
+        redis_url=ctx.args.redis_url or "memory://",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,7 +452,7 @@ def run_demo(
                 )[0].config_id
                 for i in INTERFACES
             }
-            limiter = GatewayLimiter(settings)
+            limiter = open_limiter(settings)
             try:
                 # A Redis that does not answer would quietly fall back to `local`;
                 # the demo is about the shared state, so say so instead.

@@ -1,7 +1,7 @@
 """Every expected error: the right exit code, one line on stderr, no traceback, nothing written.
 
-Exit codes: 2 for bad usage (bad values are refused before the database is touched),
-1 for anything else. Passwords in URLs never reach the output.
+Exit codes: 2 for bad usage (bad values and bad settings are refused before the
+database is touched), 1 for anything else. Passwords in URLs never reach the output.
 """
 
 from __future__ import annotations
@@ -199,16 +199,16 @@ def test_a_bad_settings_file_is_one_line_naming_the_key(
     settings = tmp_path / "settings.toml"
     settings.write_text(content)
     ran = cli(capsys, "--settings", str(settings), "conf", "list")
-    assert_one_line_error(ran, 1, needle)
+    assert_one_line_error(ran, 2, needle)  # bad usage, as the README says
 
 
 def test_a_missing_settings_file_and_a_bad_database_url_are_one_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     ran = cli(capsys, "--settings", str(tmp_path / "absent.toml"), "conf", "list")
-    assert_one_line_error(ran, 1, "does not exist")
+    assert_one_line_error(ran, 2, "does not exist")
     ran = cli(capsys, "--database-url", "nosuchdriver://u:pw@h/db", "conf", "list")
-    assert_one_line_error(ran, 1, "nosuchdriver://u:***@h/db")
+    assert_one_line_error(ran, 2, "nosuchdriver://u:***@h/db")
     assert "pw@" not in ran.err
 
 

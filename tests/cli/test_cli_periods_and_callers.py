@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.cli.app import main
+from gateway_limiter.cli import main
 from gateway_limiter.config.rules import MAX_PERIOD, Rule, build_rules
 from gateway_limiter.config.table import read_rows
 from tests.support.commandline import Ran

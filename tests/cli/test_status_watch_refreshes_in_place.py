@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
-from gateway_limiter.cli.app import main
+from gateway_limiter.cli import main
 from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
 

@@ -37,8 +37,8 @@ from tests.support.services import (
 
 DDL_FILE = Path(__file__).resolve().parents[2] / "sql" / "t_ratelimite_conf.sql"
 
-#: The contract table (docs/design.md, "The table") as MariaDB reports it: (name, COLUMN_TYPE, IS_NULLABLE,
-#: COLUMN_DEFAULT, EXTRA, COLUMN_KEY), in ordinal order.
+#: The contract table (docs/design.md, "The table") as MariaDB reports it: (name,
+#: COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT, EXTRA, COLUMN_KEY), in ordinal order.
 CONTRACT_COLUMNS = [
     ("configId", "int(11)", "NO", None, "auto_increment", "PRI"),
     ("channelType", "varchar(24)", "YES", "NULL", "", ""),

@@ -1,4 +1,4 @@
-"""The bucket's semantics (docs/design.md, "The bucket"), on the reference model with a driven clock."""
+"""The bucket's semantics (docs/design.md, "The bucket"), on the model with a driven clock."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
-from gateway_limiter.cli.app import main
+from gateway_limiter.cli import main
 from gateway_limiter.observe import metrics
 from tests.support.limiting import limiter, set_switch, write_row
 from tests.support.services import RedisServer

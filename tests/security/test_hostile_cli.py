@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, select
 
-from gateway_limiter.cli.app import main
+from gateway_limiter.cli import main
 from gateway_limiter.config.table import LimiterSwitch, RateLimitConf, upsert_conf
 
 ROWS = {"/ibe/a": 5, "/ibe/b": 0}

@@ -32,7 +32,7 @@ from sqlalchemy.types import NullType
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.state import caller_part, state_key
-from gateway_limiter.cli.app import main
+from gateway_limiter.cli import main
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.rules import ALGORITHMS, MAX_URL_LENGTH
 from gateway_limiter.config.table import CONF_TABLE, RateLimitConf, make_engine

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import Engine, event, inspect, select
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.cli.app import main
+from gateway_limiter.cli import main
 from gateway_limiter.config.table import CONF_TABLE, RateLimitConf
 
 ROOT = Path(__file__).parents[2]

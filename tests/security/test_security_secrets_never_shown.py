@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter, Settings, SettingsError, load_settings
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.cli.app import main
+from gateway_limiter.cli import main
 from gateway_limiter.config.settings import mask_secrets, mask_url
 from gateway_limiter.config.table import DatabaseUrlError, make_engine
 from tests.support.limiting import write_row

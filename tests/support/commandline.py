@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import pytest
 
-from gateway_limiter.cli.app import main
+from gateway_limiter.cli import main
 
 
 class Ran(NamedTuple):

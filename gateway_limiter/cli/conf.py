@@ -1,0 +1,590 @@
+"""``gateway-limiter conf list|set|enable|disable|delete``: the rows of the limits table.
+
+Commands that write change the rows they name in one transaction, after every argument
+has been checked: an error never leaves half a change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from gateway_limiter.cli.arguments import (
+    NONE_WORD,
+    cache_arg,
+    label_arg,
+    leaf,
+    max_permits_arg,
+    period_arg,
+    rate_arg,
+    url_arg,
+    warmup_arg,
+)
+from gateway_limiter.cli.context import PROG, CliError, Context
+from gateway_limiter.cli.describe import (
+    fmt_cache,
+    fmt_field,
+    fmt_opt,
+    fmt_seconds,
+    fmt_time,
+    row_effect,
+    switch_line,
+    url_effect,
+)
+from gateway_limiter.cli.output import Column
+from gateway_limiter.config.rules import (
+    ALGORITHMS,
+    MAX_PERIOD,
+    TOKEN_BUCKET,
+    WARM_UP,
+    algorithm_problem,
+    build_rules,
+    scope_text,
+)
+from gateway_limiter.config.table import (
+    CONF_TABLE,
+    ConfRow,
+    RateLimitConf,
+    find_rows,
+    read_rows,
+    upsert_conf,
+)
+from gateway_limiter.model.bucket import MICROS, shape, stored_cost
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add the ``conf`` commands to ``parser``."""
+    conf = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    leaf(conf, "list", cmd_conf_list, "every row, its effect, and rows the reload skips")
+    _register_set(conf)
+    for name, run, text in (
+        ("enable", cmd_conf_enable, "set status 1 on the rows of URL"),
+        ("disable", cmd_conf_disable, "set status 0 on the rows of URL"),
+        ("delete", cmd_conf_delete, "delete the rows of URL"),
+    ):
+        pick = leaf(conf, name, run, text)
+        pick.add_argument("url", metavar="URL", type=url_arg)
+        pick.add_argument(
+            "--period", type=period_arg, metavar="S", help="only the rows for S seconds"
+        )
+        scope = pick.add_mutually_exclusive_group()
+        scope.add_argument(
+            "--per-caller",
+            dest="per_caller",
+            action="store_const",
+            const=True,
+            help="only the per-caller rows",
+        )
+        scope.add_argument(
+            "--shared",
+            dest="per_caller",
+            action="store_const",
+            const=False,
+            help="only the rows for all callers together",
+        )
+
+
+def _register_set(conf: Any) -> None:
+    setp = leaf(
+        conf,
+        "set",
+        cmd_conf_set,
+        "create or update the row of URL (a new row is disabled unless --enable)",
+        epilog="Only the columns given change. The algorithm columns are checked together "
+        "with what the row already holds, as the reload checks them, before anything is "
+        "written; nothing is cleared silently. maxPermits is for token_bucket only and "
+        "warmupPeriod for warm_up only, so switching a row's algorithm away from them "
+        f"needs '--max-permits {NONE_WORD}' or '--warmup {NONE_WORD}' too (the error says "
+        f"which), e.g. '{PROG} conf set URL --rate 50 --algorithm sliding_window "
+        f"--max-permits {NONE_WORD}'.",
+    )
+    setp.add_argument("url", metavar="URL", type=url_arg, help="interfaceUrl (1-128 characters)")
+    setp.add_argument(
+        "--rate", required=True, type=rate_arg, metavar="N", help="permits per second (0: closed)"
+    )
+    setp.add_argument(
+        "--period",
+        type=period_arg,
+        metavar="S",
+        help=f"the row for a rate per S seconds (periodSeconds, 1 to {MAX_PERIOD}; default 1): "
+        "a URL may have a row for each period, and every enabled one applies",
+    )
+    setp.add_argument(
+        "--per-caller",
+        dest="per_caller",
+        action="store_true",
+        help="the row whose limits apply to each caller key apart (perCaller 1); without "
+        "it, the row for all callers together",
+    )
+    setp.add_argument(
+        "--cache", type=cache_arg, metavar="S", help="seconds a caller may wait (0-9.99)"
+    )
+    setp.add_argument("--channel", type=label_arg, metavar="C", help="channelType ('' clears it)")
+    setp.add_argument(
+        "--interface-no", type=label_arg, metavar="N", help="interfaceNo ('' clears it)"
+    )
+    # SUPPRESS: a flag left out leaves its column as it is; 'none' clears it to NULL.
+    setp.add_argument(
+        "--algorithm",
+        choices=ALGORITHMS,
+        default=argparse.SUPPRESS,
+        help="token_bucket (the default for a new row): bursts of up to --max-permits; "
+        "sliding_window: never more than N in any 1 s; warm_up: a third of the rate "
+        "after idling, the full rate after --warmup seconds of use",
+    )
+    setp.add_argument(
+        "--max-permits",
+        dest="max_permits",
+        type=max_permits_arg,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help=f"token_bucket capacity (maxPermits, >= 1); '{NONE_WORD}': NULL, one "
+        "second's worth (the rate)",
+    )
+    setp.add_argument(
+        "--warmup",
+        dest="warmup_period",
+        type=warmup_arg,
+        default=argparse.SUPPRESS,
+        metavar="S",
+        help=f"warm_up: seconds from cold to the full rate (warmupPeriod, 0 < S <= 3600); "
+        f"'{NONE_WORD}': NULL",
+    )
+    onoff = setp.add_mutually_exclusive_group()
+    onoff.add_argument("--enable", dest="status", action="store_const", const=1, help="status 1")
+    onoff.add_argument("--disable", dest="status", action="store_const", const=0, help="status 0")
+    shadow = setp.add_mutually_exclusive_group()
+    shadow.add_argument(
+        "--shadow",
+        dest="shadow",
+        action="store_const",
+        const=1,
+        help="shadow 1: decide and count as usual, but never refuse or delay a call "
+        "(try a new limit on live traffic; the refusals it would make are counted and logged)",
+    )
+    shadow.add_argument(
+        "--no-shadow", dest="shadow", action="store_const", const=0, help="shadow 0: enforce"
+    )
+
+
+# --- conf list -----------------------------------------------------------------------------
+
+CONF_COLUMNS = (
+    Column("configId", numeric=True),
+    Column("channelType"),
+    Column("interfaceNo"),
+    Column("interfaceUrl"),
+    Column("rateLimit", numeric=True),
+    Column("cache", numeric=True),
+    Column("status", numeric=True),
+    Column("shadow", numeric=True),
+    Column("lastModifyTime"),
+    Column("algorithm"),
+    Column("maxPermits", numeric=True),
+    Column("warmupPeriod", numeric=True),
+    Column("periodSeconds", numeric=True),
+    Column("perCaller", numeric=True),
+    Column("effect"),
+)
+
+
+def cmd_conf_list(ctx: Context) -> int:
+    """Every row, what the reload makes of it, and each skipped row with its reason."""
+    engine = ctx.engine()
+    rows = read_rows(engine)
+    ruleset = build_rules(rows, ctx.settings.default_cache)
+    ctx.out.line(switch_line(engine, ctx.settings))
+    if not rows:
+        ctx.out.line(
+            f"{CONF_TABLE} is empty: nothing is limited. Add a row with "
+            f"'{PROG} conf set URL --rate N --enable'"
+        )
+        return 0
+    ctx.out.table(
+        CONF_COLUMNS,
+        [
+            [
+                str(r.config_id),
+                fmt_opt(r.channel_type),
+                fmt_opt(r.interface_no),
+                fmt_opt(r.interface_url),
+                fmt_opt(r.rate_limit),
+                fmt_cache(r.cache),
+                fmt_opt(r.status),
+                "-" if r.shadow is None else str(r.shadow),  # None: schema before 0005
+                fmt_time(r),
+                fmt_opt(r.algorithm),
+                fmt_opt(r.max_permits),
+                fmt_seconds(r.warmup_period),
+                fmt_opt(r.period_seconds),
+                fmt_opt(r.per_caller),
+                row_effect(r, ruleset),
+            ]
+            for r in rows
+        ],
+    )
+    if any(r.cache is None and r.status == 1 for r in rows):
+        ctx.out.line(
+            f"cache NULL: callers wait up to default_cache = {ctx.settings.default_cache:g} s"
+        )
+    for s in ruleset.skipped:
+        ctx.out.line(f"skipped by the reload: {s}")
+    return 0
+
+
+def _refuse_collation_twins(engine: Engine, url: str) -> list[RateLimitConf]:
+    """The rows the database matches for ``url``; an error if it matches another spelling.
+
+    MySQL's default collations compare case- and trailing-space-insensitively, the
+    limiter's lookup does not: '/IBE/x' would update the row of '/ibe/x', and neither
+    URL would then be limited as the operator meant.
+    """
+    matches = find_rows(engine, url)
+    twins = [r for r in matches if r.interface_url != url]
+    if twins:
+        other = twins[0]
+        raise CliError(
+            f"the database matches URL {url!r} to configId {other.config_id} "
+            f"({other.interface_url!r}), which the limiter treats as another URL; "
+            "use that row's exact URL"
+        )
+    return matches
+
+
+# --- conf set ------------------------------------------------------------------------------
+
+_CONF_FIELDS = (
+    ("rate_limit", "rateLimit"),
+    ("cache", "cache"),
+    ("channel_type", "channelType"),
+    ("interface_no", "interfaceNo"),
+    ("status", "status"),
+    ("algorithm", "algorithm"),
+    ("max_permits", "maxPermits"),
+    ("warmup_period", "warmupPeriod"),
+    ("period_seconds", "periodSeconds"),
+    ("per_caller", "perCaller"),
+    ("shadow", "shadow"),
+)
+
+#: The algorithm columns: model attribute -> (column, the ``conf set`` flag that sets it).
+_ALGORITHM_FIELDS = {
+    "algorithm": ("algorithm", "--algorithm"),
+    "max_permits": ("maxPermits", "--max-permits"),
+    "warmup_period": ("warmupPeriod", "--warmup"),
+}
+
+
+def _given_algorithm_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The algorithm columns given on the command line (their defaults are SUPPRESS, so
+    a flag left out is absent, and ``none`` is a given NULL)."""
+    return {name: getattr(args, name) for name in _ALGORITHM_FIELDS if hasattr(args, name)}
+
+
+def algorithm_args_problem(
+    given: dict[str, Any], old: RateLimitConf | None, period: int = 1, per_caller: bool = False
+) -> str:
+    """Why the row would have invalid algorithm columns after ``conf set``, as an error
+    naming the argument to change ("" when the row will be valid).
+
+    The row after the change is the old row (or a new one) with only the given columns
+    replaced, judged by ``rules.algorithm_problem``: the very check the reload makes.
+    A value left over from the old row is never cleared silently; the message says
+    which flag clears or sets it. ``period`` and ``per_caller`` pick the row, so they
+    are the row's: a problem with them (warm_up is per second and shared) names the
+    ``--period`` or ``--per-caller`` that picked it.
+    """
+    after = {
+        name: given[name] if name in given else getattr(old, name, None)
+        for name in _ALGORITHM_FIELDS
+    }
+    algorithm = after["algorithm"] or TOKEN_BUCKET
+    max_permits, warmup = after["max_permits"], after["warmup_period"]
+    problem = algorithm_problem(algorithm, max_permits, warmup, period, per_caller)
+    if not problem:
+        return ""
+    if not algorithm_problem(algorithm, max_permits, warmup):
+        flag = "--period" if period != 1 else "--per-caller"
+        return f"argument {flag}: {problem}"
+    # algorithm_problem checks algorithm, then maxPermits, then warmupPeriod: the first
+    # whose removal changes the answer is the one it complains about.
+    if algorithm not in ALGORITHMS:
+        culprit = "algorithm"
+    elif max_permits is not None and algorithm_problem(algorithm, None, warmup) != problem:
+        culprit = "max_permits"
+    else:
+        culprit = "warmup_period"
+    column, flag = _ALGORITHM_FIELDS[culprit]
+    if culprit in given:
+        # The flag given is wrong, or right only with another algorithm than the row's.
+        wants = {"max_permits": TOKEN_BUCKET, "warmup_period": WARM_UP}.get(culprit)
+        hint = ""
+        if given[culprit] is not None and wants and wants != algorithm:
+            hint = f"; the row's algorithm is {algorithm}: add --algorithm {wants}"
+        return f"argument {flag}: {problem}{hint}"
+    left = after[culprit]
+    if culprit == "algorithm":  # an unknown name written by SQL
+        fix = f"the row has algorithm {left!r}: add --algorithm {{{','.join(ALGORITHMS)}}}"
+    elif left is None:  # warm_up without a warmupPeriod
+        fix = f"add {flag} S (seconds, more than 0, at most 3600)"
+    else:
+        value = fmt_field(culprit, left)
+        fix = f"the row has {column} {value}: add '{flag} {NONE_WORD}' to clear it"
+    blamed = "--algorithm" if "algorithm" in given else flag
+    return f"argument {blamed}: {problem}; {fix}"
+
+
+def warm_up_cache_warning(rate: int, cache: float, warmup: float) -> str:
+    """A warning when a warm-up row's wait budget is below the price of its first cold
+    permit: every call on a cold interface would be refused, so it never warms up."""
+    if rate <= 0:
+        return ""
+    sh = shape(rate, rate, warmup * MICROS)
+    first = stored_cost(sh, sh.capacity, 1.0) / MICROS
+    if cache >= first:
+        return ""
+    need = math.ceil(first * 100) / 100
+    return (
+        f"warning: on a cold warm_up interface the first call waits {first * 1000:.0f} ms "
+        f"(about 3 / rate), more than cache {cache:g} s: callers that wait only the row's "
+        f"cache are all refused and it never warms up; give --cache {need:g} or more"
+    )
+
+
+def combination_problem(
+    rows: Sequence[ConfRow], url: str, after: ConfRow, default_cache: float
+) -> str:
+    """Why the reload would skip a row of ``url`` once ``after`` is written (the row as
+    changed, or a new one), when the rows now do not make it skip that ("" if not).
+
+    Duplicates of one period and scope are not a problem (the stricter applies, as
+    ever); what is left is ``warm_up`` beside other limits of its URL.
+    """
+    before = build_rules(rows, default_cache).skipped
+    changed = [after if r.config_id == after.config_id else r for r in rows]
+    if all(r.config_id != after.config_id for r in rows):
+        changed.append(after)
+    mine = {r.config_id for r in changed if r.interface_url == url}
+    for skipped in build_rules(changed, default_cache).skipped:
+        new = skipped not in before and not skipped.reason.startswith("duplicate")
+        if new and skipped.config_id in mine:
+            return str(skipped)
+    return ""
+
+
+def cmd_conf_set(ctx: Context) -> int:
+    """Create or update the row of a URL for one period and scope (lowest configId); a
+    new row starts disabled.
+
+    Only the columns given change. The algorithm columns are checked together with
+    what the row already holds, by the same rule the reload uses, before anything is
+    written: the reload never skips a row ``conf set`` wrote for its algorithm columns.
+    """
+    a = ctx.args
+    engine = ctx.engine()
+    period, per_caller = a.period or 1, bool(a.per_caller)
+    everything = _refuse_collation_twins(engine, a.url)
+    scope: dict[str, int] = {"period_seconds": period, "per_caller": int(per_caller)}
+    before = [r for r in everything if (r.period_seconds, r.per_caller) == (period, per_caller)]
+    old = before[0] if before else None
+    given = _given_algorithm_fields(a)
+    problem = algorithm_args_problem(given, old, period, per_caller)
+    if problem:
+        raise CliError(problem, code=2)
+    fields: dict[str, Any] = {"rate_limit": a.rate, **given}
+    if a.cache is not None:
+        fields["cache"] = a.cache
+    if a.channel is not None:
+        fields["channel_type"] = a.channel or None
+    if a.interface_no is not None:
+        fields["interface_no"] = a.interface_no or None
+    if a.status is not None:
+        fields["status"] = a.status
+    if a.shadow is not None:
+        fields["shadow"] = a.shadow
+    rows = read_rows(engine)
+    if old is None:
+        target = ConfRow(
+            config_id=max([0, *(r.config_id for r in rows)]) + 1,
+            channel_type=None,
+            interface_no=None,
+            interface_url=a.url,
+            rate_limit=None,
+            cache=None,
+            status=0,
+            period_seconds=period,
+            per_caller=int(per_caller),
+        )
+    else:
+        target = next(r for r in rows if r.config_id == old.config_id)
+    clash = combination_problem(rows, a.url, replace(target, **fields), ctx.settings.default_cache)
+    if clash:
+        raise CliError(f"{a.url} would not be limited as meant: the reload would skip {clash}", 2)
+    row, created = upsert_conf(engine, a.url, where=scope, **fields)
+    if created or old is None:  # (old is None only when created; this tells mypy)
+        values = ", ".join(
+            f"{column} {fmt_field(name, getattr(row, name))}" for name, column in _CONF_FIELDS
+        )
+        ctx.out.line(f"created configId {row.config_id} for {a.url}: {values}")
+    else:
+        pairs = [
+            (column, fmt_field(name, getattr(old, name)), fmt_field(name, getattr(row, name)))
+            for name, column in _CONF_FIELDS
+        ]
+        changes = [f"{column} {was} -> {now}" for column, was, now in pairs if was != now]
+        ctx.out.line(
+            f"updated configId {row.config_id} for {a.url}: "
+            + (", ".join(changes) if changes else "no change")
+        )
+    if len(before) > 1:
+        others = ", ".join(str(r.config_id) for r in before[1:])
+        ctx.out.line(
+            f"note: {a.url} has other rows {scope_text(period, per_caller)} "
+            f"(configId {others}); of the enabled ones, the stricter applies"
+        )
+    rows = read_rows(engine)
+    ctx.out.line(url_effect(a.url, rows, build_rules(rows, ctx.settings.default_cache)))
+    if row.algorithm == WARM_UP and row.rate_limit and row.warmup_period:
+        cache = ctx.settings.default_cache if row.cache is None else round(row.cache, 2)
+        warning = warm_up_cache_warning(row.rate_limit, cache, row.warmup_period)
+        if warning:
+            ctx.out.line(warning)
+    if row.status == 0:
+        # the URL's other rows stay as they are: name exactly this one
+        flags = _scope_flags(row) if any(r.config_id != row.config_id for r in everything) else ""
+        ctx.out.line(f"enable it with: {PROG} conf enable {a.url}{flags}")
+    ctx.out.line(ctx.reload_note())
+    return 0
+
+
+def _scope_flags(row: RateLimitConf) -> str:
+    """The ``conf enable/disable`` flags that pick ``row``'s period and scope."""
+    return f" --period {row.period_seconds} --{'per-caller' if row.per_caller else 'shared'}"
+
+
+# --- conf enable, disable, delete: the rows of a URL, narrowed by period and scope -------
+
+
+def _scope_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The rows ``--period``, ``--per-caller``/``--shared`` pick (model attribute -> value)."""
+    scope: dict[str, Any] = {}
+    if args.period is not None:
+        scope["period_seconds"] = args.period
+    if args.per_caller is not None:
+        scope["per_caller"] = int(args.per_caller)
+    return scope
+
+
+def _no_row(ctx: Context, scope: dict[str, Any], then: str) -> CliError:
+    url = ctx.args.url
+    which = f" {scope_text(ctx.args.period or 1, bool(ctx.args.per_caller))}" if scope else ""
+    return CliError(f"no row for URL {url}{which}; {then}")
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ", ".join(str(i) for i in ids)
+
+
+def _rows(count: int) -> str:
+    return f"{count} row{'' if count == 1 else 's'}"
+
+
+def flip_rows(
+    engine: Engine, url: str, status: int, scope: dict[str, Any]
+) -> tuple[list[int], list[int]]:
+    """Set ``status`` on the rows of ``url`` that ``scope`` picks, in one transaction;
+    return the configIds picked and those that changed (their status was another)."""
+    from sqlalchemy import select, update
+
+    with engine.begin() as conn:
+        picked = conn.execute(
+            select(RateLimitConf.config_id, RateLimitConf.status)
+            .where(RateLimitConf.interface_url == url)
+            .where(*(getattr(RateLimitConf, name) == value for name, value in scope.items()))
+            .order_by(RateLimitConf.config_id)
+        ).all()
+        changed = [config_id for config_id, was in picked if was != status]
+        if changed:
+            conn.execute(
+                update(RateLimitConf)
+                .where(RateLimitConf.config_id.in_(changed))
+                .values(status=status)
+            )
+    return [config_id for config_id, _ in picked], changed
+
+
+def delete_rows(engine: Engine, url: str, scope: dict[str, Any]) -> list[int]:
+    """Delete the rows of ``url`` that ``scope`` picks, in one transaction; return their
+    configIds."""
+    from sqlalchemy import delete, select
+
+    with engine.begin() as conn:
+        picked = list(
+            conn.scalars(
+                select(RateLimitConf.config_id)
+                .where(RateLimitConf.interface_url == url)
+                .where(*(getattr(RateLimitConf, name) == value for name, value in scope.items()))
+                .order_by(RateLimitConf.config_id)
+            )
+        )
+        if picked:
+            conn.execute(delete(RateLimitConf).where(RateLimitConf.config_id.in_(picked)))
+    return picked
+
+
+def _cmd_conf_status(ctx: Context, status: int) -> int:
+    url = ctx.args.url
+    engine = ctx.engine()
+    _refuse_collation_twins(engine, url)
+    scope = _scope_of(ctx.args)
+    picked, changed = flip_rows(engine, url, status, scope)
+    if not picked:
+        raise _no_row(ctx, scope, f"create one with '{PROG} conf set {url} --rate N'")
+    verb = "enabled" if status else "disabled"
+    already = [i for i in picked if i not in changed]
+    said = []
+    if changed:
+        said.append(f"{verb} {_rows(len(changed))} for {url} (configId {_ids(changed)})")
+    if already:
+        was = "was" if len(already) == 1 else "were"
+        said.append(f"configId {_ids(already)} {was} already {verb}")
+    if not changed:
+        said.append(f"0 rows changed for {url}")
+    ctx.out.line("; ".join(said))
+    rows = read_rows(engine)
+    ctx.out.line(url_effect(url, rows, build_rules(rows, ctx.settings.default_cache)))
+    if changed:
+        ctx.out.line(ctx.reload_note())
+    return 0
+
+
+def cmd_conf_enable(ctx: Context) -> int:
+    """Set status 1 on the rows of a URL (every row, or those --period/--per-caller pick)."""
+    return _cmd_conf_status(ctx, 1)
+
+
+def cmd_conf_disable(ctx: Context) -> int:
+    """Set status 0 on the rows of a URL (every row, or those --period/--per-caller pick)."""
+    return _cmd_conf_status(ctx, 0)
+
+
+def cmd_conf_delete(ctx: Context) -> int:
+    """Delete the rows of a URL (every row, or those --period/--per-caller pick)."""
+    url = ctx.args.url
+    engine = ctx.engine()
+    _refuse_collation_twins(engine, url)
+    scope = _scope_of(ctx.args)
+    gone = delete_rows(engine, url, scope)
+    if not gone:
+        raise _no_row(ctx, scope, "nothing deleted")
+    ctx.out.line(f"deleted {_rows(len(gone))} for {url} (configId {_ids(gone)})")
+    rows = read_rows(engine)
+    ctx.out.line(url_effect(url, rows, build_rules(rows, ctx.settings.default_cache)))
+    ctx.out.line(ctx.reload_note())
+    return 0

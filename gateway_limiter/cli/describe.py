@@ -1,0 +1,167 @@
+"""Rows, rules and the switch in words, as ``conf``, ``switch`` and ``status`` show them."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from gateway_limiter.cli.context import PROG
+from gateway_limiter.config.rules import FIXED_WINDOW, SLIDING_WINDOW, WARM_UP, Rule, RuleSet
+from gateway_limiter.model.bucket import MICROS, shape
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from gateway_limiter.config.settings import Settings
+    from gateway_limiter.config.table import ConfRow
+
+
+def _not_a_number(value: object) -> bool:
+    # SQLite keeps whatever it is given; conf list shows such a value as it is.
+    return not isinstance(value, (int, float)) or isinstance(value, bool)
+
+
+def fmt_cache(value: float | None) -> str:
+    """A cache value: FLOAT(3,2) reads back from MySQL as e.g. 0.200000002980232."""
+    if value is None or _not_a_number(value):
+        return fmt_opt(value)
+    return f"{round(value, 2):g}"
+
+
+def fmt_opt(value: object) -> str:
+    """A column's value, NULL for None."""
+    return "NULL" if value is None else str(value)
+
+
+def fmt_seconds(value: float | None) -> str:
+    """A warmupPeriod: a FLOAT, so 0.1 reads back from MySQL as 0.100000001490116."""
+    if value is None or _not_a_number(value):
+        return fmt_opt(value)
+    return f"{value:.6g}"
+
+
+def fmt_field(name: str, value: Any) -> str:
+    """A column's value as messages show it (model attribute ``name``)."""
+    if name == "cache":
+        return fmt_cache(value)
+    if name == "warmup_period":
+        return fmt_seconds(value)
+    return fmt_opt(value)
+
+
+def fmt_time(row: ConfRow) -> str:
+    """A row's lastModifyTime, to the second."""
+    t = row.last_modify_time
+    if not isinstance(t, dt.datetime):
+        return "-" if t is None else repr(t)
+    return t.isoformat(sep=" ", timespec="seconds")
+
+
+def on_off(value: bool) -> str:
+    """The switch in a word."""
+    return "on" if value else "off"
+
+
+def _per(rule: Rule) -> str:
+    """A limit's rate with its period: "20/s", "200 per 60 s"."""
+    return f"{rule.rate}/s" if rule.period == 1 else f"{rule.rate} per {rule.period} s"
+
+
+def _algorithm_text(rule: Rule) -> str:
+    """What the rule's algorithm does with the rate, in a few words."""
+    if rule.algorithm == SLIDING_WINDOW:
+        return f"sliding_window: never more in any {rule.period} s"
+    if rule.algorithm == FIXED_WINDOW:
+        return f"fixed_window: at most {rule.rate} in each aligned {rule.period} s window"
+    if rule.algorithm == WARM_UP:
+        return f"warm_up: a third of the rate when idle, full after {rule.warmup:g} s of use"
+    return f"token_bucket: bursts of up to {rule.burst}"
+
+
+def _limit_text(rule: Rule) -> str:
+    caller = " for each caller" if rule.per_caller else ""
+    return f"{_per(rule)}{caller} ({_algorithm_text(rule)})"
+
+
+def rule_text(rule: Rule) -> str:
+    """An interface's rule in words: every limit, and the wait budget."""
+    if rule.closed:
+        text = "closed: every call refused"
+    else:
+        limits = " and ".join(_limit_text(r) for r in rule.limits)
+        text = f"limited to {limits}, callers wait up to {rule.cache:g} s"
+    if rule.shadow:
+        return f"{text}, IN SHADOW MODE: decided and counted, never enforced"
+    return text
+
+
+def _rule_brief(rule: Rule, cache: float) -> str:
+    """One limit in a table cell: rate, what its algorithm adds, scope, wait budget."""
+    shadow = "shadow (not enforced): " if rule.shadow else ""
+    if rule.closed:
+        return f"{shadow}closed"
+    shaped = {
+        SLIDING_WINDOW: f"{_per(rule)} in any {rule.period} s",
+        FIXED_WINDOW: f"{_per(rule)} in aligned windows",
+        WARM_UP: f"{_per(rule)}, {rule.warmup:g} s warm-up",
+    }.get(rule.algorithm, f"{_per(rule)}, burst {rule.burst}")
+    caller = ", per caller" if rule.per_caller else ""
+    return f"{shadow}{shaped}{caller}, wait <= {cache:g} s"
+
+
+def row_effect(row: ConfRow, ruleset: RuleSet) -> str:
+    """What the reload makes of one row (the same ``build_rules`` the reload uses)."""
+    if any(s.config_id == row.config_id for s in ruleset.skipped):
+        return "skipped (see below)"
+    if row.status == 0:
+        return "disabled"
+    rule = ruleset.rules.get(row.interface_url or "")
+    if rule is None:
+        return "-"
+    for limit in rule.limits:
+        if limit.config_id == row.config_id:
+            # a closed limit closes its interface: the other rows say so too
+            return _rule_brief(rule if rule.closed else limit, rule.cache)
+    return "-"
+
+
+def url_effect(url: str, rows: Sequence[ConfRow], ruleset: RuleSet) -> str:
+    """What the reload makes of ``url``: its rule, or why it is not limited."""
+    rule = ruleset.rules.get(url)
+    if rule is not None:
+        ids = ", ".join(str(r.config_id) for r in rule.limits)
+        return f"{url} is {rule_text(rule)} (configId {ids})"
+    mine = {r.config_id for r in rows if r.interface_url == url}
+    reasons = [str(s) for s in ruleset.skipped if s.config_id in mine]
+    if reasons:
+        return f"{url} is not limited: the reload skips " + "; ".join(reasons)
+    if mine:
+        return f"{url} is not limited: {'its rows are' if len(mine) > 1 else 'its row is'} disabled"
+    return f"{url} is not limited: no row"
+
+
+def switch_line(engine: Engine, settings: Settings) -> str:
+    """The switch as ``conf list`` heads it: on or off, and where that comes from."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from gateway_limiter.config.table import read_switch
+
+    try:
+        stored = read_switch(engine)
+    except SQLAlchemyError:
+        # As the reload does: the switch table missing means the settings default.
+        return (
+            f"switch: {on_off(settings.switch)} (settings default; the switch table is "
+            f"missing: run '{PROG} db upgrade')"
+        )
+    if stored is None:
+        return f"switch: {on_off(settings.switch)} (settings default)"
+    return f"switch: {on_off(stored)} (database row)"
+
+
+def capacity(rule: Rule) -> float:
+    """The most the bucket stores: maxPermits, or for warm_up the model's (rate x warm-up)."""
+    if rule.algorithm == WARM_UP and rule.rate > 0:
+        return shape(rule.rate, rule.burst, rule.warmup * MICROS).capacity
+    return float(rule.burst)

@@ -1,0 +1,210 @@
+"""``gateway-limiter status [URL] [--watch]``: the rules in force and each bucket's live
+state, once or refreshed in place until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from contextlib import suppress
+from typing import TYPE_CHECKING
+
+from gateway_limiter.cli.arguments import command, count_arg, interval_arg
+from gateway_limiter.cli.context import (
+    PROG,
+    CliError,
+    Context,
+    database_problem,
+    open_limiter,
+    relaxed,
+    sigterm_interrupts,
+)
+from gateway_limiter.cli.describe import capacity, on_off, url_effect
+from gateway_limiter.cli.output import Column, Report
+from gateway_limiter.config.rules import FIXED_WINDOW, SLIDING_WINDOW, WARM_UP, Rule, build_rules
+from gateway_limiter.config.settings import mask_secrets
+from gateway_limiter.model.bucket import MICROS, shape
+
+if TYPE_CHECKING:
+    from gateway_limiter.limiter import BucketStatus, GatewayLimiter
+
+#: The columns of ``status``. On a narrow terminal ``--watch`` takes the short headers,
+#: leaves out the columns that change least (``drop``: 1 first), then cuts the state
+#: and the URL.
+STATUS_COLUMNS = (
+    Column("interfaceUrl", short="URL", cut=24),
+    Column("configId", numeric=True, short="id", drop=1),
+    Column("rate", numeric=True, drop=5),
+    Column("cache s", numeric=True, short="cache", drop=3),
+    Column("capacity", numeric=True, short="cap", drop=4),
+    Column("stored permits", numeric=True, short="stored"),
+    Column("debt ms", numeric=True, short="debt"),
+    Column("next free ms", numeric=True, short="free ms"),
+    Column("algorithm", short="algo", drop=2),
+    Column("state", cut=30),
+)
+#: ``status --watch``: refresh every this many seconds unless --interval says otherwise.
+WATCH_INTERVAL = 1.0
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` the ``status`` command."""
+    command(parser, cmd_status)
+    parser.add_argument("url", metavar="URL", nargs="?", help="only this interface")
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="refresh every --interval seconds (in place on a terminal) until Ctrl-C",
+    )
+    parser.add_argument(
+        "--interval",
+        type=interval_arg,
+        metavar="S",
+        help=f"seconds between refreshes with --watch (default {WATCH_INTERVAL:g})",
+    )
+    # Stop --watch after N reports (tests, scripts); hidden from --help.
+    parser.add_argument("--count", type=count_arg, metavar="N", help=argparse.SUPPRESS)
+
+
+def cmd_status(ctx: Context) -> int:
+    """The rules in force, after a reload like a gateway's, and each bucket's live state;
+    with --watch, refreshed in place until Ctrl-C."""
+    a = ctx.args
+    if not a.watch and (a.interval is not None or a.count is not None):
+        raise CliError("--interval and --count go with --watch", code=2)
+    limiter = open_limiter(relaxed(ctx.settings))
+    try:
+        summary = limiter.registry.reload()
+        if not summary.ok:
+            raise CliError(database_problem(ctx.database, summary.error or "reload failed"))
+        if a.watch:
+            return _watch_status(ctx, limiter)
+        report, failed = status_report(ctx, limiter)
+    finally:
+        limiter.close()
+    ctx.out.show(report)
+    if failed:
+        raise CliError(failed)
+    return 0
+
+
+def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
+    """What ``status`` shows, from the limiter's current snapshot and live bucket state;
+    and the first error reading bucket state ("" when none)."""
+    from gateway_limiter.config.table import read_rows
+
+    settings, url = ctx.settings, ctx.args.url
+    snapshot = limiter.registry.snapshot
+    states = limiter.status(url)
+    report: Report = []
+    source = "database row" if snapshot.switch_source == "database" else "settings default"
+    report.append(f"switch: {on_off(snapshot.switch)} ({source})")
+    if not snapshot.switch:
+        report.append(
+            "the switch is off: nothing is limited now; the rules below apply when it is on"
+        )
+    where = mask_secrets(settings.redis_url)
+    if limiter.backend.shared:
+        report.append(f"bucket state: {where}, key prefix {settings.key_prefix}")
+    else:
+        report.append(
+            f"bucket state: {where}: it lives inside each gateway process, so this command "
+            "sees none (every bucket shows as full)"
+        )
+    if url is not None and not states:
+        rows = read_rows(limiter.registry.engine)
+        report.append(url_effect(url, rows, build_rules(rows, settings.default_cache)))
+        return report, ""
+    if not states:
+        report.append(f"no enabled rows: nothing is limited (see '{PROG} conf list')")
+    else:
+        report.append((STATUS_COLUMNS, [_status_cells(s) for s in states]))
+    report.extend(f"skipped by the reload: {s}" for s in snapshot.skipped)
+    failed = [s for s in states if s.error is not None]
+    if failed:
+        return report, f"cannot read bucket state from {where}: {failed[0].error}"
+    return report, ""
+
+
+def _watch_status(ctx: Context, limiter: GatewayLimiter) -> int:
+    """Show ``status`` again every --interval seconds (in place on a terminal, one
+    report after another otherwise) until Ctrl-C, SIGTERM, or --count reports.
+
+    Each refresh reloads the rules like a gateway does; a database or Redis that fails
+    meanwhile is shown in the report (the last good rules stay), never fatal.
+    """
+    a, out = ctx.args, ctx.out
+    interval = WATCH_INTERVAL if a.interval is None else a.interval
+    shown = 0
+
+    def report() -> Report:
+        summary = limiter.registry.reload() if shown else None
+        body, failed = status_report(ctx, limiter)
+        stamp = time.strftime("%H:%M:%S")
+        head: Report = [f"{stamp}: every {interval:g} s, Ctrl-C to stop"]
+        if summary is not None and not summary.ok:
+            head.append(f"cannot reload ({summary.error}); showing the last good rules")
+        if failed:
+            head.append(failed)
+        return head + body
+
+    def more() -> bool:
+        return a.count is None or shown < a.count
+
+    with suppress(KeyboardInterrupt), sigterm_interrupts():
+        if out.is_terminal:
+            from rich.live import Live
+
+            with Live(console=out.console, auto_refresh=False, transient=False) as live:
+                while True:
+                    live.update(out.renderable(report()), refresh=True)
+                    shown += 1
+                    if not more():
+                        break
+                    time.sleep(interval)
+        else:
+            while True:
+                if shown:
+                    out.line()
+                out.show(report())
+                shown += 1
+                if not more():
+                    break
+                time.sleep(interval)
+    return 0
+
+
+def _for_each_caller(rule: Rule, state: str) -> str:
+    return f"{state}, for each caller" if rule.per_caller else state
+
+
+def _status_cells(s: BucketStatus) -> list[str]:
+    rule = s.rule
+    cap = capacity(rule)
+    rate = str(rule.rate) if rule.period == 1 else f"{rule.rate}/{rule.period}s"
+    head = [rule.url, str(rule.config_id), rate, f"{rule.cache:g}", f"{cap:g}"]
+    shadow = "; shadow: counted, not enforced" if rule.shadow else ""
+
+    def row(stored: str, debt: str, state: str) -> list[str]:
+        free = "-" if s.next_free_ms is None else f"{s.next_free_ms:.1f}"
+        return [*head, stored, debt, free, rule.algorithm, state + shadow]
+
+    if rule.closed:
+        return row("-", "-", "closed: every call refused")
+    if rule.algorithm == SLIDING_WINDOW:
+        # Its state is a list of admission times, not stored permits; not read here.
+        state = f"at most {rule.rate} in any {rule.period} s (window state not shown)"
+        return row("-", "-", _for_each_caller(rule, state))
+    if rule.algorithm == FIXED_WINDOW:
+        state = f"at most {rule.rate} in each aligned {rule.period} s (window state not shown)"
+        return row("-", "-", _for_each_caller(rule, state))
+    if rule.per_caller:
+        return row("-", "-", "per caller: each key has its own bucket (not shown)")
+    if s.error is not None:
+        return row("?", "?", f"error: {s.error}")
+    cold = "; cold: paced below the rate until warm" if rule.algorithm == WARM_UP else ""
+    if s.stored is None:
+        return row(f"{cap:.2f}", "0.0", f"idle (full, no state stored){cold}")
+    state = "in debt: callers queue" if s.debt_ms > 0 else "ok"
+    if cold and s.stored > shape(rule.rate, rule.burst, rule.warmup * MICROS).threshold:
+        state += cold
+    return row(f"{s.stored:.2f}", f"{s.debt_ms:.1f}", state)
