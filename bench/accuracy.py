@@ -73,11 +73,11 @@ from bench.harness.runs import ErrorLog, delete_keys, raise_interrupt
 from bench.harness.servers import private_redis
 from bench.harness.stats import max_in_window, percentile
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.config.rules import SLIDING_WINDOW, TOKEN_BUCKET, WARM_UP
+from gateway_limiter.config.rules import Algorithm
 
 #: The algorithms this run measures and docs/algorithms.md reports (fixed_window's
 #: per-window count needs no overload run to show; its boundary is in the docs).
-ALGORITHMS = (TOKEN_BUCKET, WARM_UP, SLIDING_WINDOW)
+ALGORITHMS = (Algorithm.TOKEN_BUCKET, Algorithm.WARM_UP, Algorithm.SLIDING_WINDOW)
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 RATE = 50
@@ -134,7 +134,7 @@ def make_table(workdir: Path) -> str:
             "rate_limit": RATE,
             "cache": CACHE,
             "algorithm": algorithm,
-            "warmup_period": WARMUP if algorithm == WARM_UP else None,
+            "warmup_period": WARMUP if algorithm == Algorithm.WARM_UP else None,
         }
         for algorithm in ALGORITHMS
     }
@@ -466,7 +466,7 @@ def report(runs: Sequence[Phase], errors: int) -> list[str]:
         [
             ph.algorithm,
             *(fmt(ph.second(n)) for n in range(seconds)),
-            fmt(ph.ramp_end(), ".1f") if ph.algorithm == WARM_UP else "-",
+            fmt(ph.ramp_end(), ".1f") if ph.algorithm == Algorithm.WARM_UP else "-",
         ]
         for ph in runs
         if ph.number == 2
@@ -492,12 +492,12 @@ def targets(runs: Sequence[Phase]) -> list[str]:
     def verdict(ok: bool) -> str:
         return "met" if ok else "MISSED"
 
-    sw = [by[SLIDING_WINDOW, n] for n in (1, 2)]
+    sw = [by[Algorithm.SLIDING_WINDOW, n] for n in (1, 2)]
     sw_max = max(ph.max_1s for ph in sw)
     sw_util = min(ph.utilisation for ph in sw)
-    wu = by[WARM_UP, 2]
+    wu = by[Algorithm.WARM_UP, 2]
     ramp = wu.ramp_end()
-    tb = [by[TOKEN_BUCKET, n] for n in (1, 2)]
+    tb = [by[Algorithm.TOKEN_BUCKET, n] for n in (1, 2)]
     tb_max = max(ph.max_1s for ph in tb)
     tb_bound = (RATE + RATE) / RATE  # capacity + rate in the worst second
     return [
@@ -582,10 +582,11 @@ def _trailing(times: Sequence[float], t: float) -> int:
 
 def _panel_title(algorithm: str) -> str:
     titles: dict[str, str] = {
-        TOKEN_BUCKET: f"token_bucket (capacity {RATE}): a burst of capacity + rate, then the rate",
-        WARM_UP: f"warm_up (warmupPeriod {WARMUP:g} s): a third of the rate when cold, "
+        Algorithm.TOKEN_BUCKET: f"token_bucket (capacity {RATE}): a burst of capacity + rate, "
+        "then the rate",
+        Algorithm.WARM_UP: f"warm_up (warmupPeriod {WARMUP:g} s): a third of the rate when cold, "
         "ramping up to it",
-        SLIDING_WINDOW: "sliding_window: never more than the rate in any 1 s window",
+        Algorithm.SLIDING_WINDOW: "sliding_window: never more than the rate in any 1 s window",
     }
     return titles[algorithm]
 

@@ -164,7 +164,7 @@ def gateway_limiter(
 
     def attempt() -> tuple[bool, float]:
         verdict = limiter.reserve(CONTENDED_URL)  # timeout None: the row's cache, 0.2 s
-        return verdict.allowed, verdict.wait / 1_000_000.0
+        return verdict.allowed, verdict.wait_us / 1_000_000.0
 
     return (
         Contender(

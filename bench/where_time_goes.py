@@ -50,7 +50,7 @@ from bench.harness.limiters import (
 )
 from bench.harness.report import machine_facts, table
 from bench.harness.servers import private_redis
-from gateway_limiter.backends.redis import BUCKET_LUA
+from gateway_limiter.backends.scripts import BUCKET_LUA
 
 REPEATS = 5
 

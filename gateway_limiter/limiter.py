@@ -24,24 +24,10 @@ from gateway_limiter.core.status import (
     BucketStatus,
     chosen_limits,
     describe_state,
-    has_shared_bucket,
 )
-from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, LimiterError, NotStarted
 from gateway_limiter.model.bucket import Verdict
 
-__all__ = [
-    # Re-exported from their new homes (gateway_limiter.errors, core.status) for the
-    # modules that still import them from here.
-    "BackendUnavailable",
-    "BucketStatus",
-    "GatewayLimiter",
-    "InterfaceClosed",
-    "LimiterError",
-    "NotStarted",
-    "chosen_limits",
-    "describe_state",
-    "has_shared_bucket",
-]
+__all__ = ["GatewayLimiter"]
 
 
 class GatewayLimiter(LimiterCore):

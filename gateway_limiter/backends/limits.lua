@@ -1,6 +1,6 @@
 --[[
 Every limit of one interface, decided together, all or nothing, in one round trip
-(also a single sliding or fixed window). decide_limits() in gateway_limiter/model/limits.py
+(also a single sliding or fixed window). reserve_limits() in gateway_limiter/model/limits.py
 is the same model in Python and explains it at length; in short:
 
   1. each limit says the earliest time it could let the call go: a token bucket once

@@ -16,8 +16,8 @@ from gateway_limiter.backends.schemes import register, register_async
 from gateway_limiter.backends.state import caller_part, limit, single_bucket, state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict, decide, expiry_ms
-from gateway_limiter.model.limits import decide_limits, limit_expiry_ms
+from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict, expiry_ms, reserve
+from gateway_limiter.model.limits import limit_expiry_ms, reserve_limits
 
 #: Sweep expired state after this many writes, so idle interfaces cost no memory.
 _SWEEP_EVERY = 1024
@@ -70,7 +70,7 @@ class MemoryBackend:
                 key = self._key(rule, caller)
                 state = self._live(key, rule.per_caller, now_us)
                 warmup_us = rule.warmup * US_PER_S
-                verdict, new = decide(
+                verdict, new = reserve(
                     state, rule.per_second, rule.burst, permits, timeout_us, now_us, warmup_us
                 )
                 if new is not None:
@@ -84,7 +84,7 @@ class MemoryBackend:
             states = [
                 self._live(k, r.per_caller, now_us) for k, r in zip(keys, limits, strict=True)
             ]
-            verdict, changed = decide_limits(specs, states, permits, timeout_us, now_us)
+            verdict, changed = reserve_limits(specs, states, permits, timeout_us, now_us)
             if changed is not None:
                 for k, r, spec, state in zip(keys, limits, specs, changed, strict=True):
                     until_us = now_us + limit_expiry_ms(spec, state, now_us) * 1000.0

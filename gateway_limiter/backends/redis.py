@@ -32,8 +32,6 @@ from redis.retry import Retry
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.schemes import register
 from gateway_limiter.backends.scripts import (
-    BUCKET_LUA,
-    LIMITS_LUA,
     SCRIPTS,
     Commands,
     ScriptCall,
@@ -42,24 +40,18 @@ from gateway_limiter.backends.scripts import (
     parse_reply,
     parse_state,
 )
-from gateway_limiter.backends.state import bucket_key, state_key, window_key
+from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
-from gateway_limiter.config.settings import Settings, url_error
+from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import BucketState, Verdict
+from gateway_limiter.observe.redact import url_error
 
 __all__ = [
-    # moved to scripts.py and state.py; kept importable from here during the move
-    "BUCKET_LUA",
-    "LIMITS_LUA",
-    "SCRIPTS",
     "RedisBackend",
     "ScriptBackend",
     "backend_errors",
-    "bucket_key",
     "client_options",
-    "parse_state",
     "redis_url",
-    "window_key",
 ]
 
 

@@ -76,8 +76,9 @@ from gateway_limiter.backends.redis import check_query_options, decision_path_op
 from gateway_limiter.backends.schemes import register_async
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
-from gateway_limiter.config.settings import Settings, url_error
+from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
+from gateway_limiter.observe.redact import url_error
 
 T = TypeVar("T")
 

@@ -12,7 +12,8 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from gateway_limiter.config.settings import Settings, mask_secrets
+from gateway_limiter.config.settings import Settings
+from gateway_limiter.observe.redact import mask_secrets
 
 if TYPE_CHECKING:
     from gateway_limiter.backends.base import AsyncBackend, Backend

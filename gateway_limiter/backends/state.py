@@ -63,7 +63,7 @@ def caller_part(caller: str | None) -> str:
 
 
 def limit(rule: Rule) -> Limit:
-    """``rule``'s own limit as ``limits.lua`` and ``limits.decide_limits`` take it."""
+    """``rule``'s own limit as ``limits.lua`` and ``limits.reserve_limits`` take it."""
     return LIMIT_MODELS[kind(rule)].limit(rule.rate, rule.period, rule.burst)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from gateway_limiter.config.settings import mask_url
+from gateway_limiter.observe.redact import mask_url
 
 
 @dataclass(frozen=True, slots=True)

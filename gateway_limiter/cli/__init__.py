@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 from gateway_limiter.cli.arguments import Command, global_options
 from gateway_limiter.cli.context import PROG, CliError, Context, database_problem, error_line
 from gateway_limiter.cli.output import Output
-from gateway_limiter.config.settings import mask_secrets
+from gateway_limiter.observe.redact import mask_secrets
 
 __all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 

@@ -38,8 +38,7 @@ from gateway_limiter.cli.output import Column
 from gateway_limiter.config.rules import (
     ALGORITHMS,
     MAX_PERIOD,
-    TOKEN_BUCKET,
-    WARM_UP,
+    Algorithm,
     algorithm_problem,
     build_rules,
     scope_text,
@@ -52,7 +51,7 @@ from gateway_limiter.config.table import (
     read_rows,
     upsert_conf,
 )
-from gateway_limiter.model.bucket import MICROS, shape, stored_cost
+from gateway_limiter.model.bucket import US_PER_S, shape
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -304,7 +303,7 @@ def algorithm_args_problem(
         name: given[name] if name in given else getattr(old, name, None)
         for name in _ALGORITHM_FIELDS
     }
-    algorithm = after["algorithm"] or TOKEN_BUCKET
+    algorithm = after["algorithm"] or Algorithm.TOKEN_BUCKET
     max_permits, warmup = after["max_permits"], after["warmup_period"]
     problem = algorithm_problem(algorithm, max_permits, warmup, period, per_caller)
     if not problem:
@@ -323,7 +322,9 @@ def algorithm_args_problem(
     column, flag = _ALGORITHM_FIELDS[culprit]
     if culprit in given:
         # The flag given is wrong, or right only with another algorithm than the row's.
-        wants = {"max_permits": TOKEN_BUCKET, "warmup_period": WARM_UP}.get(culprit)
+        wants = {"max_permits": Algorithm.TOKEN_BUCKET, "warmup_period": Algorithm.WARM_UP}.get(
+            culprit
+        )
         hint = ""
         if given[culprit] is not None and wants and wants != algorithm:
             hint = f"; the row's algorithm is {algorithm}: add --algorithm {wants}"
@@ -345,8 +346,8 @@ def warm_up_cache_warning(rate: int, cache: float, warmup: float) -> str:
     permit: every call on a cold interface would be refused, so it never warms up."""
     if rate <= 0:
         return ""
-    sh = shape(rate, rate, warmup * MICROS)
-    first = stored_cost(sh, sh.capacity, 1.0) / MICROS
+    sh = shape(rate, rate, warmup * US_PER_S)
+    first = sh.stored_cost_us(sh.capacity, 1.0) / US_PER_S
     if cache >= first:
         return ""
     need = math.ceil(first * 100) / 100
@@ -450,7 +451,7 @@ def cmd_conf_set(ctx: Context) -> int:
         )
     rows = read_rows(engine)
     ctx.out.line(url_effect(a.url, rows, build_rules(rows, ctx.settings.default_cache)))
-    if row.algorithm == WARM_UP and row.rate_limit and row.warmup_period:
+    if row.algorithm == Algorithm.WARM_UP and row.rate_limit and row.warmup_period:
         cache = ctx.settings.default_cache if row.cache is None else round(row.cache, 2)
         warning = warm_up_cache_warning(row.rate_limit, cache, row.warmup_period)
         if warning:

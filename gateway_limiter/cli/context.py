@@ -20,7 +20,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from gateway_limiter.cli.output import Output
-from gateway_limiter.config.settings import mask_secrets
+from gateway_limiter.observe.redact import mask_secrets
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

@@ -36,10 +36,11 @@ from gateway_limiter.cli.context import PROG, Context, open_limiter
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule
-from gateway_limiter.config.settings import Settings, mask_secrets
+from gateway_limiter.config.settings import Settings
 from gateway_limiter.config.table import CONF_TABLE, SWITCH_TABLE, make_engine, upsert_conf
 from gateway_limiter.limiter import GatewayLimiter
-from gateway_limiter.model.bucket import MICROS
+from gateway_limiter.model.bucket import US_PER_S
+from gateway_limiter.observe.redact import mask_secrets
 
 RELOAD_INTERVAL = 1.0
 #: A second's counts are shown this long after it ends, so calls that were still
@@ -214,8 +215,8 @@ class DemoRun:
             # reserve() is try_acquire() without the sleep: the demo sleeps itself so
             # that it can tell the calls that waited from those admitted at once.
             verdict = self.limiter.reserve(iface.url)
-            waited = verdict.allowed and verdict.wait > 0
-            if waited and self.stop.wait(verdict.wait / MICROS):
+            waited = verdict.allowed and verdict.wait_us > 0
+            if waited and self.stop.wait(verdict.wait_us / US_PER_S):
                 return
             self.tally.add(int(self.elapsed()), iface.url, allowed=verdict.allowed, waited=waited)
             # A thread that fell behind (it waited) does not burst to catch up.

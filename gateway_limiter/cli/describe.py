@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway_limiter.cli.context import PROG
-from gateway_limiter.config.rules import FIXED_WINDOW, SLIDING_WINDOW, WARM_UP, Rule, RuleSet
-from gateway_limiter.model.bucket import MICROS, shape
+from gateway_limiter.config.rules import Algorithm, Rule, RuleSet
+from gateway_limiter.model.bucket import US_PER_S, shape
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -70,11 +70,11 @@ def _per(rule: Rule) -> str:
 
 def _algorithm_text(rule: Rule) -> str:
     """What the rule's algorithm does with the rate, in a few words."""
-    if rule.algorithm == SLIDING_WINDOW:
+    if rule.algorithm == Algorithm.SLIDING_WINDOW:
         return f"sliding_window: never more in any {rule.period} s"
-    if rule.algorithm == FIXED_WINDOW:
+    if rule.algorithm == Algorithm.FIXED_WINDOW:
         return f"fixed_window: at most {rule.rate} in each aligned {rule.period} s window"
-    if rule.algorithm == WARM_UP:
+    if rule.algorithm == Algorithm.WARM_UP:
         return f"warm_up: a third of the rate when idle, full after {rule.warmup:g} s of use"
     return f"token_bucket: bursts of up to {rule.burst}"
 
@@ -102,9 +102,9 @@ def _rule_brief(rule: Rule, cache: float) -> str:
     if rule.closed:
         return f"{shadow}closed"
     shaped = {
-        SLIDING_WINDOW: f"{_per(rule)} in any {rule.period} s",
-        FIXED_WINDOW: f"{_per(rule)} in aligned windows",
-        WARM_UP: f"{_per(rule)}, {rule.warmup:g} s warm-up",
+        Algorithm.SLIDING_WINDOW: f"{_per(rule)} in any {rule.period} s",
+        Algorithm.FIXED_WINDOW: f"{_per(rule)} in aligned windows",
+        Algorithm.WARM_UP: f"{_per(rule)}, {rule.warmup:g} s warm-up",
     }.get(rule.algorithm, f"{_per(rule)}, burst {rule.burst}")
     caller = ", per caller" if rule.per_caller else ""
     return f"{shadow}{shaped}{caller}, wait <= {cache:g} s"
@@ -162,6 +162,6 @@ def switch_line(engine: Engine, settings: Settings) -> str:
 
 def capacity(rule: Rule) -> float:
     """The most the bucket stores: maxPermits, or for warm_up the model's (rate x warm-up)."""
-    if rule.algorithm == WARM_UP and rule.rate > 0:
-        return shape(rule.rate, rule.burst, rule.warmup * MICROS).capacity
+    if rule.algorithm == Algorithm.WARM_UP and rule.rate > 0:
+        return shape(rule.rate, rule.burst, rule.warmup * US_PER_S).capacity
     return float(rule.burst)

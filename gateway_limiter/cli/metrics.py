@@ -19,7 +19,7 @@ from gateway_limiter.cli.context import (
     sigterm_interrupts,
 )
 from gateway_limiter.cli.describe import capacity
-from gateway_limiter.config.settings import mask_secrets
+from gateway_limiter.observe.redact import mask_secrets
 
 if TYPE_CHECKING:
     from gateway_limiter.limiter import GatewayLimiter
@@ -103,7 +103,7 @@ def cmd_serve_metrics(ctx: Context) -> int:
 def bucket_samples(limiter: GatewayLimiter) -> list[BucketSample]:
     """Every token/warm-up bucket's live state; stops at the first Redis error (one
     timeout per scrape at most, however many rules)."""
-    from gateway_limiter.limiter import chosen_limits, describe_state, has_shared_bucket
+    from gateway_limiter.core.status import chosen_limits, describe_state, has_shared_bucket
     from gateway_limiter.observe.metrics import BucketSample
 
     samples = []

@@ -20,12 +20,13 @@ from gateway_limiter.cli.context import (
 )
 from gateway_limiter.cli.describe import capacity, on_off, url_effect
 from gateway_limiter.cli.output import Column, Report
-from gateway_limiter.config.rules import FIXED_WINDOW, SLIDING_WINDOW, WARM_UP, Rule, build_rules
-from gateway_limiter.config.settings import mask_secrets
-from gateway_limiter.model.bucket import MICROS, shape
+from gateway_limiter.config.rules import Algorithm, Rule, build_rules
+from gateway_limiter.model.bucket import US_PER_S, shape
+from gateway_limiter.observe.redact import mask_secrets
 
 if TYPE_CHECKING:
-    from gateway_limiter.limiter import BucketStatus, GatewayLimiter
+    from gateway_limiter.core.status import BucketStatus
+    from gateway_limiter.limiter import GatewayLimiter
 
 #: The columns of ``status``. On a narrow terminal ``--watch`` takes the short headers,
 #: leaves out the columns that change least (``drop``: 1 first), then cuts the state
@@ -190,21 +191,21 @@ def _status_cells(s: BucketStatus) -> list[str]:
 
     if rule.closed:
         return row("-", "-", "closed: every call refused")
-    if rule.algorithm == SLIDING_WINDOW:
+    if rule.algorithm == Algorithm.SLIDING_WINDOW:
         # Its state is a list of admission times, not stored permits; not read here.
         state = f"at most {rule.rate} in any {rule.period} s (window state not shown)"
         return row("-", "-", _for_each_caller(rule, state))
-    if rule.algorithm == FIXED_WINDOW:
+    if rule.algorithm == Algorithm.FIXED_WINDOW:
         state = f"at most {rule.rate} in each aligned {rule.period} s (window state not shown)"
         return row("-", "-", _for_each_caller(rule, state))
     if rule.per_caller:
         return row("-", "-", "per caller: each key has its own bucket (not shown)")
     if s.error is not None:
         return row("?", "?", f"error: {s.error}")
-    cold = "; cold: paced below the rate until warm" if rule.algorithm == WARM_UP else ""
+    cold = "; cold: paced below the rate until warm" if rule.algorithm == Algorithm.WARM_UP else ""
     if s.stored is None:
         return row(f"{cap:.2f}", "0.0", f"idle (full, no state stored){cold}")
     state = "in debt: callers queue" if s.debt_ms > 0 else "ok"
-    if cold and s.stored > shape(rule.rate, rule.burst, rule.warmup * MICROS).threshold:
+    if cold and s.stored > shape(rule.rate, rule.burst, rule.warmup * US_PER_S).threshold:
         state += cold
     return row(f"{s.stored:.2f}", f"{s.debt_ms:.1f}", state)

@@ -24,7 +24,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, NoSuchTableError, SQLAlchemyError
 
 from gateway_limiter.config.rules import Rule, Skipped, build_rules
-from gateway_limiter.config.settings import Settings, mask_secrets
+from gateway_limiter.config.settings import Settings
 from gateway_limiter.config.table import (
     make_engine,
     missing_sqlite_file,
@@ -32,6 +32,7 @@ from gateway_limiter.config.table import (
     read_switch,
 )
 from gateway_limiter.observe.logs import OUTAGE_REPORT_SECONDS, Throttle, held_back, log
+from gateway_limiter.observe.redact import mask_secrets
 
 #: Spread reloads of a fleet so they do not hit the database in the same instant.
 RELOAD_JITTER = 0.1  # as a fraction of reload_interval

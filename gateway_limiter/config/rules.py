@@ -58,11 +58,6 @@ class Algorithm(StrEnum):
     FIXED_WINDOW = "fixed_window"
 
 
-#: The old names of the algorithms, kept while callers move over to ``Algorithm``.
-TOKEN_BUCKET = Algorithm.TOKEN_BUCKET
-WARM_UP = Algorithm.WARM_UP
-SLIDING_WINDOW = Algorithm.SLIDING_WINDOW
-FIXED_WINDOW = Algorithm.FIXED_WINDOW
 #: Every algorithm's column value, in the order the CLI and messages list them (plain
 #: strings: argparse and messages show them with repr).
 ALGORITHMS: tuple[str, ...] = tuple(a.value for a in Algorithm)

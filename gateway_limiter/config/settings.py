@@ -20,9 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from gateway_limiter.observe.logs import log
-from gateway_limiter.observe.redact import mask_secrets as mask_secrets  # noqa: PLC0414
-from gateway_limiter.observe.redact import mask_url as mask_url  # noqa: PLC0414
-from gateway_limiter.observe.redact import url_error as url_error  # noqa: PLC0414
+from gateway_limiter.observe.redact import mask_secrets, mask_url
 
 ENV_PREFIX: Final = "GATEWAY_LIMITER_"
 SETTINGS_ENV: Final = ENV_PREFIX + "SETTINGS"

@@ -38,7 +38,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import NullType
 
-from gateway_limiter.config.settings import mask_secrets, url_error
+from gateway_limiter.observe.redact import mask_secrets, url_error
 
 CONF_TABLE = "t_ratelimite_conf"
 SWITCH_TABLE = "t_ratelimite_switch"

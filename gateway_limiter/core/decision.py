@@ -28,8 +28,8 @@ import math
 from enum import StrEnum
 from typing import Final, NamedTuple
 
-from gateway_limiter.config.rules import SLIDING_WINDOW, Rule
-from gateway_limiter.model.bucket import MICROS, Verdict
+from gateway_limiter.config.rules import Algorithm, Rule
+from gateway_limiter.model.bucket import US_PER_S, Verdict
 
 
 class Reason(StrEnum):
@@ -102,18 +102,18 @@ def decision_of(
     if rule is None:
         return Decision(verdict.allowed, reason)
     if verdict.allowed:
-        waited, retry_after = verdict.wait / MICROS, None
+        waited, retry_after = verdict.wait_us / US_PER_S, None
     else:
         waited = 0.0
-        if reason == Reason.CLOSED or math.isinf(verdict.wait):
+        if reason == Reason.CLOSED or math.isinf(verdict.wait_us):
             retry_after = None
         elif verdict is REFUSE:
             retry_after = fallback_retry_s
         else:
-            retry_after = max(0.0, verdict.wait / MICROS - budget_s)
+            retry_after = max(0.0, verdict.wait_us / US_PER_S - budget_s)
     if rule.closed:
         remaining: int | None = 0
-    elif verdict is ADMIT or verdict is REFUSE or rule.algorithm == SLIDING_WINDOW:
+    elif verdict is ADMIT or verdict is REFUSE or rule.algorithm == Algorithm.SLIDING_WINDOW:
         remaining = None
     else:
         remaining = int(verdict.stored)

@@ -2,7 +2,7 @@
 
 Under overload most calls are refused, and a refusal that costs a Redis round trip
 costs as much as an admission. But every reply of the scripts says when the interface
-is next free (``Verdict.next_free``): the earliest moment any later call could go,
+is next free (``Verdict.next_free_us``): the earliest moment any later call could go,
 whoever makes it. Only time passing brings that moment closer; other callers, in this
 process or any other, can only push it later. So a caller whose timeout cannot reach
 it would be refused by Redis too, and is refused here, at once, with no round trip:
@@ -38,7 +38,7 @@ from collections.abc import Hashable
 
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
-from gateway_limiter.model.bucket import MICROS, Verdict
+from gateway_limiter.model.bucket import US_PER_S, Verdict
 
 
 class LocalRefusals:
@@ -85,7 +85,7 @@ class LocalRefusals:
         if known is not rule and known != rule:
             return None
         self.refused += 1
-        wait_us = (free_at_s - now_s) * MICROS
+        wait_us = (free_at_s - now_s) * US_PER_S
         return Verdict(False, wait_us, 0.0, wait_us)
 
     def learn(
@@ -100,7 +100,7 @@ class LocalRefusals:
         if len(at) >= self.LIMIT:
             at.clear()
         slot = rule.url if key is None else _slot(rule, key)
-        at[slot] = (rule, sent_s + min(next_free_us / MICROS, self.AHEAD_S))
+        at[slot] = (rule, sent_s + min(next_free_us / US_PER_S, self.AHEAD_S))
         if generation != self.generation:  # a forget came in between: undo, no lock needed
             at.pop(slot, None)
 

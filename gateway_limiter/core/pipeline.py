@@ -30,7 +30,7 @@ from gateway_limiter.core.failure import Breaker, Policy
 from gateway_limiter.core.local_refusal import LocalRefusals
 from gateway_limiter.core.status import WINDOWS
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
-from gateway_limiter.model.bucket import MICROS, Verdict
+from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.observe.logs import SHADOW_REPORT_SECONDS, Throttle, held_back, log, one_line
 from gateway_limiter.observe.metrics import ProcessMetrics, Source, interface_label, process_metrics
 
@@ -96,7 +96,7 @@ _UNLIMITED: Final[dict[Reason, Outcome]] = {
 
 def allowed_wait_s(verdict: Verdict) -> float:
     """The seconds a caller sleeps to honour ``verdict`` (0.0: none, or refused)."""
-    return verdict.wait / MICROS if verdict.allowed else 0.0
+    return verdict.wait_us / US_PER_S if verdict.allowed else 0.0
 
 
 def acquired_wait_s(verdict: Verdict, rule: Rule, permits: int) -> float:
@@ -111,7 +111,7 @@ def acquired_wait_s(verdict: Verdict, rule: Rule, permits: int) -> float:
             f"permits must be at most {most} for {rule.url!r} (what its window holds), "
             f"got {permits}"
         )
-    return verdict.wait / MICROS
+    return verdict.wait_us / US_PER_S
 
 
 class Outcomes:
@@ -144,15 +144,15 @@ class Outcomes:
         """The bucket (or the failure policy) decided: apply shadow mode, count it."""
         if not rule.shadow:
             if self.metrics is not None:
-                wait_us = verdict.wait if verdict.allowed else None
+                wait_us = verdict.wait_us if verdict.allowed else None
                 self.metrics.record(rule.url, reason, verdict.allowed, wait_us)
             return verdict, reason, rule
         # Shadow: counted as the limit decided (a wait it would impose is observed),
         # but the call goes ahead at once.
         if verdict.allowed:
             if self.metrics is not None:
-                self.metrics.record(rule.url, reason, True, verdict.wait)
-            if verdict.wait > 0:
+                self.metrics.record(rule.url, reason, True, verdict.wait_us)
+            if verdict.wait_us > 0:
                 verdict = Verdict(True, 0.0, verdict.stored)
             return verdict, reason, rule
         if self.metrics is not None:
@@ -397,8 +397,8 @@ class LimiterCore:
         """The backend decided: close the breaker, learn when the interface is next free."""
         self._breaker.succeeded()
         refusals = self._local_refusals
-        if ask.asked is not None and refusals is not None and verdict.next_free > 0.0:
-            refusals.learn(ask.rule, ask.key, ask.asked, verdict.next_free)
+        if ask.asked is not None and refusals is not None and verdict.next_free_us > 0.0:
+            refusals.learn(ask.rule, ask.key, ask.asked, verdict.next_free_us)
         return verdict, Reason.ADMITTED if verdict.allowed else Reason.LIMITED
 
     def _fall_back(

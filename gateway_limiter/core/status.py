@@ -11,12 +11,12 @@ from typing import Final
 
 from gateway_limiter.backends.base import Backend, BackendError
 from gateway_limiter.config.reload import Registry
-from gateway_limiter.config.rules import FIXED_WINDOW, SLIDING_WINDOW, Rule
+from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.core.failure import attempt
-from gateway_limiter.model.bucket import MICROS, BucketState, decide, resync
+from gateway_limiter.model.bucket import US_PER_S, BucketState, reserve, resync
 
 #: Algorithms whose state is a window of admissions, not a bucket.
-WINDOWS: Final = (SLIDING_WINDOW, FIXED_WINDOW)
+WINDOWS: Final = (Algorithm.SLIDING_WINDOW, Algorithm.FIXED_WINDOW)
 
 #: What a status read got: the stored state (None: none stored) and the backend's clock
 #: (µs); the BackendError that stopped the read; or None, nothing to read (see
@@ -63,14 +63,14 @@ def bucket_status(rule: Rule, shared: bool, peeked: Peeked) -> BucketStatus:
     next_free_ms = None
     if not rule.closed and has_shared_bucket(rule):
         # What one permit would wait now: the model's own answer, nothing written.
-        verdict, _ = decide(
-            state, rule.per_second, rule.burst, 1, None, now_us, rule.warmup * MICROS
+        verdict, _ = reserve(
+            state, rule.per_second, rule.burst, 1, None, now_us, rule.warmup * US_PER_S
         )
-        next_free_ms = verdict.wait / 1000.0
+        next_free_ms = verdict.wait_us / 1000.0
     if state is None:
         return BucketStatus(rule, None, 0.0, shared, next_free_ms=next_free_ms)
     current = resync(state, now_us)
-    debt_ms = max(0.0, current.balance - now_us) / 1000.0
+    debt_ms = max(0.0, current.balance_us - now_us) / 1000.0
     return BucketStatus(rule, current.stored, debt_ms, shared, next_free_ms=next_free_ms)
 
 

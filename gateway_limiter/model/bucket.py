@@ -82,8 +82,6 @@ from typing import NamedTuple, TypeAlias
 
 #: Microseconds in a second: times here are µs, settings and rows say seconds.
 US_PER_S = 1_000_000.0
-#: The old name of ``US_PER_S``, kept while callers move over to it.
-MICROS = US_PER_S
 #: A key outlives the moment its bucket would be full again by this much.
 EXPIRY_GRACE_MS = 1000
 #: Warm-up: a stored permit of a full (cold) bucket costs this many stable intervals.
@@ -105,11 +103,6 @@ class BucketState:
         """Microseconds per stored permit while idle."""
         return self.refill_us or US_PER_S / self.rate
 
-    @property
-    def balance(self) -> float:
-        """The old name of ``balance_us``, kept while callers move over to it."""
-        return self.balance_us
-
 
 class Verdict(NamedTuple):
     """The outcome of one decision.
@@ -129,16 +122,6 @@ class Verdict(NamedTuple):
     wait_us: float
     stored: float
     next_free_us: float = 0.0
-
-    @property
-    def wait(self) -> float:
-        """The old name of ``wait_us``, kept while callers move over to it."""
-        return self.wait_us
-
-    @property
-    def next_free(self) -> float:
-        """The old name of ``next_free_us``, kept while callers move over to it."""
-        return self.next_free_us
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,11 +213,6 @@ def shape(rate: float, capacity: float, warmup_us: float = 0.0) -> Shape:
     return WarmingUp.of(float(rate), warmup_us)
 
 
-def stored_cost(sh: Shape, stored: float, take: float) -> float:
-    """The old name of ``Shape.stored_cost_us``, kept while callers move over to it."""
-    return sh.stored_cost_us(stored, take)
-
-
 def fresh(sh: Shape, now_us: float) -> BucketState:
     """The state of a bucket nobody has used for long: full, in balance."""
     return BucketState(sh.capacity, now_us, sh.rate, sh.capacity, sh.refill_us)
@@ -258,7 +236,7 @@ def reconfigure(state: BucketState, sh: Shape) -> BucketState:
     return BucketState(stored, state.balance_us, sh.rate, sh.capacity, sh.refill_us)
 
 
-def decide(
+def reserve(
     state: BucketState | None,
     rate: float,
     capacity: float,

@@ -33,7 +33,7 @@ meet at a boundary: up to 2 r calls can come within a moment across it.
 Several limits at once
 ----------------------
 An interface with several limits (different periods, or shared and per caller)
-admits a call only when every limit admits it, all or nothing (``decide_limits``):
+admits a call only when every limit admits it, all or nothing (``reserve_limits``):
 
 1. each limit says the earliest time it could let the call go (a bucket: once its
    debt and the call's shortfall are paid; a window: its earliest slot);
@@ -51,12 +51,12 @@ call still waits for the slower limit. Warm-up is never part of such a set (rule
 Each kind of limit (``LimitKind``: a token bucket, a sliding window, a fixed window) is
 one small class that says what differs: how a row's numbers become its ``Limit``, its
 earliest time for a call, what recording a call at T does to its state, and when its
-state expires. ``decide_limits`` is the same steps 1-3 for every kind.
+state expires. ``reserve_limits`` is the same steps 1-3 for every kind.
 
 Every number is a double in the same order of operations as ``limits.lua``, so the
 model and the script agree exactly (the property tests check this against a real
-Redis). ``decide_limits`` is ``limits.lua``, which also serves the single windows;
-``decide_window`` is the single one-second sliding window on its own. Times and
+Redis). ``reserve_limits`` is ``limits.lua``, which also serves the single windows;
+``reserve_window`` is the single one-second sliding window on its own. Times and
 durations are microseconds (``_us``) on the shared clock.
 """
 
@@ -81,11 +81,8 @@ from gateway_limiter.model.bucket import (
 
 #: The sliding window is its period plus this, for wake-up jitter.
 WINDOW_GUARD_US = 10_000.0
-#: The single sliding window (``decide_window``): one second plus the guard.
+#: The single sliding window (``reserve_window``): one second plus the guard.
 WINDOW_US = US_PER_S + WINDOW_GUARD_US
-#: The old names of ``WINDOW_GUARD_US`` and ``WINDOW_US``, kept while callers move over.
-WINDOW_GUARD = WINDOW_GUARD_US
-WINDOW = WINDOW_US
 
 
 class LimitKind(StrEnum):
@@ -95,12 +92,6 @@ class LimitKind(StrEnum):
     TOKEN_BUCKET = "tb"
     SLIDING_WINDOW = "sw"
     FIXED_WINDOW = "fw"
-
-
-#: The old names of the limit kinds, kept while callers move over to ``LimitKind``.
-BUCKET = LimitKind.TOKEN_BUCKET
-SLIDING = LimitKind.SLIDING_WINDOW
-FIXED = LimitKind.FIXED_WINDOW
 
 
 class Limit(NamedTuple):
@@ -126,7 +117,7 @@ LimitState: TypeAlias = BucketState | tuple[float, ...] | FixedWindow
 # --- one sliding window of one second ----------------------------------------------------
 
 
-def decide_window(
+def reserve_window(
     times: tuple[float, ...],
     rate: int,
     permits: int,
@@ -184,7 +175,7 @@ def fixed_window_now(state: FixedWindow | None, now_us: float, period_us: float)
 
 
 class LimitModel(Protocol):
-    """What one kind of limit does in ``decide_limits`` (one class per ``LimitKind``)."""
+    """What one kind of limit does in ``reserve_limits`` (one class per ``LimitKind``)."""
 
     def limit(self, rate: int, period_s: int, capacity: int) -> Limit:
         """The limit of a row: ``rate`` permits per ``period_s``, ``capacity`` (buckets)."""
@@ -328,7 +319,7 @@ LIMIT_MODELS: dict[LimitKind, LimitModel] = {
 # --- several limits at once (limits.lua) -------------------------------------------------
 
 
-def decide_limits(
+def reserve_limits(
     limits: Sequence[Limit],
     states: Sequence[LimitState | None],
     permits: int,

@@ -60,7 +60,7 @@ from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from gateway_limiter.model.bucket import MICROS
+from gateway_limiter.model.bucket import US_PER_S
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -217,7 +217,7 @@ class ProcessMetrics:
             if wait_micros <= 0:
                 waits.no_wait.bump()
             else:
-                waits.observe(wait_micros / MICROS)
+                waits.observe(wait_micros / US_PER_S)
 
     def _bind(self, interface: str, reason: str, allowed: bool) -> Callable[[], int]:
         key = (interface, reason, allowed)

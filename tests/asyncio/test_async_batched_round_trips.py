@@ -16,9 +16,9 @@ import pytest
 import redis
 
 from gateway_limiter.backends.base import BackendError
-from gateway_limiter.backends.redis import SCRIPTS
 from gateway_limiter.backends.redis_async import AsyncRedisBackend
-from gateway_limiter.config.rules import SLIDING_WINDOW, Rule
+from gateway_limiter.backends.scripts import SCRIPTS
+from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.config.settings import Settings
 from tests.support.limiting import evalsha_calls
 from tests.support.services import AclUser, RedisServer
@@ -120,7 +120,7 @@ async def test_concurrent_decisions_take_far_fewer_round_trips_than_decisions(
     await no_lanes_left()
 
 
-@pytest.mark.parametrize("algorithm", ["token_bucket", SLIDING_WINDOW])
+@pytest.mark.parametrize("algorithm", ["token_bucket", Algorithm.SLIDING_WINDOW])
 async def test_a_rate_of_k_admits_exactly_the_first_k_of_m_concurrent_callers(
     algorithm: str, backends: Backends
 ) -> None:
@@ -191,7 +191,7 @@ async def test_noscript_in_a_batch_reloads_and_asks_again_never_an_error(
 ) -> None:
     backend = backends()
     await backend.prepare()
-    window = Rule("/window", 1_000_000_000, 0.0, 4, algorithm=SLIDING_WINDOW)
+    window = Rule("/window", 1_000_000_000, 0.0, 4, algorithm=Algorithm.SLIDING_WINDOW)
     admin.script_flush()  # Redis restarted, or an operator flushed the scripts ...
     if lost == "one script":  # ... and some client loaded the bucket again already
         admin.script_load(SCRIPTS["bucket"])

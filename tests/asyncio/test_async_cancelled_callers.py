@@ -81,7 +81,7 @@ async def test_the_permits_of_a_cancelled_caller_stay_spent(
     verdict = await alim.reserve("/w", timeout=None)
     expected = (5 + 1) / RATE - (time.monotonic() - reserved_at)
     assert verdict.allowed
-    assert verdict.wait / 1e6 == pytest.approx(expected, abs=0.06)
+    assert verdict.wait_us / 1e6 == pytest.approx(expected, abs=0.06)
 
 
 async def test_decisions_cancelled_in_flight_leave_the_limiter_healthy(

@@ -79,7 +79,7 @@ async def test_caller_waits_within_the_rows_cache_budget(
     write_row(migrated_db[1], "/wait", rateLimit=10, cache=0.25, status=1)
     await alim.reload()
     results = [await alim.reserve("/wait") for _ in range(14)]
-    waits = [v.wait / 1e6 for v in results if v.allowed]
+    waits = [v.wait_us / 1e6 for v in results if v.allowed]
     assert len(waits) == 12  # 10 stored + 2 that fit in 250 ms (100 and 200 ms)
     assert waits[-2:] == pytest.approx([0.1, 0.2], abs=0.02)
     assert not results[-1].allowed

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter import BackendUnavailable
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.backends.redis import bucket_key
+from gateway_limiter.backends.state import bucket_key
 from tests.support.limiting import evalsha_calls, write_row
 from tests.support.services import RedisServer
 

@@ -17,6 +17,7 @@ from tests.support.commandline import cli
 pytestmark = pytest.mark.usefixtures("no_local_settings")
 
 BAD_URLS = {
+    "unknown query option": ("redis://h/0?foo=bar", "unknown option foo"),
     "cluster with a query": ("redis+cluster://h:7000/?ssl=true", "options after '?'"),
     "sentinel without a service": (
         "redis+sentinel://u:s3cret@h:26379",

@@ -18,7 +18,7 @@ import redis
 from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.backends.redis import bucket_key
+from gateway_limiter.backends.state import bucket_key
 from gateway_limiter.config.migrate import VERSION_TABLE, head_revision
 from gateway_limiter.config.rules import build_rules
 from gateway_limiter.config.table import make_engine, read_rows

@@ -48,7 +48,7 @@ def test_sliding_window_admits_the_rate_then_refuses_until_a_slot_frees(
     assert [lim.try_acquire("/sw") for _ in range(7)] == [True] * 5 + [False] * 2
     verdict = lim.reserve("/sw", timeout=2.0)
     assert verdict.allowed
-    assert 0.8 < verdict.wait / 1e6 <= 1.02  # the earliest slot: a window after the first
+    assert 0.8 < verdict.wait_us / 1e6 <= 1.02  # the earliest slot: a window after the first
 
 
 def test_warm_up_paces_a_cold_interface_at_a_third_of_the_rate(lim: GatewayLimiter) -> None:

@@ -11,7 +11,8 @@ import redis
 from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.backends.redis import bucket_key, parse_state
+from gateway_limiter.backends.scripts import parse_state
+from gateway_limiter.backends.state import bucket_key
 from tests.support.limiting import limiter, set_switch, write_row
 from tests.support.services import RedisServer, fresh_mariadb_database, mariadb_url
 

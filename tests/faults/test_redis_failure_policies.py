@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.backends.redis import bucket_key
+from gateway_limiter.backends.state import bucket_key
 from tests.support.limiting import evalsha_calls, limiter, write_row
 from tests.support.services import RedisServer
 

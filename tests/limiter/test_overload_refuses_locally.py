@@ -20,7 +20,7 @@ from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.decision import Reason
 from gateway_limiter.core.local_refusal import LocalRefusals
-from gateway_limiter.model.bucket import MICROS
+from gateway_limiter.model.bucket import US_PER_S
 from tests.support.limiting import evalsha_calls, set_switch, write_row
 from tests.support.services import RedisServer
 
@@ -74,7 +74,7 @@ def test_a_caller_who_can_wait_for_the_next_permit_is_asked_about_not_refused(
     refused = lim.local_refusals
     verdict = lim.reserve("/slow", timeout=2.0)  # 2 s reaches it: Redis decides
     assert verdict.allowed
-    assert 0.5 * MICROS < verdict.wait <= 1.0 * MICROS
+    assert 0.5 * US_PER_S < verdict.wait_us <= 1.0 * US_PER_S
     assert lim.local_refusals == refused
 
 

@@ -94,7 +94,7 @@ def test_per_caller_limits_combine_periods_and_windows_for_each_caller(
     assert burst(lim, "/mix", "a", 3) == [True, True, False]  # the 2 s window's 2
     assert burst(lim, "/mix", "b", 2) == [True, True]
     verdict = lim.reserve("/mix", timeout=3.0, key="a")  # a's next window, within 2 s
-    assert verdict.allowed and 0 < verdict.wait <= 2_000_000
+    assert verdict.allowed and 0 < verdict.wait_us <= 2_000_000
     # a's minute is now spent (3), whatever its windows allow
     assert not lim.reserve("/mix", timeout=5.0, key="a").allowed
 

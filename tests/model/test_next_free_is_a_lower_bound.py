@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway_limiter.model.bucket import MICROS, Verdict, decide
-from gateway_limiter.model.limits import BUCKET, FIXED, SLIDING, WINDOW_GUARD, Limit, decide_limits
+from gateway_limiter.model.bucket import US_PER_S, Verdict, reserve
+from gateway_limiter.model.limits import WINDOW_GUARD_US, Limit, LimitKind, reserve_limits
 
 T0 = 1_795_000_000_000_000.0
 
@@ -63,23 +63,23 @@ def assert_nothing_goes_before(
     """No call after ``first`` is placed before the moment ``first`` said is next free
     (nor before what each later reply said in turn)."""
     at, verdict = first
-    assert verdict.next_free >= 0
-    horizon = at + verdict.next_free
+    assert verdict.next_free_us >= 0
+    horizon = at + verdict.next_free_us
     for at, verdict in later:
-        if math.isinf(verdict.wait):  # more permits than a window holds: never placed
+        if math.isinf(verdict.wait_us):  # more permits than a window holds: never placed
             continue
-        assert at + verdict.wait >= horizon - ROUNDING
-        horizon = max(horizon, at + verdict.next_free)
+        assert at + verdict.wait_us >= horizon - ROUNDING
+        horizon = max(horizon, at + verdict.next_free_us)
 
 
 def bucket(rate: int, capacity: int, warmup: float = 0.0) -> Decide:
-    return lambda state, permits, timeout, now: decide(
-        state, rate, capacity, permits, timeout, now, warmup * MICROS
+    return lambda state, permits, timeout, now: reserve(
+        state, rate, capacity, permits, timeout, now, warmup * US_PER_S
     )
 
 
 def several(limits: list[Limit]) -> Decide:
-    return lambda states, permits, timeout, now: decide_limits(
+    return lambda states, permits, timeout, now: reserve_limits(
         limits, states or [None] * len(limits), permits, timeout, now
     )
 
@@ -106,22 +106,26 @@ def test_a_token_bucket_lets_one_permit_go_exactly_at_next_free(
     rate: int, capacity: int, before: Steps
 ) -> None:
     seen, state, now = drive(bucket(rate, capacity), before)
-    one, _ = decide(state, rate, capacity, 1, None, now)
-    assert one.wait == pytest.approx(seen[-1][1].next_free, abs=ROUNDING)
+    one, _ = reserve(state, rate, capacity, 1, None, now)
+    assert one.wait_us == pytest.approx(seen[-1][1].next_free_us, abs=ROUNDING)
 
 
 def limit_sets() -> st.SearchStrategy[list[Limit]]:
     one = st.one_of(
         st.builds(
-            lambda r, c: Limit(BUCKET, float(r), float(c)), st.integers(1, 20), st.integers(1, 20)
+            lambda r, c: Limit(LimitKind.TOKEN_BUCKET, float(r), float(c)),
+            st.integers(1, 20),
+            st.integers(1, 20),
         ),
         st.builds(
-            lambda r, p: Limit(SLIDING, float(r), p * MICROS + WINDOW_GUARD),
+            lambda r, p: Limit(LimitKind.SLIDING_WINDOW, float(r), p * US_PER_S + WINDOW_GUARD_US),
             st.integers(1, 8),
             st.integers(1, 3),
         ),
         st.builds(
-            lambda r, p: Limit(FIXED, float(r), p * MICROS), st.integers(1, 8), st.integers(1, 3)
+            lambda r, p: Limit(LimitKind.FIXED_WINDOW, float(r), p * US_PER_S),
+            st.integers(1, 8),
+            st.integers(1, 3),
         ),
     )
     return st.lists(one, min_size=1, max_size=3)
@@ -144,20 +148,20 @@ def test_several_limits_let_one_permit_go_exactly_at_next_free(
 ) -> None:
     seen, states, now = drive(several(limits), before)
     verdict = seen[-1][1]
-    if math.isinf(verdict.wait):
-        assert verdict.next_free == 0.0  # not every limit was read: no bound given
+    if math.isinf(verdict.wait_us):
+        assert verdict.next_free_us == 0.0  # not every limit was read: no bound given
         return
     one, _ = several(limits)(states, 1, None, now)
-    assert one.wait == pytest.approx(verdict.next_free, abs=ROUNDING)
+    assert one.wait_us == pytest.approx(verdict.next_free_us, abs=ROUNDING)
 
 
 def test_a_drained_bucket_says_when_its_next_permit_comes() -> None:
     state = None
     for _ in range(10):  # rate 10, capacity 10: ten at once drain it
-        verdict, state = decide(state, 10, 10, 1, 0.0, T0)
-    assert verdict.allowed and verdict.next_free == pytest.approx(100_000.0)
-    refused, _ = decide(state, 10, 10, 1, 0.0, T0 + 40_000.0)
+        verdict, state = reserve(state, 10, 10, 1, 0.0, T0)
+    assert verdict.allowed and verdict.next_free_us == pytest.approx(100_000.0)
+    refused, _ = reserve(state, 10, 10, 1, 0.0, T0 + 40_000.0)
     assert not refused.allowed
-    assert refused.next_free == pytest.approx(60_000.0)  # the same moment, 40 ms nearer
-    waiting, _ = decide(state, 10, 10, 3, None, T0)  # three queued: 300 ms of debt
-    assert waiting.next_free == pytest.approx(400_000.0)
+    assert refused.next_free_us == pytest.approx(60_000.0)  # the same moment, 40 ms nearer
+    waiting, _ = reserve(state, 10, 10, 3, None, T0)  # three queued: 300 ms of debt
+    assert waiting.next_free_us == pytest.approx(400_000.0)

@@ -16,15 +16,12 @@ from hypothesis import strategies as st
 
 from gateway_limiter.model.bucket import BucketState, Verdict
 from gateway_limiter.model.limits import (
-    BUCKET,
-    FIXED,
-    SLIDING,
-    WINDOW_GUARD,
+    WINDOW_GUARD_US,
     FixedWindow,
     Limit,
     LimitKind,
     LimitState,
-    decide_limits,
+    reserve_limits,
 )
 
 SECOND = 1_000_000.0
@@ -39,22 +36,22 @@ class Interface:
         self.states: list[LimitState | None] = [None] * len(limits)
 
     def ask(self, now: float, permits: int = 1, timeout: float | None = 0.0) -> Verdict:
-        verdict, new = decide_limits(self.limits, self.states, permits, timeout, now)
+        verdict, new = reserve_limits(self.limits, self.states, permits, timeout, now)
         if new is not None:
             self.states = list(new)
         return verdict
 
 
 def bucket(per_period: int, period: int, capacity: int | None = None) -> Limit:
-    return Limit(BUCKET, per_period / period, float(capacity or per_period))
+    return Limit(LimitKind.TOKEN_BUCKET, per_period / period, float(capacity or per_period))
 
 
 def fixed(per_period: int, period: int) -> Limit:
-    return Limit(FIXED, float(per_period), period * SECOND)
+    return Limit(LimitKind.FIXED_WINDOW, float(per_period), period * SECOND)
 
 
 def sliding(per_period: int, period: int) -> Limit:
-    return Limit(SLIDING, float(per_period), period * SECOND + WINDOW_GUARD)
+    return Limit(LimitKind.SLIDING_WINDOW, float(per_period), period * SECOND + WINDOW_GUARD_US)
 
 
 # --- two periods ---------------------------------------------------------------------
@@ -62,7 +59,7 @@ def sliding(per_period: int, period: int) -> Limit:
 
 def test_the_slower_period_binds_once_its_capacity_is_spent() -> None:
     iface = Interface(bucket(5, 1), bucket(8, 10))  # 5 per second and 8 per 10 s
-    waits = [iface.ask(T0, timeout=None).wait for _ in range(10)]
+    waits = [iface.ask(T0, timeout=None).wait_us for _ in range(10)]
     # the first five at once (the second's capacity), then one per 0.2 s ...
     assert waits[:5] == [0.0] * 5
     assert waits[5:8] == pytest.approx([200_000, 400_000, 600_000])
@@ -79,7 +76,7 @@ def test_a_refusal_by_one_limit_takes_nothing_from_the_others() -> None:
 
     refused = iface.ask(T0, timeout=0.5 * SECOND)  # the minute limit needs 20 s
     assert not refused.allowed
-    assert refused.wait == pytest.approx(20 * SECOND)
+    assert refused.wait_us == pytest.approx(20 * SECOND)
     assert iface.states[0] is fast_before  # the per-second bucket gave nothing
     assert iface.ask(T0, permits=2, timeout=None).allowed is True  # nor was it touched
     assert iface.states[0] != fast_before
@@ -90,7 +87,7 @@ def test_waiting_is_allowed_when_every_limit_can_serve_within_the_timeout() -> N
     assert [iface.ask(T0).allowed for _ in range(2)] == [True, True]
     verdict = iface.ask(T0, timeout=0.6 * SECOND)
     assert verdict.allowed
-    assert verdict.wait == pytest.approx(500_000)  # the per-second limit's next permit
+    assert verdict.wait_us == pytest.approx(500_000)  # the per-second limit's next permit
 
 
 def test_every_limit_records_the_call_when_it_really_goes() -> None:
@@ -100,10 +97,10 @@ def test_every_limit_records_the_call_when_it_really_goes() -> None:
     for _ in range(10):
         iface.ask(T0)
     verdict = iface.ask(T0 + 100_000, timeout=None)
-    assert verdict.wait == pytest.approx(6 * SECOND - 100_000)
+    assert verdict.wait_us == pytest.approx(6 * SECOND - 100_000)
     fast = iface.states[0]
     assert isinstance(fast, BucketState)
-    assert fast.balance == pytest.approx(T0 + 6 * SECOND)
+    assert fast.balance_us == pytest.approx(T0 + 6 * SECOND)
     assert fast.stored == pytest.approx(9.0)  # full at 6 s, minus the call
 
 
@@ -138,7 +135,7 @@ def test_fixed_window_refusals_do_not_count() -> None:
 def test_fixed_window_callers_wait_for_the_start_of_the_next_window_in_order() -> None:
     iface = Interface(fixed(2, 1))
     now = T0 + 0.75 * SECOND
-    waits = [iface.ask(now, timeout=2 * SECOND).wait for _ in range(6)]
+    waits = [iface.ask(now, timeout=2 * SECOND).wait_us for _ in range(6)]
     assert waits == [0.0, 0.0, 250_000.0, 250_000.0, 1_250_000.0, 1_250_000.0]
     # a small request does not slip back into a window already given out
     assert not iface.ask(now, timeout=1 * SECOND).allowed
@@ -148,7 +145,7 @@ def test_fixed_window_state_expires_with_its_window() -> None:
     from gateway_limiter.model.limits import limit_expiry_ms
 
     limit = fixed(5, 10)
-    _, new = decide_limits([limit], [None], 1, 0.0, T0 + 4 * SECOND)
+    _, new = reserve_limits([limit], [None], 1, 0.0, T0 + 4 * SECOND)
     assert new is not None
     assert limit_expiry_ms(limit, new[0], T0 + 4 * SECOND) == 6_000 + 1_000  # window + grace
 
@@ -157,7 +154,11 @@ def test_fixed_window_state_expires_with_its_window() -> None:
 
 
 limit_specs = st.lists(
-    st.tuples(st.sampled_from([BUCKET, SLIDING, FIXED]), st.integers(1, 8), st.integers(1, 4)),
+    st.tuples(
+        st.sampled_from([LimitKind.TOKEN_BUCKET, LimitKind.SLIDING_WINDOW, LimitKind.FIXED_WINDOW]),
+        st.integers(1, 8),
+        st.integers(1, 4),
+    ),
     min_size=1,
     max_size=3,
 )
@@ -177,7 +178,11 @@ traffic = st.lists(
 def test_no_limit_is_ever_exceeded_at_the_times_calls_really_go(
     specs: list[tuple[LimitKind, int, int]], steps: list[tuple[int, int, float | None]]
 ) -> None:
-    build = {BUCKET: bucket, SLIDING: sliding, FIXED: fixed}
+    build = {
+        LimitKind.TOKEN_BUCKET: bucket,
+        LimitKind.SLIDING_WINDOW: sliding,
+        LimitKind.FIXED_WINDOW: fixed,
+    }
     iface = Interface(*(build[kind](rate, period) for kind, rate, period in specs))
     smallest = min(rate for _, rate, _ in specs)
     now = T0
@@ -187,12 +192,12 @@ def test_no_limit_is_ever_exceeded_at_the_times_calls_really_go(
         permits = min(wanted, smallest)  # a batch beyond a bucket's capacity goes at once
         verdict = iface.ask(now, permits, timeout)
         if verdict.allowed:
-            assert timeout is None or verdict.wait <= timeout
-            released.append((now + verdict.wait, permits))
+            assert timeout is None or verdict.wait_us <= timeout
+            released.append((now + verdict.wait_us, permits))
     released.sort()
     for kind, rate, period in specs:
         length = period * SECOND
-        if kind == FIXED:  # each aligned window holds at most the rate
+        if kind == LimitKind.FIXED_WINDOW:  # each aligned window holds at most the rate
             per_window = Counter[int]()
             for t, n in released:
                 per_window[math.floor(t / length)] += n
@@ -202,7 +207,9 @@ def test_no_limit_is_ever_exceeded_at_the_times_calls_really_go(
             total = 0
             for t, n in released[i:]:
                 total += n
-                if kind == SLIDING and t - start < length:  # any window of one period
+                if (
+                    kind == LimitKind.SLIDING_WINDOW and t - start < length
+                ):  # any window of one period
                     assert total <= rate
-                if kind == BUCKET:  # capacity + rate x the span
+                if kind == LimitKind.TOKEN_BUCKET:  # capacity + rate x the span
                     assert total <= rate + rate * (t - start) / length + 1e-6

@@ -137,7 +137,7 @@ def test_shadow_rules_never_make_a_caller_wait(
     assert time.monotonic() - began < 0.3
     assert (late.allowed, late.reason, late.waited) == (True, "admitted", 0.0)
     verdict = lim.reserve("/shadow")
-    assert verdict.allowed and verdict.wait == 0.0
+    assert verdict.allowed and verdict.wait_us == 0.0
 
 
 def test_try_acquire_is_decide_allowed_on_one_bucket(

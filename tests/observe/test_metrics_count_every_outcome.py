@@ -102,7 +102,7 @@ def test_each_outcome_is_counted_under_its_interface_and_reason(
 def test_waits_are_observed_for_admitted_calls_on_limited_interfaces(
     lim: GatewayLimiter, urls: dict[str, str]
 ) -> None:
-    waits = [lim.reserve(urls["wait"]).wait / 1e6 for _ in range(25)]  # 20 stored, then 50 ms
+    waits = [lim.reserve(urls["wait"]).wait_us / 1e6 for _ in range(25)]  # 20 stored, then 50 ms
     assert waits[:20] == [0.0] * 20
     assert not lim.decide(urls["lim"], timeout=0).waited
 

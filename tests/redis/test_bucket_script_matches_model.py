@@ -15,12 +15,13 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway_limiter.backends.redis import RedisBackend, bucket_key, parse_state, window_key
-from gateway_limiter.backends.state import limit, state_key
+from gateway_limiter.backends.redis import RedisBackend
+from gateway_limiter.backends.scripts import parse_state
+from gateway_limiter.backends.state import bucket_key, limit, state_key, window_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import BucketState, decide, expiry_ms
-from gateway_limiter.model.limits import FixedWindow, LimitState, decide_limits, decide_window
+from gateway_limiter.model.bucket import BucketState, expiry_ms, reserve
+from gateway_limiter.model.limits import FixedWindow, LimitState, reserve_limits, reserve_window
 from tests.support.services import RedisServer
 
 START = 1_795_000_000_000_000.0  # microseconds, a 2026 wall clock
@@ -91,7 +92,7 @@ def test_script_and_model_agree_on_every_decision_and_state(
         timeout_s = None if step.timeout is None else step.timeout / 1e6
         got = backend.reserve(rule, step.permits, timeout_s, now=now)
         budget = None if timeout_s is None else timeout_s * 1_000_000.0
-        expected, new = decide(model, rate, cap, step.permits, budget, now, warmup * 1e6)
+        expected, new = reserve(model, rate, cap, step.permits, budget, now, warmup * 1e6)
         assert got == expected
         if new is not None:
             model = new
@@ -121,7 +122,7 @@ def test_refusal_writes_nothing(backend: RedisBackend) -> None:
     before = backend.client.get(bucket_key("prop", url))
     verdict = backend.reserve(rule, 1, 0.1, now=START)
     assert not verdict.allowed
-    assert verdict.wait == pytest.approx(200_000.0)  # one permit at 5/s
+    assert verdict.wait_us == pytest.approx(200_000.0)  # one permit at 5/s
     assert backend.client.get(bucket_key("prop", url)) == before
 
 
@@ -154,7 +155,7 @@ def test_window_script_and_model_agree_on_every_decision_and_list(
         timeout_s = None if timeout is None else timeout / 1e6
         got = backend.reserve(rule, permits, timeout_s, now=now)
         budget = None if timeout_s is None else timeout_s * 1_000_000.0
-        expected, kept = decide_window(model, rate, permits, budget, now)
+        expected, kept = reserve_window(model, rate, permits, budget, now)
         assert got == expected
         if kept is not None:
             model = kept
@@ -262,7 +263,7 @@ def test_limits_script_and_model_agree_on_every_decision_and_state(
         got = backend.reserve(rule, permits, timeout_s, now=now)
         budget = None if timeout_s is None else timeout_s * 1_000_000.0
         specs = [limit(r) for r in rule.limits]
-        expected, new = decide_limits(specs, model, permits, budget, now)
+        expected, new = reserve_limits(specs, model, permits, budget, now)
         assert got == expected
         if new is not None:
             model = list(new)

@@ -11,7 +11,7 @@ import pytest
 import redis
 from sqlalchemy import Engine
 
-from gateway_limiter.backends.redis import LIMITS_LUA
+from gateway_limiter.backends.scripts import LIMITS_LUA
 from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer, free_port
 

@@ -11,7 +11,7 @@ from typing import Any
 import redis
 from sqlalchemy import Engine
 
-from gateway_limiter.backends.redis import bucket_key
+from gateway_limiter.backends.state import bucket_key
 from tests.support.clusters import LocalCluster, wait_for
 from tests.support.limiting import write_row
 from tests.support.traffic import RATE, Traffic, limiting_resumes, stat

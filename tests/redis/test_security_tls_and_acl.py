@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.backends.redis import bucket_key
+from gateway_limiter.backends.state import bucket_key
 from gateway_limiter.cli import main
 from tests.support.limiting import evalsha_calls, scan_keys, write_row
 from tests.support.services import AclUser, RedisServer, TlsFiles

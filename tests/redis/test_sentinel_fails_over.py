@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from gateway_limiter.backends.redis import bucket_key
+from gateway_limiter.backends.state import bucket_key
 from tests.support.clusters import LocalSentinel, wait_for
 from tests.support.limiting import write_row
 from tests.support.traffic import RATE, Traffic, limiting_resumes, stat

@@ -79,7 +79,7 @@ def test_two_periods_are_one_interface_decided_in_one_script_call(
 
 def test_the_slower_period_binds_once_its_capacity_is_spent(lim: GatewayLimiter) -> None:
     start = time.monotonic()
-    waits = [lim.reserve("/two", timeout=30).wait / SECOND for _ in range(10)]
+    waits = [lim.reserve("/two", timeout=30).wait_us / SECOND for _ in range(10)]
     late = time.monotonic() - start + 0.05  # the clock moved on between the calls
     assert waits[:5] == pytest.approx([0.0] * 5, abs=late)
     assert waits[5:8] == pytest.approx([0.2, 0.4, 0.6], abs=late)  # the second's pace
@@ -115,7 +115,7 @@ def test_a_refusal_writes_no_key_at_all(
         ttls = [client.pttl(k) for k in keys]
         refused = backend.reserve(rule, 1, 0.5, now=T0 + SECOND)
         assert not refused.allowed
-        assert refused.wait == pytest.approx(19 * SECOND)  # 20 s per permit, 1 s gone
+        assert refused.wait_us == pytest.approx(19 * SECOND)  # 20 s per permit, 1 s gone
         assert [client.get(k) for k in keys] == before
         assert all(t > 0 for t in ttls)
     finally:
@@ -138,7 +138,7 @@ def test_fixed_window_admits_its_rate_then_refuses_until_the_next_window(
     assert [lim.try_acquire("/fixed", timeout=0) for _ in range(5)] == [True] * 3 + [False] * 2
     verdict = lim.reserve("/fixed", timeout=2.5)  # the next aligned window, within 2 s
     assert verdict.allowed
-    assert 0 < verdict.wait / SECOND <= 2.0
+    assert 0 < verdict.wait_us / SECOND <= 2.0
 
 
 def test_fixed_window_boundaries_on_redis_with_the_clock_driven(
@@ -155,7 +155,7 @@ def test_fixed_window_boundaries_on_redis_with_the_clock_driven(
 
         def ask(at: float, timeout: float | None = 0.0) -> tuple[bool, float]:
             verdict = backend.reserve(rule, 1, timeout, now=T0 + at * SECOND)
-            return verdict.allowed, verdict.wait / SECOND
+            return verdict.allowed, verdict.wait_us / SECOND
 
         # the end of window [T0, T0 + 2 s): 3 admitted, then refusals that count nothing
         assert [ask(1.9)[0] for _ in range(6)] == [True] * 3 + [False] * 3

@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter, InterfaceClosed
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.backends.redis import bucket_key, window_key
+from gateway_limiter.backends.state import bucket_key, window_key
 from gateway_limiter.config.table import upsert_conf
 from gateway_limiter.core.pipeline import MAX_PERMITS
 from gateway_limiter.model.bucket import Verdict

@@ -22,8 +22,8 @@ from sqlalchemy import Engine
 from gateway_limiter import GatewayLimiter, Settings, SettingsError, load_settings
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.cli import main
-from gateway_limiter.config.settings import mask_secrets, mask_url
 from gateway_limiter.config.table import DatabaseUrlError, make_engine
+from gateway_limiter.observe.redact import mask_secrets, mask_url
 from tests.support.limiting import write_row
 from tests.support.services import (
     MARIADB_HOST,
