@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import math
 import re
-import unicodedata
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +23,6 @@ MAX_RATE = 2**31 - 1
 MAX_LABEL_LENGTH = 24
 #: How ``--max-permits`` and ``--warmup`` say "clear the column to NULL".
 NONE_WORD = "none"
-#: Unicode categories refused in a URL: control characters (C0, DEL, C1: newline, tab,
-#: NUL, escape...) and the line and paragraph separators, which break a line as well.
-BAD_URL_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
 
 #: What runs a command: the parsed context in, the exit status out.
 Command = Callable[["Context"], int]
@@ -69,20 +65,19 @@ def cache_arg(text: str) -> float:
 def url_arg(text: str) -> str:
     """``URL``: the interfaceUrl, 1 to 128 characters, no control characters, no
     surrounding spaces."""
-    from gateway_limiter.config.rules import MAX_URL_LENGTH
+    from gateway_limiter.config.rules import MAX_URL_LENGTH, control_character
 
     if not 1 <= len(text) <= MAX_URL_LENGTH:
         raise argparse.ArgumentTypeError(
             f"invalid value {_shown(text)}: must be 1 to {MAX_URL_LENGTH} characters"
         )
-    for position, char in enumerate(text, start=1):
-        if unicodedata.category(char) in BAD_URL_CATEGORIES:
-            # A caller never sends such a URL (and a newline would split every line
-            # that shows the row): name the character, since it may not show.
-            raise argparse.ArgumentTypeError(
-                f"invalid value {_shown(text)}: contains the control character {char!r} "
-                f"(character {position})"
-            )
+    bad = control_character(text)
+    if bad is not None:
+        # Name the character, since it may not show.
+        raise argparse.ArgumentTypeError(
+            f"invalid value {_shown(text)}: contains the control character {bad[1]!r} "
+            f"(character {bad[0]})"
+        )
     if text != text.strip():
         # Callers never pass the spaces, so such a row would never match a call.
         raise argparse.ArgumentTypeError(

@@ -8,6 +8,7 @@ command that needs neither (``--help``, ``--version``) never loads them.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import sys
@@ -47,6 +48,12 @@ def error_line(message: str) -> None:
     print(f"{PROG}: error: {flat}", file=sys.stderr, flush=True)
 
 
+def warning_line(message: str) -> None:
+    """Report a warning as one line on stderr, passwords masked."""
+    flat = " ".join(mask_secrets(message).split())
+    print(f"{PROG}: warning: {flat}", file=sys.stderr, flush=True)
+
+
 @dataclass
 class Context:
     """Parsed arguments, output, and the settings and engine, made on first use."""
@@ -60,13 +67,20 @@ class Context:
     def settings(self) -> Settings:
         """Settings: file < environment < --database-url/--redis-url."""
         if self._settings is None:
-            from gateway_limiter.config.settings import load_settings
+            from gateway_limiter.config.settings import (
+                load_settings,
+                unknown_env_message,
+                unknown_env_names,
+            )
 
             self._settings = load_settings(
                 self.args.settings,
                 database_url=self.args.database_url,
                 redis_url=self.args.redis_url,
             )
+            if not getattr(self.args, "verbose", False):  # --verbose: the library says it
+                for name in unknown_env_names(os.environ):
+                    warning_line(unknown_env_message(name))
         return self._settings
 
     @property

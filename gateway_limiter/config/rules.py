@@ -34,6 +34,7 @@ decision can say "disabled" rather than "not configured".
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -152,6 +153,24 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+#: Unicode categories a URL may not hold: control characters (C0, DEL, C1: newline, tab,
+#: NUL, escape...) and the line and paragraph separators, which break a line as well.
+BAD_URL_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
+
+
+def control_character(url: str) -> tuple[int, str] | None:
+    """The first control character in ``url`` as (its 1-based position, it), or None.
+
+    A caller never sends such a URL, and a newline in a row would split every line that
+    shows it (``conf list``, ``status``, logs): such rows are skipped, and the command
+    line and ``gateway_limiter.admin`` refuse to write them.
+    """
+    for position, char in enumerate(url, start=1):
+        if unicodedata.category(char) in BAD_URL_CATEGORIES:
+            return position, char
+    return None
+
+
 def type_problem(row: ConfRow) -> str:
     """Why a value of an enabled row is not of its column's type ("" when all are).
 
@@ -189,6 +208,12 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         return Skipped(row.config_id, "interfaceUrl is empty")
     if len(url) > MAX_URL_LENGTH:
         return Skipped(row.config_id, f"interfaceUrl longer than {MAX_URL_LENGTH} characters")
+    bad = control_character(url)
+    if bad is not None:
+        return Skipped(
+            row.config_id,
+            f"interfaceUrl contains the control character {bad[1]!r} (character {bad[0]})",
+        )
     if row.rate_limit is None:
         return Skipped(row.config_id, "rateLimit is NULL")
     if row.rate_limit < 0:

@@ -240,6 +240,12 @@ def unknown_env_names(environ: Mapping[str, str]) -> list[str]:
 
 
 def _warn_unknown_env(name: str) -> None:
+    log.warning("%s", unknown_env_message(name))
+
+
+def unknown_env_message(name: str) -> str:
+    """What is said of the unknown variable ``name``: that it is ignored, and the nearest
+    variable that is read (or all of them when none is near)."""
     # Compared without the prefix they all share, which would make any two look alike.
     keys = sorted(n.removeprefix(ENV_PREFIX) for n in ENV_NAMES)
     nearest = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), keys, n=1, cutoff=0.6)
@@ -247,7 +253,7 @@ def _warn_unknown_env(name: str) -> None:
         hint = f"did you mean {ENV_PREFIX}{nearest[0]}?"
     else:
         hint = f"the variables read are {', '.join(sorted(ENV_NAMES))}"
-    log.warning("environment variable %s is not a setting and is ignored; %s", name, hint)
+    return f"environment variable {name} is not a setting and is ignored; {hint}"
 
 
 def _is_float_field(key: str, value: object) -> bool:

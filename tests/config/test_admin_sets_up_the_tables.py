@@ -89,6 +89,14 @@ def test_a_limit_the_reload_would_skip_is_refused_and_not_written(
     engine.dispose()
 
 
+def test_a_url_with_a_control_character_is_refused_and_not_written(db_url: str) -> None:
+    with pytest.raises(ValueError, match=r"control character '\\n'"):
+        admin.set_limit(db_url, "/bad\nx", rate=1)
+    engine = make_engine(db_url)
+    assert find_rows(engine, "/bad\nx") == []
+    engine.dispose()
+
+
 def test_admin_imports_no_database_library_until_a_function_is_called() -> None:
     tree = ast.parse(ADMIN.read_text(encoding="utf-8"))
     top = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]

@@ -223,3 +223,13 @@ def test_an_interface_whose_limits_are_all_shadow_is_on_trial_as_a_whole() -> No
     rule = ruleset.rules["/a"]
     assert ruleset.skipped == ()
     assert [r.config_id for r in rule.limits] == [1, 2] and rule.shadow
+
+
+@pytest.mark.parametrize("url", ["/bad\nx", "/tab\there", "/nul\x00", "/sep\u2028x"])
+def test_a_url_with_a_control_character_is_skipped_naming_it(url: str) -> None:
+    rules = build_rules([row(7, url), row(8, "/good")], 0.5)
+    assert list(rules.rules) == ["/good"]
+    [skipped] = rules.skipped
+    assert skipped.config_id == 7
+    bad = next(c for c in url if not c.isprintable())
+    assert f"control character {bad!r}" in skipped.reason
