@@ -169,6 +169,14 @@ def check_query_options(url: str, connection: ModuleType) -> None:
     if scheme not in _CONNECTIONS:
         return
     given = parse_qs(urlparse(url).query)  # as redis-py reads it: blank values left out
+    owned = [name for name in given if name in SETTINGS_OWN]
+    if owned:
+        # redis-py would let the query win over the setting, silently: a decision could
+        # then wait seconds where redis_timeout promises milliseconds.
+        raise ValueError(
+            "the query sets "
+            + ", ".join(f"{name} (use the setting {SETTINGS_OWN[name]})" for name in owned)
+        )
     allowed = allowed_query_options(scheme, connection)
     unknown = [name for name in given if name not in allowed]
     if not unknown:
@@ -180,6 +188,15 @@ def check_query_options(url: str, connection: ModuleType) -> None:
         f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} in the query "
         f"(allowed: {', '.join(allowed)}){hint}"
     )
+
+
+#: Query options that the limiter's settings own: the decision path's timeouts and pool.
+SETTINGS_OWN = {
+    "socket_timeout": "redis_timeout",
+    "socket_connect_timeout": "redis_connect_timeout",
+    "max_connections": "redis_pool_size",
+    "timeout": "redis_timeout (the pool's wait for a free connection)",
+}
 
 
 # The connection class redis-py uses for each scheme, by name in either module.
@@ -199,7 +216,7 @@ def allowed_query_options(scheme: str, connection: ModuleType) -> tuple[str, ...
     taken |= _keywords(connection.BlockingConnectionPool)
     candidates = {*connection.URL_QUERY_ARGUMENT_PARSERS, *TEXT_QUERY_OPTIONS}
     candidates |= {name for name in taken if name.startswith("ssl_")}
-    return tuple(sorted(candidates & taken))
+    return tuple(sorted((candidates & taken) - SETTINGS_OWN.keys()))
 
 
 def _keywords(cls: type) -> set[str]:

@@ -30,6 +30,29 @@ def test_an_unknown_option_is_named_with_the_allowed_ones(
     allowed = message.split("(allowed: ", 1)[1].split(")", maxsplit=1)[0].split(", ")
     assert {"db", "socket_keepalive", "client_name", "username"} <= set(allowed)
     assert ("ssl_ca_certs" in allowed) is scheme.startswith("rediss")
+    # the settings own the decision path's timeouts and pool: not offered in the query
+    assert not {"socket_timeout", "socket_connect_timeout", "max_connections", "timeout"} & set(
+        allowed
+    )
+
+
+@pytest.mark.parametrize("limiter", LIMITERS)
+@pytest.mark.parametrize(
+    ("option", "setting"),
+    [
+        ("socket_timeout=5", "redis_timeout"),
+        ("socket_connect_timeout=5", "redis_connect_timeout"),
+        ("max_connections=2", "redis_pool_size"),
+        ("timeout=7", "redis_timeout"),
+    ],
+)
+def test_an_option_a_setting_owns_is_refused_naming_the_setting(
+    limiter: type[GatewayLimiter | AsyncGatewayLimiter], option: str, setting: str
+) -> None:
+    # redis-py would let the query win silently: seconds where the setting says 50 ms.
+    name = option.split("=", 1)[0]
+    with pytest.raises(ValueError, match=f"the query sets {name} \\(use the setting {setting}"):
+        limiter(redis_url=f"redis://127.0.0.1:6379/0?{option}", database_url="sqlite://")
 
 
 @pytest.mark.parametrize("limiter", LIMITERS)
