@@ -7,7 +7,7 @@ create table t_ratelimite_conf (
     channelType    VARCHAR(24)          NULL,     -- supplier, e.g. IBE+
     interfaceNo    VARCHAR(24)          NULL,     -- supplier's interface number
     interfaceUrl   VARCHAR(128)         NULL,     -- bucket name; also part of the Redis key
-    rateLimit      INT(11)              NULL,     -- permits per second
+    rateLimit      INT(11)              NULL,     -- permits per periodSeconds (1 s unless that column says more)
     cache          FLOAT(3, 2)          NULL,     -- wait budget in seconds (0.5 = may wait 500 ms)
     status         TINYINT(1) DEFAULT 0 NOT NULL, -- 0 disabled, 1 enabled
     lastModifyTime datetime   DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,

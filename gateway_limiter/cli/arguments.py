@@ -34,7 +34,7 @@ def _shown(text: str) -> str:
 
 
 def rate_arg(text: str) -> int:
-    """``--rate``: a whole number of permits per second, 0 (closed) up to INT(11)."""
+    """``--rate``: a whole number of permits per period, 0 (closed) up to INT(11)."""
     if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) > MAX_RATE:
         raise argparse.ArgumentTypeError(
             f"invalid value {_shown(text)}: must be a whole number from 0 to {MAX_RATE}"

@@ -87,12 +87,21 @@ def cmd_db_current(ctx: Context) -> int:
 def cmd_db_stamp(ctx: Context) -> int:
     """Record a revision without running migrations (tables made from sql/ by hand)."""
     from alembic import command
+    from alembic.script import ScriptDirectory
 
     from gateway_limiter.config.migrate import alembic_config, current_revision
 
     engine = ctx.engine()
+    config = alembic_config(engine)
+    known = [s.revision for s in ScriptDirectory.from_config(config).walk_revisions()]
+    if ctx.args.revision not in ("head", "base", *known):
+        raise CliError(
+            f"db stamp: unknown revision {ctx.args.revision!r} "
+            f"(known: head, base, {', '.join(sorted(known))})",
+            code=2,
+        )
     before = current_revision(engine)
-    command.stamp(alembic_config(engine), ctx.args.revision)
+    command.stamp(config, ctx.args.revision)
     ctx.out.line(
         f"{ctx.database}: recorded revision {current_revision(engine)} "
         f"(was {before or 'none'}); no table was changed"

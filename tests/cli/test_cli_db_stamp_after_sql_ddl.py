@@ -71,3 +71,15 @@ def test_db_current_on_an_empty_database_still_says_upgrade(
     ran = cli(capsys, "--database-url", mariadb_db, "db", "current")
     assert ran.code == 0, ran.err
     assert "never migrated" in ran.out and "db upgrade" in ran.out
+
+
+def test_db_stamp_of_an_unknown_revision_is_bad_usage_naming_the_known_ones(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    db = f"sqlite:///{tmp_path / 'limits.db'}"
+    assert cli(capsys, "--database-url", db, "db", "upgrade").code == 0
+    ran = cli(capsys, "--database-url", db, "db", "stamp", "bogus")
+    assert ran.code == 2
+    [line] = ran.err.splitlines()
+    assert "unknown revision 'bogus'" in line
+    assert "head, base, 0001" in line
