@@ -105,7 +105,11 @@ def _register_set(conf: Any) -> None:
     )
     setp.add_argument("url", metavar="URL", type=url_arg, help="interfaceUrl (1-128 characters)")
     setp.add_argument(
-        "--rate", required=True, type=rate_arg, metavar="N", help="permits per period (--period, 1 s by default; 0: closed)"
+        "--rate",
+        required=True,
+        type=rate_arg,
+        metavar="N",
+        help="permits per period (--period, 1 s by default; 0: closed)",
     )
     setp.add_argument(
         "--period",
