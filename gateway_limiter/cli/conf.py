@@ -106,10 +106,10 @@ def _register_set(conf: Any) -> None:
     setp.add_argument("url", metavar="URL", type=url_arg, help="interfaceUrl (1-128 characters)")
     setp.add_argument(
         "--rate",
-        required=True,
         type=rate_arg,
         metavar="N",
-        help="permits per period (--period, 1 s by default; 0: closed)",
+        help="permits per period (--period, 1 s by default; 0: closed); needed for a new "
+        "row, optional when changing one",
     )
     setp.add_argument(
         "--period",
@@ -402,7 +402,13 @@ def cmd_conf_set(ctx: Context) -> int:
     problem = algorithm_args_problem(given, old, period, per_caller)
     if problem:
         raise CliError(problem, code=2)
-    fields: dict[str, Any] = {"rate_limit": a.rate, **given}
+    if a.rate is None and old is None:
+        raise CliError(
+            f"{a.url} has no row for this period and scope: a new row needs --rate", code=2
+        )
+    fields: dict[str, Any] = dict(given)
+    if a.rate is not None:
+        fields["rate_limit"] = a.rate
     if a.cache is not None:
         fields["cache"] = a.cache
     if a.channel is not None:
