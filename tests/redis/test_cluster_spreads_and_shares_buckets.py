@@ -20,7 +20,7 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.topology import parse_endpoints
 from tests.support.clusters import LocalCluster
-from tests.support.limiting import write_row
+from tests.support.limiting import state_keys, write_row
 
 RATE = 20
 URLS = [f"/supplier/{i}/search" for i in range(6)]
@@ -68,8 +68,7 @@ def test_buckets_of_many_interfaces_spread_over_every_master(
     masters = redis_cluster.master_ports()
     assert len(masters) == 3
     keys_on = {
-        port: list(redis_cluster.node_on(port).client().scan_iter(f"{key_prefix}:*"))
-        for port in masters
+        port: state_keys(redis_cluster.node_on(port).client(), key_prefix) for port in masters
     }
     assert sum(len(keys) for keys in keys_on.values()) == len(urls)
     # 48 interfaces hash to slots of all three masters (each is left out by chance
