@@ -139,12 +139,16 @@ def test_asyncio_and_threads_decide_on_the_same_cluster_buckets(
 
     with GatewayLimiter(**settings) as lim:
         first = [lim.try_acquire("/mixed", timeout=0) for _ in range(6)]
+        sync_done = time.monotonic()
         second, async_fallbacks = asyncio.run(take_six())
+        # the bucket refills at 10/s from the sync limiter's last call to asyncio's last
+        refill = 10 * (time.monotonic() - sync_done)
         assert lim.backend_fallbacks == 0
     assert async_fallbacks == 0
     assert first == [True] * 6
-    # ten permits in the bucket (plus what refilled meanwhile): asyncio finds four left
-    assert 4 <= second.count(True) < 6
+    # ten permits in the bucket: asyncio finds the four left, plus what refilled while
+    # it started (a few round trips and a reload, slower on a loaded host), never more
+    assert 4 <= second.count(True) <= 4 + refill + 1
     assert second[:4] == [True] * 4
 
 
