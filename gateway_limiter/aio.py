@@ -114,8 +114,9 @@ class AsyncGatewayLimiter(LimiterCore):
     namesake, awaited.
     """
 
-    __slots__ = ("backend",)
+    __slots__ = ("_heartbeats", "backend")
     backend: AsyncBackend
+    _heartbeats: asyncio.Task[None] | None
 
     _NOT_STARTED: ClassVar[str] = (
         "await start() (or use 'async with AsyncGatewayLimiter(...)') first"
@@ -128,9 +129,34 @@ class AsyncGatewayLimiter(LimiterCore):
     async def start(self) -> ReloadSummary:
         """Load the limits now (in a thread), then reload every ``reload_interval`` s."""
         self._starting()
-        self._prepared(await attempt_async(self.backend.prepare))
+        failure = await attempt_async(self.backend.prepare)
+        self._prepared(failure)
+        self._heartbeats = None
+        if self._shared:
+            fleet = self._fleet
+            if failure is None:  # know N from the start: one round trip, here, once
+                self._beat(await attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms))
+            self._heartbeats = asyncio.create_task(self._beating(), name="gateway-limiter-fleet")
         # The registry's first reload and its reload thread, exactly as the sync limiter's.
         return self._running(await asyncio.to_thread(self.registry.start))
+
+    async def _beating(self) -> None:
+        """Renew this process's fleet membership every ``fleet_heartbeat`` s: a task of
+        its own, never on a decision's path (``core/fleet.py``)."""
+        fleet = self._fleet
+        while True:
+            await asyncio.sleep(fleet.heartbeat_s)
+            self._beat(await attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms))
+
+    async def _stop_heartbeats(self) -> None:
+        """Stop beating and leave the fleet at once (best effort), so N drops now."""
+        task, self._heartbeats = getattr(self, "_heartbeats", None), None
+        if task is None:
+            return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if self.backend_healthy:
+            await attempt_async(self.backend.heartbeat, self._fleet.member, 0)
 
     async def reload(self) -> ReloadSummary:
         """Reload the limits now, in a thread; the last good limits stay if the database fails."""
@@ -139,13 +165,16 @@ class AsyncGatewayLimiter(LimiterCore):
     async def aclose(self) -> None:
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
         self._stopping()
+        await self._stop_heartbeats()
         await asyncio.to_thread(self.registry.close)  # disposing the engine is database I/O
         await self.backend.aclose()
 
     def abandon(self) -> None:
         """Stop reloading and leave the metrics' gauges, with no I/O on the connections
-        (for a limiter whose event loop is gone, and its connections with it)."""
+        (for a limiter whose event loop is gone, and its connections with it, and its
+        heartbeat task)."""
         self._stopping()
+        self._heartbeats = None
         self.registry.close()
 
     async def __aenter__(self) -> Self:

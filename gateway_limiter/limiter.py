@@ -9,6 +9,7 @@ threaded I/O shell: it calls the backend and sleeps with ``time.sleep``.
 
 from __future__ import annotations
 
+import threading
 import time
 from types import TracebackType
 from typing import ClassVar, Self
@@ -42,6 +43,8 @@ class GatewayLimiter(LimiterCore):
 
     _NOT_STARTED: ClassVar[str] = "call start() (or use 'with GatewayLimiter(...)') first"
     backend: Backend
+    _heartbeats: threading.Thread | None = None
+    _stop_beating: threading.Event | None = None
 
     def _open_backend(self, settings: Settings) -> bool:
         self.backend = open_backend(settings)
@@ -50,8 +53,37 @@ class GatewayLimiter(LimiterCore):
     def start(self) -> ReloadSummary:
         """Load the limits now, then reload every ``reload_interval`` seconds."""
         self._starting()
-        self._prepared(attempt(self.backend.prepare))
+        failure = attempt(self.backend.prepare)
+        self._prepared(failure)
+        if self._shared:
+            if failure is None:  # know N from the start: one round trip, here, once
+                self._beat(attempt(self.backend.heartbeat, self._fleet.member, self._fleet.ttl_ms))
+            self._start_heartbeats()
         return self._running(self.registry.start())
+
+    def _start_heartbeats(self) -> None:
+        """Renew this process's fleet membership every ``fleet_heartbeat`` s on a daemon
+        thread: never on a decision's path (``core/fleet.py``)."""
+        stop = self._stop_beating = threading.Event()
+        fleet, backend = self._fleet, self.backend
+
+        def beat() -> None:
+            while not stop.wait(fleet.heartbeat_s):
+                self._beat(attempt(backend.heartbeat, fleet.member, fleet.ttl_ms))
+
+        self._heartbeats = threading.Thread(target=beat, name="gateway-limiter-fleet", daemon=True)
+        self._heartbeats.start()
+
+    def _stop_heartbeats(self) -> None:
+        """Stop beating and leave the fleet at once (best effort), so N drops now rather
+        than when this member would have expired."""
+        if self._stop_beating is None or self._heartbeats is None:
+            return
+        self._stop_beating.set()
+        self._heartbeats.join()  # a heartbeat in flight ends within Redis' timeouts
+        self._stop_beating = self._heartbeats = None
+        if self.backend_healthy:
+            attempt(self.backend.heartbeat, self._fleet.member, 0)
 
     def reload(self) -> ReloadSummary:
         """Reload the limits now; the last good limits stay if the database fails."""
@@ -60,6 +92,7 @@ class GatewayLimiter(LimiterCore):
     def close(self) -> None:
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
         self._stopping()
+        self._stop_heartbeats()
         self.registry.close()
         self.backend.close()
 

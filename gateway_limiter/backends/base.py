@@ -39,6 +39,13 @@ class Backend(Protocol):
     def prepare(self) -> None:
         """Get ready for decisions (load the script); BackendError when unreachable."""
 
+    def heartbeat(self, member: str, ttl_ms: int) -> int:
+        """Announce ``member`` alive for ``ttl_ms`` (0: gone) and drop the dead, in one
+        round trip; the number of live members. BackendError when unreachable."""
+
+    def members(self) -> tuple[list[tuple[str, float]], float]:
+        """The live members with the moment each dies (ms), and the server's clock (ms)."""
+
     def close(self) -> None:
         """Release connections."""
 
@@ -63,6 +70,12 @@ class AsyncBackend(Protocol):
 
     async def prepare(self) -> None:
         """Get ready for decisions (load the script); BackendError when unreachable."""
+
+    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+        """``Backend.heartbeat``, awaited."""
+
+    async def members(self) -> tuple[list[tuple[str, float]], float]:
+        """``Backend.members``, awaited."""
 
     async def aclose(self) -> None:
         """Release connections."""

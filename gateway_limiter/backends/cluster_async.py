@@ -29,6 +29,12 @@ from redis.exceptions import NoScriptError
 from gateway_limiter.backends import scripts
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.cluster import cluster_options
+from gateway_limiter.backends.fleet import (
+    fleet_key,
+    heartbeat_args,
+    parse_heartbeat,
+    parse_members,
+)
 from gateway_limiter.backends.redis_async import Deadline, async_client_options
 from gateway_limiter.backends.schemes import register_async
 from gateway_limiter.backends.state import state_key
@@ -120,6 +126,24 @@ class AsyncRedisClusterBackend:
                 await self._client.script_load(source)
 
         await self._queued(load)
+
+    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+        """One EVAL of the fleet's heartbeat on the master of the set's slot."""
+        args = heartbeat_args(self._prefix, member, ttl_ms)
+        return parse_heartbeat(await self._queued(lambda: self._client.eval(*args)))
+
+    async def members(self) -> tuple[list[tuple[str, float]], float]:
+        """ZRANGE, then TIME on the node that holds the set."""
+        key = fleet_key(self._prefix)
+
+        async def both() -> tuple[Any, Any]:
+            entries = await self._client.zrange(key, 0, -1, withscores=True)
+            node = self._client.get_node_from_key(key)
+            return entries, await self._client.time(target_nodes=node)
+
+        entries, time_reply = await self._queued(both)
+        live, now_ms = parse_members(entries, time_reply)
+        return list(live), now_ms
 
     async def aclose(self) -> None:
         """Close every node's connections."""

@@ -101,6 +101,14 @@ class MemoryBackend:
     def prepare(self) -> None:
         """Nothing to prepare."""
 
+    def heartbeat(self, member: str, ttl_ms: int) -> int:
+        """This process is the whole fleet of its state."""
+        return 1
+
+    def members(self) -> tuple[list[tuple[str, float]], float]:
+        """No member is shared: the state lives in this process only."""
+        return [], self._clock() / 1000.0
+
     def close(self) -> None:
         """Forget every bucket."""
         with self._lock:
@@ -172,6 +180,14 @@ class AsyncMemoryBackend:
 
     async def prepare(self) -> None:
         """Nothing to prepare."""
+
+    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+        """This process is the whole fleet of its state."""
+        return 1
+
+    async def members(self) -> tuple[list[tuple[str, float]], float]:
+        """No member is shared: the state lives in this process only."""
+        return self._memory.members()
 
     async def aclose(self) -> None:
         """Forget every bucket."""

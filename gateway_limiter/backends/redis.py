@@ -30,6 +30,12 @@ from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.fleet import (
+    fleet_key,
+    heartbeat_args,
+    parse_heartbeat,
+    parse_members,
+)
 from gateway_limiter.backends.schemes import register
 from gateway_limiter.backends.scripts import (
     SCRIPTS,
@@ -127,6 +133,24 @@ class ScriptBackend:
             client = self.client
             for source in SCRIPTS.values():
                 client.script_load(source)
+
+    def heartbeat(self, member: str, ttl_ms: int) -> int:
+        """One EVAL of the fleet's heartbeat (``backends/fleet.py``) where the set lives."""
+        key = fleet_key(self._prefix)
+        with backend_errors():
+            reply = self._server(key).eval(*heartbeat_args(self._prefix, member, ttl_ms))
+        return parse_heartbeat(reply)
+
+    def members(self) -> tuple[list[tuple[str, float]], float]:
+        """ZRANGE and TIME in one pipeline, on the server that holds the set."""
+        key = fleet_key(self._prefix)
+        with backend_errors():
+            pipe = self._server(key).pipeline(transaction=False)
+            pipe.zrange(key, 0, -1, withscores=True)
+            pipe.time()
+            entries, time_reply = pipe.execute()
+        live, now_ms = parse_members(entries, time_reply)
+        return list(live), now_ms
 
 
 #: Options a ``redis_url`` query may set besides those redis-py converts from text

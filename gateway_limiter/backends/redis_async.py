@@ -72,6 +72,12 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from gateway_limiter.backends import scripts
 from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.fleet import (
+    fleet_key,
+    heartbeat_args,
+    parse_heartbeat,
+    parse_members,
+)
 from gateway_limiter.backends.redis import check_query_options, decision_path_options
 from gateway_limiter.backends.schemes import register_async
 from gateway_limiter.backends.state import state_key
@@ -452,6 +458,30 @@ class AsyncRedisBackend:
                     await self._client.script_load(source)
 
         await self._queued(load)
+
+    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+        """One EVAL of the fleet's heartbeat (``backends/fleet.py``), in turn for a
+        connection like ``peek``."""
+
+        async def beat() -> Any:
+            async with Deadline(self._connect_seconds + self._read_seconds):
+                return await self._client.eval(*heartbeat_args(self._prefix, member, ttl_ms))
+
+        return parse_heartbeat(await self._queued(beat))
+
+    async def members(self) -> tuple[list[tuple[str, float]], float]:
+        """ZRANGE and TIME in one pipeline."""
+
+        async def both() -> list[Any]:
+            async with Deadline(self._connect_seconds + self._read_seconds):
+                pipe = self._client.pipeline(transaction=False)
+                pipe.zrange(fleet_key(self._prefix), 0, -1, withscores=True)
+                pipe.time()
+                return await pipe.execute()
+
+        entries, time_reply = await self._queued(both)
+        live, now_ms = parse_members(entries, time_reply)
+        return list(live), now_ms
 
     async def aclose(self) -> None:
         """Stop the lanes, then close the client and every pooled connection."""

@@ -10,9 +10,10 @@ Output goes through rich: tables on a terminal, plain aligned text when piped (n
 codes, no wrapping at 80 columns), so ``gateway-limiter conf list | grep`` works.
 
 Each command lives in a module of its own (``db``, ``conf``, ``switch``, ``status``,
-``metrics``, ``demo``) that adds its arguments to the parser and runs it. A module is
-imported only when its command is on the command line, and SQLAlchemy, Alembic, redis
-and rich only where a command needs them: ``--help`` and ``--version`` load none of them.
+``fleet``, ``metrics``, ``demo``) that adds its arguments to the parser and runs it. A
+module is imported only when its command is on the command line, and SQLAlchemy,
+Alembic, redis and rich only where a command needs them: ``--help`` and ``--version``
+load none of them.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ COMMANDS = (
         "switch", "switch", "the global switch: on, off, default (follow the settings), or status"
     ),
     CommandEntry("status", "status", "rules in force and live bucket state"),
+    CommandEntry("fleet", "fleet", "the live gateway processes sharing the rules"),
     CommandEntry(
         "serve-metrics",
         "metrics",

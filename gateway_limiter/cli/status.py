@@ -106,6 +106,7 @@ def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
     where = mask_secrets(settings.redis_url)
     if limiter.backend.shared:
         report.append(f"bucket state: {where}, key prefix {settings.key_prefix}")
+        report.append(_fleet_line(limiter))
     else:
         report.append(
             f"bucket state: {where}: it lives inside each gateway process, so this command "
@@ -124,6 +125,18 @@ def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
     if failed:
         return report, f"cannot read bucket state from {where}: {failed[0].error}"
     return report, ""
+
+
+def _fleet_line(limiter: GatewayLimiter) -> str:
+    """How many live processes share the rules (``share`` divides each rule by it)."""
+    from gateway_limiter.backends.base import BackendError
+
+    try:
+        members, _ = limiter.backend.members()
+    except BackendError as e:
+        return f"fleet: unknown ({e})"
+    n = len(members)
+    return f"fleet: {n} live process{'es' if n != 1 else ''} (see '{PROG} fleet')"
 
 
 def _watch_status(ctx: Context, limiter: GatewayLimiter) -> int:

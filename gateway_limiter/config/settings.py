@@ -24,7 +24,7 @@ from gateway_limiter.observe.redact import mask_secrets, mask_url
 
 ENV_PREFIX: Final = "GATEWAY_LIMITER_"
 SETTINGS_ENV: Final = ENV_PREFIX + "SETTINGS"
-POLICIES: Final = ("local", "allow", "deny")
+POLICIES: Final = ("share", "local", "allow", "deny")
 REDIS_SCHEMES: Final = (
     "redis",
     "rediss",
@@ -52,7 +52,7 @@ class Settings:
     reload_interval: float = 10.0
     switch: bool = True
     default_cache: float = 0.5
-    on_backend_error: str = "local"
+    on_backend_error: str = "share"
     redis_timeout: float = 0.05
     redis_connect_timeout: float = 0.5
     #: Connections kept for decisions; threads beyond this wait at most redis_timeout.
@@ -61,6 +61,10 @@ class Settings:
     breaker_seconds: float = 1.0
     #: Record Prometheus metrics when prometheus-client is installed (gateway_limiter.metrics).
     metrics: bool = True
+    #: Seconds between heartbeats of this process's fleet membership in Redis.
+    fleet_heartbeat: float = 1.0
+    #: Processes in the fleet, for ``share`` before Redis has ever answered (0: unknown).
+    fleet_size: int = 0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -130,6 +134,10 @@ def _validate(s: Settings) -> None:
         raise _bad("default_cache", s.default_cache, "must be between 0 and 9.99 seconds")
     if not 1 <= s.redis_pool_size <= 10_000:
         raise _bad("redis_pool_size", s.redis_pool_size, "must be between 1 and 10000")
+    if not (math.isfinite(s.fleet_heartbeat) and 0.05 <= s.fleet_heartbeat <= 3600):
+        raise _bad("fleet_heartbeat", s.fleet_heartbeat, "must be between 0.05 and 3600 seconds")
+    if not 0 <= s.fleet_size <= 100_000:
+        raise _bad("fleet_size", s.fleet_size, "must be between 0 (unknown) and 100000")
 
 
 def _positive(key: str, value: float, *, low: float) -> None:

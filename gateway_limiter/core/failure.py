@@ -1,7 +1,8 @@
 """What the limiters do while the backend fails: the circuit breaker and the failure policy.
 
-When a backend call fails, ``on_backend_error`` decides (``FailurePolicy``: ``local``,
-the same rules in this process; ``allow``; ``deny``), and the ``Breaker`` keeps every
+When a backend call fails, ``on_backend_error`` decides (``FailurePolicy``: ``share``,
+the rules in this process at its share of the fleet, ``core/fleet.py``; ``local``, the
+same rules in this process; ``allow``; ``deny``), and the ``Breaker`` keeps every
 following call off the backend for ``breaker_seconds``, after which one caller probes
 and the rest follow it back.
 """
@@ -48,6 +49,8 @@ async def attempt_async(
 class FailurePolicy(StrEnum):
     """``on_backend_error``: how a call is decided when the backend cannot be asked."""
 
+    #: The rules in this process at 1/N of their rate and capacity (the default).
+    SHARE = "share"
     #: The same rules, in this process (every limit, per caller too).
     LOCAL = "local"
     #: Every call goes ahead at once.
@@ -122,13 +125,16 @@ class Policy:
     def __init__(self, kind: FailurePolicy | str) -> None:
         # Settings keep ``on_backend_error`` a validated string; it becomes the enum here.
         self.kind = FailurePolicy(kind)
-        self.local = MemoryBackend() if self.kind is FailurePolicy.LOCAL else None
+        # ``share`` decides like ``local``, on the rule the core has shared out.
+        in_process = (FailurePolicy.LOCAL, FailurePolicy.SHARE)
+        self.local = MemoryBackend() if self.kind in in_process else None
 
     def reserve(
         self, rule: Rule, permits: int, timeout_s: float | None, key: str | None = None
     ) -> Verdict:
         """What the backend's ``reserve`` would have answered, as the policy says:
-        ``local``: the model in this process; ``allow``/``deny``: at once.
+        ``local`` and ``share`` (given the rule at this process's share): the model in
+        this process; ``allow``/``deny``: at once.
 
         Raises BackendUnavailable for ``deny`` with no timeout (an ``acquire``).
         """

@@ -26,7 +26,8 @@ from gateway_limiter.config.reload import Registry, ReloadSummary, Snapshot
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings, load_settings
 from gateway_limiter.core.decision import ADMIT, REFUSE, Decision, Reason, decision_of
-from gateway_limiter.core.failure import Breaker, Policy
+from gateway_limiter.core.failure import Breaker, FailurePolicy, Policy
+from gateway_limiter.core.fleet import Fleet
 from gateway_limiter.core.local_refusal import LocalRefusals
 from gateway_limiter.core.status import WINDOWS
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
@@ -226,6 +227,7 @@ class LimiterCore:
     __slots__ = (
         "_breaker",
         "_fallbacks",
+        "_fleet",
         "_local_refusals",
         "_metrics",
         "_outcomes",
@@ -249,12 +251,17 @@ class LimiterCore:
         self._shared = shared
         self._started = False
         self._fallbacks = 0
+        self._fleet = Fleet(chosen, shared)
         self._metrics = open_metrics(chosen)
         self._outcomes = Outcomes(self._metrics)
         self._source: Source | None = None
         if self._metrics is not None:
             self.registry.listeners.append(self._metrics.reloaded)
-            self._source = Source(lambda: self.registry.snapshot, lambda: self._breaker.is_open)
+            self._source = Source(
+                lambda: self.registry.snapshot,
+                lambda: self._breaker.is_open,
+                fleet_size=lambda: self._fleet.size,
+            )
         self._local_refusals = local_refusals_for(shared, self.registry)
 
     @classmethod
@@ -275,6 +282,13 @@ class LimiterCore:
     def backend_fallbacks(self) -> int:
         """How many decisions the failure policy made instead of the backend."""
         return self._fallbacks
+
+    @property
+    def fleet_size(self) -> int:
+        """The live processes sharing the rules as Redis last said, this one included
+        (``memory://``: 1; before Redis has answered: the ``fleet_size`` setting, 0
+        unknown). While Redis is away ``share`` decides at 1/fleet_size of each rule."""
+        return self._fleet.size
 
     @property
     def local_refusals(self) -> int:
@@ -303,6 +317,10 @@ class LimiterCore:
         if self._metrics is not None and self._source is not None:
             self._metrics.attach(self._source)
         return summary
+
+    def _beat(self, reply: int | BackendError) -> None:
+        """A fleet heartbeat answered N (or failed: N stays the last seen)."""
+        self._fleet.beat(reply)
 
     def _stopping(self) -> None:
         """Before closing: decisions raise NotStarted from now on, the gauges go."""
@@ -408,6 +426,8 @@ class LimiterCore:
         self._fallbacks += 1  # off the hot path: only while the backend is failing
         if self._metrics is not None:
             self._metrics.fallback()
+        if self.policy.kind is FailurePolicy.SHARE:
+            rule = self._fleet.share(rule)
         try:
             return self.policy.reserve(rule, permits, budget_s, key), Reason.BACKEND_FALLBACK
         except BackendUnavailable:  # deny, and an acquire: it would wait forever

@@ -111,6 +111,8 @@ class Source:
     fallback: Callable[[], bool]
     #: Set by ``serve-metrics`` only: peeks every bucket in Redis at each scrape.
     buckets: Callable[[], Iterable[BucketSample]] | None = None
+    #: The live processes of the fleet last seen (a limiter's ``fleet_size``).
+    fleet_size: Callable[[], int] | None = None
 
 
 class Tally:
@@ -334,7 +336,8 @@ def _families(source: Source | None) -> list[Metric]:
     free = gauge(
         "bucket_next_free_seconds", "Seconds until one permit would be granted.", ["interface"]
     )
-    families: list[Metric] = [rules, shadow, skipped, switch, age, fallback]
+    fleet = gauge("fleet_size", "Live processes sharing the rules, as Redis last said.")
+    families: list[Metric] = [rules, shadow, skipped, switch, age, fallback, fleet]
     families += [rates, stored, debt, free]
     if source is None:
         return families
@@ -346,6 +349,8 @@ def _families(source: Source | None) -> list[Metric]:
     if snapshot.loaded_at is not None:
         age.add_metric([], max(0.0, time.time() - snapshot.loaded_at))
     fallback.add_metric([], 1.0 if source.fallback() else 0.0)
+    if source.fleet_size is not None:
+        fleet.add_metric([], source.fleet_size())
     for url in sorted(snapshot.rules):
         rates.add_metric([url], snapshot.rules[url].rate)
     if source.buckets is not None:

@@ -16,7 +16,7 @@ from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.state import MAX_PLAIN_CALLER, caller_part
 from gateway_limiter.config.rules import Rule
-from tests.support.limiting import limiter, write_row
+from tests.support.limiting import limiter, state_keys, write_row
 from tests.support.services import RedisServer
 
 #: Caller keys that must not be written into a Redis key as they are.
@@ -120,7 +120,7 @@ def test_redis_keys_are_under_the_prefix_in_the_hash_tag_and_bounded(
     try:
         for key in [*ODD_KEYS, "10.0.0.1", None]:
             assert lim.try_acquire("/mix", timeout=0, key=key)
-        keys = [k.decode() for k in client.scan_iter(f"{key_prefix}:*", count=1000)]
+        keys = state_keys(client, key_prefix)
     finally:
         lim.close()
     assert len(keys) == 2 * (len(ODD_KEYS) + 2)  # two limits for each caller

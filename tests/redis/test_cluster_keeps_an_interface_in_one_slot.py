@@ -12,7 +12,7 @@ import redis
 from sqlalchemy import Engine
 
 from gateway_limiter.backends.scripts import LIMITS_LUA
-from tests.support.limiting import limiter, write_row
+from tests.support.limiting import limiter, state_keys, write_row
 from tests.support.services import RedisServer, free_port
 
 
@@ -75,7 +75,7 @@ def test_limits_of_one_interface_are_decided_in_one_slot(
         assert lim.backend_healthy and lim.backend_fallbacks == 0  # Redis decided each
     finally:
         lim.close()
-    keys = list(client.scan_iter(f"{key_prefix}:*"))
+    keys = state_keys(client, key_prefix)
     assert len(keys) == 2 + 3  # the two shared limits, the fixed window of 3 callers
     slots = {client.cluster("KEYSLOT", key) for key in keys}
     assert len(slots) == 1

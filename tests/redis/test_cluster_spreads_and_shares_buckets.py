@@ -20,7 +20,7 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.topology import parse_endpoints
 from tests.support.clusters import LocalCluster
-from tests.support.limiting import write_row
+from tests.support.limiting import state_keys, write_row
 
 RATE = 20
 URLS = [f"/supplier/{i}/search" for i in range(6)]
@@ -68,8 +68,7 @@ def test_buckets_of_many_interfaces_spread_over_every_master(
     masters = redis_cluster.master_ports()
     assert len(masters) == 3
     keys_on = {
-        port: list(redis_cluster.node_on(port).client().scan_iter(f"{key_prefix}:*"))
-        for port in masters
+        port: state_keys(redis_cluster.node_on(port).client(), key_prefix) for port in masters
     }
     assert sum(len(keys) for keys in keys_on.values()) == len(urls)
     # 48 interfaces hash to slots of all three masters (each is left out by chance
@@ -140,12 +139,16 @@ def test_asyncio_and_threads_decide_on_the_same_cluster_buckets(
 
     with GatewayLimiter(**settings) as lim:
         first = [lim.try_acquire("/mixed", timeout=0) for _ in range(6)]
+        sync_done = time.monotonic()
         second, async_fallbacks = asyncio.run(take_six())
+        # the bucket refills at 10/s from the sync limiter's last call to asyncio's last
+        refill = 10 * (time.monotonic() - sync_done)
         assert lim.backend_fallbacks == 0
     assert async_fallbacks == 0
     assert first == [True] * 6
-    # ten permits in the bucket (plus what refilled meanwhile): asyncio finds four left
-    assert 4 <= second.count(True) < 6
+    # ten permits in the bucket: asyncio finds the four left, plus what refilled while
+    # it started (a few round trips and a reload, slower on a loaded host), never more
+    assert 4 <= second.count(True) <= 4 + refill + 1
     assert second[:4] == [True] * 4
 
 

@@ -22,7 +22,7 @@ from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.table import make_engine
-from tests.support.limiting import evalsha_calls, limiter, write_row
+from tests.support.limiting import evalsha_calls, limiter, state_keys, write_row
 from tests.support.services import RedisServer
 
 SECOND = 1_000_000.0
@@ -71,7 +71,7 @@ def test_two_periods_are_one_interface_decided_in_one_script_call(
         assert lim.try_acquire("/two", timeout=0)
         assert evalsha_calls(client) == before + 1
         # each limit's key, under the prefix and the interface's {hash tag}
-        keys = sorted(k.decode() for k in client.scan_iter(f"{key_prefix}:*"))
+        keys = sorted(state_keys(client, key_prefix))
         assert keys == [f"{key_prefix}:{{/two}}:tb", f"{key_prefix}:{{/two}}:tb:10s"]
     finally:
         lim.close()

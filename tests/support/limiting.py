@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, cast
 
 import redis
 from sqlalchemy import Engine, Table, text
 
 from gateway_limiter import GatewayLimiter
+from gateway_limiter.backends.fleet import fleet_key
 from gateway_limiter.config.table import RateLimitConf
 
 #: The limits table as a Core Table (the model's __table__ is typed as a FromClause).
@@ -15,9 +17,13 @@ CONF = cast(Table, RateLimitConf.__table__)
 
 
 def evalsha_calls(client: redis.Redis) -> int:
-    """How many EVALSHA/EVAL the server has run (INFO commandstats)."""
+    """How many decisions the server has run: EVALSHA calls (INFO commandstats).
+
+    Decisions are always EVALSHA; the fleet's heartbeats (one EVAL per process per
+    ``fleet_heartbeat``, docs/design.md) are left out, so they never blur a count.
+    """
     stats: dict[str, Any] = client.info("commandstats")
-    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
 
 
 def write_row(engine: Engine, url: str, *, add: bool = False, **columns: Any) -> int:
@@ -74,5 +80,18 @@ def limiter(db_url: str, redis_url: str, prefix: str, **settings: Any) -> Gatewa
 
 
 def scan_keys(client: redis.Redis) -> set[str]:
-    """Every key on the server, by SCAN (decoded; keys the tests make are UTF-8)."""
-    return {k.decode("utf-8", "backslashreplace") for k in client.scan_iter(count=1000)}
+    """Every key of limit state on the server, by SCAN (decoded; keys the tests make are
+    UTF-8): all keys but the fleets' member sets (``<prefix>:fleet``, docs/design.md)."""
+    keys = {k.decode("utf-8", "backslashreplace") for k in client.scan_iter(count=1000)}
+    return {k for k in keys if not _FLEET_KEY.fullmatch(k)}
+
+
+def state_keys(client: redis.Redis, prefix: str) -> list[str]:
+    """The keys of limit state under ``prefix`` (SCAN), without the fleet's member set."""
+    found = client.scan_iter(f"{prefix}:*", count=1000)
+    keys = (k.decode("utf-8", "backslashreplace") for k in found)
+    return [k for k in keys if k != fleet_key(prefix)]
+
+
+#: A fleet's member set: a prefix (which has no braces) and ``:fleet``.
+_FLEET_KEY = re.compile(r"[^{}]*:fleet")

@@ -1,0 +1,298 @@
+"""Fleet membership and ``on_backend_error = "share"`` (docs/design.md, "When a service
+fails"): each process beats in ``<prefix>:fleet`` and learns N; while Redis is away it
+decides each rule at 1/N of it. Real Redis servers, killed where the test says so."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+
+import pytest
+from prometheus_client import REGISTRY
+from sqlalchemy import Engine
+
+from gateway_limiter import GatewayLimiter
+from gateway_limiter.aio import AsyncGatewayLimiter
+from gateway_limiter.backends.fleet import decode_member, fleet_key
+from gateway_limiter.config.rules import Algorithm, Rule
+from gateway_limiter.config.settings import Settings, SettingsError
+from gateway_limiter.core.fleet import shared_out
+from tests.support.clusters import LocalCluster, LocalSentinel
+from tests.support.limiting import limiter, write_row
+from tests.support.services import RedisServer
+
+HEARTBEAT_S = 0.1
+
+
+def wait_for(condition: object, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {seconds} s")
+        time.sleep(0.02)
+
+
+# --- shared_out: 1/N of a rule, never more -------------------------------------------
+
+
+def test_a_token_bucket_is_shared_out_exactly_with_a_capacity_of_at_least_one() -> None:
+    rule = Rule("/a", 40, 0.5, 1, capacity=40)
+    quarter = shared_out(rule, 4)
+    assert quarter.per_second == pytest.approx(10.0)
+    assert quarter.burst == 10
+    third = shared_out(Rule("/a", 10, 0.5, 1), 3)
+    assert third.per_second == pytest.approx(10 / 3)  # exact: no rounding of the rate
+    assert third.burst == 3  # floor: three processes hold 9 of 10
+    tiny = shared_out(Rule("/a", 2, 0.5, 1), 8)
+    assert tiny.per_second == pytest.approx(0.25)  # 2/s over 8 processes: one per 4 s each
+    assert tiny.burst == 1  # a bucket must hold one permit to admit anything
+    assert shared_out(rule, 1) is rule
+
+
+@pytest.mark.parametrize("algorithm", [Algorithm.SLIDING_WINDOW, Algorithm.FIXED_WINDOW])
+def test_a_window_is_shared_out_rounding_down_and_stretching_below_one(
+    algorithm: Algorithm,
+) -> None:
+    assert (shared_out(Rule("/w", 40, 0.5, 1, algorithm=algorithm), 4).rate, 1) == (10, 1)
+    seven = shared_out(Rule("/w", 10, 0.5, 1, algorithm=algorithm, period=60), 3)
+    assert (seven.rate, seven.period) == (3, 60)  # 9 of 10 per minute: never over
+    stretched = shared_out(Rule("/w", 2, 0.5, 1, algorithm=algorithm), 5)
+    assert (stretched.rate, stretched.period) == (1, 3)  # 5 x 1 per 3 s <= 2/s
+    assert 5 * stretched.rate / stretched.period <= 2
+
+
+def test_every_limit_of_an_interface_is_shared_out_and_closed_stays_closed() -> None:
+    per_minute = Rule("/m", 600, 0.5, 2, period=60, algorithm=Algorithm.SLIDING_WINDOW)
+    per_caller = Rule("/m", 10, 0.5, 3, per_caller=True)
+    rule = Rule("/m", 20, 0.5, 1, also=(per_minute, per_caller))
+    out = shared_out(rule, 2)
+    assert out.per_second == pytest.approx(10.0)
+    assert [(r.rate, r.period, r.per_caller) for r in out.also] == [(300, 60, False), (10, 2, True)]
+    assert out.also[1].per_second == pytest.approx(5.0)
+    assert shared_out(Rule("/c", 0, 0.5, 1), 4).closed
+
+
+# --- settings ------------------------------------------------------------------------
+
+
+def test_share_is_the_default_and_the_fleet_settings_are_checked() -> None:
+    assert Settings().on_backend_error == "share"
+    assert (Settings().fleet_heartbeat, Settings().fleet_size) == (1.0, 0)
+    with pytest.raises(SettingsError, match=r"fleet_heartbeat=0\.01"):
+        Settings(fleet_heartbeat=0.01)
+    with pytest.raises(SettingsError, match=r"fleet_size=-1"):
+        Settings(fleet_size=-1)
+    with pytest.raises(SettingsError, match=r"on_backend_error=shared: must be one of share"):
+        Settings(on_backend_error="shared")
+
+
+# --- membership ----------------------------------------------------------------------
+
+
+def test_processes_learn_the_fleet_size_and_one_that_closes_leaves_at_once(
+    migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
+) -> None:
+    url, _ = migrated_db
+    lims = [
+        limiter(url, private_redis.url, key_prefix, fleet_heartbeat=HEARTBEAT_S) for _ in range(3)
+    ]
+    try:
+        wait_for(lambda: [lim.fleet_size for lim in lims] == [3, 3, 3], 3)
+        members, _ = lims[0].backend.members()
+        stored: list[bytes] = private_redis.client().zrange(fleet_key(key_prefix), 0, -1)  # type: ignore[assignment]
+        assert {m.decode() for m in stored} == {text for text, _ in members}
+        described = [decode_member(text) for text, _ in members]
+        assert {d["pid"] for d in described} == {os.getpid()}
+        assert all(d["version"] and d["host"] and d["since"] > 0 for d in described)
+        lims.pop().close()
+        wait_for(lambda: [lim.fleet_size for lim in lims] == [2, 2], 2)
+    finally:
+        for lim in lims:
+            lim.close()
+
+
+def test_a_member_that_stops_beating_is_dropped_after_its_time_to_live(
+    migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
+) -> None:
+    url, _ = migrated_db
+    lim = limiter(url, private_redis.url, key_prefix, fleet_heartbeat=HEARTBEAT_S)
+    try:
+        lim.backend.heartbeat('{"host":"gone","pid":1}', 300)  # a process that then died
+        wait_for(lambda: lim.fleet_size == 2, 2)
+        wait_for(lambda: lim.fleet_size == 1, 2)  # 300 ms on, the next heartbeat drops it
+        assert private_redis.client().zcard(fleet_key(key_prefix)) == 1
+    finally:
+        lim.close()
+
+
+def test_membership_costs_one_round_trip_per_heartbeat(
+    migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
+) -> None:
+    url, _ = migrated_db
+    admin = private_redis.client()
+    lim = limiter(url, private_redis.url, key_prefix, fleet_heartbeat=0.2)
+    try:
+        admin.config_resetstat()
+        started = time.monotonic()
+        time.sleep(2.0)
+        stats = admin.info("commandstats")
+        elapsed = time.monotonic() - started
+    finally:
+        lim.close()
+    evals = int(stats.get("cmdstat_eval", {}).get("calls", 0))
+    assert 1 <= evals <= elapsed / 0.2 + 1  # one EVAL per heartbeat at most
+    # the ZADD (with ZREMRANGEBYSCORE and ZCARD) runs inside that EVAL, once per EVAL
+    assert int(stats["cmdstat_zadd"]["calls"]) == evals
+
+
+async def test_the_asyncio_limiter_beats_too(
+    migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
+) -> None:
+    url, _ = migrated_db
+    sync = limiter(url, private_redis.url, key_prefix, fleet_heartbeat=HEARTBEAT_S)
+    try:
+        async with AsyncGatewayLimiter(
+            database_url=url,
+            redis_url=private_redis.url,
+            key_prefix=key_prefix,
+            fleet_heartbeat=HEARTBEAT_S,
+        ) as alim:
+            assert alim.fleet_size == 2  # the first heartbeat is part of start()
+            for _ in range(100):
+                if sync.fleet_size == 2:
+                    break
+                await asyncio.sleep(0.02)
+            assert sync.fleet_size == 2
+        await asyncio.sleep(0.1)
+        wait_for(lambda: sync.fleet_size == 1, 2)  # aclose() left the fleet
+    finally:
+        sync.close()
+
+
+def test_memory_is_a_fleet_of_one(migrated_db: tuple[str, Engine]) -> None:
+    url, _ = migrated_db
+    with GatewayLimiter(database_url=url, redis_url="memory://") as lim:
+        assert lim.fleet_size == 1
+
+
+def test_the_fleet_size_is_a_metric(
+    migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
+) -> None:
+    url, _ = migrated_db
+    lims = [
+        limiter(url, private_redis.url, key_prefix, fleet_heartbeat=HEARTBEAT_S) for _ in range(2)
+    ]
+    try:
+        wait_for(lambda: lims[0].fleet_size == lims[1].fleet_size == 2, 3)
+        assert REGISTRY.get_sample_value("gateway_limiter_fleet_size") == 2
+    finally:
+        for lim in lims:
+            lim.close()
+
+
+# --- share while Redis is away ---------------------------------------------------------
+
+
+def burst(lim: GatewayLimiter, url: str, calls: int = 60) -> int:
+    """Of ``calls`` calls in a row on ``url``, how many ``lim`` admitted."""
+    return sum(lim.try_acquire(url, timeout=0) for _ in range(calls))
+
+
+def admitted_in(lim: GatewayLimiter, url: str, seconds: float) -> int:
+    """Calls admitted by ``lim`` on ``url`` asking as fast as it can for ``seconds``."""
+    end = time.monotonic() + seconds
+    admitted = 0
+    while time.monotonic() < end:
+        admitted += lim.try_acquire(url, timeout=0)
+        time.sleep(0.001)
+    return admitted
+
+
+@pytest.mark.parametrize("algorithm", ["token_bucket", "sliding_window"])
+def test_share_decides_at_one_nth_of_the_rule_while_redis_is_away(
+    algorithm: str, migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
+) -> None:
+    url, engine = migrated_db
+    write_row(engine, "/s", rateLimit=40, cache=0.0, algorithm=algorithm)
+    write_row(engine, "/probe", rateLimit=1000, cache=0.0)
+    lim = limiter(url, private_redis.url, key_prefix, fleet_heartbeat=HEARTBEAT_S)
+    try:
+        for n in range(3):  # three other live processes
+            lim.backend.heartbeat(f'{{"host":"other","pid":{n}}}', 60_000)
+        wait_for(lambda: lim.fleet_size == 4, 2)
+        private_redis.kill()
+        # a call on another interface finds Redis gone; the breaker is the process's
+        wait_for(lambda: lim.try_acquire("/probe", timeout=0) and not lim.backend_healthy, 2)
+        assert lim.fleet_size == 4  # the last N seen stays while Redis is away
+        assert 10 <= burst(lim, "/s") <= 12  # C/N = 10 (plus what R/N adds meanwhile)
+        time.sleep(0.3)
+        steady = admitted_in(lim, "/s", 1.0)
+        assert 6 <= steady <= 10 + 4  # R/N = 10 per second
+    finally:
+        lim.close()
+
+
+def test_local_still_decides_the_whole_rule(
+    migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
+) -> None:
+    url, engine = migrated_db
+    write_row(engine, "/l", rateLimit=40, cache=0.0)
+    write_row(engine, "/probe", rateLimit=1000, cache=0.0)
+    lim = limiter(
+        url, private_redis.url, key_prefix, fleet_heartbeat=HEARTBEAT_S, on_backend_error="local"
+    )
+    try:
+        for n in range(3):
+            lim.backend.heartbeat(f'{{"host":"other","pid":{n}}}', 60_000)
+        wait_for(lambda: lim.fleet_size == 4, 2)
+        private_redis.kill()
+        wait_for(lambda: lim.try_acquire("/probe", timeout=0) and not lim.backend_healthy, 2)
+        assert burst(lim, "/l") >= 40  # the whole capacity of 40, not 10
+    finally:
+        lim.close()
+
+
+def test_never_reached_redis_uses_fleet_size_or_decides_as_local_with_one_warning(
+    migrated_db: tuple[str, Engine],
+    private_redis: RedisServer,
+    key_prefix: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url, engine = migrated_db
+    write_row(engine, "/n", rateLimit=40, cache=0.0)
+    private_redis.kill()
+    caplog.set_level(logging.WARNING, logger="gateway_limiter")
+    unknown = limiter(url, private_redis.url, key_prefix)
+    known = limiter(url, private_redis.url, key_prefix, fleet_size=4)
+    try:
+        assert (unknown.fleet_size, known.fleet_size) == (0, 4)
+        assert 10 <= burst(known, "/n") <= 12  # 40 / 4
+        assert burst(unknown, "/n") >= 40  # the whole rule, as local
+        burst(unknown, "/n")
+        warnings = [r for r in caplog.records if "fleet_size is 0" in r.getMessage()]
+        assert len(warnings) == 1
+    finally:
+        unknown.close()
+        known.close()
+
+
+@pytest.mark.parametrize("topology", ["redis_cluster", "redis_sentinel"])
+def test_membership_works_on_a_cluster_and_behind_sentinel(
+    topology: str,
+    request: pytest.FixtureRequest,
+    migrated_db: tuple[str, Engine],
+    key_prefix: str,
+) -> None:
+    url, _ = migrated_db
+    where: LocalCluster | LocalSentinel = request.getfixturevalue(topology)
+    lims = [limiter(url, where.url, key_prefix, fleet_heartbeat=HEARTBEAT_S) for _ in range(2)]
+    try:
+        wait_for(lambda: [lim.fleet_size for lim in lims] == [2, 2], 5)
+        members, _ = lims[0].backend.members()
+        assert len(members) == 2
+        assert "{" not in fleet_key(key_prefix)  # never an interface's key: those carry {...}
+    finally:
+        for lim in lims:
+            lim.close()
