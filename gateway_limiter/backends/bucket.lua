@@ -33,8 +33,12 @@ ARGV[3]  permits wanted (>= 1)
 ARGV[4]  timeout in microseconds; negative = wait as long as it takes
 ARGV[5]  now in microseconds; absent or "" = the server's TIME (tests drive the clock)
 ARGV[6]  warm-up period W in microseconds; absent or "0" = a token bucket
+KEYS[2]  the interface's pushback state (pushback.lua), same hash tag: the bucket runs at
+         its factor times the rate and capacity, and owes until its moment (no call
+         goes before it, and the bucket does not refill meanwhile)
 
-Returns {allowed (1/0), wait in microseconds, stored permits left, next free}, numbers
+Returns {allowed (1/0), wait in microseconds, stored permits left, next free, factor},
+numbers
 as strings with 17 significant digits so the caller reads back exactly the doubles
 computed here. Next free: microseconds from now before which no call can go (the
 balance time, plus what the stored permits lack of one permit, at one stable interval
@@ -61,6 +65,23 @@ else
 end
 
 local function num(x) return string.format("%.17g", x) end
+
+-- Pushback: the effective rate, and the moment before which no call goes (pushback.lua;
+-- a factor recorded under another rate is void: the row changed).
+local RECOVERY_PER_US = 0.05 / 1000000
+local factor, pushed_until = 1, 0
+if KEYS[2] then
+  local pushed = redis.pcall("GET", KEYS[2])
+  if type(pushed) == "string" and #pushed == 32 then
+    local f, since, pushed_rate
+    pushed_until, f, since, pushed_rate = struct.unpack("<dddd", pushed)
+    if pushed_rate == rate then
+      factor = math.min(1, f + math.max(0, now - since) * RECOVERY_PER_US)
+    end
+  end
+end
+rate = rate * factor
+capacity = capacity * factor
 
 -- The shape of the bucket: how fast stored permits come back, and what they cost.
 local stable = 1000000 / rate
@@ -111,6 +132,7 @@ if old_rate ~= rate or old_capacity ~= capacity or old_refill ~= refill then
     stored = capacity
   end
 end
+if pushed_until > balance then balance = pushed_until end  -- owed until then, no refill
 
 -- 3. spend stored permits first; the shortfall becomes debt
 local spend = math.min(permits, stored)
@@ -128,10 +150,10 @@ end
 
 -- 4. refuse without reserving, or reserve
 if timeout >= 0 and wait > timeout then
-  return {0, num(wait), num(stored), next_free(stored, balance)}
+  return {0, num(wait), num(stored), next_free(stored, balance), num(factor)}
 end
 stored = stored - spend
 local full_at = math.max(new_balance, now) + (capacity - stored) * refill
 redis.call("SET", KEYS[1], struct.pack("<ddddd", stored, new_balance, rate, capacity, refill),
   "PX", math.ceil((full_at - now) / 1000) + 1000)
-return {1, num(wait), num(stored), next_free(stored, new_balance)}
+return {1, num(wait), num(stored), next_free(stored, new_balance), num(factor)}

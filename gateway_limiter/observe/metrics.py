@@ -54,7 +54,7 @@ import socket
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
@@ -111,6 +111,9 @@ class Source:
     fallback: Callable[[], bool]
     #: Set by ``serve-metrics`` only: peeks every bucket in Redis at each scrape.
     buckets: Callable[[], Iterable[BucketSample]] | None = None
+    #: interface -> its effective rate as a fraction of the row's, where the last reply
+    #: said it was below 1 (pushback); the others run at the row's rate.
+    factors: Callable[[], Mapping[str, float]] | None = None
 
 
 class Tally:
@@ -334,8 +337,14 @@ def _families(source: Source | None) -> list[Metric]:
     free = gauge(
         "bucket_next_free_seconds", "Seconds until one permit would be granted.", ["interface"]
     )
+    effective = gauge(
+        "effective_rate",
+        "Each rule's rate after the supplier's pushbacks, as this process last saw it "
+        "(permits per period; the rateLimit when none).",
+        labels=["interface"],
+    )
     families: list[Metric] = [rules, shadow, skipped, switch, age, fallback]
-    families += [rates, stored, debt, free]
+    families += [rates, stored, debt, free, effective]
     if source is None:
         return families
     snapshot = source.snapshot()
@@ -346,8 +355,10 @@ def _families(source: Source | None) -> list[Metric]:
     if snapshot.loaded_at is not None:
         age.add_metric([], max(0.0, time.time() - snapshot.loaded_at))
     fallback.add_metric([], 1.0 if source.fallback() else 0.0)
+    factors = {} if source.factors is None else source.factors()
     for url in sorted(snapshot.rules):
         rates.add_metric([url], snapshot.rules[url].rate)
+        effective.add_metric([url], snapshot.rules[url].rate * factors.get(url, 1.0))
     if source.buckets is not None:
         for sample in source.buckets():
             stored.add_metric([sample.url], sample.stored)
