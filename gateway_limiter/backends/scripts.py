@@ -5,8 +5,9 @@ differ only in how the commands reach Redis. This module imports no redis.
 
 One decision is one ``ScriptCall``: ``EVALSHA`` of ``bucket.lua`` for an interface that is
 one token bucket (or warm-up), of ``limits.lua`` for every other (windows, several
-limits); each also reads the interface's pushback key (``state.pushback_key``). One
-pushback is one ``EVALSHA`` of ``pushback.lua``. What the replies mean:
+limits); each also reads what pushbacks left (in the bucket's own key for
+``bucket.lua``, in ``state.pushback_key`` for ``limits.lua``). One pushback is one
+``EVALSHA`` of ``pushback.lua``. What the replies mean:
 
 - a decision script's reply: five numbers, read by ``parse_reply`` into a Verdict; a
   pushback's, two, read by ``parse_pushback``;
@@ -137,12 +138,8 @@ class Commands:
         timeout_us = "-1" if timeout is None else repr(timeout * US_PER_S)
         now_us = "" if now is None else repr(now)
         if plan.bucket:
-            if plan.keyed:
-                part = caller_part(caller)
-                key, pushed = plan.key + part, plan.pushed + part
-            else:
-                key, pushed = plan.key, plan.pushed
-            args = [2, key, pushed, *plan.args, str(permits), timeout_us]
+            key = plan.key + caller_part(caller) if plan.keyed else plan.key
+            args = [1, key, *plan.args, str(permits), timeout_us]
             if rule.warmup:
                 return ScriptCall("bucket", [*args, now_us, repr(rule.warmup * US_PER_S)])
             return ScriptCall("bucket", args if now is None else [*args, now_us])
@@ -162,8 +159,13 @@ class Commands:
         the effective rate); ``now`` (µs) drives the clock in tests."""
         retry_us = "" if retry_after is None else repr(retry_after * US_PER_S)
         now_us = "" if now is None else repr(now)
+        rate = repr(pushback_rate(rule))
+        if single_bucket(rule):  # in the bucket's own key (bucket.lua says why)
+            key = state_key(self._prefix, rule)
+            key = key + caller_part(caller) if rule.per_caller else key
+            return ScriptCall("pushback", [1, key, rate, retry_us, now_us, "1"])
         key = pushback_key(self._prefix, rule, caller)
-        return ScriptCall("pushback", [1, key, repr(pushback_rate(rule)), retry_us, now_us])
+        return ScriptCall("pushback", [1, key, rate, retry_us, now_us, "0"])
 
 
 def parse_reply(reply: Any) -> Verdict:
@@ -189,13 +191,17 @@ def parse_pushback(reply: Any) -> tuple[float, float]:
 
 #: A bucket's state in Redis: stored, balance, rate, capacity, refill (bucket.lua).
 STATE = struct.Struct("<5d")
+#: What pushbacks left, after a bucket's state in the same key (pushback.lua).
+PUSHBACK = struct.Struct("<4d")
 
 
 def parse_state(raw: object) -> BucketState | None:
-    """A bucket's packed state (GET) as a BucketState, or None when there is none."""
-    if not isinstance(raw, bytes) or len(raw) != STATE.size:
+    """A bucket's packed state (GET) as a BucketState, or None when there is none
+    (pushback state that may follow it is not the bucket's)."""
+    if not isinstance(raw, bytes) or len(raw) not in (STATE.size, STATE.size + PUSHBACK.size):
         return None
-    return BucketState(*STATE.unpack(raw))
+    state = BucketState(*STATE.unpack_from(raw))
+    return None if state.stored < 0 else state  # -1: pushback state alone
 
 
 def clock_us(time_reply: Any) -> float:

@@ -19,9 +19,10 @@ Keys: ``<prefix>:{<interfaceUrl>}:<kind>[:<P>s][:<caller>]``
   ``k#<sha1 hex>`` of its UTF-8. So a key's length is bounded (prefix <= 32, URL
   <= 128 characters, caller <= 66) and no caller can reach into another's state.
   A call without a key (None) is the caller ``k=`` (the same as the key "").
-- ``<prefix>:{<interfaceUrl>}:pb[:<caller>]`` holds what pushbacks left (the supplier's
-  retry-after moment and the effective rate, ``model/pushback.py``); every decision
-  script of the interface reads it.
+- What pushbacks left (the supplier's retry-after moment and the effective rate,
+  ``model/pushback.py``) follows the bucket's state in its own key for an interface
+  that is one bucket (``bucket.lua`` says why), and is ``<prefix>:{<interfaceUrl>}:pb``
+  (plus the caller part) for any other; every decision script of the interface reads it.
 """
 
 from __future__ import annotations

@@ -158,13 +158,12 @@ async def test_decisions_reach_redis_in_arrival_order_across_batches(
 
     def watch() -> None:
         # MONITOR reports commands in the order the server runs them. ``permits`` is
-        # the 8th word of the bucket's EVALSHA (after its two keys) and tells the
-        # callers apart.
+        # the 7th word of the bucket's EVALSHA and tells the callers apart.
         while len(seen) < calls:
             command = monitor.next_command()
             words = command["command"].split()
             if words[0].upper() == "EVALSHA":
-                seen.append((command["client_port"], int(words[7])))
+                seen.append((command["client_port"], int(words[6])))
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
