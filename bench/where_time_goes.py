@@ -61,7 +61,7 @@ def sent_args(client: redis.Redis, decide: Callable[[], Any]) -> list[str]:
     real = client.evalsha
 
     def recording(sha: str, numkeys: int, *keys_and_args: Any) -> Any:
-        seen.append(keys_and_args)
+        seen.append(keys_and_args[numkeys:])  # ARGV, after the keys
         return real(sha, numkeys, *keys_and_args)
 
     client.evalsha = recording  # type: ignore[method-assign]
@@ -71,7 +71,7 @@ def sent_args(client: redis.Redis, decide: Callable[[], Any]) -> list[str]:
         del client.evalsha  # back to the class's method
     if not seen:
         raise SystemExit("the limiter made no EVALSHA (is the row limited?)")
-    return [str(a) for a in seen[0][1:]]
+    return [str(a) for a in seen[0]]
 
 
 def server_micros(
@@ -191,7 +191,7 @@ def main() -> int:
         print()
 
         # Redis stubbed out below: nothing after this may talk to Redis.
-        canned = [1, b"0", b"9999999", b"0"]  # what bucket.lua answers: 4 numbers
+        canned = [1, b"0", b"9999999", b"0", b"1"]  # what bucket.lua answers: 5 numbers
         client.evalsha = lambda *a, **k: canned  # type: ignore[method-assign]
         quiet.backend.client.evalsha = lambda *a, **k: canned  # type: ignore[attr-defined]
         stub = python_micros(

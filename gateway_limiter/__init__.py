@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         InterfaceClosed,
         LimiterError,
         NotStarted,
+        Refused,
     )
     from gateway_limiter.limiter import GatewayLimiter
 
@@ -41,6 +42,7 @@ __all__ = [
     "InterfaceClosed",
     "LimiterError",
     "NotStarted",
+    "Refused",
     "ReloadSummary",
     "Rule",
     "Settings",
@@ -49,6 +51,7 @@ __all__ = [
     "decide",
     "default_limiter",
     "load_settings",
+    "pushback",
     "try_acquire",
 ]
 
@@ -64,6 +67,7 @@ _HOMES = {
     "InterfaceClosed": "gateway_limiter.errors",
     "LimiterError": "gateway_limiter.errors",
     "NotStarted": "gateway_limiter.errors",
+    "Refused": "gateway_limiter.errors",
     "ReloadSummary": "gateway_limiter.config.reload",
     "Rule": "gateway_limiter.config.rules",
     "Settings": "gateway_limiter.config.settings",
@@ -129,3 +133,8 @@ def decide(
 ) -> Decision:
     """``GatewayLimiter.decide`` on the process-wide limiter."""
     return default_limiter().decide(url, permits, timeout, key)
+
+
+def pushback(url: str, retry_after: float | None = None, key: str | None = None) -> None:
+    """``GatewayLimiter.pushback`` on the process-wide limiter."""
+    default_limiter().pushback(url, retry_after, key)

@@ -95,6 +95,7 @@ __all__ = [
     "acquire",
     "decide",
     "default_limiter",
+    "pushback",
     "try_acquire",
 ]
 
@@ -196,6 +197,17 @@ class AsyncGatewayLimiter(LimiterCore):
         reserve = self.backend.reserve
         reply = await attempt_async(reserve, step.rule, step.permits, step.budget_s, step.key)
         return self._finish(step, reply)
+
+    async def pushback(
+        self, url: str, retry_after: float | None = None, key: str | None = None
+    ) -> None:
+        """``GatewayLimiter.pushback``, awaited: the supplier refused or failed a call on
+        ``url``; every process of the fleet obeys it from its next decision on."""
+        push = self._begin_pushback(url, retry_after, key)
+        if push is not None:
+            pushback = self.backend.pushback
+            reply = await attempt_async(pushback, push.rule, push.retry_after, push.key)
+            self._pushed(push, reply)
 
     async def reserve(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
@@ -343,3 +355,8 @@ async def decide(
 ) -> Decision:
     """``AsyncGatewayLimiter.decide`` on the process-wide asyncio limiter."""
     return await (await default_limiter()).decide(url, permits, timeout, key)
+
+
+async def pushback(url: str, retry_after: float | None = None, key: str | None = None) -> None:
+    """``AsyncGatewayLimiter.pushback`` on the process-wide asyncio limiter."""
+    await (await default_limiter()).pushback(url, retry_after, key)

@@ -165,6 +165,23 @@ class GatewayLimiter(LimiterCore):
             time.sleep(wait_s)
         return wait_s
 
+    def pushback(self, url: str, retry_after: float | None = None, key: str | None = None) -> None:
+        """The supplier refused or failed a call on ``url`` (HTTP 429/503, a timeout):
+        tell the whole fleet, in one round trip; every process obeys it from its next
+        decision on.
+
+        ``retry_after`` seconds: no call on ``url`` goes before now + ``retry_after`` (the
+        Redis server's clock); callers whose wait budget cannot reach it are refused.
+        None: the interface's effective rate halves (not below a tenth of the row's
+        rate; once per second however many 429s come), then recovers by 5 % of the row's
+        rate per second. ``key``: the caller, for per-caller limits. Nothing happens on
+        an interface that is not limited; a Redis failure is logged, never raised.
+        """
+        push = self._begin_pushback(url, retry_after, key)
+        if push is not None:
+            reply = attempt(self.backend.pushback, push.rule, push.retry_after, push.key)
+            self._pushed(push, reply)
+
     def status(self, url: str | None = None) -> list[BucketStatus]:
         """Every limit in force (or ``url``'s) with its live state (shared buckets)."""
         return [describe_state(rule, self.backend) for rule in chosen_limits(self.registry, url)]

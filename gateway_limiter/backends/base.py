@@ -36,6 +36,16 @@ class Backend(Protocol):
         """The stored state of ``rule``'s own shared bucket (None: none stored) and the
         clock, in µs."""
 
+    def pushback(
+        self, rule: Rule, retry_after: float | None, caller: str | None = None
+    ) -> tuple[float, float]:
+        """Record that the supplier pushed back on ``rule``'s interface (``retry_after``
+        seconds, or None: decrease the effective rate), where decisions read it.
+
+        Returns the effective factor after it and the µs before which no call goes.
+        Raises BackendError when the state cannot be reached.
+        """
+
     def prepare(self) -> None:
         """Get ready for decisions (load the script); BackendError when unreachable."""
 
@@ -67,6 +77,11 @@ class AsyncBackend(Protocol):
 
     async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """The stored state of ``rule``'s bucket (None: none stored) and the clock, in µs."""
+
+    async def pushback(
+        self, rule: Rule, retry_after: float | None, caller: str | None = None
+    ) -> tuple[float, float]:
+        """``Backend.pushback``, awaited."""
 
     async def prepare(self) -> None:
         """Get ready for decisions (load the script); BackendError when unreachable."""

@@ -34,7 +34,16 @@ ARGV[4]  timeout in microseconds; negative = wait as long as it takes
 ARGV[5]  now in microseconds; absent or "" = the server's TIME (tests drive the clock)
 ARGV[6]  warm-up period W in microseconds; absent or "0" = a token bucket
 
-Returns {allowed (1/0), wait in microseconds, stored permits left, next free}, numbers
+Pushback (pushback.lua) lives in the same key: after the five doubles, four more (the
+moment before which no call goes, the factor, when it was set, the rate it was set
+under). The bucket then runs at the factor times the rate and capacity, and owes until
+the moment (no call goes before it, and the bucket does not refill meanwhile). One key,
+so a decision still touches one key, and Redis Cluster moves both together (a second
+key could be split from the first mid-resharding, and every call would get TRYAGAIN).
+A stored value of -1 permits means pushback state alone: no bucket state (full).
+
+Returns {allowed (1/0), wait in microseconds, stored permits left, next free, factor},
+numbers
 as strings with 17 significant digits so the caller reads back exactly the doubles
 computed here. Next free: microseconds from now before which no call can go (the
 balance time, plus what the stored permits lack of one permit, at one stable interval
@@ -62,6 +71,29 @@ end
 
 local function num(x) return string.format("%.17g", x) end
 
+-- pcall: a key of another type (WRONGTYPE) is not ours either; SET below replaces it.
+local saved = redis.pcall("GET", KEYS[1])
+if type(saved) ~= "string" or (#saved ~= 40 and #saved ~= 72) then
+  saved = nil  -- anything else: start afresh, as if lost
+end
+
+-- Pushback: the effective rate, and the moment before which no call goes (pushback.lua;
+-- a factor recorded under another rate is void: the row changed).
+local RECOVERY_PER_US = 0.05 / 1000000
+local factor, pushed_until, pushed, pushed_px = 1, 0, nil, 0
+if saved and #saved == 72 then
+  pushed = string.sub(saved, 41)
+  local f, since, pushed_rate
+  pushed_until, f, since, pushed_rate = struct.unpack("<dddd", pushed)
+  if pushed_rate == rate then
+    factor = math.min(1, f + math.max(0, now - since) * RECOVERY_PER_US)
+  end
+  local recovered = since + (1 - f) / RECOVERY_PER_US
+  pushed_px = math.ceil((math.max(pushed_until, recovered) - now) / 1000) + 1000
+end
+rate = rate * factor
+capacity = capacity * factor
+
 -- The shape of the bucket: how fast stored permits come back, and what they cost.
 local stable = 1000000 / rate
 local refill, threshold, slope = stable, capacity, 0
@@ -86,12 +118,11 @@ local function stored_cost(stored, take)
   return micros + stable * take
 end
 
--- pcall: a key of another type (WRONGTYPE) is not ours either; SET below replaces it.
-local saved = redis.pcall("GET", KEYS[1])
 local stored, balance, old_rate, old_capacity, old_refill
-if type(saved) == "string" and #saved == 40 then  -- anything else: start afresh, as if lost
+if saved then
   stored, balance, old_rate, old_capacity, old_refill = struct.unpack("<ddddd", saved)
-else
+end
+if saved == nil or stored < 0 then
   -- No state: a bucket left alone for long, full and in balance.
   stored, balance = capacity, now
   old_rate, old_capacity, old_refill = rate, capacity, refill
@@ -111,6 +142,7 @@ if old_rate ~= rate or old_capacity ~= capacity or old_refill ~= refill then
     stored = capacity
   end
 end
+if pushed_until > balance then balance = pushed_until end  -- owed until then, no refill
 
 -- 3. spend stored permits first; the shortfall becomes debt
 local spend = math.min(permits, stored)
@@ -128,10 +160,14 @@ end
 
 -- 4. refuse without reserving, or reserve
 if timeout >= 0 and wait > timeout then
-  return {0, num(wait), num(stored), next_free(stored, balance)}
+  return {0, num(wait), num(stored), next_free(stored, balance), num(factor)}
 end
 stored = stored - spend
 local full_at = math.max(new_balance, now) + (capacity - stored) * refill
-redis.call("SET", KEYS[1], struct.pack("<ddddd", stored, new_balance, rate, capacity, refill),
-  "PX", math.ceil((full_at - now) / 1000) + 1000)
-return {1, num(wait), num(stored), next_free(stored, new_balance)}
+local value = struct.pack("<ddddd", stored, new_balance, rate, capacity, refill)
+local px = math.ceil((full_at - now) / 1000) + 1000
+if pushed then  -- kept as long as either part matters
+  value, px = value .. pushed, math.max(px, pushed_px)
+end
+redis.call("SET", KEYS[1], value, "PX", px)
+return {1, num(wait), num(stored), next_free(stored, new_balance), num(factor)}

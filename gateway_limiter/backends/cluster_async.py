@@ -106,6 +106,13 @@ class AsyncRedisClusterBackend:
         call = self._commands(rule, permits, timeout, caller, None)
         return scripts.parse_reply(await self._queued(lambda: self._evalsha(call)))
 
+    async def pushback(
+        self, rule: Rule, retry_after: float | None, caller: str | None = None
+    ) -> tuple[float, float]:
+        """One EVALSHA of ``pushback.lua`` on the master of the interface's slot."""
+        call = self._commands.pushback(rule, retry_after, caller, None)
+        return scripts.parse_pushback(await self._queued(lambda: self._evalsha(call)))
+
     async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """GET, then TIME on the node that holds the key."""
         key = state_key(self._prefix, rule)

@@ -22,6 +22,8 @@ All keys carry the interface's {hash tag}, so on Redis Cluster they share one sl
 KEYS[i]  limit i's state: a bucket as in bucket.lua (five packed doubles); a sliding
          window as the list of its admission times; a fixed window as two packed
          doubles: k and the permits reserved in window [k P, (k + 1) P)
+KEYS[n]  (the last key) the interface's pushback state (pushback.lua): token buckets run
+         at its factor times their rate and capacity, and no call goes before its moment
 ARGV[1]  permits wanted (>= 1)
 ARGV[2]  timeout in microseconds; negative = wait as long as it takes
 ARGV[3]  now in microseconds, or "" for the server's TIME (tests drive the clock)
@@ -31,7 +33,7 @@ ARGV[3i+1], ARGV[3i+2], ARGV[3i+3]  limit i: kind, rate, size, one of
          "fw"  permits per window, period P in microseconds
 
 Returns {allowed (1/0), wait in microseconds, the least stored permits of the buckets
-(0 without one), next free}, numbers with 17 significant digits, like bucket.lua. Next
+(0 without one), next free, the pushback factor}, numbers with 17 significant digits, like bucket.lua. Next
 free: microseconds from now before which no call can go, the latest of each limit's
 earliest time for one permit after this decision (only time passing brings it
 closer). A window that can never hold the permits wanted refuses with wait "inf"
@@ -55,14 +57,29 @@ end
 
 local function num(x) return string.format("%.17g", x) end
 
+-- Pushback, as in bucket.lua: the last key; its factor is void under another rate than
+-- the first limit's (the row changed).
+local RECOVERY_PER_US = 0.05 / 1000000
+local nlimits = #KEYS - 1
+local factor, pushed_until = 1, 0
+local pushed = redis.pcall("GET", KEYS[#KEYS])
+if type(pushed) == "string" and #pushed == 32 then
+  local f, since, pushed_rate
+  pushed_until, f, since, pushed_rate = struct.unpack("<dddd", pushed)
+  if pushed_rate == tonumber(ARGV[5]) then
+    factor = math.min(1, f + math.max(0, now - since) * RECOVERY_PER_US)
+  end
+end
+
 -- A key holding anything else than its kind's state (another type, another length) is
 -- lost state, as in bucket.lua: read with pcall, start afresh, replace it on a write.
 
 -- 1. each limit's earliest time; T (at) is the latest of them
 local kinds, rates, sizes, states, foreign = {}, {}, {}, {}, {}
-local at = now
-for i = 1, #KEYS do
+local at = math.max(now, pushed_until)
+for i = 1, nlimits do
   local kind, rate, size = ARGV[3 * i + 1], tonumber(ARGV[3 * i + 2]), tonumber(ARGV[3 * i + 3])
+  if kind == "tb" and factor ~= 1 then rate, size = rate * factor, size * factor end
   kinds[i], rates[i], sizes[i] = kind, rate, size
   local earliest
   if kind == "tb" then
@@ -85,11 +102,12 @@ for i = 1, #KEYS do
         stored = size
       end
     end
+    if pushed_until > balance then balance = pushed_until end  -- owed until then
     local spend = math.min(permits, stored)
     earliest = math.max(balance, now) + (permits - spend) * stable
     states[i] = {stored, balance}
   elseif permits > rate then
-    return {0, "inf", "0", "0"}
+    return {0, "inf", "0", "0", num(factor)}
   elseif kind == "sw" then
     earliest = now
     local count = redis.pcall("LLEN", KEYS[i])
@@ -121,8 +139,8 @@ end
 -- The earliest moment (from now) any call could go, after the decision: every limit's
 -- earliest time for one permit (sliding windows: their admission times, in KEYS).
 local function next_free()
-  local free = now
-  for i = 1, #KEYS do
+  local free = math.max(now, pushed_until)
+  for i = 1, nlimits do
     local kind, rate, size, earliest = kinds[i], rates[i], sizes[i], now
     if kind == "tb" then
       local stored, balance = states[i][1], states[i][2]
@@ -153,14 +171,14 @@ end
 local wait = at - now
 local least = nil
 if timeout >= 0 and wait > timeout then
-  for i = 1, #KEYS do
+  for i = 1, nlimits do
     if kinds[i] == "tb" and (least == nil or states[i][1] < least) then least = states[i][1] end
   end
-  return {0, num(wait), num(least or 0), next_free()}
+  return {0, num(wait), num(least or 0), next_free(), num(factor)}
 end
 
 -- 3. ... record the call at T in every limit
-for i = 1, #KEYS do
+for i = 1, nlimits do
   local kind, rate, size = kinds[i], rates[i], sizes[i]
   if kind == "tb" then
     local stable = 1000000 / rate
@@ -192,4 +210,4 @@ for i = 1, #KEYS do
     states[i] = {window, used}
   end
 end
-return {1, num(wait), num(least or 0), next_free()}
+return {1, num(wait), num(least or 0), next_free(), num(factor)}

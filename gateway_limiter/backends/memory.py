@@ -13,11 +13,19 @@ from typing import Any
 
 from gateway_limiter.backends.base import to_us
 from gateway_limiter.backends.schemes import register, register_async
-from gateway_limiter.backends.state import caller_part, limit, single_bucket, state_key
+from gateway_limiter.backends.state import (
+    caller_part,
+    limit,
+    pushback_key,
+    pushback_rate,
+    single_bucket,
+    state_key,
+)
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict, expiry_ms, reserve
 from gateway_limiter.model.limits import limit_expiry_ms, reserve_limits
+from gateway_limiter.model.pushback import factor_at, push, pushback_expiry_ms, until_of
 
 #: Sweep expired state after this many writes, so idle interfaces cost no memory.
 _SWEEP_EVERY = 1024
@@ -66,12 +74,23 @@ class MemoryBackend:
         with self._lock:
             now_us = self._clock()
             timeout_us = to_us(timeout)
+            pushed = self._live(pushback_key("", rule, caller), rule.keyed, now_us)
+            factor = factor_at(pushed, pushback_rate(rule), now_us)
+            until_us = until_of(pushed)
             if single_bucket(rule):  # bucket.lua
                 key = self._key(rule, caller)
                 state = self._live(key, rule.per_caller, now_us)
                 warmup_us = rule.warmup * US_PER_S
                 verdict, new = reserve(
-                    state, rule.per_second, rule.burst, permits, timeout_us, now_us, warmup_us
+                    state,
+                    rule.per_second,
+                    rule.burst,
+                    permits,
+                    timeout_us,
+                    now_us,
+                    warmup_us,
+                    factor,
+                    until_us,
                 )
                 if new is not None:
                     until_us = now_us + expiry_ms(new, now_us) * 1000.0
@@ -84,13 +103,29 @@ class MemoryBackend:
             states = [
                 self._live(k, r.per_caller, now_us) for k, r in zip(keys, limits, strict=True)
             ]
-            verdict, changed = reserve_limits(specs, states, permits, timeout_us, now_us)
+            verdict, changed = reserve_limits(
+                specs, states, permits, timeout_us, now_us, factor, until_us
+            )
             if changed is not None:
                 for k, r, spec, state in zip(keys, limits, specs, changed, strict=True):
                     until_us = now_us + limit_expiry_ms(spec, state, now_us) * 1000.0
                     self._store(k, r.per_caller, state, until_us)
                 self._written(now_us)
             return verdict
+
+    def pushback(
+        self, rule: Rule, retry_after: float | None, caller: str | None = None
+    ) -> tuple[float, float]:
+        """Record a pushback with the model, as ``pushback.lua`` would."""
+        with self._lock:
+            now_us = self._clock()
+            key = pushback_key("", rule, caller)
+            state = self._live(key, rule.keyed, now_us)
+            retry_us = None if retry_after is None else retry_after * US_PER_S
+            new, factor, next_free_us = push(state, pushback_rate(rule), retry_us, now_us)
+            self._store(key, rule.keyed, new, now_us + pushback_expiry_ms(new, now_us) * 1000.0)
+            self._written(now_us)
+            return factor, next_free_us
 
     def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """The live state of ``rule``'s own shared bucket, if any."""
@@ -173,6 +208,12 @@ class AsyncMemoryBackend:
     ) -> Verdict:
         """The model's decision, made at once."""
         return self._memory.reserve(rule, permits, timeout, caller)
+
+    async def pushback(
+        self, rule: Rule, retry_after: float | None, caller: str | None = None
+    ) -> tuple[float, float]:
+        """The model's pushback, recorded at once."""
+        return self._memory.pushback(rule, retry_after, caller)
 
     async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """The live state of ``rule``'s bucket, if any."""

@@ -43,6 +43,7 @@ from gateway_limiter.backends.scripts import (
     ScriptCall,
     clock_us,
     describe,
+    parse_pushback,
     parse_reply,
     parse_state,
 )
@@ -105,15 +106,27 @@ class ScriptBackend:
 
         ``now`` (µs) is for tests that drive the clock.
         """
-        call = self._commands(rule, permits, timeout, caller, now)
+        return parse_reply(self._run(self._commands(rule, permits, timeout, caller, now)))
+
+    def pushback(
+        self,
+        rule: Rule,
+        retry_after: float | None,
+        caller: str | None = None,
+        *,
+        now: float | None = None,
+    ) -> tuple[float, float]:
+        """One EVALSHA of ``pushback.lua`` (``now``, µs, for tests that drive the clock)."""
+        return parse_pushback(self._run(self._commands.pushback(rule, retry_after, caller, now)))
+
+    def _run(self, call: ScriptCall) -> Any:
         with backend_errors():
             client = self.client
             try:
-                reply = client.evalsha(*call.evalsha)
+                return client.evalsha(*call.evalsha)
             except NoScriptError:  # restarted, flushed, promoted: load there, ask again
                 self._load(client, call)
-                reply = client.evalsha(*call.evalsha)
-        return parse_reply(reply)
+                return client.evalsha(*call.evalsha)
 
     def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """GET and TIME in one pipeline (``rule``'s own limit, shared state), on the server

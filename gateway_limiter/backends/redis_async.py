@@ -295,6 +295,18 @@ class AsyncRedisBackend:
         while self._queue:
             _resolve(self._queue.popleft().future, error=error)
 
+    async def pushback(
+        self, rule: Rule, retry_after: float | None, caller: str | None = None
+    ) -> tuple[float, float]:
+        """One EVALSHA of ``pushback.lua``, queued with the decisions (see ``_lane``)."""
+        call = _Call(
+            self._commands.pushback(rule, retry_after, caller, None),
+            asyncio.get_running_loop().create_future(),
+        )
+        self._queue.append(call)
+        self._start_lane()
+        return scripts.parse_pushback(await call.future)
+
     async def reserve(
         self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
     ) -> Verdict:
@@ -313,7 +325,9 @@ class AsyncRedisBackend:
             # entering here instead (what the limiter goes by), it is that much later.
             more_us = (call.sent - entered_s) * US_PER_S
             next_free_us = verdict.next_free_us + more_us
-            return Verdict(verdict.allowed, verdict.wait_us, verdict.stored, next_free_us)
+            return Verdict(
+                verdict.allowed, verdict.wait_us, verdict.stored, next_free_us, verdict.factor
+            )
         return verdict
 
     def _start_lane(self) -> None:

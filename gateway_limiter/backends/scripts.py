@@ -5,9 +5,12 @@ differ only in how the commands reach Redis. This module imports no redis.
 
 One decision is one ``ScriptCall``: ``EVALSHA`` of ``bucket.lua`` for an interface that is
 one token bucket (or warm-up), of ``limits.lua`` for every other (windows, several
-limits). What the replies mean:
+limits); each also reads what pushbacks left (in the bucket's own key for
+``bucket.lua``, in ``state.pushback_key`` for ``limits.lua``). One pushback is one
+``EVALSHA`` of ``pushback.lua``. What the replies mean:
 
-- a script's reply: four numbers, read by ``parse_reply`` into a Verdict;
+- a decision script's reply: five numbers, read by ``parse_reply`` into a Verdict; a
+  pushback's, two, read by ``parse_pushback``;
 - **NOSCRIPT**: the server that runs the call lacks the script (Redis restarted, SCRIPT
   FLUSH, a replica promoted: scripts are not replicated). SCRIPT LOAD
   ``ScriptCall.source`` on that server (on a cluster, the master of ``ScriptCall.key``'s
@@ -27,14 +30,23 @@ from importlib import resources
 from typing import Any, NamedTuple
 
 from gateway_limiter.backends.base import BackendError
-from gateway_limiter.backends.state import caller_part, limit, single_bucket, state_key
+from gateway_limiter.backends.state import (
+    caller_part,
+    limit,
+    pushback_base,
+    pushback_key,
+    pushback_rate,
+    single_bucket,
+    state_key,
+)
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
 
 BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
 LIMITS_LUA = resources.files(__package__).joinpath("limits.lua").read_text(encoding="utf-8")
+PUSHBACK_LUA = resources.files(__package__).joinpath("pushback.lua").read_text(encoding="utf-8")
 #: Script name -> source; a backend registers each once.
-SCRIPTS = {"bucket": BUCKET_LUA, "limits": LIMITS_LUA}
+SCRIPTS = {"bucket": BUCKET_LUA, "limits": LIMITS_LUA, "pushback": PUSHBACK_LUA}
 #: Script name -> SHA1 of its source (what EVALSHA names).
 SHAS = {name: sha1(source.encode()).hexdigest() for name, source in SCRIPTS.items()}
 
@@ -64,7 +76,7 @@ class ScriptCall(NamedTuple):
 class _Plan:
     """What a decision on one Rule needs, computed once per Rule object."""
 
-    __slots__ = ("args", "bucket", "key", "keyed", "keys", "per_caller", "rule")
+    __slots__ = ("args", "bucket", "key", "keyed", "keys", "per_caller", "pushed", "rule")
 
     def __init__(self, rule: Rule, prefix: str) -> None:
         self.rule = rule
@@ -74,6 +86,8 @@ class _Plan:
         self.per_caller = [r.per_caller for r in rule.limits]
         self.key = self.keys[0]  # the single bucket's
         self.keyed = any(self.per_caller)
+        #: the pushback key; a per-caller limit's gets the caller part per call
+        self.pushed = pushback_base(prefix, rule.url)
         if self.bucket:
             rate = str(rule.rate) if rule.period == 1 else repr(rule.per_second)
             self.args = [rate, str(rule.burst)]
@@ -129,30 +143,65 @@ class Commands:
             if rule.warmup:
                 return ScriptCall("bucket", [*args, now_us, repr(rule.warmup * US_PER_S)])
             return ScriptCall("bucket", args if now is None else [*args, now_us])
-        keys = plan.keys_for(caller) if plan.keyed else plan.keys
+        if plan.keyed:
+            keys, pushed = plan.keys_for(caller), plan.pushed + caller_part(caller)
+        else:
+            keys, pushed = plan.keys, plan.pushed
         return ScriptCall(
-            "limits", [len(keys), *keys, str(permits), timeout_us, now_us, *plan.args]
+            "limits",
+            [len(keys) + 1, *keys, pushed, str(permits), timeout_us, now_us, *plan.args],
         )
+
+    def pushback(
+        self, rule: Rule, retry_after: float | None, caller: str | None, now: float | None
+    ) -> ScriptCall:
+        """The script call of one pushback: ``retry_after`` in seconds (None: decrease
+        the effective rate); ``now`` (µs) drives the clock in tests."""
+        retry_us = "" if retry_after is None else repr(retry_after * US_PER_S)
+        now_us = "" if now is None else repr(now)
+        rate = repr(pushback_rate(rule))
+        if single_bucket(rule):  # in the bucket's own key (bucket.lua says why)
+            key = state_key(self._prefix, rule)
+            key = key + caller_part(caller) if rule.per_caller else key
+            return ScriptCall("pushback", [1, key, rate, retry_us, now_us, "1"])
+        key = pushback_key(self._prefix, rule, caller)
+        return ScriptCall("pushback", [1, key, rate, retry_us, now_us, "0"])
 
 
 def parse_reply(reply: Any) -> Verdict:
     """A script's reply as a Verdict (BackendError when it is not one)."""
     try:
-        allowed, wait_us, stored, next_free_us = reply
-        return Verdict(allowed == 1, float(wait_us), float(stored), float(next_free_us))
+        allowed, wait_us, stored, next_free_us, factor = reply
+        return Verdict(
+            allowed == 1, float(wait_us), float(stored), float(next_free_us), float(factor)
+        )
     except (TypeError, ValueError) as e:
         raise BackendError(f"unexpected reply from the bucket script: {reply!r}") from e
 
 
+def parse_pushback(reply: Any) -> tuple[float, float]:
+    """``pushback.lua``'s reply: the effective factor after it, and the µs from then
+    before which no call goes (BackendError when it is not that)."""
+    try:
+        factor, next_free_us = reply
+        return float(factor), float(next_free_us)
+    except (TypeError, ValueError) as e:
+        raise BackendError(f"unexpected reply from the pushback script: {reply!r}") from e
+
+
 #: A bucket's state in Redis: stored, balance, rate, capacity, refill (bucket.lua).
 STATE = struct.Struct("<5d")
+#: What pushbacks left, after a bucket's state in the same key (pushback.lua).
+PUSHBACK = struct.Struct("<4d")
 
 
 def parse_state(raw: object) -> BucketState | None:
-    """A bucket's packed state (GET) as a BucketState, or None when there is none."""
-    if not isinstance(raw, bytes) or len(raw) != STATE.size:
+    """A bucket's packed state (GET) as a BucketState, or None when there is none
+    (pushback state that may follow it is not the bucket's)."""
+    if not isinstance(raw, bytes) or len(raw) not in (STATE.size, STATE.size + PUSHBACK.size):
         return None
-    return BucketState(*STATE.unpack(raw))
+    state = BucketState(*STATE.unpack_from(raw))
+    return None if state.stored < 0 else state  # -1: pushback state alone
 
 
 def clock_us(time_reply: Any) -> float:

@@ -19,6 +19,10 @@ Keys: ``<prefix>:{<interfaceUrl>}:<kind>[:<P>s][:<caller>]``
   ``k#<sha1 hex>`` of its UTF-8. So a key's length is bounded (prefix <= 32, URL
   <= 128 characters, caller <= 66) and no caller can reach into another's state.
   A call without a key (None) is the caller ``k=`` (the same as the key "").
+- What pushbacks left (the supplier's retry-after moment and the effective rate,
+  ``model/pushback.py``) follows the bucket's state in its own key for an interface
+  that is one bucket (``bucket.lua`` says why), and is ``<prefix>:{<interfaceUrl>}:pb``
+  (plus the caller part) for any other; every decision script of the interface reads it.
 """
 
 from __future__ import annotations
@@ -70,6 +74,24 @@ def limit(rule: Rule) -> Limit:
 def single_bucket(rule: Rule) -> bool:
     """True when ``rule``'s interface is one token bucket (or warm-up): ``bucket.lua``."""
     return not rule.also and kind(rule) is LimitKind.TOKEN_BUCKET
+
+
+def pushback_key(prefix: str, rule: Rule, caller: str | None) -> str:
+    """The key of what pushbacks left for ``rule``'s interface (``pushback.lua``): beside
+    its limits, under the same hash tag; per caller where a limit is per caller."""
+    key = pushback_base(prefix, rule.url)
+    return key + caller_part(caller) if rule.keyed else key
+
+
+def pushback_base(prefix: str, url: str) -> str:
+    """``url``'s pushback key without a caller part."""
+    return f"{prefix}:{{{url}}}:pb"
+
+
+def pushback_rate(rule: Rule) -> float:
+    """The rate a pushback's factor is recorded under: the first limit's rate as the
+    decision script is told it (so a reload that changes it voids the factor)."""
+    return rule.per_second if single_bucket(rule) else limit(rule).rate
 
 
 def bucket_key(prefix: str, url: str) -> str:

@@ -63,6 +63,9 @@ class Decision(NamedTuple):
     failure policy ``allow``/``deny`` decided.
     ``limit``: the row's ``rateLimit`` (permits per second); None when not limited.
     ``shadow``: the rule is in shadow mode: decided and counted, never enforced.
+    ``effective_rate``: the rate the interface runs at after the supplier's pushbacks
+    (``limiter.pushback``), in the row's units (permits per ``periodSeconds``): the
+    ``limit`` unless a pushback without ``retry_after`` lowered it; None when not limited.
     """
 
     allowed: bool
@@ -74,9 +77,11 @@ class Decision(NamedTuple):
     remaining: int | None = None
     limit: int | None = None
     shadow: bool = False
+    effective_rate: float | None = None
 
     def headers(self) -> dict[str, str]:
-        """``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` and (refused) ``Retry-After``.
+        """``X-RateLimit-Limit``, ``X-RateLimit-Remaining``, (refused) ``Retry-After``, and
+        ``X-RateLimit-Effective-Rate`` while a pushback holds the rate below the limit.
 
         Empty when the call is not limited, and for a shadow rule: a limit on trial
         must not change what clients see. ``Retry-After`` is whole seconds, at least 1.
@@ -86,6 +91,8 @@ class Decision(NamedTuple):
         headers = {"X-RateLimit-Limit": str(self.limit)}
         if self.remaining is not None:
             headers["X-RateLimit-Remaining"] = str(self.remaining)
+        if self.effective_rate is not None and self.effective_rate < self.limit:
+            headers["X-RateLimit-Effective-Rate"] = f"{self.effective_rate:.6g}"
         if not self.allowed and self.retry_after is not None:
             headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
         return headers
@@ -117,4 +124,7 @@ def decision_of(
         remaining = None
     else:
         remaining = int(verdict.stored)
-    return Decision(verdict.allowed, reason, waited, retry_after, remaining, rule.rate, rule.shadow)
+    effective = rule.rate * verdict.factor
+    return Decision(
+        verdict.allowed, reason, waited, retry_after, remaining, rule.rate, rule.shadow, effective
+    )

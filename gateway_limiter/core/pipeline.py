@@ -79,6 +79,42 @@ def check_args(url: object, permits: object, timeout: object, key: object = None
             )
 
 
+def check_pushback_args(url: object, retry_after: object, key: object) -> None:
+    """Raise TypeError/ValueError naming the bad argument of ``pushback``."""
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a string, got {type(url).__name__}")
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"key must be a string or None, got {type(key).__name__}")
+    if retry_after is None:
+        return
+    if not isinstance(retry_after, (int, float)) or isinstance(retry_after, bool):
+        raise TypeError(f"retry_after must be a number of seconds or None, got {retry_after!r}")
+    if not 0 <= retry_after <= _MAX_TIMEOUT_S:  # NaN and infinity fail this too
+        raise ValueError(
+            f"retry_after must be a finite number of seconds >= 0, got {_shown(retry_after)}"
+        )
+
+
+class Push:
+    """What ``LimiterCore._begin_pushback`` leaves to the shell: tell the backend the
+    supplier pushed back on ``rule`` (``retry_after`` s, or None), for ``key``."""
+
+    __slots__ = ("asked", "key", "retry_after", "rule")
+
+    def __init__(
+        self,
+        rule: Rule,
+        retry_after: float | None,
+        key: str | None,
+        asked: tuple[float, int] | None,
+    ) -> None:
+        self.rule = rule
+        self.retry_after = None if retry_after is None else float(retry_after)
+        self.key = key
+        #: as ``Ask.asked``: when the request left, for the local refusals
+        self.asked = asked
+
+
 def route(snapshot: Snapshot, url: str) -> Rule | None:
     """The rule that limits ``url`` now, or None when the call is not limited."""
     if not snapshot.switch:
@@ -154,7 +190,7 @@ class Outcomes:
             if self.metrics is not None:
                 self.metrics.record(rule.url, reason, True, verdict.wait_us)
             if verdict.wait_us > 0:
-                verdict = Verdict(True, 0.0, verdict.stored)
+                verdict = Verdict(True, 0.0, verdict.stored, 0.0, verdict.factor)
             return verdict, reason, rule
         if self.metrics is not None:
             self.metrics.record(rule.url, Reason.SHADOW, True, None)
@@ -168,7 +204,9 @@ class Outcomes:
                 reason,
                 held_back(held),
             )
-        shadowed = ADMIT if verdict is REFUSE else Verdict(True, 0.0, verdict.stored)
+        shadowed = (
+            ADMIT if verdict is REFUSE else Verdict(True, 0.0, verdict.stored, 0.0, verdict.factor)
+        )
         return shadowed, Reason.SHADOW, rule
 
 
@@ -226,6 +264,7 @@ class LimiterCore:
 
     __slots__ = (
         "_breaker",
+        "_factors",
         "_fallbacks",
         "_fleet",
         "_local_refusals",
@@ -255,12 +294,15 @@ class LimiterCore:
         self._metrics = open_metrics(chosen)
         self._outcomes = Outcomes(self._metrics)
         self._source: Source | None = None
+        #: url -> its effective rate / the row's, where the last reply said it was < 1
+        self._factors: dict[str, float] = {}
         if self._metrics is not None:
             self.registry.listeners.append(self._metrics.reloaded)
             self._source = Source(
                 lambda: self.registry.snapshot,
                 lambda: self._breaker.is_open,
                 fleet_size=lambda: self._fleet.size,
+                factors=lambda: dict(self._factors),
             )
         self._local_refusals = local_refusals_for(shared, self.registry)
 
@@ -356,6 +398,8 @@ class LimiterCore:
         budget_s = None if forever else rule.cache if timeout_s is None else timeout_s
         asked, refused = self._refused_here(rule, key, budget_s)
         if refused is not None:  # the backend would refuse too: no round trip
+            if self._factors and (factor := self._factors.get(url)) is not None:
+                refused = refused._replace(factor=factor)  # what the last reply said
             return self._settled(rule, refused, Reason.LIMITED)
         if self._breaker.allows():
             return Ask(rule, permits, budget_s, key, asked)
@@ -417,7 +461,43 @@ class LimiterCore:
         refusals = self._local_refusals
         if ask.asked is not None and refusals is not None and verdict.next_free_us > 0.0:
             refusals.learn(ask.rule, ask.key, ask.asked, verdict.next_free_us)
+        if verdict.factor != 1.0 or self._factors:  # a pushback, now or before
+            self._seen_factor(ask.rule.url, verdict.factor)
         return verdict, Reason.ADMITTED if verdict.allowed else Reason.LIMITED
+
+    def _seen_factor(self, url: str, factor: float) -> None:
+        if factor < 1.0:
+            self._factors[url] = factor
+        else:
+            self._factors.pop(url, None)
+
+    # --- one pushback: _begin_pushback, the backend (in the shell), _pushed -------
+
+    def _begin_pushback(self, url: str, retry_after: float | None, key: str | None) -> Push | None:
+        """Check the arguments; what to tell the backend, or None: nothing to do (the
+        interface is not limited or closed, or the backend is failing)."""
+        check_pushback_args(url, retry_after, key)
+        if not self._started:
+            raise NotStarted(self._NOT_STARTED)
+        rule = route(self.registry.snapshot, url)
+        if rule is None or rule.closed or not self._breaker.allows():
+            return None
+        refusals = self._local_refusals
+        asked = None if refusals is None else (time.monotonic(), refusals.generation)
+        return Push(rule, retry_after, key, asked)
+
+    def _pushed(self, push: Push, reply: tuple[float, float] | BackendError) -> None:
+        """The backend recorded ``push`` (or failed: logged and counted, never raised)."""
+        if isinstance(reply, BackendError):
+            self._backend_failed(reply)
+            log.warning("pushback on %s not recorded: %s", one_line(push.rule.url), reply)
+            return
+        self._breaker.succeeded()
+        factor, next_free_us = reply
+        self._seen_factor(push.rule.url, factor)
+        refusals = self._local_refusals
+        if push.asked is not None and refusals is not None and next_free_us > 0.0:
+            refusals.learn(push.rule, push.key, push.asked, next_free_us)
 
     def _fall_back(
         self, rule: Rule, permits: int, budget_s: float | None, key: str | None

@@ -115,13 +115,16 @@ class Verdict(NamedTuple):
     only time passing brings it closer (see ``next_free_bucket``). Until then, a caller
     whose timeout cannot reach it would be refused: the limiter refuses it in-process,
     with no round trip. (A named tuple: it is built on every decision, and that costs a
-    third of a frozen dataclass.)
+    third of a frozen dataclass.) ``factor``: the effective rate as a fraction of the
+    row's, what pushbacks left of it (1: none).
     """
 
     allowed: bool
     wait_us: float
     stored: float
     next_free_us: float = 0.0
+    #: The effective rate as a fraction of the row's, after pushbacks (model/pushback.py).
+    factor: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,17 +247,27 @@ def reserve(
     timeout_us: float | None,
     now_us: float,
     warmup_us: float = 0.0,
+    factor: float = 1.0,
+    until_us: float = 0.0,
 ) -> tuple[Verdict, BucketState | None]:
     """Decide a reservation of ``permits`` with a wait budget of ``timeout_us``.
 
     ``timeout_us=None`` means wait as long as it takes (``acquire``); ``warmup_us`` > 0
     makes it a warm-up bucket. Returns the verdict and the state to store, or None when
     nothing must be written (a refusal).
+
+    Pushback (``model/pushback.py``): the bucket runs at ``factor`` times the row's
+    rate and capacity, and no call goes before ``until_us``: the bucket owes until then
+    (its balance time is at least ``until_us``) and does not refill meanwhile.
     """
-    sh = shape(rate, capacity, warmup_us)
+    sh = shape(rate * factor, capacity * factor, warmup_us)
     permits = float(permits)
     current = fresh(sh, now_us) if state is None else state
     current = reconfigure(resync(current, now_us), sh)
+    if until_us > current.balance_us:
+        current = BucketState(
+            current.stored, until_us, current.rate, current.capacity, current.refill_us
+        )
     spend = min(permits, current.stored)
     shortfall = permits - spend
     cost_us = sh.stored_cost_us(current.stored, spend) + shortfall * sh.stable_us
@@ -262,10 +275,10 @@ def reserve(
     wait_us = balance_us - now_us
     if timeout_us is not None and wait_us > timeout_us:
         next_free_us = next_free_bucket(sh, current, now_us)
-        return Verdict(False, wait_us, current.stored, next_free_us), None
+        return Verdict(False, wait_us, current.stored, next_free_us, factor), None
     stored = current.stored - spend
     new = BucketState(stored, balance_us, sh.rate, sh.capacity, sh.refill_us)
-    return Verdict(True, wait_us, stored, next_free_bucket(sh, new, now_us)), new
+    return Verdict(True, wait_us, stored, next_free_bucket(sh, new, now_us), factor), new
 
 
 def next_free_bucket(sh: Shape, state: BucketState, now_us: float) -> float:

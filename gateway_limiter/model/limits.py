@@ -181,10 +181,16 @@ class LimitModel(Protocol):
         """The limit of a row: ``rate`` permits per ``period_s``, ``capacity`` (buckets)."""
 
     def earliest(
-        self, limit: Limit, state: LimitState | None, permits: int, now_us: float
+        self,
+        limit: Limit,
+        state: LimitState | None,
+        permits: int,
+        now_us: float,
+        until_us: float = 0.0,
     ) -> tuple[float, LimitState] | None:
         """Step 1: the earliest time the limit lets ``permits`` go, and its state as of
-        ``now_us`` (None: it can never hold that many)."""
+        ``now_us`` (None: it can never hold that many). ``until_us``: a pushback's
+        moment, before which no call goes (a bucket owes until then)."""
 
     def next_free_at(self, limit: Limit, state: LimitState, now_us: float) -> float:
         """The earliest time a one-permit call could go, for ``state`` after a decision."""
@@ -204,12 +210,22 @@ class BucketLimit:
         return Limit(LimitKind.TOKEN_BUCKET, rate / period_s, float(capacity))
 
     def earliest(
-        self, limit: Limit, state: LimitState | None, permits: int, now_us: float
+        self,
+        limit: Limit,
+        state: LimitState | None,
+        permits: int,
+        now_us: float,
+        until_us: float = 0.0,
     ) -> tuple[float, LimitState]:
-        """Once its debt and the call's shortfall are paid."""
+        """Once its debt and the call's shortfall are paid (the debt runs at least until
+        ``until_us``, without refilling meanwhile, as in ``bucket.reserve``)."""
         sh = TokenBucket(float(limit.rate), float(limit.size))
         bucket = fresh(sh, now_us) if state is None else cast(BucketState, state)
         bucket = reconfigure(resync(bucket, now_us), sh)
+        if until_us > bucket.balance_us:
+            bucket = BucketState(
+                bucket.stored, until_us, bucket.rate, bucket.capacity, bucket.refill_us
+            )
         n = float(permits)
         spend = min(n, bucket.stored)
         return max(bucket.balance_us, now_us) + (n - spend) * sh.stable_us, bucket
@@ -244,9 +260,14 @@ class SlidingLimit:
         return Limit(LimitKind.SLIDING_WINDOW, float(rate), period_s * US_PER_S + WINDOW_GUARD_US)
 
     def earliest(
-        self, limit: Limit, state: LimitState | None, permits: int, now_us: float
+        self,
+        limit: Limit,
+        state: LimitState | None,
+        permits: int,
+        now_us: float,
+        until_us: float = 0.0,
     ) -> tuple[float, LimitState] | None:
-        """Its earliest slot (``window_slot``)."""
+        """Its earliest slot (``window_slot``); ``reserve_limits`` applies ``until_us``."""
         if permits > limit.rate:
             return None
         times = cast(tuple[float, ...], state or ())
@@ -275,9 +296,15 @@ class FixedLimit:
         return Limit(LimitKind.FIXED_WINDOW, float(rate), period_s * US_PER_S)
 
     def earliest(
-        self, limit: Limit, state: LimitState | None, permits: int, now_us: float
+        self,
+        limit: Limit,
+        state: LimitState | None,
+        permits: int,
+        now_us: float,
+        until_us: float = 0.0,
     ) -> tuple[float, LimitState] | None:
-        """Now if the counter's window has room and has begun, else the next window."""
+        """Now if the counter's window has room and has begun, else the next window
+        (``reserve_limits`` applies ``until_us``)."""
         if permits > limit.rate:
             return None
         counter = fixed_window_now(cast(FixedWindow | None, state), now_us, limit.size)
@@ -325,6 +352,8 @@ def reserve_limits(
     permits: int,
     timeout_us: float | None,
     now_us: float,
+    factor: float = 1.0,
+    until_us: float = 0.0,
 ) -> tuple[Verdict, tuple[LimitState, ...] | None]:
     """Decide ``permits`` against every limit at once, all or nothing.
 
@@ -334,32 +363,45 @@ def reserve_limits(
     latest of the limits' earliest times for one permit, after the decision (a call
     goes when every limit lets it). A window that can never hold ``permits`` refuses
     with an infinite wait (and ``next_free_us`` 0: not every limit was read).
+
+    Pushback (``model/pushback.py``): token buckets run at ``factor`` times their rate
+    and capacity (windows keep theirs), and no call goes before ``until_us``.
     """
-    at_us = now_us
+    if factor != 1.0:
+        limits = [
+            Limit(x.kind, x.rate * factor, x.size * factor)
+            if x.kind is LimitKind.TOKEN_BUCKET
+            else x
+            for x in limits
+        ]
+    at_us = max(now_us, until_us)
     current: list[LimitState] = []
     for limit, state in zip(limits, states, strict=True):
-        found = LIMIT_MODELS[limit.kind].earliest(limit, state, permits, now_us)
+        found = LIMIT_MODELS[limit.kind].earliest(limit, state, permits, now_us, until_us)
         if found is None:
-            return Verdict(False, math.inf, 0.0), None
+            return Verdict(False, math.inf, 0.0, 0.0, factor), None
         earliest_us, as_of_now = found
         current.append(as_of_now)
         at_us = max(at_us, earliest_us)
     wait_us = at_us - now_us
     if timeout_us is not None and wait_us > timeout_us:
-        next_us = _next_free_us(limits, current, now_us)
-        return Verdict(False, wait_us, _least_stored(current), next_us), None
+        next_us = _next_free_us(limits, current, now_us, until_us)
+        return Verdict(False, wait_us, _least_stored(current), next_us, factor), None
     n = float(permits)
     new = tuple(
         LIMIT_MODELS[limit.kind].record(limit, state, n, at_us)
         for limit, state in zip(limits, current, strict=True)
     )
-    return Verdict(True, wait_us, _least_stored(new), _next_free_us(limits, new, now_us)), new
+    next_us = _next_free_us(limits, new, now_us, until_us)
+    return Verdict(True, wait_us, _least_stored(new), next_us, factor), new
 
 
-def _next_free_us(limits: Sequence[Limit], states: Sequence[LimitState], now_us: float) -> float:
+def _next_free_us(
+    limits: Sequence[Limit], states: Sequence[LimitState], now_us: float, until_us: float
+) -> float:
     """Microseconds from ``now_us`` before which no call can go: the latest of each
-    limit's earliest time for one permit."""
-    at_us = now_us
+    limit's earliest time for one permit, and a pushback's moment."""
+    at_us = max(now_us, until_us)
     for limit, state in zip(limits, states, strict=True):
         at_us = max(at_us, LIMIT_MODELS[limit.kind].next_free_at(limit, state, now_us))
     return at_us - now_us

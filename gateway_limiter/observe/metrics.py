@@ -54,7 +54,7 @@ import socket
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
@@ -113,6 +113,9 @@ class Source:
     buckets: Callable[[], Iterable[BucketSample]] | None = None
     #: The live processes of the fleet last seen (a limiter's ``fleet_size``).
     fleet_size: Callable[[], int] | None = None
+    #: interface -> its effective rate as a fraction of the row's, where the last reply
+    #: said it was below 1 (pushback); the others run at the row's rate.
+    factors: Callable[[], Mapping[str, float]] | None = None
 
 
 class Tally:
@@ -337,8 +340,14 @@ def _families(source: Source | None) -> list[Metric]:
         "bucket_next_free_seconds", "Seconds until one permit would be granted.", ["interface"]
     )
     fleet = gauge("fleet_size", "Live processes sharing the rules, as Redis last said.")
+    effective = gauge(
+        "effective_rate",
+        "Each rule's rate after the supplier's pushbacks, as this process last saw it "
+        "(permits per period; the rateLimit when none).",
+        labels=["interface"],
+    )
     families: list[Metric] = [rules, shadow, skipped, switch, age, fallback, fleet]
-    families += [rates, stored, debt, free]
+    families += [rates, stored, debt, free, effective]
     if source is None:
         return families
     snapshot = source.snapshot()
@@ -351,8 +360,10 @@ def _families(source: Source | None) -> list[Metric]:
     fallback.add_metric([], 1.0 if source.fallback() else 0.0)
     if source.fleet_size is not None:
         fleet.add_metric([], source.fleet_size())
+    factors = {} if source.factors is None else source.factors()
     for url in sorted(snapshot.rules):
         rates.add_metric([url], snapshot.rules[url].rate)
+        effective.add_metric([url], snapshot.rules[url].rate * factors.get(url, 1.0))
     if source.buckets is not None:
         for sample in source.buckets():
             stored.add_metric([sample.url], sample.stored)

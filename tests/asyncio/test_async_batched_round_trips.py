@@ -204,7 +204,8 @@ async def test_noscript_in_a_batch_reloads_and_asks_again_never_an_error(
     calls, failed = (a - b for a, b in zip(evalsha_stats(admin), (calls, failed), strict=True))
     assert calls - failed == 300  # every decision ran once, its NOSCRIPT asked again
     assert 0 < failed <= (150 if lost == "one script" else 300)  # only calls NOSCRIPT hit
-    assert admin.script_exists(*backend._commands.shas.values()) == [True, True]
+    shas = backend._commands.shas
+    assert admin.script_exists(shas["bucket"], shas["limits"]) == [True, True]
 
 
 async def test_an_error_reply_to_one_call_fails_only_that_call(key_prefix: str) -> None:

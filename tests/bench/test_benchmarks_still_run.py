@@ -23,6 +23,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("decision_cost.py", ["--quick"], ["1. Throughput", "2. Accuracy", "3. asyncio"]),
         ("where_time_goes.py", [], ["1. Redis server time", "3. Python alone"]),
         ("overload.py", ["--quick"], ["1. 8 threads", "2. asyncio", "local refusals:"]),
+        ("pushback_constants.py", [], ["decrease  recovery/s  success share"]),
     ],
 )
 def test_benchmark_runs_to_its_tables(script: str, args: list[str], expected: list[str]) -> None:

@@ -45,7 +45,7 @@ def test_admitted_calls_count_permits_down_and_a_refusal_says_when_to_retry(
     refused = [d for d in decisions if not d.allowed]
 
     first = decisions[0]
-    assert first == Decision(True, "admitted", 0.0, None, 4, 5, False)  # 5 stored, 1 taken
+    assert first == Decision(True, "admitted", 0.0, None, 4, 5, False, 5.0)  # 5 stored, 1 taken
     assert first.headers() == {"X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "4"}
     assert {d.reason for d in admitted} == {"admitted"}
     assert all(0 <= (d.remaining or 0) <= 4 and d.waited == 0.0 for d in admitted)
@@ -87,7 +87,7 @@ def test_closed_refuses_without_redis_and_without_a_retry_time(
 ) -> None:
     before = evalsha_calls(redis_client)
     closed = lim.decide("/closed")
-    assert closed == Decision(False, "closed", 0.0, None, 0, 0, False)
+    assert closed == Decision(False, "closed", 0.0, None, 0, 0, False, 0.0)
     # Waiting cannot help a closed interface: no Retry-After.
     assert closed.headers() == {"X-RateLimit-Limit": "0", "X-RateLimit-Remaining": "0"}
     assert evalsha_calls(redis_client) == before
@@ -170,9 +170,9 @@ def test_decide_rejects_bad_arguments_naming_them(
 @pytest.mark.parametrize(
     ("policy", "expected"),
     [
-        ("deny", Decision(False, "backend_fallback", 0.0, 1.0, None, 5, False)),
-        ("allow", Decision(True, "backend_fallback", 0.0, None, None, 5, False)),
-        ("local", Decision(True, "backend_fallback", 0.0, None, 4, 5, False)),
+        ("deny", Decision(False, "backend_fallback", 0.0, 1.0, None, 5, False, 5.0)),
+        ("allow", Decision(True, "backend_fallback", 0.0, None, None, 5, False, 5.0)),
+        ("local", Decision(True, "backend_fallback", 0.0, None, 4, 5, False, 5.0)),
     ],
 )
 def test_redis_down_decisions_say_the_failure_policy_decided(
@@ -208,11 +208,11 @@ async def test_asyncio_decide_gives_the_same_decisions(
         database_url=url, redis_url=redis_server.url, key_prefix=key_prefix, reload_interval=3600
     ) as lim:
         first, second, third = [await lim.decide("/lim") for _ in range(3)]
-        assert first == Decision(True, "admitted", 0.0, None, 1, 2, False)
+        assert first == Decision(True, "admitted", 0.0, None, 1, 2, False, 2.0)
         assert (second.allowed, second.remaining) == (True, 0)
         assert (third.allowed, third.reason) == (False, "limited")
         assert third.headers()["Retry-After"] == "1"
-        assert await lim.decide("/closed") == Decision(False, "closed", 0.0, None, 0, 0, False)
+        assert await lim.decide("/closed") == Decision(False, "closed", 0.0, None, 0, 0, False, 0.0)
         assert await lim.decide("/disabled") == Decision(True, "disabled")
         assert await lim.decide("/nowhere") == Decision(True, "not_configured")
         shadow = [await lim.decide("/shadow") for _ in range(2)]
