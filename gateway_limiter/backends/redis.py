@@ -26,10 +26,11 @@ from urllib.parse import parse_qs, urlparse
 import redis
 import redis.connection
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
 from redis.retry import Retry
 
 from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.readiness import Readiness
 from gateway_limiter.backends.schemes import register
 from gateway_limiter.backends.scripts import (
     SCRIPTS,
@@ -47,6 +48,7 @@ from gateway_limiter.model.bucket import BucketState, Verdict
 from gateway_limiter.observe.redact import url_error
 
 __all__ = [
+    "CLIENT_ERRORS",
     "RedisBackend",
     "ScriptBackend",
     "backend_errors",
@@ -55,23 +57,45 @@ __all__ = [
 ]
 
 
+#: What a call to Redis may raise when Redis is away or refuses: the client's errors,
+#: the network's (OSError), and RedisClusterException, which redis-py does not derive
+#: from RedisError (no node of a cluster answers, a node is not in cluster mode).
+CLIENT_ERRORS = (redis.RedisError, RedisClusterException, OSError)
+
+
 @contextmanager
 def backend_errors() -> Iterator[None]:
-    """Errors of the Redis client (and of the network, OSError) as BackendError."""
+    """Errors of the Redis client (``CLIENT_ERRORS``) as BackendError."""
     try:
         yield
-    except (redis.RedisError, OSError) as e:
+    except CLIENT_ERRORS as e:
         raise BackendError(describe(e)) from e
+
+
+def eviction_policy(reply: Any) -> str | None:
+    """The ``maxmemory-policy`` in a CONFIG GET reply (a dict; bytes or str)."""
+    if not isinstance(reply, dict):
+        return None
+    for name, value in reply.items():
+        if _text(name) == "maxmemory-policy":
+            return _text(value)
+    return None
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 class ScriptBackend:
     """What the threaded Redis backends share (one Redis, Sentinel, Cluster): the I/O of
     ``backends/scripts.py``. Each says where its client is (``client``), where a script
-    is loaded after NOSCRIPT (``_load``) and which server holds a key (``_server``)."""
+    is loaded after NOSCRIPT (``_load``), which server holds a key (``_server``) and
+    what each master's ``maxmemory-policy`` is (``_policies``)."""
 
     __slots__ = ()
     _commands: Commands
     _prefix: str
+    _readiness: Readiness
 
     @property
     def client(self) -> Any:
@@ -85,6 +109,29 @@ class ScriptBackend:
     def _server(self, key: str) -> Any:
         """A client of the server that holds ``key``."""
         return self.client
+
+    def _policies(self, client: Any) -> list[str | None]:
+        """Each master's ``maxmemory-policy`` (CONFIG GET); none when CONFIG is refused
+        (an ACL, a renamed command): that is not a failure, just nothing to check."""
+        try:
+            return [eviction_policy(client.config_get("maxmemory-policy"))]
+        except ResponseError:
+            return []
+
+    def _get_ready(self, client: Any) -> None:
+        """Once, on the first connection that works (``backends/readiness.py``): SCRIPT
+        LOAD, and warn when Redis may evict the limiter's keys. Raises what the client
+        raises; then the next caller tries again."""
+        if not self._readiness.claim():
+            return
+        try:
+            for source in SCRIPTS.values():
+                client.script_load(source)
+            policies = self._policies(client)
+        except BaseException:
+            self._readiness.release()
+            raise
+        self._readiness.done(policies)
 
     def reserve(
         self,
@@ -102,6 +149,8 @@ class ScriptBackend:
         call = self._commands(rule, permits, timeout, caller, now)
         with backend_errors():
             client = self.client
+            if not self._readiness.ready:  # Redis was away at start: ready it now, once
+                self._get_ready(client)
             try:
                 reply = client.evalsha(*call.evalsha)
             except NoScriptError:  # restarted, flushed, promoted: load there, ask again
@@ -122,11 +171,10 @@ class ScriptBackend:
 
     def prepare(self) -> None:
         """SCRIPT LOAD now (on every master), so the first decision is one round trip, not
-        NOSCRIPT + load."""
+        NOSCRIPT + load, and check the eviction policy. BackendError when Redis does not
+        answer: the first decision that reaches it does this instead."""
         with backend_errors():
-            client = self.client
-            for source in SCRIPTS.values():
-                client.script_load(source)
+            self._get_ready(self.client)
 
 
 #: Options a ``redis_url`` query may set besides those redis-py converts from text
@@ -227,7 +275,7 @@ class RedisBackend(ScriptBackend):
     """The scripts on one Redis server (a master)."""
 
     shared = True
-    __slots__ = ("_client", "_commands", "_prefix")
+    __slots__ = ("_client", "_commands", "_prefix", "_readiness")
 
     def __init__(self, settings: Settings, client: redis.Redis | None = None) -> None:
         if client is None:
@@ -241,6 +289,7 @@ class RedisBackend(ScriptBackend):
         self._client = client
         self._prefix = settings.key_prefix
         self._commands = Commands(settings.key_prefix)
+        self._readiness = Readiness()
 
     @property
     def client(self) -> redis.Redis:
