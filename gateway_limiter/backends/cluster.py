@@ -39,6 +39,8 @@ from gateway_limiter.backends.redis import (
     backend_errors,
     client_options,
     eviction_policy,
+    following,
+    round_trips,
 )
 from gateway_limiter.backends.schemes import register
 from gateway_limiter.backends.scripts import Commands, ScriptCall
@@ -80,6 +82,7 @@ class RedisClusterBackend(ScriptBackend):
         "_lock",
         "_prefix",
         "_readiness",
+        "_round_trips",
         "_settings",
     )
 
@@ -91,6 +94,7 @@ class RedisClusterBackend(ScriptBackend):
         self._client: RedisCluster | None = None
         self._lock = threading.Lock()
         self._readiness = Readiness()
+        self._round_trips = round_trips(settings)
 
     @property
     def client(self) -> RedisCluster:
@@ -114,6 +118,8 @@ class RedisClusterBackend(ScriptBackend):
                 url=f"redis://{_netloc(host, port)}",
                 startup_nodes=[ClusterNode(h, p) for h, p in others],  # type: ignore[no-untyped-call]
                 connection_pool_class=redis.BlockingConnectionPool,
+                # every node's reads under the deadline of backends/round_trips.py
+                connection_class=following(redis.Connection, self._round_trips),
                 timeout=self._settings.redis_timeout,
                 **cluster_options(self._settings, self._endpoints),
             )

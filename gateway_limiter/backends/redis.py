@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
@@ -31,6 +32,7 @@ from redis.retry import Retry
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.readiness import Readiness
+from gateway_limiter.backends.round_trips import RoundTrips
 from gateway_limiter.backends.schemes import register
 from gateway_limiter.backends.scripts import (
     SCRIPTS,
@@ -265,6 +267,56 @@ def _keywords(cls: type) -> set[str]:
     return names
 
 
+def round_trips(settings: Settings) -> RoundTrips:
+    """The read deadline of one backend's connections (``backends/round_trips.py``)."""
+    return RoundTrips(settings.redis_timeout, settings.redis_timeout_ceiling)
+
+
+def following(connection_class: type[Any], trips: RoundTrips) -> type[Any]:
+    """``connection_class`` (a redis-py connection: plain, TLS, Unix, Sentinel's) whose
+    read deadline is ``trips.timeout_s``, and whose round trips ``trips`` sees.
+
+    The socket's timeout is set only when the deadline has moved (rarely: it moves in
+    steps); timing a round trip costs two reads of the monotonic clock, no system call.
+    A refused or reset connection fails at once, as before.
+    """
+
+    class Following(connection_class):  # type: ignore[misc]
+        _sent_s = 0.0
+        socket_timeout: float | None
+        _sock: Any
+        _parser: Any
+
+        def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+            self._sent_s = time.monotonic()
+            super().send_packed_command(command, check_health)
+
+        def read_response(self, *args: Any, **kwargs: Any) -> Any:
+            timeout_s = trips.timeout_s
+            if timeout_s != self.socket_timeout:
+                self._follow(timeout_s)
+            reply = super().read_response(*args, **kwargs)
+            trips.observe(time.monotonic() - self._sent_s)
+            return reply
+
+        def _follow(self, timeout_s: float) -> None:
+            self.socket_timeout = timeout_s  # also the next connect's
+            if self._sock is not None:
+                self._sock.settimeout(timeout_s)
+            # The pool checks a connection out with can_read(), which sets a timeout of
+            # 0 and puts back the one its parser took at connect: give the parser this
+            # one, or every check-out would put the old one back.
+            parser = self._parser
+            buffer = getattr(parser, "_buffer", None)
+            if hasattr(buffer, "socket_timeout"):  # the pure-Python parsers
+                buffer.socket_timeout = timeout_s  # type: ignore[union-attr]
+            if hasattr(parser, "_socket_timeout"):  # hiredis
+                parser._socket_timeout = timeout_s
+
+    Following.__name__ = Following.__qualname__ = f"Following{connection_class.__name__}"
+    return Following
+
+
 def redis_url(settings: Settings) -> str:
     """The URL redis-py understands for this backend."""
     return settings.redis_url
@@ -275,7 +327,7 @@ class RedisBackend(ScriptBackend):
     """The scripts on one Redis server (a master)."""
 
     shared = True
-    __slots__ = ("_client", "_commands", "_prefix", "_readiness")
+    __slots__ = ("_client", "_commands", "_prefix", "_readiness", "_round_trips")
 
     def __init__(self, settings: Settings, client: redis.Redis | None = None) -> None:
         if client is None:
@@ -286,6 +338,9 @@ class RedisBackend(ScriptBackend):
             except ValueError as e:
                 raise ValueError(f"redis_url {url_error(settings.redis_url, e)}") from None
             client = redis.Redis(connection_pool=pool)
+        self._round_trips = round_trips(settings)
+        connections = client.connection_pool
+        connections.connection_class = following(connections.connection_class, self._round_trips)
         self._client = client
         self._prefix = settings.key_prefix
         self._commands = Commands(settings.key_prefix)

@@ -78,6 +78,7 @@ from gateway_limiter.backends.redis import (
     check_query_options,
     decision_path_options,
     eviction_policy,
+    round_trips,
 )
 from gateway_limiter.backends.schemes import register_async
 from gateway_limiter.backends.state import state_key
@@ -228,6 +229,7 @@ class AsyncRedisBackend:
         "_queue",
         "_read_seconds",
         "_readiness",
+        "_round_trips",
         "_slots",
     )
 
@@ -264,6 +266,7 @@ class AsyncRedisBackend:
         self._packed: dict[tuple[Any, ...], bytes] = {}
         self._others = 0  # peek/prepare calls waiting for a connection
         self._readiness = Readiness()
+        self._round_trips = round_trips(settings)  # a lane's read deadline
 
     @property
     def client(self) -> Redis:
@@ -409,7 +412,8 @@ class AsyncRedisBackend:
             sent = time.monotonic()
             for call in calls:
                 call.sent = sent
-            async with Deadline(self._read_seconds):
+            # The deadline follows the round trips seen (backends/round_trips.py).
+            async with Deadline(self._round_trips.timeout_s):
                 await conn.send_packed_command(packed, check_health=False)
                 for _ in names:
                     await conn.read_response()
@@ -422,6 +426,7 @@ class AsyncRedisBackend:
                         _resolve(call.future, error=BackendError(_describe(e)))
                     else:
                         _resolve(call.future, reply)
+            self._round_trips.observe(time.monotonic() - sent)
             if not reload:
                 return
         error = BackendError("NOSCRIPT: Redis keeps losing the script")
