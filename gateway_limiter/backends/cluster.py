@@ -33,7 +33,15 @@ from typing import Any
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from gateway_limiter.backends.redis import ScriptBackend, backend_errors, client_options
+from gateway_limiter.backends.readiness import Readiness
+from gateway_limiter.backends.redis import (
+    ScriptBackend,
+    backend_errors,
+    client_options,
+    eviction_policy,
+    following,
+    round_trips,
+)
 from gateway_limiter.backends.schemes import register
 from gateway_limiter.backends.scripts import Commands, ScriptCall
 from gateway_limiter.backends.topology import Endpoints, parse_endpoints
@@ -50,6 +58,14 @@ def cluster_options(settings: Settings, endpoints: Endpoints) -> dict[str, Any]:
     }
 
 
+def cluster_policies(replies: Any) -> list[str | None]:
+    """Each master's ``maxmemory-policy`` from CONFIG GET on the primaries: one node
+    asked gives its reply; several, ``{node name: reply}``."""
+    if isinstance(replies, dict) and all(isinstance(r, dict) for r in replies.values()):
+        return [eviction_policy(r) for r in replies.values()]
+    return [eviction_policy(replies)]
+
+
 def _netloc(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -59,7 +75,16 @@ class RedisClusterBackend(ScriptBackend):
     """The scripts on a Redis Cluster: each call on the master of its interface's slot."""
 
     shared = True
-    __slots__ = ("_client", "_commands", "_endpoints", "_lock", "_prefix", "_settings")
+    __slots__ = (
+        "_client",
+        "_commands",
+        "_endpoints",
+        "_lock",
+        "_prefix",
+        "_readiness",
+        "_round_trips",
+        "_settings",
+    )
 
     def __init__(self, settings: Settings) -> None:
         self._endpoints = parse_endpoints(settings.redis_url)
@@ -68,6 +93,8 @@ class RedisClusterBackend(ScriptBackend):
         self._commands = Commands(settings.key_prefix)
         self._client: RedisCluster | None = None
         self._lock = threading.Lock()
+        self._readiness = Readiness()
+        self._round_trips = round_trips(settings)
 
     @property
     def client(self) -> RedisCluster:
@@ -91,6 +118,8 @@ class RedisClusterBackend(ScriptBackend):
                 url=f"redis://{_netloc(host, port)}",
                 startup_nodes=[ClusterNode(h, p) for h, p in others],  # type: ignore[no-untyped-call]
                 connection_pool_class=redis.BlockingConnectionPool,
+                # every node's reads under the deadline of backends/round_trips.py
+                connection_class=following(redis.Connection, self._round_trips),
                 timeout=self._settings.redis_timeout,
                 **cluster_options(self._settings, self._endpoints),
             )
@@ -100,6 +129,14 @@ class RedisClusterBackend(ScriptBackend):
         node: scripts are not replicated)."""
         node = client.get_node_from_key(call.key)
         client.execute_command("SCRIPT LOAD", call.source, target_nodes=node)
+
+    def _policies(self, client: Any) -> list[str | None]:
+        """Every master's ``maxmemory-policy`` (none when CONFIG is refused)."""
+        try:
+            replies = client.config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES)
+        except redis.ResponseError:
+            return []
+        return cluster_policies(replies)
 
     def _server(self, key: str) -> Any:
         """A connection to the node that holds ``key``."""

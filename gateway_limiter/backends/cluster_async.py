@@ -28,13 +28,15 @@ from redis.exceptions import NoScriptError
 
 from gateway_limiter.backends import scripts
 from gateway_limiter.backends.base import BackendError
-from gateway_limiter.backends.cluster import cluster_options
+from gateway_limiter.backends.cluster import cluster_options, cluster_policies
 from gateway_limiter.backends.fleet import (
     fleet_key,
     heartbeat_args,
     parse_heartbeat,
     parse_members,
 )
+from gateway_limiter.backends.readiness import Readiness
+from gateway_limiter.backends.redis import CLIENT_ERRORS
 from gateway_limiter.backends.redis_async import Deadline, async_client_options
 from gateway_limiter.backends.schemes import register_async
 from gateway_limiter.backends.state import state_key
@@ -51,7 +53,15 @@ class AsyncRedisClusterBackend:
     """The scripts on a Redis Cluster, awaited: each call on its interface's master."""
 
     shared = True
-    __slots__ = ("_client", "_commands", "_failures", "_prefix", "_seconds", "_slots")
+    __slots__ = (
+        "_client",
+        "_commands",
+        "_failures",
+        "_prefix",
+        "_readiness",
+        "_seconds",
+        "_slots",
+    )
 
     def __init__(self, settings: Settings) -> None:
         endpoints = parse_endpoints(settings.redis_url)
@@ -67,6 +77,7 @@ class AsyncRedisClusterBackend:
         self._slots = asyncio.Semaphore(settings.redis_pool_size)  # FIFO
         self._failures = 0
         self._commands = scripts.Commands(settings.key_prefix)
+        self._readiness = Readiness()
 
     @property
     def client(self) -> RedisCluster:
@@ -82,7 +93,7 @@ class AsyncRedisClusterBackend:
             try:
                 async with Deadline(self._seconds):
                     return await call()
-            except (redis.RedisError, OSError) as e:  # OSError includes TimeoutError
+            except CLIENT_ERRORS as e:  # OSError includes TimeoutError
                 self._failures += 1
                 if isinstance(e, TimeoutError) and not isinstance(e, redis.RedisError):
                     raise BackendError("TimeoutError: no answer within the timeouts") from e
@@ -103,6 +114,8 @@ class AsyncRedisClusterBackend:
         self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
     ) -> Verdict:
         """One EVALSHA on the master of the interface's slot."""
+        if not self._readiness.ready:  # the cluster was away at start: ready it once it answers
+            self._readiness.in_background(self.prepare)
         call = self._commands(rule, permits, timeout, caller, None)
         return scripts.parse_reply(await self._queued(lambda: self._evalsha(call)))
 
@@ -126,13 +139,29 @@ class AsyncRedisClusterBackend:
         return scripts.parse_state(raw), scripts.clock_us(time_reply)
 
     async def prepare(self) -> None:
-        """SCRIPT LOAD on every master now."""
+        """Once, when the cluster first answers (``backends/readiness.py``): SCRIPT LOAD on
+        every master, and the eviction check of every master. BackendError when no node
+        answers; the next caller tries again."""
+        if not self._readiness.claim():
+            return
 
-        async def load() -> None:
+        async def load() -> list[str | None]:
             for source in scripts.SCRIPTS.values():
                 await self._client.script_load(source)
+            try:
+                replies = await self._client.config_get(
+                    "maxmemory-policy", target_nodes=RedisCluster.PRIMARIES
+                )
+            except redis.ResponseError:  # CONFIG refused (ACL, renamed): nothing to check
+                return []
+            return cluster_policies(replies)
 
-        await self._queued(load)
+        try:
+            policies = await self._queued(load)
+        except BaseException:
+            self._readiness.release()
+            raise
+        self._readiness.done(policies)
 
     async def heartbeat(self, member: str, ttl_ms: int) -> int:
         """One EVAL of the fleet's heartbeat on the master of the set's slot."""
@@ -154,4 +183,5 @@ class AsyncRedisClusterBackend:
 
     async def aclose(self) -> None:
         """Close every node's connections."""
+        await self._readiness.cancel()
         await self._client.aclose()

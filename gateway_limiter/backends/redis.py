@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
@@ -26,7 +27,7 @@ from urllib.parse import parse_qs, urlparse
 import redis
 import redis.connection
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
 from redis.retry import Retry
 
 from gateway_limiter.backends.base import BackendError
@@ -36,6 +37,8 @@ from gateway_limiter.backends.fleet import (
     parse_heartbeat,
     parse_members,
 )
+from gateway_limiter.backends.readiness import Readiness
+from gateway_limiter.backends.round_trips import RoundTrips
 from gateway_limiter.backends.schemes import register
 from gateway_limiter.backends.scripts import (
     SCRIPTS,
@@ -54,6 +57,7 @@ from gateway_limiter.model.bucket import BucketState, Verdict
 from gateway_limiter.observe.redact import url_error
 
 __all__ = [
+    "CLIENT_ERRORS",
     "RedisBackend",
     "ScriptBackend",
     "backend_errors",
@@ -62,23 +66,45 @@ __all__ = [
 ]
 
 
+#: What a call to Redis may raise when Redis is away or refuses: the client's errors,
+#: the network's (OSError), and RedisClusterException, which redis-py does not derive
+#: from RedisError (no node of a cluster answers, a node is not in cluster mode).
+CLIENT_ERRORS = (redis.RedisError, RedisClusterException, OSError)
+
+
 @contextmanager
 def backend_errors() -> Iterator[None]:
-    """Errors of the Redis client (and of the network, OSError) as BackendError."""
+    """Errors of the Redis client (``CLIENT_ERRORS``) as BackendError."""
     try:
         yield
-    except (redis.RedisError, OSError) as e:
+    except CLIENT_ERRORS as e:
         raise BackendError(describe(e)) from e
+
+
+def eviction_policy(reply: Any) -> str | None:
+    """The ``maxmemory-policy`` in a CONFIG GET reply (a dict; bytes or str)."""
+    if not isinstance(reply, dict):
+        return None
+    for name, value in reply.items():
+        if _text(name) == "maxmemory-policy":
+            return _text(value)
+    return None
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 class ScriptBackend:
     """What the threaded Redis backends share (one Redis, Sentinel, Cluster): the I/O of
     ``backends/scripts.py``. Each says where its client is (``client``), where a script
-    is loaded after NOSCRIPT (``_load``) and which server holds a key (``_server``)."""
+    is loaded after NOSCRIPT (``_load``), which server holds a key (``_server``) and
+    what each master's ``maxmemory-policy`` is (``_policies``)."""
 
     __slots__ = ()
     _commands: Commands
     _prefix: str
+    _readiness: Readiness
 
     @property
     def client(self) -> Any:
@@ -92,6 +118,29 @@ class ScriptBackend:
     def _server(self, key: str) -> Any:
         """A client of the server that holds ``key``."""
         return self.client
+
+    def _policies(self, client: Any) -> list[str | None]:
+        """Each master's ``maxmemory-policy`` (CONFIG GET); none when CONFIG is refused
+        (an ACL, a renamed command): that is not a failure, just nothing to check."""
+        try:
+            return [eviction_policy(client.config_get("maxmemory-policy"))]
+        except ResponseError:
+            return []
+
+    def _get_ready(self, client: Any) -> None:
+        """Once, on the first connection that works (``backends/readiness.py``): SCRIPT
+        LOAD, and warn when Redis may evict the limiter's keys. Raises what the client
+        raises; then the next caller tries again."""
+        if not self._readiness.claim():
+            return
+        try:
+            for source in SCRIPTS.values():
+                client.script_load(source)
+            policies = self._policies(client)
+        except BaseException:
+            self._readiness.release()
+            raise
+        self._readiness.done(policies)
 
     def reserve(
         self,
@@ -122,6 +171,8 @@ class ScriptBackend:
     def _run(self, call: ScriptCall) -> Any:
         with backend_errors():
             client = self.client
+            if not self._readiness.ready:  # Redis was away at start: ready it now, once
+                self._get_ready(client)
             try:
                 return client.evalsha(*call.evalsha)
             except NoScriptError:  # restarted, flushed, promoted: load there, ask again
@@ -141,11 +192,10 @@ class ScriptBackend:
 
     def prepare(self) -> None:
         """SCRIPT LOAD now (on every master), so the first decision is one round trip, not
-        NOSCRIPT + load."""
+        NOSCRIPT + load, and check the eviction policy. BackendError when Redis does not
+        answer: the first decision that reaches it does this instead."""
         with backend_errors():
-            client = self.client
-            for source in SCRIPTS.values():
-                client.script_load(source)
+            self._get_ready(self.client)
 
     def heartbeat(self, member: str, ttl_ms: int) -> int:
         """One EVAL of the fleet's heartbeat (``backends/fleet.py``) where the set lives."""
@@ -271,6 +321,56 @@ def _keywords(cls: type) -> set[str]:
     return names
 
 
+def round_trips(settings: Settings) -> RoundTrips:
+    """The read deadline of one backend's connections (``backends/round_trips.py``)."""
+    return RoundTrips(settings.redis_timeout, settings.redis_timeout_ceiling)
+
+
+def following(connection_class: type[Any], trips: RoundTrips) -> type[Any]:
+    """``connection_class`` (a redis-py connection: plain, TLS, Unix, Sentinel's) whose
+    read deadline is ``trips.timeout_s``, and whose round trips ``trips`` sees.
+
+    The socket's timeout is set only when the deadline has moved (rarely: it moves in
+    steps); timing a round trip costs two reads of the monotonic clock, no system call.
+    A refused or reset connection fails at once, as before.
+    """
+
+    class Following(connection_class):  # type: ignore[misc]
+        _sent_s = 0.0
+        socket_timeout: float | None
+        _sock: Any
+        _parser: Any
+
+        def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+            self._sent_s = time.monotonic()
+            super().send_packed_command(command, check_health)
+
+        def read_response(self, *args: Any, **kwargs: Any) -> Any:
+            timeout_s = trips.timeout_s
+            if timeout_s != self.socket_timeout:
+                self._follow(timeout_s)
+            reply = super().read_response(*args, **kwargs)
+            trips.observe(time.monotonic() - self._sent_s)
+            return reply
+
+        def _follow(self, timeout_s: float) -> None:
+            self.socket_timeout = timeout_s  # also the next connect's
+            if self._sock is not None:
+                self._sock.settimeout(timeout_s)
+            # The pool checks a connection out with can_read(), which sets a timeout of
+            # 0 and puts back the one its parser took at connect: give the parser this
+            # one, or every check-out would put the old one back.
+            parser = self._parser
+            buffer = getattr(parser, "_buffer", None)
+            if hasattr(buffer, "socket_timeout"):  # the pure-Python parsers
+                buffer.socket_timeout = timeout_s  # type: ignore[union-attr]
+            if hasattr(parser, "_socket_timeout"):  # hiredis
+                parser._socket_timeout = timeout_s
+
+    Following.__name__ = Following.__qualname__ = f"Following{connection_class.__name__}"
+    return Following
+
+
 def redis_url(settings: Settings) -> str:
     """The URL redis-py understands for this backend."""
     return settings.redis_url
@@ -281,7 +381,7 @@ class RedisBackend(ScriptBackend):
     """The scripts on one Redis server (a master)."""
 
     shared = True
-    __slots__ = ("_client", "_commands", "_prefix")
+    __slots__ = ("_client", "_commands", "_prefix", "_readiness", "_round_trips")
 
     def __init__(self, settings: Settings, client: redis.Redis | None = None) -> None:
         if client is None:
@@ -292,9 +392,13 @@ class RedisBackend(ScriptBackend):
             except ValueError as e:
                 raise ValueError(f"redis_url {url_error(settings.redis_url, e)}") from None
             client = redis.Redis(connection_pool=pool)
+        self._round_trips = round_trips(settings)
+        connections = client.connection_pool
+        connections.connection_class = following(connections.connection_class, self._round_trips)
         self._client = client
         self._prefix = settings.key_prefix
         self._commands = Commands(settings.key_prefix)
+        self._readiness = Readiness()
 
     @property
     def client(self) -> redis.Redis:

@@ -78,7 +78,14 @@ from gateway_limiter.backends.fleet import (
     parse_heartbeat,
     parse_members,
 )
-from gateway_limiter.backends.redis import check_query_options, decision_path_options
+from gateway_limiter.backends.readiness import Readiness
+from gateway_limiter.backends.redis import (
+    CLIENT_ERRORS,
+    check_query_options,
+    decision_path_options,
+    eviction_policy,
+    round_trips,
+)
 from gateway_limiter.backends.schemes import register_async
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
@@ -227,6 +234,8 @@ class AsyncRedisBackend:
         "_prefix",
         "_queue",
         "_read_seconds",
+        "_readiness",
+        "_round_trips",
         "_slots",
     )
 
@@ -262,6 +271,8 @@ class AsyncRedisBackend:
         self._collecting = 0  # lanes on their way to take the queue (0 or 1)
         self._packed: dict[tuple[Any, ...], bytes] = {}
         self._others = 0  # peek/prepare calls waiting for a connection
+        self._readiness = Readiness()
+        self._round_trips = round_trips(settings)  # a lane's read deadline
 
     @property
     def client(self) -> Redis:
@@ -281,7 +292,7 @@ class AsyncRedisBackend:
                 raise BackendError("Redis failed while this call was queued for a connection")
             try:
                 return await call()
-            except (redis.RedisError, OSError) as e:  # OSError includes TimeoutError
+            except CLIENT_ERRORS as e:  # OSError includes TimeoutError
                 self._failed()
                 raise BackendError(_describe(e)) from e
         finally:
@@ -313,6 +324,8 @@ class AsyncRedisBackend:
         """One EVALSHA, sent in one round trip with the other decisions queued at that
         moment (see ``_lane``)."""
         entered_s = time.monotonic()
+        if not self._readiness.ready:  # Redis was away at start: ready it once it answers
+            self._readiness.in_background(self.prepare)
         script = self._commands(rule, permits, timeout, caller, None)
         call = _Call(script, asyncio.get_running_loop().create_future())
         self._queue.append(call)
@@ -378,13 +391,13 @@ class AsyncRedisBackend:
             if collecting:  # failed to connect, or cancelled before it could
                 self._collecting -= 1
                 self._stopped(batch, e)
-            if not isinstance(e, (redis.RedisError, OSError)):
+            if not isinstance(e, CLIENT_ERRORS):
                 raise  # cancelled (aclose, the loop shutting down); nobody is left hanging
 
     def _stopped(self, batch: list[_Call], e: BaseException) -> None:
         """A lane ends on an error: its batch fails, and so does every decision queued."""
         self._active -= 1
-        if isinstance(e, (redis.RedisError, OSError)):  # OSError includes TimeoutError
+        if isinstance(e, CLIENT_ERRORS):  # OSError includes TimeoutError
             error, queued = BackendError(_describe(e)), None
         else:  # cancelled: aclose, or the loop shutting down
             error = queued = BackendError(f"the Redis backend stopped: {_describe(e)}")
@@ -419,7 +432,8 @@ class AsyncRedisBackend:
             sent = time.monotonic()
             for call in calls:
                 call.sent = sent
-            async with Deadline(self._read_seconds):
+            # The deadline follows the round trips seen (backends/round_trips.py).
+            async with Deadline(self._round_trips.timeout_s):
                 await conn.send_packed_command(packed, check_health=False)
                 for _ in names:
                     await conn.read_response()
@@ -432,6 +446,7 @@ class AsyncRedisBackend:
                         _resolve(call.future, error=BackendError(_describe(e)))
                     else:
                         _resolve(call.future, reply)
+            self._round_trips.observe(time.monotonic() - sent)
             if not reload:
                 return
         error = BackendError("NOSCRIPT: Redis keeps losing the script")
@@ -464,14 +479,27 @@ class AsyncRedisBackend:
         return scripts.parse_state(raw), scripts.clock_us(time_reply)
 
     async def prepare(self) -> None:
-        """SCRIPT LOAD now, so the first decision is one round trip, not NOSCRIPT + load."""
+        """Once, on the first connection that works (``backends/readiness.py``): SCRIPT
+        LOAD, so a decision is one round trip, not NOSCRIPT + load, and the eviction
+        check. BackendError when Redis does not answer; the next caller tries again."""
+        if not self._readiness.claim():
+            return  # done, or another caller is on it: decide meanwhile (NOSCRIPT loads)
 
-        async def load() -> None:
+        async def load() -> list[str | None]:
             async with Deadline(self._connect_seconds + self._read_seconds):
                 for source in scripts.SCRIPTS.values():
                     await self._client.script_load(source)
+                try:
+                    return [eviction_policy(await self._client.config_get("maxmemory-policy"))]
+                except ResponseError:  # CONFIG refused (ACL, renamed): nothing to check
+                    return []
 
-        await self._queued(load)
+        try:
+            policies = await self._queued(load)
+        except BaseException:
+            self._readiness.release()
+            raise
+        self._readiness.done(policies)
 
     async def heartbeat(self, member: str, ttl_ms: int) -> int:
         """One EVAL of the fleet's heartbeat (``backends/fleet.py``), in turn for a
@@ -499,6 +527,7 @@ class AsyncRedisBackend:
 
     async def aclose(self) -> None:
         """Stop the lanes, then close the client and every pooled connection."""
+        await self._readiness.cancel()
         lanes = list(self._lanes)
         for lane in lanes:
             lane.cancel()

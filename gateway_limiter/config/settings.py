@@ -55,6 +55,9 @@ class Settings:
     on_backend_error: str = "share"
     redis_timeout: float = 0.05
     redis_connect_timeout: float = 0.5
+    #: A read deadline that follows the round trips seen goes up to this (s; at or below
+    #: redis_timeout: a fixed redis_timeout), so a busy host is not taken for an outage.
+    redis_timeout_ceiling: float = 0.2
     #: Connections kept for decisions; threads beyond this wait at most redis_timeout.
     redis_pool_size: int = 64
     #: After a Redis failure, decide by ``on_backend_error`` for this long, then probe.
@@ -129,6 +132,7 @@ def _validate(s: Settings) -> None:
     _positive("reload_interval", s.reload_interval, low=0.05)
     _positive("redis_timeout", s.redis_timeout, low=0.001)
     _positive("redis_connect_timeout", s.redis_connect_timeout, low=0.001)
+    _positive("redis_timeout_ceiling", s.redis_timeout_ceiling, low=0.001)
     _positive("breaker_seconds", s.breaker_seconds, low=0.0)
     if not (math.isfinite(s.default_cache) and 0 <= s.default_cache <= 9.99):
         raise _bad("default_cache", s.default_cache, "must be between 0 and 9.99 seconds")

@@ -57,10 +57,17 @@ class LocalCluster:
         self.replicas = replicas
         self.nodes: list[RedisServer] = []
 
+    def planned(self) -> list[RedisServer]:
+        """The nodes, ports chosen but not started yet (so a test can name the cluster in
+        a URL before it runs)."""
+        if not self.nodes:
+            self.nodes = [cluster_node() for _ in range(self.masters * (1 + self.replicas))]
+        return self.nodes
+
     @property
     def url(self) -> str:
-        """``redis+cluster://`` URL naming every node."""
-        hosts = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+        """``redis+cluster://`` URL naming every node (planned, if not started yet)."""
+        hosts = ",".join(f"127.0.0.1:{n.port}" for n in self.planned())
         return f"redis+cluster://{hosts}"
 
     def start(self) -> LocalCluster:
@@ -69,8 +76,8 @@ class LocalCluster:
         if cli is None:
             require("redis-cli", "not on PATH")
         try:
-            for _ in range(self.masters * (1 + self.replicas)):
-                self.nodes.append(cluster_node().start())
+            for node in self.planned():
+                node.start()
             addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
             subprocess.run(
                 [str(cli), "--cluster", "create", *addresses,
