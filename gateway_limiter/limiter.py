@@ -118,7 +118,7 @@ class GatewayLimiter(LimiterCore):
     def reserve(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
     ) -> Verdict:
-        """Decide without sleeping: the verdict, whose ``wait`` (µs) the caller must honour.
+        """Decide without sleeping: the verdict, whose ``wait_us`` the caller must honour.
 
         ``timeout=None`` here means the row's ``cache``; ``key`` is the caller, for
         per-caller limits. A shadow rule's verdict is always allowed, with no wait.

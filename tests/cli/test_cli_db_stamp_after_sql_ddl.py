@@ -7,38 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pymysql
 import pytest
 
 from gateway_limiter.config.migrate import current_revision, head_revision
 from gateway_limiter.config.table import make_engine
 from tests.support.commandline import cli
-from tests.support.services import MARIADB_HOST, MARIADB_PORT, MARIADB_USER
-
-DDL_FILE = Path(__file__).resolve().parents[2] / "sql" / "t_ratelimite_conf.sql"
+from tests.support.services import run_ddl_file
 
 pytestmark = pytest.mark.usefixtures("no_local_settings")
-
-
-def run_ddl_file(url: str) -> None:
-    database = url.rsplit("/", 1)[-1].split("?", maxsplit=1)[0]
-    conn = pymysql.connect(
-        host=MARIADB_HOST,
-        port=MARIADB_PORT,
-        user=MARIADB_USER,
-        password="",
-        database=database,
-        connect_timeout=3,
-        autocommit=True,
-        client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS,
-    )
-    try:
-        with conn.cursor() as cur:
-            cur.execute(DDL_FILE.read_text(encoding="utf-8"))
-            while cur.nextset():
-                pass
-    finally:
-        conn.close()
 
 
 def test_db_current_on_tables_from_sql_says_stamp_and_stamp_records_head(

@@ -10,7 +10,6 @@ the table cannot drift apart.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pymysql
@@ -33,9 +32,8 @@ from tests.support.services import (
     MARIADB_PORT,
     MARIADB_USER,
     fresh_mariadb_database,
+    run_ddl_file,
 )
-
-DDL_FILE = Path(__file__).resolve().parents[2] / "sql" / "t_ratelimite_conf.sql"
 
 #: The contract table (docs/design.md, "The table") as MariaDB reports it: (name,
 #: COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT, EXTRA, COLUMN_KEY), in ordinal order.
@@ -94,27 +92,6 @@ def _information_schema_columns(database: str) -> dict[str, list[tuple[Any, ...]
     for table, position, *column in rows:
         tables.setdefault(table, []).append((position, *column))
     return tables
-
-
-def _run_ddl_file(database: str) -> None:
-    """Run sql/t_ratelimite_conf.sql as is, the way an operator would feed it to a client."""
-    conn = pymysql.connect(
-        host=MARIADB_HOST,
-        port=MARIADB_PORT,
-        user=MARIADB_USER,
-        password="",
-        database=database,
-        connect_timeout=3,
-        autocommit=True,
-        client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS,
-    )
-    try:
-        with conn.cursor() as cur:
-            cur.execute(DDL_FILE.read_text(encoding="utf-8"))
-            while cur.nextset():
-                pass
-    finally:
-        conn.close()
 
 
 def _schema(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
@@ -234,7 +211,7 @@ def test_migrations_and_sql_ddl_create_the_same_columns_on_mariadb(mariadb_db: s
     migrated = _information_schema_columns(mariadb_db.rsplit("/", 1)[1])
 
     with fresh_mariadb_database() as ddl_database:
-        _run_ddl_file(ddl_database)
+        run_ddl_file(ddl_database)
         from_ddl = _information_schema_columns(ddl_database)
 
     assert set(from_ddl) == {CONF_TABLE, SWITCH_TABLE}
@@ -244,7 +221,7 @@ def test_migrations_and_sql_ddl_create_the_same_columns_on_mariadb(mariadb_db: s
 
 def test_sql_ddl_also_creates_the_switch_row(mariadb_db: str) -> None:
     database = mariadb_db.rsplit("/", 1)[1]
-    _run_ddl_file(database)
+    run_ddl_file(database)
 
     engine = make_engine(mariadb_db)
     try:

@@ -211,7 +211,9 @@ def redis_server(*extra: str) -> Iterator[RedisServer]:
         server.stop()
 
 
-def mariadb_connection(database: str | None = None) -> pymysql.connections.Connection:
+def mariadb_connection(
+    database: str | None = None, *, multi_statements: bool = False
+) -> pymysql.connections.Connection:
     """A raw connection to the test MariaDB (root, no password)."""
     return pymysql.connect(
         host=MARIADB_HOST,
@@ -221,7 +223,26 @@ def mariadb_connection(database: str | None = None) -> pymysql.connections.Conne
         database=database,
         connect_timeout=3,
         autocommit=True,
+        client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS if multi_statements else 0,
     )
+
+
+#: The tables as plain MySQL DDL, for sites that create them by hand.
+DDL_FILE = Path(__file__).resolve().parents[2] / "sql" / "t_ratelimite_conf.sql"
+
+
+def run_ddl_file(database: str) -> None:
+    """Run sql/t_ratelimite_conf.sql as is in ``database`` (a name or a SQLAlchemy URL),
+    the way an operator would feed it to a client."""
+    name = database.rsplit("/", 1)[-1].split("?", maxsplit=1)[0]
+    conn = mariadb_connection(name, multi_statements=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(DDL_FILE.read_text(encoding="utf-8"))
+            while cur.nextset():
+                pass
+    finally:
+        conn.close()
 
 
 def mariadb_url(database: str) -> str:
