@@ -79,6 +79,12 @@ def check_args(url: object, permits: object, timeout: object, key: object = None
             )
 
 
+#: The longest hold a pushback may ask for: a day. A Retry-After read in the wrong unit
+#: (milliseconds) or a misparsed date would otherwise close an interface fleet-wide until
+#: someone deletes its Redis key by hand.
+MAX_RETRY_AFTER_S = 86_400.0
+
+
 def check_pushback_args(url: object, retry_after: object, key: object) -> None:
     """Raise TypeError/ValueError naming the bad argument of ``pushback``."""
     if not isinstance(url, str):
@@ -89,9 +95,10 @@ def check_pushback_args(url: object, retry_after: object, key: object) -> None:
         return
     if not isinstance(retry_after, (int, float)) or isinstance(retry_after, bool):
         raise TypeError(f"retry_after must be a number of seconds or None, got {retry_after!r}")
-    if not 0 <= retry_after <= _MAX_TIMEOUT_S:  # NaN and infinity fail this too
+    if not 0 <= retry_after <= MAX_RETRY_AFTER_S:  # NaN and infinity fail this too
         raise ValueError(
-            f"retry_after must be a finite number of seconds >= 0, got {_shown(retry_after)}"
+            f"retry_after must be a number of seconds from 0 to {MAX_RETRY_AFTER_S:g} "
+            f"(a day), got {_shown(retry_after)}"
         )
 
 

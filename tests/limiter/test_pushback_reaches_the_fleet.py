@@ -201,6 +201,7 @@ def test_pushback_on_an_interface_not_limited_costs_no_round_trip(
         ((b"/x",), TypeError, "url"),
         ((URL, -1), ValueError, "retry_after"),
         ((URL, float("nan")), ValueError, "retry_after"),
+        ((URL, 86_400.5), ValueError, "retry_after must be a number of seconds from 0 to 86400"),
         ((URL, float("inf")), ValueError, "retry_after"),
         ((URL, "2"), TypeError, "retry_after"),
         ((URL, None, 7), TypeError, "key"),
