@@ -29,6 +29,26 @@ alter table t_ratelimite_conf
 alter table t_ratelimite_conf
     add column shadow TINYINT(1) NOT NULL DEFAULT 0;
 
+-- Revision 0006: calls in flight, named callers (docs/design.md, "The table").
+alter table t_ratelimite_conf
+    add column maxConcurrent INT(11)     NULL,  -- at most this many calls in flight, fleet-wide; NULL = no limit
+    add column callerKey     VARCHAR(64) NULL;  -- perCaller rows: this caller alone; NULL = every other caller
+
+-- Every change to a limit or the switch: through the command line or the console,
+-- or found by the reload after plain SQL (source = 'sql').
+create table t_ratelimite_audit (
+    auditId   BIGINT       NOT NULL AUTO_INCREMENT,
+    changedAt datetime     NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    actor     VARCHAR(128) NOT NULL,  -- who: user@host, or the console's caller
+    source    VARCHAR(16)  NOT NULL,  -- cli, console or sql
+    configId  INT(11)      NULL,      -- the row changed; NULL for the switch
+    action    VARCHAR(16)  NOT NULL,  -- insert, update, delete or switch
+    beforeRow TEXT         NULL,      -- the row before, as JSON
+    afterRow  TEXT         NULL,      -- the row after, as JSON
+    PRIMARY KEY (`auditId`),
+    KEY `ix_t_ratelimite_audit_changedAt` (`changedAt`)
+);
+
 -- The global switch: one row. enabled NULL = follow the `switch` setting,
 -- 1 = limiting on, 0 = limiting off for every process at its next reload.
 create table t_ratelimite_switch (

@@ -14,13 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     DateTime,
     Engine,
     Float,
+    Index,
     Integer,
     MetaData,
     SmallInteger,
     String,
+    Text,
     create_engine,
     func,
     inspect,
@@ -42,6 +45,7 @@ from gateway_limiter.observe.redact import mask_secrets, url_error
 
 CONF_TABLE = "t_ratelimite_conf"
 SWITCH_TABLE = "t_ratelimite_switch"
+AUDIT_TABLE = "t_ratelimite_audit"
 SWITCH_ROW_ID = 1
 
 NAMING_CONVENTION = {
@@ -55,6 +59,7 @@ NAMING_CONVENTION = {
 # MySQL types exactly as the DDL; plain types elsewhere (SQLite).
 _INT11 = Integer().with_variant(mysql.INTEGER(display_width=11), "mysql", "mariadb")
 _FLOAT32 = Float().with_variant(mysql.FLOAT(precision=3, scale=2), "mysql", "mariadb")
+_BIGINT = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrements INTEGER only
 _TINYINT1 = SmallInteger().with_variant(mysql.TINYINT(display_width=1), "mysql", "mariadb")
 
 
@@ -116,6 +121,9 @@ class RateLimitConf(Base):
     )
     # Revision 0005
     shadow: Mapped[int] = mapped_column("shadow", _TINYINT1, nullable=False, server_default="0")
+    # Revision 0006
+    max_concurrent: Mapped[int | None] = mapped_column("maxConcurrent", _INT11)
+    caller_key: Mapped[str | None] = mapped_column("callerKey", String(64))
 
 
 class LimiterSwitch(Base):
@@ -133,6 +141,30 @@ class LimiterSwitch(Base):
         server_default=StampedNow(),
         onupdate=func.current_timestamp(),
     )
+
+
+class AuditEntry(Base):
+    """One row of ``t_ratelimite_audit``: a change of a limit or of the switch.
+
+    ``source`` says how it was made (``cli``, ``console``, or ``sql`` when the reload
+    found it), ``actor`` who made it, ``action`` what (``insert``, ``update``,
+    ``delete``, ``switch``); ``beforeRow``/``afterRow`` hold the row as JSON (NULL for
+    an insert's before and a delete's after). ``configId`` is NULL for the switch.
+    """
+
+    __tablename__ = AUDIT_TABLE
+    __table_args__ = (Index("ix_t_ratelimite_audit_changedAt", "changedAt"),)
+
+    audit_id: Mapped[int] = mapped_column("auditId", _BIGINT, primary_key=True, autoincrement=True)
+    changed_at: Mapped[dt.datetime] = mapped_column(
+        "changedAt", DateTime, nullable=False, server_default=func.current_timestamp()
+    )
+    actor: Mapped[str] = mapped_column("actor", String(128), nullable=False)
+    source: Mapped[str] = mapped_column("source", String(16), nullable=False)
+    config_id: Mapped[int | None] = mapped_column("configId", _INT11)
+    action: Mapped[str] = mapped_column("action", String(16), nullable=False)
+    before_row: Mapped[str | None] = mapped_column("beforeRow", Text)
+    after_row: Mapped[str | None] = mapped_column("afterRow", Text)
 
 
 class DatabaseUrlError(ValueError):
@@ -198,6 +230,8 @@ class ConfRow:
     period_seconds: int | None = None
     per_caller: int | None = None
     shadow: int | None = None
+    max_concurrent: int | None = None
+    caller_key: str | None = None
 
 
 _ROW_FIELDS = {
@@ -215,6 +249,8 @@ _ROW_FIELDS = {
     "periodSeconds": "period_seconds",
     "perCaller": "per_caller",
     "shadow": "shadow",
+    "maxConcurrent": "max_concurrent",
+    "callerKey": "caller_key",
 }
 
 

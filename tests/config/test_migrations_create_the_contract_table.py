@@ -26,7 +26,7 @@ from gateway_limiter.config.migrate import (
     head_revision,
     upgrade,
 )
-from gateway_limiter.config.table import CONF_TABLE, SWITCH_TABLE, Base, make_engine
+from gateway_limiter.config.table import AUDIT_TABLE, CONF_TABLE, SWITCH_TABLE, Base, make_engine
 from tests.support.services import (
     MARIADB_HOST,
     MARIADB_PORT,
@@ -106,14 +106,19 @@ def _schema(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
     }
 
 
-def test_upgrade_from_empty_creates_both_tables_and_records_head_in_own_version_table(
+def test_upgrade_from_empty_creates_the_tables_and_records_head_in_own_version_table(
     engine: Engine,
 ) -> None:
     assert current_revision(engine) is None
 
     upgrade(engine)
 
-    assert set(inspect(engine).get_table_names()) == {CONF_TABLE, SWITCH_TABLE, VERSION_TABLE}
+    assert set(inspect(engine).get_table_names()) == {
+        CONF_TABLE,
+        SWITCH_TABLE,
+        AUDIT_TABLE,
+        VERSION_TABLE,
+    }
     assert VERSION_TABLE == "gateway_limiter_alembic_version"
     assert current_revision(engine) == head_revision(engine)
     assert head_revision(engine) is not None
@@ -151,7 +156,7 @@ def test_upgrading_twice_changes_nothing(engine: Engine) -> None:
     assert [tuple(r) for r in switch] == [(1, 0)]
 
 
-def test_downgrade_to_base_removes_both_tables(engine: Engine) -> None:
+def test_downgrade_to_base_removes_every_table(engine: Engine) -> None:
     upgrade(engine)
 
     command.downgrade(alembic_config(engine), "base")
@@ -214,8 +219,8 @@ def test_migrations_and_sql_ddl_create_the_same_columns_on_mariadb(mariadb_db: s
         run_ddl_file(ddl_database)
         from_ddl = _information_schema_columns(ddl_database)
 
-    assert set(from_ddl) == {CONF_TABLE, SWITCH_TABLE}
-    for table in (CONF_TABLE, SWITCH_TABLE):
+    assert set(from_ddl) == {CONF_TABLE, SWITCH_TABLE, AUDIT_TABLE}
+    for table in (CONF_TABLE, SWITCH_TABLE, AUDIT_TABLE):
         assert migrated[table] == from_ddl[table], table
 
 
