@@ -129,6 +129,7 @@ def test_installed_wheel_migrates_a_new_database_through_the_python_api(
     assert Path(report["module"]).is_relative_to(venv), report["module"]
     assert report["tables"] == [
         "gateway_limiter_alembic_version",
+        "t_ratelimite_audit",
         "t_ratelimite_conf",
         "t_ratelimite_switch",
     ]
