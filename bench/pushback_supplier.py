@@ -1,13 +1,16 @@
 #!/usr/bin/env python
 """Pushback end to end: gateway processes calling a supplier that takes less than the row.
 
-Real processes on loopback: one supplier (an HTTP server that takes ``--supplier-rate``
-calls a second, a token bucket of ``--supplier-burst``, and answers 429 without
-``Retry-After`` above it), ``--processes`` gateway processes of ``--threads`` threads,
-each calling the supplier as fast as it lets them through ``httpx`` and
-``gateway_limiter.integrations.httpx.LimiterTransport`` (a refused call pauses
-``--pause`` s, as a gateway's own caller would go away), a row of ``--row-rate`` a
-second with a wait budget of ``--cache`` s, one Redis and one limits table.
+Real processes on loopback: one supplier (an HTTP server that takes
+``--supplier-rate`` calls a second and answers 429 without ``Retry-After`` above it:
+``--supplier bucket``, the default, a token bucket of ``--supplier-burst`` (5), the
+supplier ``bench/pushback_constants.py`` chose the constants against; ``--supplier
+window``, at most that many calls in any one second, a sliding window), ``--processes``
+gateway processes of ``--threads`` threads, each calling the supplier as fast as it
+lets them through ``httpx`` and ``gateway_limiter.integrations.httpx.LimiterTransport``
+(a refused call pauses ``--pause`` s, as a gateway's own caller would go away), a row
+of ``--row-rate`` a second with a wait budget of ``--cache`` s, one Redis and one
+limits table.
 
 It prints, per second, what the gateways asked (calls), what the limiter refused
 before the supplier, and what reached the supplier and how it answered; then, from
@@ -40,6 +43,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections import deque
 from contextlib import ExitStack
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -58,14 +62,16 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 # --- the supplier process -------------------------------------------------------------
 
 
-def serve_supplier(rate: float, burst: float, retry_after_at: float | None) -> None:
-    """Serve until stdin closes: 200 within ``rate``/s (a bucket of ``burst``), else 429;
+def serve_supplier(kind: str, rate: float, burst: float, retry_after_at: float | None) -> None:
+    """Serve until stdin closes: 200 within ``rate``/s (``kind`` "bucket": a token bucket
+    of ``burst``; "window": at most ``rate`` calls in any second), else 429;
     or, with ``retry_after_at``, 200 always but one 429 with Retry-After: 2 at the first
     call that many seconds after the start (the time read from stdin's first line).
     ``GET /_log`` answers every call seen as JSON [[arrival, status], ...]."""
     lock = threading.Lock()
     log: list[tuple[float, int]] = []
     bucket = {"tokens": burst, "at": time.time(), "start": 0.0, "pushed": 0.0}
+    taken: deque[float] = deque()  # "window": the 200s of the last second
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -85,6 +91,12 @@ def serve_supplier(rate: float, burst: float, retry_after_at: float | None) -> N
                         status, headers = 429, {"Retry-After": "2"}
                     else:
                         status = 200
+                elif kind == "window":
+                    while taken and taken[0] <= now - 1.0:
+                        taken.popleft()
+                    status = 200 if len(taken) < rate else 429
+                    if status == 200:
+                        taken.append(now)
                 else:
                     tokens = min(burst, bucket["tokens"] + (now - bucket["at"]) * rate)
                     status = 200 if tokens >= 1.0 else 429
@@ -188,7 +200,7 @@ def line_of(proc: subprocess.Popen[str], what: str) -> str:
 def measure(args: argparse.Namespace, database_url: str, redis_url: str) -> dict[str, Any]:
     """One run: the supplier's log and every gateway call, as times from the start."""
     supplier_args = ["--role", "supplier", "--supplier-rate", str(args.supplier_rate)]
-    supplier_args += ["--supplier-burst", str(args.supplier_burst)]
+    supplier_args += ["--supplier", args.supplier, "--supplier-burst", str(args.supplier_burst)]
     if args.retry_after_at is not None:
         supplier_args += ["--retry-after-at", str(args.retry_after_at)]
     procs: list[subprocess.Popen[str]] = []
@@ -280,7 +292,8 @@ def report(args: argparse.Namespace, run: dict[str, Any], figures: dict[str, Any
     """Print the per-second table and the figures."""
     print(
         f"{args.processes} processes x {args.threads} threads, row {args.row_rate}/s, "
-        f"cache {args.cache} s, supplier {args.supplier_rate}/s (burst {args.supplier_burst})"
+        f"cache {args.cache} s, supplier {args.supplier_rate:g}/s ("
+        + (f"bucket of {args.supplier_burst:g})" if args.supplier == "bucket" else "window)")
     )
     print(f"{'second':>6}  {'calls':>6}  {'refused':>7}  {'sent':>5}  {'200':>5}  {'429':>5}")
     for i, row in enumerate(per_second(run, args.seconds)):
@@ -347,9 +360,10 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--threads", type=int, default=3)
     add("--row-rate", type=int, default=60)
     add("--cache", type=float, default=0.1, help="the row's wait budget (s)")
+    add("--supplier", choices=["bucket", "window"], default="bucket")
     add("--supplier-rate", type=float, default=30.0)
-    add("--supplier-burst", type=float, default=5.0)
-    add("--pause", type=float, default=0.025, help="a refused caller's pause (s)")
+    add("--supplier-burst", type=float, default=5.0, help="--supplier bucket's capacity")
+    add("--pause", type=float, default=0.05, help="a refused caller's pause (s)")
     add("--retry-after-at", type=float, default=None)
     add("--redis-url", default=None)
     add("--database-url", default=None)
@@ -364,7 +378,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
     if args.role == "supplier":
-        serve_supplier(args.supplier_rate, args.supplier_burst, args.retry_after_at)
+        serve_supplier(args.supplier, args.supplier_rate, args.supplier_burst, args.retry_after_at)
         return
     if args.role == "gateway":
         run_gateway(json.loads(args.config))
