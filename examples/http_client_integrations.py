@@ -49,7 +49,8 @@ def start_supplier() -> ThreadingHTTPServer:
 
         def do_GET(self) -> None:
             busy = self.path == QUOTE and not pushed.is_set()
-            pushed.set() if busy else None
+            if busy:
+                pushed.set()
             body = b"slow down\n" if busy else b'{"fares": [420, 515]}\n'
             self.send_response(429 if busy else 200)
             if busy:
@@ -93,9 +94,8 @@ def main() -> None:
             with requests.Session() as session:
                 session.mount(base, LimiterAdapter(limiter))
                 first = session.get(base + QUOTE, timeout=5)
-                print(
-                    f"requests {QUOTE}: {first.status_code} Retry-After: {first.headers['Retry-After']}"
-                )
+                said = first.headers["Retry-After"]
+                print(f"requests {QUOTE}: {first.status_code} Retry-After: {said}")
                 pushed, refusals = time.monotonic(), 0
                 while True:
                     try:
