@@ -97,7 +97,7 @@ def held_for(get: Get, supplier: Supplier, pushed: float, seconds: float, upto: 
     after ``pushed``, and go again ``upto`` s after it. Checked well inside and well
     after the hold: on a loaded box the pushback's own round trip moves its start."""
     before = supplier.count(PUSHED)
-    for at in (0.2, seconds - 0.5):
+    for at in (0.2, seconds - 0.8):
         time.sleep(max(0.0, pushed + at - time.monotonic()))
         with pytest.raises(Refused) as refused:
             get(supplier.url(PUSHED))
@@ -170,8 +170,8 @@ def test_no_or_an_unreadable_retry_after_halves_the_rate_without_an_error(
     supplier.answer(429, {} if header is None else {"Retry-After": header})
     assert get(supplier.url(PUSHED)) == 429
     decision = lim.decide(PUSHED, timeout=0)
-    # Halved; it recovers by 2.5/s (5 % of 50), and a loaded box may take a second here.
-    assert decision.effective_rate is not None and 25 <= decision.effective_rate < 28
+    # Halved; it recovers by 2.5/s (5 % of 50): < 30 leaves a loaded box 2 s to get here.
+    assert decision.effective_rate is not None and 25 <= decision.effective_rate < 30
     assert decision.allowed  # no hold: only the rate fell
     assert get(supplier.url(PUSHED)) == 200
 
@@ -182,7 +182,7 @@ async def test_asyncio_clients_push_back_retry_after_and_plain(
     supplier.answer(503)
     assert await aget(supplier.url(PUSHED)) == 503
     rate = (await alim.decide(PUSHED, timeout=0)).effective_rate
-    assert rate is not None and 25 <= rate < 28
+    assert rate is not None and 25 <= rate < 30
     supplier.answer(429, {"Retry-After": "2"})
     assert await aget(supplier.url(PUSHED)) == 429
     with pytest.raises(Refused) as refused:
