@@ -338,8 +338,14 @@ class AsyncRedisBackend:
             # entering here instead (what the limiter goes by), it is that much later.
             more_us = (call.sent - entered_s) * US_PER_S
             next_free_us = verdict.next_free_us + more_us
+            held_us = verdict.held_us + more_us if verdict.held_us > 0.0 else 0.0
             return Verdict(
-                verdict.allowed, verdict.wait_us, verdict.stored, next_free_us, verdict.factor
+                verdict.allowed,
+                verdict.wait_us,
+                verdict.stored,
+                next_free_us,
+                verdict.factor,
+                held_us,
             )
         return verdict
 

@@ -9,7 +9,7 @@ limits); each also reads what pushbacks left (in the bucket's own key for
 ``bucket.lua``, in ``state.pushback_key`` for ``limits.lua``). One pushback is one
 ``EVALSHA`` of ``pushback.lua``. What the replies mean:
 
-- a decision script's reply: five numbers, read by ``parse_reply`` into a Verdict; a
+- a decision script's reply: six numbers, read by ``parse_reply`` into a Verdict; a
   pushback's, two, read by ``parse_pushback``;
 - **NOSCRIPT**: the server that runs the call lacks the script (Redis restarted, SCRIPT
   FLUSH, a replica promoted: scripts are not replicated). SCRIPT LOAD
@@ -171,9 +171,14 @@ class Commands:
 def parse_reply(reply: Any) -> Verdict:
     """A script's reply as a Verdict (BackendError when it is not one)."""
     try:
-        allowed, wait_us, stored, next_free_us, factor = reply
+        allowed, wait_us, stored, next_free_us, factor, held_us = reply
         return Verdict(
-            allowed == 1, float(wait_us), float(stored), float(next_free_us), float(factor)
+            allowed == 1,
+            float(wait_us),
+            float(stored),
+            float(next_free_us),
+            float(factor),
+            float(held_us),
         )
     except (TypeError, ValueError) as e:
         raise BackendError(f"unexpected reply from the bucket script: {reply!r}") from e

@@ -30,6 +30,7 @@ from typing import Final, NamedTuple
 
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.model.bucket import US_PER_S, Verdict
+from gateway_limiter.model.pushback import effective_rate
 
 
 class Reason(StrEnum):
@@ -58,7 +59,8 @@ class Decision(NamedTuple):
     ``retry_after``: when refused, seconds after which the same call would fit its wait
     budget if nobody else took permits meanwhile; None when allowed, or when waiting
     cannot help (a closed interface, more permits than the limit can ever give).
-    ``remaining``: whole permits left in the bucket after this call; None when the
+    ``remaining``: whole permits left in the bucket after this call (0 while a
+    pushback's ``retry_after`` holds the interface); None when the
     call is not limited, or the algorithm keeps no count (``sliding_window``), or the
     failure policy ``allow``/``deny`` decided.
     ``limit``: the row's ``rateLimit`` (permits per second); None when not limited.
@@ -122,9 +124,17 @@ def decision_of(
         remaining: int | None = 0
     elif verdict is ADMIT or verdict is REFUSE or rule.algorithm == Algorithm.SLIDING_WINDOW:
         remaining = None
+    elif verdict.held_us > 0.0:  # a pushback's hold: nothing goes before it ends
+        remaining = 0
     else:
         remaining = int(verdict.stored)
-    effective = rule.rate * verdict.factor
     return Decision(
-        verdict.allowed, reason, waited, retry_after, remaining, rule.rate, rule.shadow, effective
+        verdict.allowed,
+        reason,
+        waited,
+        retry_after,
+        remaining,
+        rule.rate,
+        rule.shadow,
+        effective_rate(rule.rate, verdict.factor, rule.algorithm),
     )

@@ -467,7 +467,7 @@ class LimiterCore:
         self._breaker.succeeded()
         refusals = self._local_refusals
         if ask.asked is not None and refusals is not None and verdict.next_free_us > 0.0:
-            refusals.learn(ask.rule, ask.key, ask.asked, verdict.next_free_us)
+            refusals.learn(ask.rule, ask.key, ask.asked, verdict.next_free_us, verdict.held_us)
         if verdict.factor != 1.0 or self._factors:  # a pushback, now or before
             self._seen_factor(ask.rule.url, verdict.factor)
         return verdict, Reason.ADMITTED if verdict.allowed else Reason.LIMITED
@@ -504,7 +504,7 @@ class LimiterCore:
         self._seen_factor(push.rule.url, factor)
         refusals = self._local_refusals
         if push.asked is not None and refusals is not None and next_free_us > 0.0:
-            refusals.learn(push.rule, push.key, push.asked, next_free_us)
+            refusals.learn(push.rule, push.key, push.asked, next_free_us, next_free_us)
 
     def _fall_back(
         self, rule: Rule, permits: int, budget_s: float | None, key: str | None

@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from gateway_limiter.model.bucket import US_PER_S
+from gateway_limiter.model.pushback import effective_rate
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -363,7 +364,10 @@ def _families(source: Source | None) -> list[Metric]:
     factors = {} if source.factors is None else source.factors()
     for url in sorted(snapshot.rules):
         rates.add_metric([url], snapshot.rules[url].rate)
-        effective.add_metric([url], snapshot.rules[url].rate * factors.get(url, 1.0))
+        rule = snapshot.rules[url]
+        effective.add_metric(
+            [url], effective_rate(rule.rate, factors.get(url, 1.0), rule.algorithm)
+        )
     if source.buckets is not None:
         for sample in source.buckets():
             stored.add_metric([sample.url], sample.stored)
