@@ -91,6 +91,7 @@ from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
+from gateway_limiter.model.pushback import PushbackState
 from gateway_limiter.observe.redact import url_error
 
 T = TypeVar("T")
@@ -483,6 +484,20 @@ class AsyncRedisBackend:
 
         raw, time_reply = await self._queued(both)
         return scripts.parse_state(raw), scripts.clock_us(time_reply)
+
+    async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+        """GET and TIME in one pipeline, like ``peek``."""
+        key, in_bucket = scripts.pushback_peek_key(self._prefix, rule)
+
+        async def both() -> list[Any]:
+            async with Deadline(self._connect_seconds + self._read_seconds):
+                pipe = self._client.pipeline(transaction=False)
+                pipe.get(key)
+                pipe.time()
+                return await pipe.execute()
+
+        raw, time_reply = await self._queued(both)
+        return scripts.parse_pushback_state(raw, in_bucket), scripts.clock_us(time_reply)
 
     async def prepare(self) -> None:
         """Once, on the first connection that works (``backends/readiness.py``): SCRIPT

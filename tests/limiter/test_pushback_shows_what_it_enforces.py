@@ -1,16 +1,18 @@
-"""What a pushback enforces is what decisions report (docs/design.md, "Pushback"), on a
-real Redis and MariaDB.
+"""What a pushback enforces is what decisions and ``status`` report (docs/design.md,
+"Pushback"), on a real Redis and MariaDB.
 
 During a ``retry_after`` hold an in-process refusal says how long the hold really has
 left (not the second the local refusals trust an ordinary moment for), keeps refusing
 without a round trip past that second, and ``X-RateLimit-Remaining`` is 0. Windows
 (sliding and fixed) really run at the effective rate, in whole permits, and say so.
+``status`` (sync, asyncio, the command line, ``--watch``) shows the hold and the rate.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,11 +20,14 @@ import redis
 from sqlalchemy.engine import Engine
 
 from gateway_limiter import GatewayLimiter
+from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.redis import RedisBackend
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.local_refusal import LocalRefusals
+from gateway_limiter.core.status import BucketStatus
 from gateway_limiter.model.bucket import US_PER_S
+from tests.support.commandline import cli
 from tests.support.limiting import evalsha_calls, limiter, write_row
 from tests.support.services import RedisServer
 
@@ -185,3 +190,70 @@ def test_a_window_reports_the_rate_it_enforces(
         assert decisions[0].headers()["X-RateLimit-Effective-Rate"] == "5"
     finally:
         gw.close()
+
+
+# --- status shows the hold and the effective rate -----------------------------------
+
+
+def _check_status(shown: list[BucketStatus], hold_s: float) -> None:
+    assert len(shown) == 1
+    (status,) = shown
+    assert status.effective_rate is not None and RATE * 0.5 <= status.effective_rate < RATE * 0.55
+    assert hold_s - 10 <= status.held_ms / 1000.0 <= hold_s
+    assert status.held_until is not None
+    assert abs(status.held_until - (time.time() + status.held_ms / 1000.0)) < 5.0
+    # the bucket is full, yet its next permit waits for the hold (read a round trip
+    # after the hold, on the server's clock then)
+    assert status.next_free_ms is not None
+    assert (hold_s - 10) * 1000 <= status.next_free_ms <= status.held_ms
+
+
+def test_status_shows_the_hold_and_the_effective_rate(lim: GatewayLimiter) -> None:
+    assert lim.status(URL)[0].held_ms == 0.0 and lim.status(URL)[0].effective_rate == RATE
+    lim.pushback(URL)
+    lim.pushback(URL, retry_after=HOLD_S)
+    _check_status(lim.status(URL), HOLD_S)
+
+
+async def test_asyncio_status_shows_them_too(alim: AsyncGatewayLimiter) -> None:
+    await alim.pushback(URL)
+    await alim.pushback(URL, retry_after=HOLD_S)
+    _check_status(await alim.status(URL), HOLD_S)
+
+
+def test_status_of_a_window_shows_its_slowed_count(
+    window_rows: tuple[str, Engine], limiter_redis_url: str, key_prefix: str
+) -> None:
+    gw = limiter(window_rows[0], limiter_redis_url, key_prefix, redis_timeout=TIMEOUT_S)
+    try:
+        gw.pushback("/ibe/fixed_window")
+        (status,) = gw.status("/ibe/fixed_window")
+        assert status.effective_rate == 5.0 and status.held_ms == 0.0
+    finally:
+        gw.close()
+
+
+def test_the_command_line_shows_them_once_and_watching(
+    lim: GatewayLimiter,
+    limiter_db: tuple[str, Engine],
+    limiter_redis_url: str,
+    key_prefix: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    lim.pushback(URL)
+    lim.pushback(URL, retry_after=HOLD_S)
+    settings = tmp_path / "settings.toml"
+    settings.write_text(
+        f'database_url = "{limiter_db[0]}"\nredis_url = "{limiter_redis_url}"\n'
+        f'key_prefix = "{key_prefix}"\n'
+    )
+    for argv in (["status"], ["status", "--watch", "--count", "1"]):
+        ran = cli(capsys, "--settings", str(settings), *argv, URL)
+        assert ran.code == 0, ran.err
+        header = next(line for line in ran.out.splitlines() if line.startswith("interfaceUrl"))
+        assert "next free ms  effective rate  hold s  algorithm" in header
+        row = next(line for line in ran.out.splitlines() if line.startswith(URL + " ")).split()
+        assert RATE * 0.5 <= float(row[8]) < RATE * 0.55
+        assert HOLD_S - 10 <= float(row[9]) <= HOLD_S
+        assert "held until" in " ".join(row[10:])
