@@ -66,8 +66,9 @@ class Decision(NamedTuple):
     ``limit``: the row's ``rateLimit`` (permits per second); None when not limited.
     ``shadow``: the rule is in shadow mode: decided and counted, never enforced.
     ``effective_rate``: the rate the interface runs at after the supplier's pushbacks
-    (``limiter.pushback``), in the row's units (permits per ``periodSeconds``): the
-    ``limit`` unless a pushback without ``retry_after`` lowered it; None when not limited.
+    (``limiter.pushback``), in the row's units (permits per ``periodSeconds``; windows
+    in whole permits, as they enforce it): the ``limit`` unless a pushback without
+    ``retry_after`` lowered it; None when not limited.
     """
 
     allowed: bool
