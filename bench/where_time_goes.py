@@ -196,7 +196,7 @@ def main() -> int:
         print()
 
         # Redis stubbed out below: nothing after this may talk to Redis.
-        canned = [1, b"0", b"9999999", b"0", b"1"]  # what bucket.lua answers: 5 numbers
+        canned = [1, b"0", b"9999999", b"0", b"1", b"0"]  # what bucket.lua answers: 6 numbers
         client.evalsha = lambda *a, **k: canned  # type: ignore[method-assign]
         quiet.backend.client.evalsha = lambda *a, **k: canned  # type: ignore[attr-defined]
         stub = python_micros(
