@@ -105,6 +105,10 @@ for i = 1, nlimits do
       stored, balance, old_rate, old_capacity, old_refill = struct.unpack("<ddddd", saved)
     else  -- no state: full and in balance
       stored, balance, old_rate, old_capacity, old_refill = size, now, rate, size, stable
+      saved = nil
+    end
+    if pushed_until > 0 and (saved == nil or balance < pushed_until) then
+      stored, balance = 0, pushed_until  -- a hold drains the bucket (bucket.lua)
     end
     if now > balance then  -- resync at the refill rate the state was built with
       stored = math.min(old_capacity, stored + (now - balance) / old_refill)
@@ -117,7 +121,6 @@ for i = 1, nlimits do
         stored = size
       end
     end
-    if pushed_until > balance then balance = pushed_until end  -- owed until then
     local spend = math.min(permits, stored)
     earliest = math.max(balance, now) + (permits - spend) * stable
     states[i] = {stored, balance}

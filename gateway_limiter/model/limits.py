@@ -74,7 +74,7 @@ from gateway_limiter.model.bucket import (
     TokenBucket,
     Verdict,
     expiry_ms,
-    fresh,
+    held,
     reconfigure,
     resync,
 )
@@ -218,15 +218,11 @@ class BucketLimit:
         now_us: float,
         until_us: float = 0.0,
     ) -> tuple[float, LimitState]:
-        """Once its debt and the call's shortfall are paid (the debt runs at least until
-        ``until_us``, without refilling meanwhile, as in ``bucket.reserve``)."""
+        """Once its debt and the call's shortfall are paid (a hold until ``until_us``
+        drains the bucket, as in ``bucket.reserve``: see ``bucket.held``)."""
         sh = TokenBucket(float(limit.rate), float(limit.size))
-        bucket = fresh(sh, now_us) if state is None else cast(BucketState, state)
+        bucket = held(cast(BucketState | None, state), sh, now_us, until_us)
         bucket = reconfigure(resync(bucket, now_us), sh)
-        if until_us > bucket.balance_us:
-            bucket = BucketState(
-                bucket.stored, until_us, bucket.rate, bucket.capacity, bucket.refill_us
-            )
         n = float(permits)
         spend = min(n, bucket.stored)
         return max(bucket.balance_us, now_us) + (n - spend) * sh.stable_us, bucket
