@@ -66,6 +66,10 @@ class Decision(NamedTuple):
     ``effective_rate``: the rate the interface runs at after the supplier's pushbacks
     (``limiter.pushback``), in the row's units (permits per ``periodSeconds``): the
     ``limit`` unless a pushback without ``retry_after`` lowered it; None when not limited.
+
+    ``in_flight``: the calls to the interface in flight across the fleet as ``slot()``
+    saw it (this one included when it was admitted); None outside ``slot()``, or where
+    the row has no ``maxConcurrent``.
     """
 
     allowed: bool
@@ -78,6 +82,7 @@ class Decision(NamedTuple):
     limit: int | None = None
     shadow: bool = False
     effective_rate: float | None = None
+    in_flight: int | None = None
 
     def headers(self) -> dict[str, str]:
         """``X-RateLimit-Limit``, ``X-RateLimit-Remaining``, (refused) ``Retry-After``, and
