@@ -266,6 +266,11 @@ class SlotState:
         self._subscribed = False
 
     @property
+    def subscribed(self) -> bool:
+        """True once ``subscribe`` has been called (whether or not it could listen)."""
+        return self._subscribed
+
+    @property
     def heard(self) -> bool:
         """True while the subscriber hears announcements (waiters need not ask often)."""
         return self._subscriber is not None and self._subscriber.listening
