@@ -382,7 +382,8 @@ class AsyncGatewayLimiter(LimiterCore):
                         waited = True
                         count_wait(self._metrics, url)
                     pause = pause_s(remaining, reply.lapses_s, state.heard)
-                    await state.wakeups.wait_async(url, seen, pause)
+                    need = reply.releases_needed(rule.max_concurrent)
+                    await state.wakeups.wait_async(url, seen, pause, need)
                     continue
                 assert reply.verdict is not None
                 outcome = self._finish(Ask(rule, 1, remaining, key, None), reply.verdict)

@@ -287,7 +287,9 @@ class GatewayLimiter(LimiterCore):
                     if not waited:
                         waited = True
                         count_wait(self._metrics, url)
-                    state.wakeups.wait(url, seen, pause_s(remaining, reply.lapses_s, state.heard))
+                    pause = pause_s(remaining, reply.lapses_s, state.heard)
+                    need = reply.releases_needed(rule.max_concurrent)
+                    state.wakeups.wait(url, seen, pause, need)
                     continue
                 assert reply.verdict is not None
                 outcome = self._finish(Ask(rule, 1, remaining, key, None), reply.verdict)

@@ -34,11 +34,13 @@ ARGV[3]  this call's lease id (also its place in the queue)
 ARGV[4]  ms a place in the queue is kept without the waiter asking again
 ARGV[5..] the decision script's arguments
 
-Returns {state, in flight after this call, ms, then the decision script's reply}:
+Returns {state, in flight after this call, ms, ahead, then the decision script's reply}:
 state 1: taken (the rate permit and the slot; wait what the decision says, then go);
 state 0: the rate refused (nothing taken, the place in the queue given up);
 state 2: no slot free for this caller: it is queued; ms is when the first lease lapses
-         (0: none), a moment worth asking again at if no release is announced before.
+         (0: none), a moment worth asking again at if no release is announced before;
+         ahead: the callers queued before this one (so it need not ask again before
+         held + ahead - maxConcurrent + 1 releases).
 ]]
 
 local t = redis.call("TIME")
@@ -73,9 +75,9 @@ if held + ahead < max then
     local until_ms = now_ms + math.ceil(tonumber(reply[2]) / 1000) + lease_ms
     redis.call("ZADD", KEYS[1], until_ms, id)
     keep(KEYS[1], until_ms - now_ms + 1000)
-    return {1, held + 1, 0, unpack(reply)}
+    return {1, held + 1, 0, 0, unpack(reply)}
   end
-  return {0, held, 0, unpack(reply)}
+  return {0, held, 0, 0, unpack(reply)}
 end
 
 if not redis.call("ZSCORE", KEYS[2], id) then
@@ -88,4 +90,4 @@ keep(KEYS[4], place_ms + 1000)
 local first = redis.call("ZRANGE", KEYS[1], 0, 0, "WITHSCORES")
 local lapses = 0
 if first[2] then lapses = math.max(1, tonumber(first[2]) - now_ms) end
-return {2, held, lapses}
+return {2, held, lapses, ahead}

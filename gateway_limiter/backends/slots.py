@@ -87,13 +87,19 @@ def renew_call(prefix: str, url: str, lease_ids: list[str], lease_s: float) -> S
 
 class SlotReply(NamedTuple):
     """What a take answered: ``state`` 1 taken, 0 refused by the rate, 2 queued; the
-    calls in flight; when queued, the seconds until the first lease lapses (0: none);
-    the rate's verdict (None when queued)."""
+    calls in flight; when queued, the seconds until the first lease lapses (0: none)
+    and the callers queued ahead; the rate's verdict (None when queued)."""
 
     state: int
     in_flight: int
     lapses_s: float
+    ahead: int
     verdict: Verdict | None
+
+    def releases_needed(self, max_concurrent: int | None) -> int:
+        """Releases to hear before a queued caller could have a slot: those ahead of it
+        take the first ones."""
+        return max(1, self.in_flight + self.ahead - (max_concurrent or 0) + 1)
 
 
 TAKEN, REFUSED, QUEUED = 1, 0, 2
@@ -102,11 +108,11 @@ TAKEN, REFUSED, QUEUED = 1, 0, 2
 def parse_take(reply: Any) -> SlotReply:
     """``slot.lua``'s reply (BackendError when it is not one)."""
     try:
-        state, in_flight, lapses_ms, *decision = reply
+        state, in_flight, lapses_ms, ahead, *decision = reply
         verdict = parse_reply(decision) if decision else None
         if state not in (TAKEN, REFUSED, QUEUED) or (verdict is None) != (state == QUEUED):
             raise ValueError(state)
-        return SlotReply(int(state), int(in_flight), float(lapses_ms) / 1000, verdict)
+        return SlotReply(int(state), int(in_flight), float(lapses_ms) / 1000, int(ahead), verdict)
     except (TypeError, ValueError, BackendError) as e:
         raise BackendError(f"unexpected reply from the slot script: {reply!r}") from e
 

@@ -28,6 +28,7 @@ import itertools
 import math
 import os
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -80,23 +81,39 @@ class Wakeups:
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there
                 loop.call_soon_threadsafe(event.set)
 
-    def wait(self, url: str, seen: tuple[int, int], timeout_s: float) -> None:
-        """Block until ``url``'s generation is not ``seen``, at most ``timeout_s``."""
-        with self._changed:
-            self._changed.wait_for(lambda: self.generation(url) != seen, timeout_s)
+    def _moved(self, url: str, seen: tuple[int, int], need: int) -> bool:
+        releases, everything = self.generation(url)
+        return releases - seen[0] >= need or everything != seen[1]
 
-    async def wait_async(self, url: str, seen: tuple[int, int], timeout_s: float) -> None:
+    def wait(self, url: str, seen: tuple[int, int], timeout_s: float, need: int = 1) -> None:
+        """Block until ``need`` releases of ``url`` were heard since ``seen`` (or every
+        interface's generation moved), at most ``timeout_s``."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._moved(url, seen, need), timeout_s)
+
+    async def wait_async(
+        self, url: str, seen: tuple[int, int], timeout_s: float, need: int = 1
+    ) -> None:
         """``wait``, awaited on the running loop."""
+        deadline = time.monotonic() + timeout_s
         event = asyncio.Event()
         waiter = (asyncio.get_running_loop(), event)
         with self._changed:
-            if self.generation(url) != seen:
+            if self._moved(url, seen, need):
                 return
             self._loops.setdefault(url, set()).add(waiter)
         try:
-            await asyncio.wait_for(event.wait(), timeout_s)
-        except TimeoutError:
-            pass
+            while not self._moved(url, seen, need):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                event.clear()
+                if self._moved(url, seen, need):
+                    return
+                try:
+                    await asyncio.wait_for(event.wait(), remaining)
+                except TimeoutError:
+                    return
         finally:
             with self._changed:
                 waiters = self._loops.get(url)
