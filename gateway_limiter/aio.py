@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -298,7 +299,15 @@ class AsyncGatewayLimiter(LimiterCore):
 
     async def status(self, url: str | None = None) -> list[BucketStatus]:
         """Every limit in force (or ``url``'s) with its live state (shared buckets)."""
-        return [await self._describe(rule) for rule in chosen_limits(self.registry, url)]
+        states = [await self._describe(rule) for rule in chosen_limits(self.registry, url)]
+        return [await self._with_in_flight(s) for s in states]
+
+    async def _with_in_flight(self, state: BucketStatus) -> BucketStatus:
+        """``state`` with its interface's calls in flight, on its first limit only."""
+        rule = self.registry.snapshot.rules.get(state.rule.url)
+        if rule is None or rule.config_id != state.rule.config_id or rule.max_concurrent is None:
+            return state
+        return dataclasses.replace(state, in_flight=await self.in_flight(rule.url))
 
     async def _describe(self, rule: Rule) -> BucketStatus:
         # core.status.describe_state, with the peek awaited.

@@ -9,6 +9,7 @@ threaded I/O shell: it calls the backend and sleeps with ``time.sleep``.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -222,7 +223,15 @@ class GatewayLimiter(LimiterCore):
 
     def status(self, url: str | None = None) -> list[BucketStatus]:
         """Every limit in force (or ``url``'s) with its live state (shared buckets)."""
-        return [describe_state(rule, self.backend) for rule in chosen_limits(self.registry, url)]
+        states = [describe_state(rule, self.backend) for rule in chosen_limits(self.registry, url)]
+        return [self._with_in_flight(s) for s in states]
+
+    def _with_in_flight(self, state: BucketStatus) -> BucketStatus:
+        """``state`` with its interface's calls in flight, on its first limit only."""
+        rule = self.registry.snapshot.rules.get(state.rule.url)
+        if rule is None or rule.config_id != state.rule.config_id or rule.max_concurrent is None:
+            return state
+        return dataclasses.replace(state, in_flight=self.in_flight(rule.url))
 
     # --- concurrency: slot() (core/slots.py explains the design) ----------------------
 

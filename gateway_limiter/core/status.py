@@ -36,6 +36,9 @@ class BucketStatus:
     #: Milliseconds until one permit would be granted (0: now); None: unknown (a closed
     #: or sliding_window rule, or the state could not be read).
     next_free_ms: float | None = None
+    #: Calls in flight on the interface across the fleet (``slot()``); None: the row has
+    #: no ``maxConcurrent`` (or this is not the interface's first limit).
+    in_flight: int | None = None
 
 
 def chosen_limits(registry: Registry, url: str | None) -> list[Rule]:
