@@ -27,6 +27,12 @@ lift a limit in force; an interface whose limits are all shadow is on trial as a
 and shadow rows beside enforced limits of other periods or scopes are skipped with a
 warning (one call cannot be half enforced).
 
+``maxConcurrent`` caps the calls in flight (``limiter.slot``; docs/concurrency.md): NULL
+or 0 no cap, negative a skipped row, and the smallest cap of a URL's rows applies. A
+row always limits a rate too (``rateLimit`` stays required): a cap on concurrency alone
+is a row with a rate the supplier never reaches, so every row keeps one meaning for
+``try_acquire``.
+
 Disabled rows make no rule, but their URLs are kept (``RuleSet.disabled``) so that a
 decision can say "disabled" rather than "not configured".
 """
