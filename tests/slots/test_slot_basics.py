@@ -106,3 +106,13 @@ def test_an_interface_without_max_concurrent_is_decided_on_its_rate(lim: Gateway
         assert decision.allowed and decision.in_flight is None
     with lim.slot("/not-configured") as decision:
         assert decision.reason == "not_configured"
+
+
+@pytest.mark.parametrize("limiter_redis_url", ["memory://"])
+def test_on_memory_the_slots_are_this_process_s(lim: GatewayLimiter) -> None:
+    with lim.slot(URL) as first, lim.slot(URL) as second:
+        assert (first.in_flight, second.in_flight) == (1, 2)  # this one included
+        with pytest.raises(Refused), lim.slot(URL, timeout=0.05):
+            pytest.fail("a third call went in beside two")
+        assert lim.in_flight(URL) == 2
+    assert lim.in_flight(URL) == 0
