@@ -77,6 +77,7 @@ from gateway_limiter.backends.schemes import open_async_backend
 from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.backends.slots import (
     QUEUED,
+    TAKEN,
     parse_counts,
     parse_take,
     release_call,
@@ -351,9 +352,22 @@ class AsyncGatewayLimiter(LimiterCore):
         return dict(self._slotting.seen)
 
     async def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
+        lease_id = self._slotting.leases.new_id()
+        placed = [False]  # a place in the queue (or a slot) is held in Redis
+        try:
+            return await self._taking(rule, budget_s, key, lease_id, placed)
+        except BaseException:
+            if placed[0]:  # refused after waiting, or interrupted: give the place up now
+                await asyncio.shield(
+                    self._give_back(Held(rule.url, busy(rule, None, None), lease_id=lease_id))
+                )
+            raise
+
+    async def _taking(
+        self, rule: Rule, budget_s: float, key: str | None, lease_id: str, placed: list[bool]
+    ) -> Held:
         state, url = self._slotting, rule.url
         deadline = time.monotonic() + budget_s
-        lease_id = state.leases.new_id()
         waited = False
         while True:
             seen = state.wakeups.generation(url)
@@ -370,7 +384,7 @@ class AsyncGatewayLimiter(LimiterCore):
                     key,
                     lease_id,
                     self.settings.slot_lease,
-                    2 * ASK_AGAIN_S,
+                    2 * ASK_AGAIN_S if remaining > 0 else 0.0,  # 0: no place, no wait
                 )
                 try:
                     reply = await attempt_async(self._slot_script, call, parse_take)
@@ -383,6 +397,10 @@ class AsyncGatewayLimiter(LimiterCore):
                     self._backend_failed(reply)
                     continue  # the failure policy decides from here
                 state.seen[url] = reply.in_flight
+                # the script gives a place only to a caller with time to wait, and keeps
+                # it until the caller takes a slot or gives up
+                queued = reply.state == QUEUED and (remaining > 0 or placed[0])
+                placed[0] = reply.state == TAKEN or queued
                 if reply.state == QUEUED:
                     if remaining <= 0:
                         count_refusal(self._metrics, url)
@@ -402,14 +420,9 @@ class AsyncGatewayLimiter(LimiterCore):
                     raise Refused(decision)
                 state.leases.add(url, lease_id)
                 self._start_renewer()
-                held = Held(url, decision, lease_id=lease_id)
                 if (wait_s := allowed_wait_s(outcome[0])) > 0:
-                    try:
-                        await asyncio.sleep(wait_s)
-                    except asyncio.CancelledError:
-                        await asyncio.shield(self._give_back(held))
-                        raise
-                return held
+                    await asyncio.sleep(wait_s)  # cancelled: _take_slot gives the slot back
+                return Held(url, decision, lease_id=lease_id)
             # memory://: the whole cap here; Redis away: the failure policy's share of it
             if self._shared:
                 cap = fallback_cap(self.policy.kind, rule, self._fleet.size)

@@ -22,6 +22,7 @@ from gateway_limiter.backends.schemes import open_backend
 from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.backends.slots import (
     QUEUED,
+    TAKEN,
     parse_counts,
     parse_take,
     release_call,
@@ -265,9 +266,20 @@ class GatewayLimiter(LimiterCore):
             self._give_back(held)
 
     def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
+        lease_id = self._slotting.leases.new_id()
+        placed = [False]  # a place in the queue (or a slot) is held in Redis
+        try:
+            return self._taking(rule, budget_s, key, lease_id, placed)
+        except BaseException:
+            if placed[0]:  # refused after waiting, or interrupted: give the place up now
+                self._give_back(Held(rule.url, busy(rule, None, None), lease_id=lease_id))
+            raise
+
+    def _taking(
+        self, rule: Rule, budget_s: float, key: str | None, lease_id: str, placed: list[bool]
+    ) -> Held:
         state, url = self._slotting, rule.url
         deadline = time.monotonic() + budget_s
-        lease_id = state.leases.new_id()
         waited = False
         while True:
             seen = state.wakeups.generation(url)
@@ -282,13 +294,17 @@ class GatewayLimiter(LimiterCore):
                     key,
                     lease_id,
                     self.settings.slot_lease,
-                    2 * ASK_AGAIN_S,
+                    2 * ASK_AGAIN_S if remaining > 0 else 0.0,  # 0: no place, no wait
                 )
                 reply = attempt(self._slot_script, call, parse_take)
                 if isinstance(reply, BackendError):
                     self._backend_failed(reply)
                     continue  # the failure policy decides from here
                 state.seen[url] = reply.in_flight
+                # the script gives a place only to a caller with time to wait, and keeps
+                # it until the caller takes a slot or gives up
+                queued = reply.state == QUEUED and (remaining > 0 or placed[0])
+                placed[0] = reply.state == TAKEN or queued
                 if reply.state == QUEUED:
                     if remaining <= 0:
                         count_refusal(self._metrics, url)

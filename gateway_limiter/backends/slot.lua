@@ -31,7 +31,7 @@ KEYS[5..] the decision script's keys
 ARGV[1]  maxConcurrent
 ARGV[2]  lease in ms
 ARGV[3]  this call's lease id (also its place in the queue)
-ARGV[4]  ms a place in the queue is kept without the waiter asking again
+ARGV[4]  ms a place in the queue is kept without the waiter asking again (0: no place)
 ARGV[5..] the decision script's arguments
 
 Returns {state, in flight after this call, ms, ahead, then the decision script's reply}:
@@ -80,13 +80,15 @@ if held + ahead < max then
   return {0, held, 0, 0, unpack(reply)}
 end
 
-if not redis.call("ZSCORE", KEYS[2], id) then
-  redis.call("ZADD", KEYS[2], redis.call("INCR", KEYS[4]), id)
+if place_ms > 0 then  -- 0: the caller will not wait, so it takes no place
+  if not redis.call("ZSCORE", KEYS[2], id) then
+    redis.call("ZADD", KEYS[2], redis.call("INCR", KEYS[4]), id)
+  end
+  redis.call("ZADD", KEYS[3], now_ms + place_ms, id)
+  keep(KEYS[2], place_ms + 1000)
+  keep(KEYS[3], place_ms + 1000)
+  keep(KEYS[4], place_ms + 1000)
 end
-redis.call("ZADD", KEYS[3], now_ms + place_ms, id)
-keep(KEYS[2], place_ms + 1000)
-keep(KEYS[3], place_ms + 1000)
-keep(KEYS[4], place_ms + 1000)
 local first = redis.call("ZRANGE", KEYS[1], 0, 0, "WITHSCORES")
 local lapses = 0
 if first[2] then lapses = math.max(1, tonumber(first[2]) - now_ms) end

@@ -43,6 +43,10 @@ def _ms(seconds: float) -> str:
     return str(max(1, round(seconds * 1000)))
 
 
+def _place_ms(seconds: float) -> str:
+    return "0" if seconds <= 0 else _ms(seconds)
+
+
 def take_call(
     commands: Commands,
     prefix: str,
@@ -55,7 +59,8 @@ def take_call(
 ) -> ScriptCall:
     """Take a slot of ``rule`` (its ``max_concurrent``) and one permit within
     ``timeout_s``, leased for ``lease_s`` under ``lease_id``; a place in the queue
-    lapses after ``place_s`` unless asked again."""
+    lapses after ``place_s`` unless asked again (0: take no place, the caller will not
+    wait)."""
     decision = commands(rule, 1, timeout_s, caller, None)
     numkeys = int(decision.args[0])
     keys, argv = decision.args[1 : 1 + numkeys], decision.args[1 + numkeys :]
@@ -68,16 +73,16 @@ def take_call(
             str(rule.max_concurrent),
             _ms(lease_s),
             lease_id,
-            _ms(place_s),
+            _place_ms(place_s),
             *argv,
         ],
     )
 
 
 def release_call(prefix: str, url: str, lease_id: str) -> ScriptCall:
-    """Give back the slot ``lease_id`` of ``url``."""
-    leases, queue = slot_keys(prefix, url)[:2]
-    return ScriptCall("slot_release", [2, leases, queue, lease_id, channel(prefix), url])
+    """Give back the slot ``lease_id`` of ``url``, or its place in the queue."""
+    leases, queue, lapses = slot_keys(prefix, url)[:3]
+    return ScriptCall("slot_release", [3, leases, queue, lapses, lease_id, channel(prefix), url])
 
 
 def renew_call(prefix: str, url: str, lease_ids: list[str], lease_s: float) -> ScriptCall:

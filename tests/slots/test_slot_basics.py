@@ -116,3 +116,19 @@ def test_on_memory_the_slots_are_this_process_s(lim: GatewayLimiter) -> None:
             pytest.fail("a third call went in beside two")
         assert lim.in_flight(URL) == 2
     assert lim.in_flight(URL) == 0
+
+
+def test_a_waiter_that_gives_up_leaves_the_queue_at_once(
+    lim: GatewayLimiter, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    queue = slot_keys(key_prefix, URL)[1]
+    with lim.slot(URL):
+        with lim.slot(URL), pytest.raises(Refused), lim.slot(URL, timeout=0.1):
+            pytest.fail("a third call went in beside two")
+        assert redis_client.zcard(queue) == 0
+        # one slot free, nobody queued: a caller that will not wait gets it
+        with lim.slot(URL, timeout=0) as decision:
+            assert decision.in_flight == 2
+    with lim.slot(URL), lim.slot(URL), pytest.raises(Refused), lim.slot(URL, timeout=0):
+        pytest.fail("a third call went in beside two")
+    assert redis_client.zcard(queue) == 0  # timeout 0: it never took a place
