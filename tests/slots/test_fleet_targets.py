@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,9 @@ DELAY_S = 0.05
 
 pytestmark = pytest.mark.slow
 
+#: The checkout, so that the worker processes import its tests package.
+CHECKOUT = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture
 def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
@@ -44,7 +48,7 @@ def supplier() -> Iterator[Supplier]:
 
 
 def _worker(config: dict[str, Any]) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = {**os.environ, "PYTHONPATH": str(CHECKOUT)}
     return subprocess.Popen(
         [sys.executable, "-m", "tests.slots.slot_worker", json.dumps(config)],
         stdout=subprocess.PIPE,

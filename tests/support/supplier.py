@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from tests.support.services import free_port
@@ -93,8 +94,10 @@ class Supplier:
     def __init__(self, delay_s: float) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        checkout = Path(__file__).resolve().parents[2]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.supplier", str(self.port), str(delay_s)]
+            [sys.executable, "-m", "tests.support.supplier", str(self.port), str(delay_s)],
+            cwd=checkout,
         )
         deadline = time.monotonic() + 20
         while True:
