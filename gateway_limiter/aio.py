@@ -368,11 +368,11 @@ class AsyncGatewayLimiter(LimiterCore):
     ) -> Held:
         state, url = self._slotting, rule.url
         deadline = time.monotonic() + budget_s
-        waited = False
+        waited = failed = False
         while True:
             seen = state.wakeups.generation(url)
             remaining = max(0.0, deadline - time.monotonic())
-            if self._shared and self._breaker.allows():
+            if self._shared and not failed and self._breaker.allows():
                 if not state.subscribed:  # once: connecting blocks, so in a thread
                     client = self.backend.client  # type: ignore[attr-defined]
                     await asyncio.to_thread(state.subscribe, self.settings, client)
@@ -395,7 +395,8 @@ class AsyncGatewayLimiter(LimiterCore):
                     raise
                 if isinstance(reply, BackendError):
                     self._backend_failed(reply)
-                    continue  # the failure policy decides from here
+                    failed = True  # the failure policy decides this attempt
+                    continue
                 state.seen[url] = reply.in_flight
                 # the script gives a place only to a caller with time to wait, and keeps
                 # it until the caller takes a slot or gives up
@@ -436,8 +437,9 @@ class AsyncGatewayLimiter(LimiterCore):
                     waited = True
                     count_wait(self._metrics, url)
                 # a local release wakes this; so does the breaker's next probe
-                wait_s = min(remaining, self.settings.breaker_seconds)
+                wait_s = min(remaining, max(0.01, self.settings.breaker_seconds))
                 await state.wakeups.wait_async(url, seen, wait_s)
+                failed = False  # Redis may be asked again, once the breaker allows
                 continue
             if self._shared:
                 outcome = self._settled(rule, *self._fall_back(rule, 1, remaining, key))

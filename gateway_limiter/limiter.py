@@ -280,11 +280,11 @@ class GatewayLimiter(LimiterCore):
     ) -> Held:
         state, url = self._slotting, rule.url
         deadline = time.monotonic() + budget_s
-        waited = False
+        waited = failed = False
         while True:
             seen = state.wakeups.generation(url)
             remaining = max(0.0, deadline - time.monotonic())
-            if self._shared and self._breaker.allows():
+            if self._shared and not failed and self._breaker.allows():
                 state.subscribe(self.settings, self.backend.client)  # type: ignore[attr-defined]
                 call = take_call(
                     state.commands,
@@ -299,7 +299,8 @@ class GatewayLimiter(LimiterCore):
                 reply = attempt(self._slot_script, call, parse_take)
                 if isinstance(reply, BackendError):
                     self._backend_failed(reply)
-                    continue  # the failure policy decides from here
+                    failed = True  # the failure policy decides this attempt
+                    continue
                 state.seen[url] = reply.in_flight
                 # the script gives a place only to a caller with time to wait, and keeps
                 # it until the caller takes a slot or gives up
@@ -340,7 +341,10 @@ class GatewayLimiter(LimiterCore):
                     waited = True
                     count_wait(self._metrics, url)
                 # a local release wakes this; so does the breaker's next probe
-                state.wakeups.wait(url, seen, min(remaining, self.settings.breaker_seconds))
+                state.wakeups.wait(
+                    url, seen, min(remaining, max(0.01, self.settings.breaker_seconds))
+                )
+                failed = False  # Redis may be asked again, once the breaker allows
                 continue
             if self._shared:
                 outcome = self._settled(rule, *self._fall_back(rule, 1, remaining, key))

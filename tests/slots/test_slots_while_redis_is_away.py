@@ -130,3 +130,25 @@ def test_a_redis_restart_mid_call_leaves_no_slot_counted(
         assert _held(lim, 10) == 4
         client: redis.Redis = private_redis.client()
         assert client.zcard(slot_keys(key_prefix, URL)[0]) == 0
+
+
+def test_a_slot_wait_ends_on_time_however_often_redis_is_probed(
+    limiter_db: tuple[str, Engine], key_prefix: str
+) -> None:
+    with (
+        GatewayLimiter(
+            database_url=limiter_db[0],
+            redis_url=f"redis://127.0.0.1:{free_port()}/0",
+            key_prefix=key_prefix,
+            on_backend_error="local",
+            breaker_seconds=0.0,  # every attempt probes Redis again
+            reload_interval=3600,
+        ) as lim,
+        ExitStack() as stack,
+    ):
+        for _ in range(4):
+            stack.enter_context(lim.slot(URL, timeout=0.05))
+        started = time.monotonic()
+        with pytest.raises(Refused), lim.slot(URL, timeout=0.2):
+            pytest.fail("a fifth call went in beside four")
+        assert 0.19 <= time.monotonic() - started < 2.0
