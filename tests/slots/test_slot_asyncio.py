@@ -27,6 +27,7 @@ async def test_slots_are_held_and_given_back(
 ) -> None:
     async with alim.slot(URL) as first, alim.slot(URL) as second:
         assert (first.in_flight, second.in_flight) == (1, 2)
+        assert [s.in_flight for s in await alim.status()] == [2]
         with pytest.raises(Refused):
             async with alim.slot(URL, timeout=0.05):
                 pytest.fail("a third call went in beside two")
