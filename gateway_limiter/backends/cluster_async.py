@@ -127,6 +127,10 @@ class AsyncRedisClusterBackend:
         call = self._commands.pushback(rule, retry_after, caller, None)
         return scripts.parse_pushback(await self._queued(lambda: self._evalsha(call)))
 
+    async def script(self, call: scripts.ScriptCall) -> Any:
+        """Any other script call (``limiter.slot``'s), on the master of its keys' slot."""
+        return await self._queued(lambda: self._evalsha(call))
+
     async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """GET, then TIME on the node that holds the key."""
         key = state_key(self._prefix, rule)

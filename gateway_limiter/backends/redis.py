@@ -171,6 +171,10 @@ class ScriptBackend:
         """One EVALSHA of ``pushback.lua`` (``now``, µs, for tests that drive the clock)."""
         return parse_pushback(self._run(self._commands.pushback(rule, retry_after, caller, now)))
 
+    def script(self, call: ScriptCall) -> Any:
+        """Any other script call (``limiter.slot``'s): one EVALSHA where its keys live."""
+        return self._run(call)
+
     def _run(self, call: ScriptCall) -> Any:
         with backend_errors():
             client = self.client

@@ -319,6 +319,13 @@ class AsyncRedisBackend:
         self._start_lane()
         return scripts.parse_pushback(await call.future)
 
+    async def script(self, call: scripts.ScriptCall) -> Any:
+        """Any other script call (``limiter.slot``'s), queued with the decisions."""
+        queued = _Call(call, asyncio.get_running_loop().create_future())
+        self._queue.append(queued)
+        self._start_lane()
+        return await queued.future
+
     async def reserve(
         self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
     ) -> Verdict:

@@ -46,8 +46,30 @@ from gateway_limiter.model.pushback import PushbackState
 BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
 LIMITS_LUA = resources.files(__package__).joinpath("limits.lua").read_text(encoding="utf-8")
 PUSHBACK_LUA = resources.files(__package__).joinpath("pushback.lua").read_text(encoding="utf-8")
-#: Script name -> source; a backend registers each once.
-SCRIPTS = {"bucket": BUCKET_LUA, "limits": LIMITS_LUA, "pushback": PUSHBACK_LUA}
+
+
+def _lua(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+def with_slot(decision_source: str) -> str:
+    """``slot.lua`` composed after a decision script (``bucket.lua`` or ``limits.lua``)
+    wrapped as the function it calls: one script that takes a slot and the rate permit
+    together, while the rate's semantics stay in the decision script's own file."""
+    return f"local function rate_decision(KEYS, ARGV)\n{decision_source}\nend\n{_lua('slot.lua')}"
+
+
+#: Script name -> source; a backend registers each once. The ``slot_`` ones are
+#: ``limiter.slot``'s (``backends/slots.py``).
+SCRIPTS = {
+    "bucket": BUCKET_LUA,
+    "limits": LIMITS_LUA,
+    "pushback": PUSHBACK_LUA,
+    "slot_bucket": with_slot(BUCKET_LUA),
+    "slot_limits": with_slot(LIMITS_LUA),
+    "slot_release": _lua("slot_release.lua"),
+    "slot_renew": _lua("slot_renew.lua"),
+}
 #: Script name -> SHA1 of its source (what EVALSHA names).
 SHAS = {name: sha1(source.encode()).hexdigest() for name, source in SCRIPTS.items()}
 

@@ -17,6 +17,7 @@ from gateway_limiter.cli.arguments import (
     cache_arg,
     label_arg,
     leaf,
+    max_concurrent_arg,
     max_permits_arg,
     period_arg,
     rate_arg,
@@ -159,6 +160,15 @@ def _register_set(conf: Any) -> None:
         help=f"warm_up: seconds from cold to the full rate (warmupPeriod, 0 < S <= 3600); "
         f"'{NONE_WORD}': NULL",
     )
+    setp.add_argument(
+        "--max-concurrent",
+        dest="max_concurrent",
+        type=max_concurrent_arg,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help="at most N calls to the URL in flight across the fleet (maxConcurrent; "
+        f"limiter.slot); 0 or '{NONE_WORD}': NULL, no concurrency limit",
+    )
     onoff = setp.add_mutually_exclusive_group()
     onoff.add_argument("--enable", dest="status", action="store_const", const=1, help="status 1")
     onoff.add_argument("--disable", dest="status", action="store_const", const=0, help="status 0")
@@ -195,6 +205,8 @@ CONF_COLUMNS = (
     Column("perCaller", numeric=True),
     Column("effect"),
 )
+#: Shown before ``effect`` when some row has a ``maxConcurrent`` (schema 0006).
+MAX_CONCURRENT_COLUMN = Column("maxConcurrent", numeric=True)
 
 
 def cmd_conf_list(ctx: Context) -> int:
@@ -209,8 +221,12 @@ def cmd_conf_list(ctx: Context) -> int:
             f"'{PROG} conf set URL --rate N --enable'"
         )
         return 0
+    caps = any(r.max_concurrent is not None for r in rows)
+    columns = (
+        (*CONF_COLUMNS[:-1], MAX_CONCURRENT_COLUMN, CONF_COLUMNS[-1]) if caps else CONF_COLUMNS
+    )
     ctx.out.table(
-        CONF_COLUMNS,
+        columns,
         [
             [
                 str(r.config_id),
@@ -227,6 +243,7 @@ def cmd_conf_list(ctx: Context) -> int:
                 fmt_seconds(r.warmup_period),
                 fmt_opt(r.period_seconds),
                 fmt_opt(r.per_caller),
+                *([fmt_opt(r.max_concurrent)] if caps else []),
                 row_effect(r, ruleset),
             ]
             for r in rows
@@ -274,6 +291,7 @@ _CONF_FIELDS = (
     ("period_seconds", "periodSeconds"),
     ("per_caller", "perCaller"),
     ("shadow", "shadow"),
+    ("max_concurrent", "maxConcurrent"),
 )
 
 #: The algorithm columns: model attribute -> (column, the ``conf set`` flag that sets it).
@@ -419,6 +437,8 @@ def cmd_conf_set(ctx: Context) -> int:
         fields["status"] = a.status
     if a.shadow is not None:
         fields["shadow"] = a.shadow
+    if hasattr(a, "max_concurrent"):  # SUPPRESS: absent unless given (None: clear it)
+        fields["max_concurrent"] = a.max_concurrent
     rows = read_rows(engine)
     if old is None:
         target = ConfRow(

@@ -27,6 +27,12 @@ lift a limit in force; an interface whose limits are all shadow is on trial as a
 and shadow rows beside enforced limits of other periods or scopes are skipped with a
 warning (one call cannot be half enforced).
 
+``maxConcurrent`` caps the calls in flight (``limiter.slot``; docs/concurrency.md): NULL
+or 0 no cap, negative a skipped row, and the smallest cap of a URL's rows applies. A
+row always limits a rate too (``rateLimit`` stays required): a cap on concurrency alone
+is a row with a rate the supplier never reaches, so every row keeps one meaning for
+``try_acquire``.
+
 Disabled rows make no rule, but their URLs are kept (``RuleSet.disabled``) so that a
 decision can say "disabled" rather than "not configured".
 """
@@ -85,6 +91,8 @@ class Rule:
     per_caller: bool = False  # True: each caller key has its own state
     also: tuple[Rule, ...] = ()  # the interface's other limits
     shadow: bool = False  # decided and counted, never enforced (the call always goes ahead)
+    #: calls in flight at once across the fleet (``slot()``); None: no concurrency limit
+    max_concurrent: int | None = None
 
     if TYPE_CHECKING:
         # The generated __init__, except that ``algorithm`` may also be given as its
@@ -102,6 +110,7 @@ class Rule:
             per_caller: bool = False,
             also: tuple[Rule, ...] = (),
             shadow: bool = False,
+            max_concurrent: int | None = None,
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -189,6 +198,8 @@ def type_problem(row: ConfRow) -> str:
         return f"maxPermits {row.max_permits!r} is not a whole number"
     if not (row.warmup_period is None or _is_number(row.warmup_period)):
         return f"warmupPeriod {row.warmup_period!r} is not a number"
+    if not (row.max_concurrent is None or _is_whole(row.max_concurrent)):
+        return f"maxConcurrent {row.max_concurrent!r} is not a whole number"
     return ""
 
 
@@ -234,6 +245,8 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
     )
     if problem:
         return Skipped(row.config_id, problem)
+    if row.max_concurrent is not None and row.max_concurrent < 0:
+        return Skipped(row.config_id, f"maxConcurrent {row.max_concurrent} is negative")
     return Rule(
         url=url,
         rate=int(row.rate_limit),
@@ -245,6 +258,8 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         period=period,
         per_caller=bool(per_caller),
         shadow=bool(row.shadow),
+        # 0 is what `conf set --max-concurrent 0` clears: no concurrency limit, like NULL
+        max_concurrent=row.max_concurrent or None,
     )
 
 
@@ -295,10 +310,17 @@ def interface_rule(limits: Iterable[Rule]) -> Rule:
     limit closes the interface), else the shortest period, shared before per caller,
     then the lowest configId; the rest go into ``also`` in that order. The interface's
     wait budget is the smallest ``cache`` among its rows: the caller waits for every
-    limit at once, and no row allows more waiting than its own.
+    limit at once, and no row allows more waiting than its own. Its ``max_concurrent``
+    is the smallest any of its rows sets (the stricter cap wins, as for rates).
     """
     lead, *rest = sorted(limits, key=lambda r: (not r.closed, r.period, r.per_caller, r.config_id))
-    return replace(lead, cache=min(r.cache for r in (lead, *rest)), also=tuple(rest))
+    caps = [r.max_concurrent for r in (lead, *rest) if r.max_concurrent is not None]
+    return replace(
+        lead,
+        cache=min(r.cache for r in (lead, *rest)),
+        also=tuple(rest),
+        max_concurrent=min(caps) if caps else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,10 @@ class Decision(NamedTuple):
     (``limiter.pushback``), in the row's units (permits per ``periodSeconds``; windows
     in whole permits, as they enforce it): the ``limit`` unless a pushback without
     ``retry_after`` lowered it; None when not limited.
+
+    ``in_flight``: the calls to the interface in flight across the fleet as ``slot()``
+    saw it (this one included when it was admitted); None outside ``slot()``, or where
+    the row has no ``maxConcurrent``.
     """
 
     allowed: bool
@@ -81,6 +85,7 @@ class Decision(NamedTuple):
     limit: int | None = None
     shadow: bool = False
     effective_rate: float | None = None
+    in_flight: int | None = None
 
     def headers(self) -> dict[str, str]:
         """``X-RateLimit-Limit``, ``X-RateLimit-Remaining``, (refused) ``Retry-After``, and

@@ -310,6 +310,7 @@ class LimiterCore:
                 lambda: self._breaker.is_open,
                 fleet_size=lambda: self._fleet.size,
                 factors=lambda: dict(self._factors),
+                in_flight=self._in_flight_seen,
             )
         self._local_refusals = local_refusals_for(shared, self.registry)
 
@@ -321,6 +322,10 @@ class LimiterCore:
     def _open_backend(self, settings: Settings) -> bool:
         """Open this limiter's backend (no I/O yet); whether its state is shared."""
         raise NotImplementedError
+
+    def _in_flight_seen(self) -> dict[str, int]:
+        """Interface -> calls in flight as this process last saw (``slot()``)."""
+        return {}
 
     @property
     def backend_healthy(self) -> bool:

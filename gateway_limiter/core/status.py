@@ -45,6 +45,9 @@ class BucketStatus:
     #: (Unix seconds on the Redis server's clock; None: no hold).
     held_ms: float = 0.0
     held_until: float | None = None
+    #: Calls in flight on the interface across the fleet (``slot()``); None: the row has
+    #: no ``maxConcurrent`` (or this is not the interface's first limit).
+    in_flight: int | None = None
 
 
 #: What a pushback read got, as ``Peeked``: the state (None: none) and the clock (µs).

@@ -25,6 +25,13 @@ name                                        type      what
 ``gateway_limiter_rows_skipped``            gauge     rows the last reload skipped as invalid
 ``gateway_limiter_switch_on``               gauge     the global switch: 1 on, 0 off
 ``gateway_limiter_rule_permits_per_second`` gauge     each rule's ``rateLimit``, by ``interface``
+``gateway_limiter_in_flight``               gauge     calls in flight by ``interface`` (rows with
+                                                      ``maxConcurrent``), fleet-wide as this
+                                                      process's last slot call saw it
+``gateway_limiter_slot_waits_total``        counter   ``slot()`` calls that had to queue for a
+                                                      slot, by ``interface``
+``gateway_limiter_slot_refusals_total``     counter   ``slot()`` calls refused (no slot, or no
+                                                      rate permit, in time), by ``interface``
 ``gateway_limiter_bucket_*``                gauge     live bucket state by ``interface``
                                                       (``serve-metrics`` only; see there)
 =========================================== ========= ==========================================
@@ -117,6 +124,8 @@ class Source:
     #: interface -> its effective rate as a fraction of the row's, where the last reply
     #: said it was below 1 (pushback); the others run at the row's rate.
     factors: Callable[[], Mapping[str, float]] | None = None
+    #: interface -> calls in flight fleet-wide, as the last slot call saw it.
+    in_flight: Callable[[], Mapping[str, int]] | None = None
 
 
 class Tally:
@@ -200,6 +209,19 @@ class ProcessMetrics:
         )
         for outcome in ("ok", "failed"):  # both series exist from the start, at 0
             self.reloads.labels(outcome=outcome)
+        #: ``slot()`` calls that queued for a slot / were refused, by interface
+        self.slot_waits = Counter(
+            PREFIX + "slot_waits",
+            "slot() calls that had to wait for a free slot.",
+            ["interface"],
+            registry=registry,
+        )
+        self.slot_refusals = Counter(
+            PREFIX + "slot_refusals",
+            "slot() calls refused: no slot or no rate permit within the wait budget.",
+            ["interface"],
+            registry=registry,
+        )
         # (interface, reason, allowed) -> its tally; interface -> its waits.
         self._decided: dict[tuple[str, str, bool], Tally] = {}
         self._bumps: dict[tuple[str, str, bool], Callable[[], int]] = {}
@@ -355,8 +377,14 @@ def _families(source: Source | None) -> list[Metric]:
         "(permits per period; the rateLimit when none).",
         labels=["interface"],
     )
+    in_flight = gauge(
+        "in_flight",
+        "Calls in flight fleet-wide on interfaces with maxConcurrent, as this process's "
+        "last slot call saw it.",
+        labels=["interface"],
+    )
     families: list[Metric] = [rules, shadow, skipped, switch, age, fallback, fleet]
-    families += [rates, stored, debt, free, effective]
+    families += [rates, stored, debt, free, effective, in_flight]
     if source is None:
         return families
     snapshot = source.snapshot()
@@ -376,6 +404,10 @@ def _families(source: Source | None) -> list[Metric]:
         effective.add_metric(
             [url], effective_rate(rule.rate, factors.get(url, 1.0), rule.algorithm)
         )
+    seen = {} if source.in_flight is None else source.in_flight()
+    for url in sorted(snapshot.rules):
+        if snapshot.rules[url].max_concurrent is not None:
+            in_flight.add_metric([url], seen.get(url, 0))
     if source.buckets is not None:
         for sample in source.buckets():
             stored.add_metric([sample.url], sample.stored)
