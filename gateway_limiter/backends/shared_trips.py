@@ -137,21 +137,11 @@ class RoundTripSharing:
         return self._follow(waiting)
 
     def _follow(self, waiting: Queued) -> tuple[Any, float]:
-        wait_s = self._wait_s()
-        if not waiting.wait(wait_s):
-            with self._lock:
-                if waiting.queued:  # never sent: leave the queue, nothing reserved
-                    self._queue.remove(waiting)
-                    raise BackendError(
-                        f"TimeoutError: no round trip to Redis within {wait_s:.3f} s"
-                    )
-                leads = waiting.batch is not None
-            # Taken into a batch. Its sender is woken right after the lock is let go,
-            # so wait for that without a limit; a reply comes within the batch's reads:
-            # wait once more, then give up (the sender still reads the reply, so the
-            # connection stays in step, and drops it).
-            if not waiting.wait(None if leads else wait_s):
-                raise BackendError(f"TimeoutError: no reply from Redis within {2 * wait_s:.3f} s")
+        try:
+            self._wait_turn(waiting)
+        except BaseException:  # KeyboardInterrupt while asleep: give the turn on
+            self._abandon(waiting)
+            raise
         batch = waiting.batch
         if batch is not None:  # chosen to send the batch it heads
             waiting.batch = None
@@ -167,6 +157,45 @@ class RoundTripSharing:
         if waiting.error is not None:
             raise waiting.error
         return waiting.reply, waiting.sent
+
+    def _wait_turn(self, waiting: Queued) -> None:
+        """Sleep until ``waiting`` is answered or leads a batch; BackendError when its
+        wait runs out first."""
+        wait_s = self._wait_s()
+        if not waiting.wait(wait_s):
+            with self._lock:
+                if waiting.queued:  # never sent: leave the queue, nothing reserved
+                    self._queue.remove(waiting)
+                    raise BackendError(
+                        f"TimeoutError: no round trip to Redis within {wait_s:.3f} s"
+                    )
+                leads = waiting.batch is not None
+            # Taken into a batch. Its sender is woken right after the lock is let go,
+            # so wait for that without a limit; a reply comes within the batch's reads:
+            # wait once more, then give up (the sender still reads the reply, so the
+            # connection stays in step, and drops it).
+            if not waiting.wait(None if leads else wait_s):
+                raise BackendError(f"TimeoutError: no reply from Redis within {2 * wait_s:.3f} s")
+
+    def _abandon(self, waiting: Queued) -> None:
+        """``waiting``'s caller stopped waiting (interrupted): out of the queue if still
+        in it; if it was to send a batch, the next caller of that batch sends it (or the
+        queue moves on), so nobody is left waiting for a sender that is gone."""
+        with self._lock:
+            if waiting.queued:
+                self._queue.remove(waiting)
+                waiting.queued = False
+                return
+            batch, waiting.batch = waiting.batch, None
+            rest = batch[1:] if batch is not None else []
+            if rest:
+                rest[0].batch = rest
+        if batch is None:
+            return  # in flight: the sender reads its reply and drops it
+        if rest:
+            rest[0].wake()
+        else:
+            self._done(None)
 
     def _done(self, error: BaseException | None) -> None:
         """A round trip ended: hand the queue to its first caller, or stand down. After a
