@@ -4,8 +4,8 @@ The asyncio backend batches coroutines' decisions into shared round trips ("lane
 ``backends/redis_async.py``); this is the same for threads, as a leader and followers:
 
 - A thread that finds no round trip in flight becomes the **leader**: it sends its own
-  call at once, on its own thread, exactly as an unbatched client would (no queue, no
-  thread hop: one thread alone is no slower).
+  call at once, on its own thread (no queue, no thread hop: one thread alone is no
+  slower), as a batch of one.
 - A thread that finds a round trip in flight **queues** its call and sleeps on a lock of
   its own.
 - When a leader's round trip is done it takes the queue (up to ``BATCH`` calls, first
