@@ -16,10 +16,11 @@ It splits the gap between ``try_acquire`` and the floor of ``decision_cost.py`` 
    backend's ``reserve`` (adds building ARGV and parsing the reply), ``try_acquire``
    (adds argument checks, routing, the breaker). Client CPU is a rough guide only:
    the kernel charges loopback work to whichever side happens to run it.
-3. Python alone, Redis stubbed out: ``evalsha`` on the limiter's client replaced by a
-   function returning a canned reply, so what is left is the limiter's own code
-   (argument checks, routing, breaker, ARGV building, reply parsing) plus redis-py's
-   ``Script.__call__``.
+3. Python alone, Redis stubbed out: the backend's round trips
+   (``backends/shared_trips.py``) replaced by a canned reply, so what is left is the
+   limiter's own code (argument checks, routing, breaker, ARGV building, reply
+   parsing); and, for comparison, redis-py's ``Script.__call__`` of ``return 1`` with
+   ``evalsha`` stubbed.
 
 Every number is a median over interleaved repetitions; the machine facts are printed
 first so the numbers can be read against the host they came from.
@@ -50,28 +51,30 @@ from bench.harness.limiters import (
 )
 from bench.harness.report import machine_facts, table
 from bench.harness.servers import private_redis
-from gateway_limiter.backends.scripts import BUCKET_LUA
+from gateway_limiter.backends.scripts import BUCKET_LUA, Commands
 
 REPEATS = 5
 
 
-def sent_args(client: redis.Redis, decide: Callable[[], Any]) -> list[str]:
-    """The ARGV the limiter sends with its EVALSHA, captured from one real decision."""
-    seen: list[tuple[Any, ...]] = []
-    real = client.evalsha
+def sent_args(limiter: Any) -> list[str]:
+    """The ARGV the limiter sends with its EVALSHA for ``try_acquire(OPEN_URL,
+    timeout=0)``, built as the backend builds it (``backends/scripts.py``)."""
+    rule = limiter.registry.snapshot.rules[OPEN_URL]
+    call = Commands(limiter.settings.key_prefix)(rule, 1, 0.0, None, None)
+    numkeys = int(call.args[0])
+    return [str(a) for a in call.args[1 + numkeys :]]
 
-    def recording(sha: str, numkeys: int, *keys_and_args: Any) -> Any:
-        seen.append(keys_and_args[numkeys:])  # ARGV, after the keys
-        return real(sha, numkeys, *keys_and_args)
 
-    client.evalsha = recording  # type: ignore[method-assign]
-    try:
-        decide()
-    finally:
-        del client.evalsha  # back to the class's method
-    if not seen:
-        raise SystemExit("the limiter made no EVALSHA (is the row limited?)")
-    return [str(a) for a in seen[0]]
+class Canned:
+    """Stands in for the backend's round trips (``backends/shared_trips.py``): every
+    call is answered with ``reply`` at once, without Redis."""
+
+    def __init__(self, reply: Any) -> None:
+        self.reply = reply
+
+    def run(self, call: Any) -> tuple[Any, float]:
+        """``reply``, as if sent at once."""
+        return self.reply, 0.0
 
 
 def server_micros(
@@ -142,7 +145,7 @@ def main() -> int:
             stack, database_url, redis_url, "gwlbenchwhere", metrics=False, **patient
         )
         client: redis.Redis = limiter.backend.client  # type: ignore[attr-defined]
-        args = sent_args(client, lambda: limiter.try_acquire(OPEN_URL, timeout=0))
+        args = sent_args(limiter)
 
         server = server_micros(
             admin,
@@ -198,7 +201,8 @@ def main() -> int:
         # Redis stubbed out below: nothing after this may talk to Redis.
         canned = [1, b"0", b"9999999", b"0", b"1", b"0"]  # what bucket.lua answers: 6 numbers
         client.evalsha = lambda *a, **k: canned  # type: ignore[method-assign]
-        quiet.backend.client.evalsha = lambda *a, **k: canned  # type: ignore[attr-defined]
+        limiter.backend._sharing = Canned(canned)  # type: ignore[attr-defined]
+        quiet.backend._sharing = Canned(canned)  # type: ignore[attr-defined]
         stub = python_micros(
             {
                 "Script.__call__ (return 1, stubbed)": bare,
@@ -211,7 +215,7 @@ def main() -> int:
             }
         )
         script_only = stub["Script.__call__ (return 1, stubbed)"]
-        print("3. Python alone (evalsha stubbed with a canned reply)")
+        print("3. Python alone (round trips stubbed with a canned reply)")
         print(
             table(
                 ["call", "us/call", "+ over Script.__call__"],

@@ -52,10 +52,16 @@ from gateway_limiter.backends.scripts import (
     parse_state,
     pushback_peek_key,
 )
+from gateway_limiter.backends.shared_trips import (
+    Queued,
+    RoundTripSharing,
+    pack_command,
+    stamp,
+)
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import BucketState, Verdict
+from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
 from gateway_limiter.model.pushback import PushbackState
 from gateway_limiter.observe.redact import url_error
 
@@ -158,7 +164,17 @@ class ScriptBackend:
 
         ``now`` (µs) is for tests that drive the clock.
         """
-        return parse_reply(self._run(self._commands(rule, permits, timeout, caller, now)))
+        entered_s = time.monotonic()
+        reply, sent_s = self._ask(self._commands(rule, permits, timeout, caller, now))
+        verdict = parse_reply(reply)
+        if sent_s > entered_s and verdict.next_free_us > 0.0:
+            # Queued behind another thread's round trip (backends/shared_trips.py):
+            # next_free counts from when the script ran, after the call was written;
+            # counted from entering here (what the limiter goes by) it is that much later.
+            return verdict._replace(
+                next_free_us=verdict.next_free_us + (sent_s - entered_s) * US_PER_S
+            )
+        return verdict
 
     def pushback(
         self,
@@ -169,13 +185,19 @@ class ScriptBackend:
         now: float | None = None,
     ) -> tuple[float, float]:
         """One EVALSHA of ``pushback.lua`` (``now``, µs, for tests that drive the clock)."""
-        return parse_pushback(self._run(self._commands.pushback(rule, retry_after, caller, now)))
+        return parse_pushback(self._ask(self._commands.pushback(rule, retry_after, caller, now))[0])
+
+    def _ask(self, call: ScriptCall) -> tuple[Any, float]:
+        """``call``'s reply, and when it was written if it waited for another thread's
+        round trip (monotonic s; 0.0: sent at once, by this thread)."""
+        return self._run(call), 0.0
 
     def script(self, call: ScriptCall) -> Any:
         """Any other script call (``limiter.slot``'s): one EVALSHA where its keys live."""
         return self._run(call)
 
     def _run(self, call: ScriptCall) -> Any:
+        """One EVALSHA alone (a SCRIPT LOAD and a second one after NOSCRIPT)."""
         with backend_errors():
             client = self.client
             if not self._readiness.ready:  # Redis was away at start: ready it now, once
@@ -393,12 +415,45 @@ def redis_url(settings: Settings) -> str:
     return settings.redis_url
 
 
+# redis-py < 5.3 needs a command name here; later versions warn when given one.
+_POOL_ARGS: tuple[str, ...] = (
+    ("EVALSHA",)
+    if inspect.signature(redis.ConnectionPool.get_connection).parameters["command_name"].default
+    is inspect.Parameter.empty
+    else ()
+)
+
+
+def connection_failed(error: BaseException) -> bool:
+    """True when ``error`` (a BackendError from ``backend_errors``) means the connection
+    or Redis failed, False when it is one call's own error reply (a script error)."""
+    cause = error.__cause__ if isinstance(error, BackendError) else error
+    return not isinstance(cause, ResponseError)
+
+
 @register("redis", "rediss", "unix")
 class RedisBackend(ScriptBackend):
-    """The scripts on one Redis server (a master)."""
+    """The scripts on one Redis server (a master). Threads deciding at once share round
+    trips (``backends/shared_trips.py``): one alone sends its EVALSHA at once, the
+    others queue and go together, in one pipeline, after the round trip in flight."""
 
     shared = True
-    __slots__ = ("_client", "_commands", "_prefix", "_readiness", "_round_trips")
+    __slots__ = (
+        "_client",
+        "_commands",
+        "_packed",
+        "_prefix",
+        "_readiness",
+        "_round_trips",
+        "_sharing",
+        "_wait_base_s",
+    )
+
+    #: NOSCRIPT rounds of a batch before its calls give up (a SCRIPT FLUSH between the
+    #: LOAD and the EVALSHAs, again and again).
+    RELOADS = 3
+    #: Packed commands kept at most (~150 bytes each); past this the cache starts over.
+    PACKED = 4096
 
     def __init__(self, settings: Settings, client: redis.Redis | None = None) -> None:
         if client is None:
@@ -416,11 +471,94 @@ class RedisBackend(ScriptBackend):
         self._prefix = settings.key_prefix
         self._commands = Commands(settings.key_prefix)
         self._readiness = Readiness()
+        self._packed: dict[tuple[Any, ...], bytes] = {}
+        # A follower waits for the round trip in flight, then for its own: each may
+        # wait for a pooled connection (redis_timeout), open one and read replies.
+        self._wait_base_s = settings.redis_timeout + settings.redis_connect_timeout
+        self._sharing = RoundTripSharing(
+            self._send_alone, self._send_batch, self._follower_wait_s, connection_failed
+        )
 
     @property
     def client(self) -> redis.Redis:
         """The redis-py client (for status and tests)."""
         return self._client
+
+    def _ask(self, call: ScriptCall) -> tuple[Any, float]:
+        """``call`` alone, or in one pipeline with other threads' (``shared_trips``)."""
+        if not self._readiness.ready:  # Redis was away at start: ready it now, once
+            with backend_errors():
+                self._get_ready(self._client)
+        return self._sharing.run(call)
+
+    def _send_alone(self, call: ScriptCall) -> Any:
+        """One call with no other thread's: the batch path with a batch of one. It is
+        cheaper than redis-py's ``evalsha`` (a packed command kept, no command parsing
+        or response callbacks), and the same on the wire: one EVALSHA, and after
+        NOSCRIPT a SCRIPT LOAD and the EVALSHA again in one write."""
+        alone = Queued(call)
+        self._send_batch([alone])
+        if alone.error is not None:
+            raise alone.error
+        return alone.reply
+
+    def _follower_wait_s(self) -> float:
+        return self._wait_base_s + self._round_trips.timeout_s
+
+    def _send_batch(self, batch: list[Queued]) -> None:
+        """The batch's EVALSHAs in one write on one pooled connection; each caller
+        answered from its own reply as it is read. NOSCRIPT: SCRIPT LOAD, and the calls
+        it hit asked again in the next write. The connection is dropped when the round
+        trip fails (replies may be unread: never read them later)."""
+        pool = self._client.connection_pool
+        with backend_errors():
+            conn = pool.get_connection(*_POOL_ARGS)
+            try:
+                self._pipeline(conn, batch)
+            except BaseException:
+                conn.disconnect()  # type: ignore[no-untyped-call]
+                raise
+            finally:
+                pool.release(conn)
+
+    def _pipeline(self, conn: Any, batch: list[Queued]) -> None:
+        calls: list[Queued] = batch
+        names: tuple[str, ...] = ()
+        for _attempt in range(self.RELOADS + 1):
+            packed = [self._pack(conn, ("SCRIPT", "LOAD", SCRIPTS[n])) for n in names]
+            packed += [self._pack(conn, ("EVALSHA", *w.call.evalsha)) for w in calls]
+            stamp(calls)
+            conn.send_packed_command([b"".join(packed)], check_health=False)
+            for _ in names:
+                conn.read_response()
+            reload: list[Queued] = []
+            for waiting in calls:
+                try:
+                    waiting.answer(conn.read_response())
+                except NoScriptError:  # flushed or restarted: load, ask again
+                    reload.append(waiting)
+                except ResponseError as e:  # the script failed for this call only
+                    error = BackendError(describe(e))
+                    error.__cause__ = e  # connection_failed reads it: not a failure
+                    waiting.answer(error=error)
+            if not reload:
+                return
+            calls, names = reload, tuple(sorted({w.call.name for w in reload}))
+        error = BackendError("NOSCRIPT: Redis keeps losing the script")
+        for waiting in calls:
+            waiting.answer(error=error)
+
+    def _pack(self, conn: Any, command: tuple[Any, ...]) -> bytes:
+        """``command`` in the Redis protocol. Decisions repeat (the same rule, permits
+        and budget make the same EVALSHA), so packed commands are kept."""
+        packed = self._packed.get(command)
+        if packed is None:
+            if len(self._packed) >= self.PACKED:
+                self._packed.clear()
+            encoder = conn.encoder
+            packed = pack_command(command, encoder.encoding, encoder.encoding_errors)
+            self._packed[command] = packed
+        return packed
 
     def close(self) -> None:
         """Close every pooled connection."""

@@ -25,6 +25,12 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("overload.py", ["--quick"], ["1. 8 threads", "2. asyncio", "local refusals:"]),
         ("pushback_constants.py", [], ["decrease  recovery/s  success share"]),
         ("slot_cost.py", ["--quick"], ["Slot cost", "slot: take + give back"]),
+        (
+            "server_time.py",
+            ["--calls", "200", "--repeats", "1"],
+            ["1. Redis server time", "2. Redis server time", "limits.lua, fixed window"],
+        ),
+        ("reload_cost.py", ["--rows", "50", "--repeats", "2"], ["1. One reload of 50 rows"]),
     ],
 )
 def test_benchmark_runs_to_its_tables(script: str, args: list[str], expected: list[str]) -> None:

@@ -1,0 +1,252 @@
+"""Threads deciding at once share round trips (``backends/shared_trips.py``), and every
+decision is still its own script call with its own reply, error, NOSCRIPT retry and
+timeout, on a real Redis.
+
+A round trip is held in flight with ``CLIENT PAUSE`` (Redis answers nothing meanwhile),
+so the calls that arrive during it are queued for certain, and go together in the next.
+Decisions use a fixed ``now``: no refill, so what is admitted is exact whatever the
+order of the threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.redis import RedisBackend
+from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.backends.sentinel import SentinelBackend
+from gateway_limiter.config.rules import Algorithm, Rule
+from gateway_limiter.config.settings import Settings
+from gateway_limiter.model.bucket import Verdict
+from tests.support.clusters import LocalSentinel
+from tests.support.services import RedisServer
+
+NOW_US = 1_700_000_000_000_000.0
+
+
+def _backend(url: str, prefix: str, timeout_s: float = 2.0) -> RedisBackend:
+    return RedisBackend(
+        Settings(
+            redis_url=url,
+            key_prefix=prefix,
+            redis_timeout=timeout_s,
+            redis_timeout_ceiling=timeout_s,
+        )
+    )
+
+
+@pytest.fixture
+def backend(redis_server: RedisServer, key_prefix: str) -> Iterator[RedisBackend]:
+    b = _backend(redis_server.url, key_prefix)
+    b.prepare()
+    yield b
+    b.close()
+
+
+def _in_threads(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run each call on a thread of its own; each result, or the exception it raised."""
+    results: list[Any] = [None] * len(calls)
+
+    def one(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except Exception as e:
+            results[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "a caller hangs"
+    return results
+
+
+def _reads(client: redis.Redis) -> int:
+    return int(client.info("stats")["total_reads_processed"])
+
+
+def _evalsha_calls(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def _paused_then(
+    client: redis.Redis, pause_ms: int, first: Callable[[], Any], rest: list[Callable[[], Any]]
+) -> list[Any]:
+    """Redis pauses; ``first`` goes (its round trip held in flight), then every call of
+    ``rest`` arrives while it is held; the results, ``first``'s first."""
+    client.execute_command("CLIENT", "PAUSE", pause_ms, "ALL")  # type: ignore[no-untyped-call]
+    started = threading.Event()
+
+    def lead() -> Any:
+        started.set()
+        return first()
+
+    def follow(call: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            started.wait(5)
+            time.sleep(0.05)  # the first call is written by now, and held
+            return call()
+
+        return run
+
+    return _in_threads([lead, *[follow(c) for c in rest]])
+
+
+def test_many_threads_admit_exactly_the_capacity_and_share_round_trips(
+    backend: RedisBackend, redis_client: redis.Redis
+) -> None:
+    capacity, threads, each = 300, 8, 60
+    rule = Rule("/share/exact", capacity, 0.0, 0)
+    reads, evalshas = _reads(redis_client), _evalsha_calls(redis_client)
+
+    def caller() -> list[bool]:
+        return [backend.reserve(rule, 1, 0.0, now=NOW_US).allowed for _ in range(each)]
+
+    results = _in_threads([caller] * threads)
+
+    verdicts = [v for r in results for v in r]
+    assert len(verdicts) == threads * each
+    assert sum(verdicts) == capacity  # exact: not one more, not one less
+    # every decision is its own EVALSHA, and they went in fewer socket reads than calls
+    assert _evalsha_calls(redis_client) - evalshas == threads * each
+    assert _reads(redis_client) - reads < threads * each
+
+
+def test_calls_queued_behind_a_round_trip_in_flight_go_in_one_more(
+    backend: RedisBackend, redis_client: redis.Redis
+) -> None:
+    rule = Rule("/share/queued", 1000, 0.0, 0)
+    reads = _reads(redis_client)
+
+    def call() -> Verdict:
+        return backend.reserve(rule, 1, 0.0, now=NOW_US)
+
+    results = _paused_then(redis_client, 400, call, [call] * 30)
+
+    assert all(isinstance(r, Verdict) and r.allowed for r in results), results
+    # 31 decisions: reserved one permit each, one after the other
+    assert sorted(round(r.stored) for r in results) == list(range(1000 - 31, 1000))
+    # the first call's read, the batch's read or two, CLIENT PAUSE and INFO: not 31
+    assert _reads(redis_client) - reads <= 10
+
+
+def test_an_error_reply_is_that_callers_alone(
+    backend: RedisBackend, redis_client: redis.Redis
+) -> None:
+    good = Rule("/share/good", 1000, 0.0, 0)
+
+    def ask() -> Verdict:
+        return backend.reserve(good, 1, 0.0, now=NOW_US)
+
+    def refused() -> Any:
+        # the path every decision takes, with a call Redis refuses: more keys than args
+        return backend._ask(ScriptCall("bucket", [3, "only-one-key"]))
+
+    results = _paused_then(redis_client, 300, ask, [ask] * 10 + [refused] + [ask] * 10)
+
+    errors = [r for r in results if isinstance(r, Exception)]
+    assert len(errors) == 1
+    assert isinstance(errors[0], BackendError)
+    assert "keys" in str(errors[0]).lower()
+    verdicts = [r for r in results if isinstance(r, Verdict)]
+    assert len(verdicts) == 21
+    assert sorted(round(v.stored) for v in verdicts) == list(range(1000 - 21, 1000))
+
+
+def test_noscript_in_a_batch_loads_the_scripts_and_asks_again_for_those_calls(
+    backend: RedisBackend, redis_client: redis.Redis
+) -> None:
+    bucket = Rule("/share/noscript", 1000, 0.0, 0)
+    windows = Rule("/share/noscript-window", 1000, 0.0, 0, algorithm=Algorithm.SLIDING_WINDOW)
+    redis_client.script_flush()
+    # The first call runs limits.lua and loads only that; the batch behind it then
+    # meets NOSCRIPT for bucket.lua and pushback.lua, mid-pipeline.
+    first = lambda: backend.reserve(windows, 1, 0.0, now=NOW_US)  # noqa: E731
+    decide = lambda: backend.reserve(bucket, 1, 0.0, now=NOW_US)  # noqa: E731
+    push = lambda: backend.pushback(bucket, None, now=NOW_US)  # noqa: E731
+
+    results = _paused_then(redis_client, 300, first, [decide] * 12 + [push] + [decide] * 12)
+
+    assert not [r for r in results if isinstance(r, Exception)], results
+    decisions = [r for r in results[1:] if isinstance(r, Verdict)]
+    assert len(decisions) == 24
+    assert all(v.allowed for v in decisions)
+    factor, _next_free = next(r for r in results if isinstance(r, tuple) and len(r) == 2)
+    assert 0.0 < factor < 1.0  # the pushback was recorded
+    used = [backend._commands.shas[name] for name in ("bucket", "limits", "pushback")]
+    assert redis_client.script_exists(*used) == [True] * 3
+
+
+def test_a_hung_redis_fails_the_round_trip_and_the_queue_and_poisons_nothing_after(
+    redis_server: RedisServer, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    backend = _backend(redis_server.url, key_prefix, timeout_s=0.2)
+    backend.prepare()
+    after = Rule("/share/after", 3, 0.0, 0)
+    try:
+        began = time.monotonic()
+        call = lambda: backend.reserve(Rule("/share/hung", 100, 0.0, 0), 1, 0.0)  # noqa: E731
+        results = _paused_then(redis_client, 1500, call, [call] * 10)
+        took = time.monotonic() - began
+
+        assert all(isinstance(r, BackendError) for r in results), results
+        assert "Timeout" in str(results[0])
+        # the queue gave up with the round trip it waited on, not 1.5 s later with Redis
+        assert took < 1.4, took
+        time.sleep(max(0.0, 1.6 - took))  # Redis answers again
+
+        # Nobody reads a stale reply: each decision gets its own, in order.
+        verdicts = [backend.reserve(after, 1, 0.0, now=NOW_US) for _ in range(4)]
+        assert [v.allowed for v in verdicts] == [True, True, True, False]
+        assert [round(v.stored) for v in verdicts[:3]] == [2, 1, 0]
+    finally:
+        backend.close()
+
+
+def test_one_thread_alone_is_sent_at_once_on_its_own_thread(backend: RedisBackend) -> None:
+    rule = Rule("/share/alone", 10, 0.0, 0)
+    sent_by: list[str] = []
+    send_one = backend._sharing._send_one
+
+    def spy(call: Any) -> Any:
+        sent_by.append(threading.current_thread().name)
+        return send_one(call)
+
+    backend._sharing._send_one = spy
+    verdicts = [backend.reserve(rule, 1, 0.0, now=NOW_US) for _ in range(3)]
+
+    assert [v.allowed for v in verdicts] == [True, True, True]
+    assert sent_by == [threading.current_thread().name] * 3
+
+
+def test_sentinel_backend_shares_round_trips_exactly(
+    redis_sentinel: LocalSentinel, key_prefix: str
+) -> None:
+    backend = SentinelBackend(
+        Settings(
+            redis_url=redis_sentinel.url,
+            key_prefix=key_prefix,
+            redis_timeout=2.0,
+            redis_timeout_ceiling=2.0,
+        )
+    )
+    rule = Rule("/share/sentinel", 200, 0.0, 0)
+    try:
+        backend.prepare()
+
+        def caller() -> list[bool]:
+            return [backend.reserve(rule, 1, 0.0, now=NOW_US).allowed for _ in range(40)]
+
+        results = _in_threads([caller] * 8)
+
+        assert sum(v for r in results for v in r) == 200
+    finally:
+        backend.close()
