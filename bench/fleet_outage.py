@@ -37,12 +37,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness.limiters import write_rows
 from bench.harness.report import load_average, machine_facts, table
-from tests.support.outage import CAPACITY, OUTAGE_S, PROCESSES, RATE, URL, run_outage
+from tests.support.outage import (
+    CAPACITY,
+    OUTAGE_S,
+    PROCESSES,
+    RATE,
+    UNEVEN_PACE,
+    UNEVEN_THREADS,
+    URL,
+    run_outage,
+)
 from tests.support.services import RedisServer
-
-#: The uneven load: process 0 carries 80 % of 50 calls/s.
-UNEVEN_THREADS = [12, 1, 1, 1]
-UNEVEN_PACE = 10 / 3
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -30,6 +30,7 @@ from gateway_limiter.backends import scripts
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.cluster import cluster_options, cluster_policies
 from gateway_limiter.backends.fleet import (
+    Heartbeat,
     fleet_key,
     heartbeat_args,
     parse_heartbeat,
@@ -163,9 +164,9 @@ class AsyncRedisClusterBackend:
             raise
         self._readiness.done(policies)
 
-    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+    async def heartbeat(self, member: str, ttl_ms: int, demand: str = "") -> Heartbeat:
         """One EVAL of the fleet's heartbeat on the master of the set's slot."""
-        args = heartbeat_args(self._prefix, member, ttl_ms)
+        args = heartbeat_args(self._prefix, member, ttl_ms, demand)
         return parse_heartbeat(await self._queued(lambda: self._client.eval(*args)))
 
     async def members(self) -> tuple[list[tuple[str, float]], float]:

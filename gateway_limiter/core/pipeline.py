@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
 from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.config.reload import Registry, ReloadSummary, Snapshot
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings, load_settings
@@ -367,8 +368,8 @@ class LimiterCore:
             self._metrics.attach(self._source)
         return summary
 
-    def _beat(self, reply: int | BackendError) -> None:
-        """A fleet heartbeat answered N (or failed: N stays the last seen)."""
+    def _beat(self, reply: Heartbeat | BackendError) -> None:
+        """A fleet heartbeat answered N and the claims (or failed: they stay)."""
         self._fleet.beat(reply)
 
     def _stopping(self) -> None:
@@ -402,6 +403,9 @@ class LimiterCore:
             return self._outcomes.unlimited(snapshot, url)
         if rule.closed:
             return self._settled(rule, REFUSE, Reason.CLOSED)
+        if self._shared:  # the demand the heartbeat reports (core/fleet.py)
+            calls = self._fleet.calls
+            calls[url] = calls.get(url, 0) + permits
         budget_s = None if forever else rule.cache if timeout_s is None else timeout_s
         asked, refused = self._refused_here(rule, key, budget_s)
         if refused is not None:  # the backend would refuse too: no round trip
@@ -515,6 +519,13 @@ class LimiterCore:
             self._metrics.fallback()
         if self.policy.kind is FailurePolicy.SHARE:
             rule = self._fleet.share(rule)
+            if rule.closed:  # the other members' claims hold all of it
+                if budget_s is None and not rule.shadow:
+                    raise BackendUnavailable(
+                        f"Redis is unreachable and this process holds no share of "
+                        f"{rule.url!r} (on_backend_error is 'share')"
+                    )
+                return REFUSE, Reason.BACKEND_FALLBACK
         try:
             return self.policy.reserve(rule, permits, budget_s, key), Reason.BACKEND_FALLBACK
         except BackendUnavailable:  # deny, and an acquire: it would wait forever
@@ -523,6 +534,8 @@ class LimiterCore:
             return REFUSE, Reason.BACKEND_FALLBACK  # a shadow rule never stops a call
 
     def _backend_failed(self, error: BackendError) -> None:
+        if not self._breaker.is_open:  # an outage begins (not a failed probe in one)
+            self.policy.outage_began(start_empty=self._fleet.size != 0)
         self._breaker.failed(error)
         if self._local_refusals is not None:
             # The failure policy decides now; the backend may come back without its state.

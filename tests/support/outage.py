@@ -33,6 +33,11 @@ AFTER_S = 1.5
 #: The windows counted start this long into the outage: the buckets each process
 #: starts its outage with (C/N each, C in all) have been spent by then.
 SETTLE_S = 1.5
+#: Uneven demand: process 0 carries 80 % of 50 calls/s (12 threads of 10/3 calls/s),
+#: the three others one such thread each. At 1/N each, the fleet would admit R/4 + 10
+#: = 0.5 x R; demand-weighted, about R.
+UNEVEN_THREADS = [12, 1, 1, 1]
+UNEVEN_PACE = 10 / 3
 
 
 @dataclass(frozen=True)
