@@ -25,6 +25,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("overload.py", ["--quick"], ["1. 8 threads", "2. asyncio", "local refusals:"]),
         ("pushback_constants.py", [], ["decrease  recovery/s  success share"]),
         ("fleet_outage.py", ["--quick"], ["Fleet outage:", "local, even demand"]),
+        ("fleet_membership.py", ["--quick"], ["Fleet membership:", "EVAL per heartbeat"]),
     ],
 )
 def test_benchmark_runs_to_its_tables(script: str, args: list[str], expected: list[str]) -> None:
