@@ -196,6 +196,15 @@ class Fleet:
             self.seen = reply.live
             self.claims = reply.claims
 
+    def part(self, rule: Rule) -> float:
+        """The part of ``rule`` (0 to 1) this process decides under ``share``: its claim,
+        or 1/N without one (1 for a fleet of one or of unknown size)."""
+        claim = self.claims.get(rule.url)
+        if claim is not None:
+            return claim
+        n = self.size
+        return 1.0 if n <= 1 else 1.0 / n
+
     def share(self, rule: Rule) -> Rule:
         """``rule`` as this process decides it alone under ``share``: its last claim on
         it, or 1/N of it without one (an interface added since the last heartbeat)."""

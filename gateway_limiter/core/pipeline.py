@@ -16,6 +16,7 @@ the shell (sync or awaited, its BackendError caught by ``failure.attempt``), the
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -431,7 +432,17 @@ class LimiterCore:
         if rule is None:
             return decision_of(verdict, reason, None, 0.0, 0.0)
         budget_s = rule.cache if timeout_s is None else timeout_s
-        return decision_of(verdict, reason, rule, budget_s, self.settings.breaker_seconds)
+        decision = decision_of(verdict, reason, rule, budget_s, self.settings.breaker_seconds)
+        if reason == Reason.BACKEND_FALLBACK and self.policy.kind is FailurePolicy.SHARE:
+            # the rate this process enforces now is its part of the row's, not the row's
+            part = self._fleet.part(rule)
+            if part < 1.0 and decision.limit is not None:
+                shared = rule.rate * part
+                decision = decision._replace(
+                    limit=math.floor(shared + 1e-9),
+                    effective_rate=shared * verdict.factor,
+                )
+        return decision
 
     def _acquired(self, url: str, permits: int, outcome: Outcome) -> float:
         """The seconds an ``acquire`` sleeps; InterfaceClosed for a closed interface,

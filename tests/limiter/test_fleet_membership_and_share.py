@@ -298,3 +298,29 @@ def test_membership_works_on_a_cluster_and_behind_sentinel(
     finally:
         for lim in lims:
             lim.close()
+
+
+def test_a_shared_out_decision_shows_the_rate_this_process_enforces(
+    migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
+) -> None:
+    url, engine = migrated_db
+    write_row(engine, "/d", rateLimit=40, cache=0.0)
+    write_row(engine, "/probe", rateLimit=1000, cache=0.0)
+    lim = limiter(url, private_redis.url, key_prefix, fleet_heartbeat=HEARTBEAT_S)
+    try:
+        on_redis = lim.decide("/d", timeout=0)
+        assert (on_redis.limit, on_redis.effective_rate) == (40, 40)
+        for n in range(3):
+            lim.backend.heartbeat(f'{{"host":"other","pid":{n}}}', 60_000)
+        wait_for(lambda: lim.fleet_size == 4 and 0 < lim._fleet.claims.get("/d", 1) < 1, 2)
+        part = lim._fleet.part(lim.registry.snapshot.rules["/d"])
+        assert 0.2 <= part <= 0.25  # 0.95 of a quarter: its demand is the fleet's average
+        private_redis.kill()
+        wait_for(lambda: lim.try_acquire("/probe", timeout=0) and not lim.backend_healthy, 2)
+        shared = lim.decide("/d", timeout=0)
+        assert shared.reason == "backend_fallback"
+        assert shared.effective_rate == pytest.approx(40 * part)
+        assert shared.limit == int(40 * part)
+        assert shared.headers()["X-RateLimit-Limit"] == str(int(40 * part))
+    finally:
+        lim.close()
