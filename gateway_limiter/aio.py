@@ -68,7 +68,7 @@ import threading
 from types import TracebackType
 from typing import ClassVar, Self
 
-from gateway_limiter.backends.base import AsyncBackend
+from gateway_limiter.backends.base import AsyncBackend, BackendError
 from gateway_limiter.backends.schemes import open_async_backend
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
@@ -152,6 +152,10 @@ class AsyncGatewayLimiter(LimiterCore):
             demand = fleet.demand(self.registry.snapshot.rules)
             beat = attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand)
             self._beat(await beat)
+            for rule, permits in self._charges():  # after an outage, off the decision path
+                charged = await attempt_async(self.backend.reserve, rule, permits, None)
+                if not isinstance(charged, BackendError):
+                    fleet.charged += permits
 
     async def _stop_heartbeats(self) -> None:
         """Stop beating and leave the fleet at once (best effort), so N drops now."""

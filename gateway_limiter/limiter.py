@@ -14,7 +14,7 @@ import time
 from types import TracebackType
 from typing import ClassVar, Self
 
-from gateway_limiter.backends.base import Backend
+from gateway_limiter.backends.base import Backend, BackendError
 from gateway_limiter.backends.schemes import open_backend
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.settings import Settings
@@ -73,6 +73,9 @@ class GatewayLimiter(LimiterCore):
             while not stop.wait(fleet.heartbeat_s):
                 demand = fleet.demand(self.registry.snapshot.rules)
                 self._beat(attempt(backend.heartbeat, fleet.member, fleet.ttl_ms, demand))
+                for rule, permits in self._charges():  # after an outage, off the decision path
+                    if not isinstance(attempt(backend.reserve, rule, permits, None), BackendError):
+                        fleet.charged += permits
 
         self._heartbeats = threading.Thread(target=beat, name="gateway-limiter-fleet", daemon=True)
         self._heartbeats.start()

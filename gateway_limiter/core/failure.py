@@ -109,14 +109,16 @@ class Breaker:
                     )
             self._open_until_s = time.monotonic() + self._open_s
 
-    def succeeded(self) -> None:
-        """The backend answered: close (log once)."""
+    def succeeded(self) -> bool:
+        """The backend answered: close (log once). True for the one call that closed it."""
         if self._open_until_s != 0.0:
             with self._lock:
                 if self._open_until_s != 0.0:
                     self._open_until_s = 0.0
                     if self._reported:
                         log.warning("Redis reachable again; back to shared limits")
+                    return True
+        return False
 
 
 #: Buckets ``share`` has started empty in one outage, kept at most (past this the record

@@ -46,6 +46,8 @@ from gateway_limiter.observe.logs import log
 DEAD_AFTER_BEATS: Final = 3
 #: Shared-out rules kept at most; past this the cache starts over (reloads make new Rules).
 _SCALED_KEPT: Final = 4096
+#: Interfaces whose in-process admissions are kept for the charge after an outage.
+CHARGED_KEPT: Final = 1000
 #: Claims come in millionths (``backends/fleet.py`` rounds them down to that).
 PART_SCALE: Final = 1_000_000
 #: Calls per second a process reports on an interface it has not called: its part of
@@ -131,11 +133,14 @@ class Fleet:
     """
 
     __slots__ = (
+        "_admitted",
         "_beat_at",
         "_estimate",
         "_scaled",
         "_warned",
         "calls",
+        "charged",
+        "charges_due",
         "claims",
         "configured",
         "heartbeat_s",
@@ -164,6 +169,40 @@ class Fleet:
         self._beat_at = time.monotonic()
         #: url -> this process's claim (0 to 1) as Redis last answered; empty until then.
         self.claims: dict[str, float] = {}
+        #: url -> (its rule, permits this process admitted in-process in this outage)
+        self._admitted: dict[str, tuple[Rule, int]] = {}
+        #: Redis answered again after an outage: the next heartbeat charges it.
+        self.charges_due = False
+        #: Permits charged to the shared buckets after outages, in all.
+        self.charged = 0
+
+    def admitted_alone(self, rule: Rule, permits: int) -> None:
+        """The failure policy admitted ``permits`` of ``rule`` in this process (not per
+        caller: those buckets are many and short-lived). Only while Redis is away."""
+        admitted = self._admitted
+        _, before = admitted.get(rule.url, (rule, 0))
+        if len(admitted) < CHARGED_KEPT or rule.url in admitted:
+            admitted[rule.url] = (rule, before + permits)
+
+    def charges(self) -> list[tuple[Rule, int]]:
+        """What to charge the shared buckets now that Redis answers again (once): per
+        interface, the permits admitted in-process during the outage, but at most this
+        process's part of the capacity (``part`` x burst, at least 1), so the fleet's
+        charges add up to at most about one bucket: Redis may have lost or refilled
+        the bucket meanwhile, and a debt of more than a bucket would refuse calls
+        long after the outage."""
+        if not self.charges_due:
+            return []
+        self.charges_due = False
+        admitted, self._admitted = self._admitted, {}
+        due = []
+        for rule, permits in admitted.values():
+            whole = min(
+                r.burst if kind(r) is LimitKind.TOKEN_BUCKET else r.rate for r in rule.limits
+            )
+            most = max(1, math.floor(whole * self.part(rule) + 1e-9))
+            due.append((rule, min(permits, most)))
+        return due
 
     @property
     def size(self) -> int:

@@ -373,6 +373,11 @@ class LimiterCore:
         """A fleet heartbeat answered N and the claims (or failed: they stay)."""
         self._fleet.beat(reply)
 
+    def _charges(self) -> list[tuple[Rule, int]]:
+        """After an outage, once: what the heartbeat charges the shared buckets for the
+        permits this process admitted alone (``Fleet.charges``)."""
+        return self._fleet.charges() if self._fleet.charges_due else []
+
     def _stopping(self) -> None:
         """Before closing: decisions raise NotStarted from now on, the gauges go."""
         self._started = False
@@ -479,7 +484,8 @@ class LimiterCore:
 
     def _answered(self, ask: Ask, verdict: Verdict) -> tuple[Verdict, Reason]:
         """The backend decided: close the breaker, learn when the interface is next free."""
-        self._breaker.succeeded()
+        if self._breaker.succeeded():  # after an outage: the heartbeat charges Redis
+            self._fleet.charges_due = True
         refusals = self._local_refusals
         if ask.asked is not None and refusals is not None and verdict.next_free_us > 0.0:
             refusals.learn(ask.rule, ask.key, ask.asked, verdict.next_free_us)
@@ -514,7 +520,8 @@ class LimiterCore:
             self._backend_failed(reply)
             log.warning("pushback on %s not recorded: %s", one_line(push.rule.url), reply)
             return
-        self._breaker.succeeded()
+        if self._breaker.succeeded():
+            self._fleet.charges_due = True
         factor, next_free_us = reply
         self._seen_factor(push.rule.url, factor)
         refusals = self._local_refusals
@@ -528,6 +535,7 @@ class LimiterCore:
         self._fallbacks += 1  # off the hot path: only while the backend is failing
         if self._metrics is not None:
             self._metrics.fallback()
+        original = rule
         if self.policy.kind is FailurePolicy.SHARE:
             rule = self._fleet.share(rule)
             if rule.closed:  # the other members' claims hold all of it
@@ -538,7 +546,10 @@ class LimiterCore:
                     )
                 return REFUSE, Reason.BACKEND_FALLBACK
         try:
-            return self.policy.reserve(rule, permits, budget_s, key), Reason.BACKEND_FALLBACK
+            verdict = self.policy.reserve(rule, permits, budget_s, key)
+            if verdict.allowed and key is None and self.policy.local is not None:
+                self._fleet.admitted_alone(original, permits)
+            return verdict, Reason.BACKEND_FALLBACK
         except BackendUnavailable:  # deny, and an acquire: it would wait forever
             if not rule.shadow:
                 raise

@@ -324,3 +324,66 @@ def test_a_shared_out_decision_shows_the_rate_this_process_enforces(
         assert shared.headers()["X-RateLimit-Limit"] == str(int(40 * part))
     finally:
         lim.close()
+
+
+@pytest.mark.parametrize("asyncio_limiter", [False, True])
+async def test_back_on_redis_the_shared_bucket_is_charged_for_what_was_admitted_alone(
+    asyncio_limiter: bool,
+    migrated_db: tuple[str, Engine],
+    private_redis: RedisServer,
+    key_prefix: str,
+) -> None:
+    """Alone in its fleet (its part: the whole rule), a process admits about 10 calls
+    in-process during a 1 s outage of a 10/s rule; Redis comes back empty (a full
+    bucket of 10). The next heartbeat charges the shared bucket those permits (at most
+    its part of the capacity, 10), so the fleet cannot spend a fresh burst on top."""
+    url, engine = migrated_db
+    write_row(engine, "/c", rateLimit=10, cache=0.0)
+    write_row(engine, "/probe", rateLimit=1000, cache=0.0)
+    if asyncio_limiter:
+        alim = AsyncGatewayLimiter(
+            database_url=url,
+            redis_url=private_redis.url,
+            key_prefix=key_prefix,
+            fleet_heartbeat=HEARTBEAT_S,
+            breaker_seconds=0.2,
+        )
+        await alim.start()
+        fleet = alim._fleet
+    else:
+        lim = limiter(
+            url, private_redis.url, key_prefix, fleet_heartbeat=HEARTBEAT_S, breaker_seconds=0.2
+        )
+        fleet = lim._fleet
+
+    async def call(u: str) -> bool:
+        if asyncio_limiter:
+            return await alim.try_acquire(u, timeout=0)
+        return lim.try_acquire(u, timeout=0)
+
+    try:
+        private_redis.kill()
+        alone = 0
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            alone += await call("/c")
+            await asyncio.sleep(0.005)
+        assert 5 <= alone <= 14  # its part (all of 10/s), starting empty
+        private_redis.start()  # empty: the bucket of /c would be full
+        deadline = time.monotonic() + 5
+        while not await call("/probe"):  # the breaker closes: the charge is due
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        while fleet.charged < alone:  # the charge rides the next heartbeat
+            assert time.monotonic() < deadline, f"charged {fleet.charged} of {alone}"
+            await asyncio.sleep(0.01)
+        assert fleet.charged == min(alone, 10)  # never more than its part of the bucket
+        after = [await call("/c") for _ in range(20)]
+        # without the charge: 10 at once (a full bucket); with it: what is left and
+        # what refilled since (10/s)
+        assert sum(after) <= 10 - fleet.charged + 3, f"{after} after {alone} admitted alone"
+    finally:
+        if asyncio_limiter:
+            await alim.aclose()
+        else:
+            lim.close()
