@@ -547,7 +547,8 @@ class LimiterCore:
                 return REFUSE, Reason.BACKEND_FALLBACK
         try:
             verdict = self.policy.reserve(rule, permits, budget_s, key)
-            if verdict.allowed and key is None and self.policy.local is not None:
+            if verdict.allowed and key is None and self.policy.kind is FailurePolicy.SHARE:
+                # share only: local keeps its meaning (N x the rate, nothing paid back)
                 self._fleet.admitted_alone(original, permits)
             return verdict, Reason.BACKEND_FALLBACK
         except BackendUnavailable:  # deny, and an acquire: it would wait forever
