@@ -179,6 +179,14 @@ class Policy:
         Raises BackendUnavailable for ``deny`` with no timeout (an ``acquire``).
         """
         local = self.local
+        if rule.closed and self.kind is FailurePolicy.SHARE:
+            # a part of 0: the other members' claims hold all of the rule
+            if timeout_s is None:
+                raise BackendUnavailable(
+                    f"Redis is unreachable and this process holds no part of {rule.url!r} "
+                    "(on_backend_error is 'share')"
+                )
+            return REFUSE
         if local is not None:
             if self._empty_first and self.kind is FailurePolicy.SHARE:
                 self._start_empty(local, rule, key)

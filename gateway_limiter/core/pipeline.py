@@ -537,14 +537,7 @@ class LimiterCore:
             self._metrics.fallback()
         original = rule
         if self.policy.kind is FailurePolicy.SHARE:
-            rule = self._fleet.share(rule)
-            if rule.closed:  # the other members' claims hold all of it
-                if budget_s is None and not rule.shadow:
-                    raise BackendUnavailable(
-                        f"Redis is unreachable and this process holds no share of "
-                        f"{rule.url!r} (on_backend_error is 'share')"
-                    )
-                return REFUSE, Reason.BACKEND_FALLBACK
+            rule = self._fleet.share(rule)  # a part of 0: closed (Policy.reserve)
         try:
             verdict = self.policy.reserve(rule, permits, budget_s, key)
             if verdict.allowed and key is None and self.policy.kind is FailurePolicy.SHARE:
