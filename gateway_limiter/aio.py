@@ -180,7 +180,9 @@ class AsyncGatewayLimiter(LimiterCore):
         if self._shared:
             fleet = self._fleet
             if failure is None:  # know N from the start: one round trip, here, once
-                self._beat(await attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms))
+                demand = fleet.demand(self.registry.snapshot.rules)
+                beat = attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand)
+                self._beat(await beat)
             self._heartbeats = asyncio.create_task(self._beating(), name="gateway-limiter-fleet")
         # The registry's first reload and its reload thread, exactly as the sync limiter's.
         return self._running(await asyncio.to_thread(self.registry.start))
@@ -191,7 +193,13 @@ class AsyncGatewayLimiter(LimiterCore):
         fleet = self._fleet
         while True:
             await asyncio.sleep(fleet.heartbeat_s)
-            self._beat(await attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms))
+            demand = fleet.demand(self.registry.snapshot.rules)
+            beat = attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand)
+            self._beat(await beat)
+            for rule, permits in self._charges():  # after an outage, off the decision path
+                charged = await attempt_async(self.backend.reserve, rule, permits, None)
+                if not isinstance(charged, BackendError):
+                    fleet.charged += permits
 
     async def _stop_heartbeats(self) -> None:
         """Stop beating and leave the fleet at once (best effort), so N drops now."""

@@ -92,7 +92,9 @@ class GatewayLimiter(LimiterCore):
         self._prepared(failure)
         if self._shared:
             if failure is None:  # know N from the start: one round trip, here, once
-                self._beat(attempt(self.backend.heartbeat, self._fleet.member, self._fleet.ttl_ms))
+                fleet = self._fleet
+                demand = fleet.demand(self.registry.snapshot.rules)
+                self._beat(attempt(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand))
             self._start_heartbeats()
         return self._running(self.registry.start())
 
@@ -104,7 +106,11 @@ class GatewayLimiter(LimiterCore):
 
         def beat() -> None:
             while not stop.wait(fleet.heartbeat_s):
-                self._beat(attempt(backend.heartbeat, fleet.member, fleet.ttl_ms))
+                demand = fleet.demand(self.registry.snapshot.rules)
+                self._beat(attempt(backend.heartbeat, fleet.member, fleet.ttl_ms, demand))
+                for rule, permits in self._charges():  # after an outage, off the decision path
+                    if not isinstance(attempt(backend.reserve, rule, permits, None), BackendError):
+                        fleet.charged += permits
 
         self._heartbeats = threading.Thread(target=beat, name="gateway-limiter-fleet", daemon=True)
         self._heartbeats.start()

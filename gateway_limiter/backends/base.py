@@ -7,11 +7,14 @@ the same methods, and only the I/O differs.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
 from gateway_limiter.model.pushback import PushbackState
+
+if TYPE_CHECKING:  # backends/fleet.py imports BackendError from here
+    from gateway_limiter.backends.fleet import Heartbeat
 
 
 class BackendError(Exception):
@@ -54,9 +57,10 @@ class Backend(Protocol):
     def prepare(self) -> None:
         """Get ready for decisions (load the script); BackendError when unreachable."""
 
-    def heartbeat(self, member: str, ttl_ms: int) -> int:
-        """Announce ``member`` alive for ``ttl_ms`` (0: gone) and drop the dead, in one
-        round trip; the number of live members. BackendError when unreachable."""
+    def heartbeat(self, member: str, ttl_ms: int, demand: str = "") -> Heartbeat:
+        """Announce ``member`` alive for ``ttl_ms`` (0: gone) with its ``demand``
+        (``encode_demand``'s JSON, "" none) and drop the dead, in one round trip; the
+        number of live members and its claims. BackendError when unreachable."""
 
     def members(self) -> tuple[list[tuple[str, float]], float]:
         """The live members with the moment each dies (ms), and the server's clock (ms)."""
@@ -94,7 +98,7 @@ class AsyncBackend(Protocol):
     async def prepare(self) -> None:
         """Get ready for decisions (load the script); BackendError when unreachable."""
 
-    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+    async def heartbeat(self, member: str, ttl_ms: int, demand: str = "") -> Heartbeat:
         """``Backend.heartbeat``, awaited."""
 
     async def members(self) -> tuple[list[tuple[str, float]], float]:

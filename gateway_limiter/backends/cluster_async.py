@@ -12,13 +12,18 @@ As in ``backends/redis_async.py``, callers queue first come, first served for on
 at once, and a ``Deadline`` rather than a socket timeout bounds each call, so a busy
 loop does not blame Redis. One difference: the cluster client opens a node's
 connections inside the call, so connecting and asking cannot be timed apart; a call
-gets ``redis_connect_timeout + redis_timeout`` in all. A node that refuses fails at once;
-one that hangs costs a caller that much (the breaker then keeps the others off it).
+gets ``redis_connect_timeout`` plus the read deadline in all, the read deadline
+following the calls seen as the other backends' does (``backends/round_trips.py``:
+between ``redis_timeout`` and ``redis_timeout_ceiling``; a call that also opened a
+connection counts whole, which can only lengthen it, within the ceiling). A node that
+refuses fails at once; one that hangs costs a caller that much (the breaker then keeps
+the others off it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -30,13 +35,14 @@ from gateway_limiter.backends import scripts
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.cluster import cluster_options, cluster_policies
 from gateway_limiter.backends.fleet import (
+    Heartbeat,
     fleet_key,
     heartbeat_args,
     parse_heartbeat,
     parse_members,
 )
 from gateway_limiter.backends.readiness import Readiness
-from gateway_limiter.backends.redis import CLIENT_ERRORS
+from gateway_limiter.backends.redis import CLIENT_ERRORS, round_trips
 from gateway_limiter.backends.redis_async import Deadline, async_client_options
 from gateway_limiter.backends.schemes import register_async
 from gateway_limiter.backends.state import state_key
@@ -57,10 +63,11 @@ class AsyncRedisClusterBackend:
     __slots__ = (
         "_client",
         "_commands",
+        "_connect_seconds",
         "_failures",
         "_prefix",
         "_readiness",
-        "_seconds",
+        "_round_trips",
         "_slots",
     )
 
@@ -74,7 +81,8 @@ class AsyncRedisClusterBackend:
             **options,
         )
         self._prefix = settings.key_prefix
-        self._seconds = settings.redis_connect_timeout + settings.redis_timeout
+        self._connect_seconds = settings.redis_connect_timeout
+        self._round_trips = round_trips(settings)  # the read deadline, as it adapts
         self._slots = asyncio.Semaphore(settings.redis_pool_size)  # FIFO
         self._failures = 0
         self._commands = scripts.Commands(settings.key_prefix)
@@ -85,15 +93,24 @@ class AsyncRedisClusterBackend:
         """The redis.asyncio cluster client (for status and tests)."""
         return self._client
 
+    @property
+    def read_deadline_s(self) -> float:
+        """The read deadline now (``backends/round_trips.py``), in s."""
+        return self._round_trips.timeout_s
+
     async def _queued(self, call: Callable[[], Awaitable[T]]) -> T:
         """In turn for a slot, ``call`` within the Deadline; Redis errors -> BackendError."""
         failures = self._failures
         async with self._slots:
             if self._failures != failures:
                 raise BackendError("Redis failed while this call was queued for a connection")
+            trips = self._round_trips
             try:
-                async with Deadline(self._seconds):
-                    return await call()
+                sent = time.monotonic()
+                async with Deadline(self._connect_seconds + trips.timeout_s):
+                    result = await call()
+                trips.observe(time.monotonic() - sent)
+                return result
             except CLIENT_ERRORS as e:  # OSError includes TimeoutError
                 self._failures += 1
                 if isinstance(e, TimeoutError) and not isinstance(e, redis.RedisError):
@@ -180,9 +197,9 @@ class AsyncRedisClusterBackend:
             raise
         self._readiness.done(policies)
 
-    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+    async def heartbeat(self, member: str, ttl_ms: int, demand: str = "") -> Heartbeat:
         """One EVAL of the fleet's heartbeat on the master of the set's slot."""
-        args = heartbeat_args(self._prefix, member, ttl_ms)
+        args = heartbeat_args(self._prefix, member, ttl_ms, demand)
         return parse_heartbeat(await self._queued(lambda: self._client.eval(*args)))
 
     async def members(self) -> tuple[list[tuple[str, float]], float]:

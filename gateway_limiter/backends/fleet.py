@@ -3,10 +3,12 @@
 Each process is one member of a sorted set, ``<key_prefix>:fleet``, scored by the
 moment (ms, the Redis server's clock) it is dead unless it beats again. One heartbeat
 is one ``EVAL`` of ``HEARTBEAT_LUA``: it drops the members already dead, adds or renews
-this one, and answers the number of live members (N) and the server's time, all in
-one round trip and atomically. The set is one key (it has no ``{hash tag}`` and needs
-none), so on a Redis Cluster it lives on one master like any key; the interface keys
-all carry a ``{...}`` and can never be this name.
+this one, records its recent demand per interface and answers the number of live
+members (N), the server's time and this member's claim on each of those interfaces
+(its demand-weighted share of the rule, the claims of all members adding up to at most
+1), all in one round trip and atomically. The set has no ``{hash tag}``; the two hashes
+beside it carry the set's name as theirs, so on a Redis Cluster all three live on one
+master; the interface keys (``<prefix>:{url}:...``) can never be these names.
 
 A member is its own description (host, pid, since, version and its time to live, as
 JSON): it never changes while the process lives, so renewing it is a plain ``ZADD`` and
@@ -21,22 +23,76 @@ from typing import Any, NamedTuple
 
 from gateway_limiter.backends.base import BackendError
 
-#: KEYS[1] the set; ARGV[1] the member, ARGV[2] its time to live in ms (0: leave now).
-#: Answers {live members, server time in ms}.
+#: KEYS[1] the set; KEYS[2] each member's demand and claims (a hash: member -> JSON
+#: {url: [demand, claim]}); KEYS[3] the fleet's totals per interface (a hash:
+#: "d:<url>" -> demand, "c:<url>" -> claims). ARGV[1] the member, ARGV[2] its time to
+#: live in ms (0: leave now), ARGV[3] its demand as JSON {url: calls/s} ("": none).
+#: Answers {live members, server time in ms, {url, claim, url, claim, ...}}.
+#:
+#: A member's claim on an interface is 0.95 of its demand's part of the fleet's demand
+#: (a live member that has not reported yet counts as the average one; the 5 % left
+#: over absorbs the swings of demand between two members' heartbeats, which would
+#: otherwise squeeze whoever beats next down to nothing), but never more than
+#: what the other members' claims leave of 1: claims change only in
+#: here, atomically, so the claims the set holds add up to at most 1 at every moment,
+#: and each member decides an outage by the claim it last got (``core/fleet.py``).
+#: The work is O(dead members + this member's interfaces): the totals are kept as
+#: they change, never summed over the set.
 HEARTBEAT_LUA = """
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl_ms = tonumber(ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+local function release(member)
+  local raw = redis.call('HGET', KEYS[2], member)
+  if not raw then return end
+  for url, dc in pairs(cjson.decode(raw)) do
+    redis.call('HINCRBYFLOAT', KEYS[3], 'd:' .. url, -dc[1])
+    redis.call('HINCRBYFLOAT', KEYS[3], 'c:' .. url, -dc[2])
+  end
+  redis.call('HDEL', KEYS[2], member)
+end
+local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+if #dead > 0 then
+  for _, m in ipairs(dead) do release(m) end
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+end
+release(ARGV[1])
 if ttl_ms <= 0 then
   redis.call('ZREM', KEYS[1], ARGV[1])
-else
-  redis.call('ZADD', KEYS[1], now_ms + ttl_ms, ARGV[1])
-  if redis.call('PTTL', KEYS[1]) < ttl_ms then
-    redis.call('PEXPIRE', KEYS[1], ttl_ms)
+  return {redis.call('ZCARD', KEYS[1]), now_ms, {}}
+end
+redis.call('ZADD', KEYS[1], now_ms + ttl_ms, ARGV[1])
+for i = 1, 3 do
+  if redis.call('PTTL', KEYS[i]) < ttl_ms then
+    redis.call('PEXPIRE', KEYS[i], ttl_ms)
   end
 end
-return {redis.call('ZCARD', KEYS[1]), now_ms}
+local claims = {}
+if ARGV[3] ~= '' then
+  local demand = cjson.decode(ARGV[3])
+  -- members that have not reported yet count as the average reporter
+  local live = redis.call('ZCARD', KEYS[1])
+  local reporters = redis.call('HLEN', KEYS[2]) + 1
+  local scale = math.max(1, live / reporters)
+  local total = {}
+  for url, d in pairs(demand) do
+    total[url] = tonumber(redis.call('HINCRBYFLOAT', KEYS[3], 'd:' .. url, d)) * scale
+  end
+  local mine = {}
+  for url, d in pairs(demand) do
+    local taken = tonumber(redis.call('HGET', KEYS[3], 'c:' .. url) or '0')
+    local want = 0
+    if total[url] > 0 then want = 0.95 * d / total[url] end
+    local c = math.floor(math.min(want, 1 - taken - 1e-9) * 1e6) / 1e6
+    if c < 0 then c = 0 end
+    redis.call('HINCRBYFLOAT', KEYS[3], 'c:' .. url, c)
+    mine[url] = {d, c}
+    claims[#claims + 1] = url
+    claims[#claims + 1] = tostring(c)
+  end
+  redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(mine))
+end
+return {redis.call('ZCARD', KEYS[1]), now_ms, claims}
 """
 
 
@@ -45,16 +101,38 @@ def fleet_key(prefix: str) -> str:
     return f"{prefix}:fleet"
 
 
-def heartbeat_args(prefix: str, member: str, ttl_ms: int) -> tuple[Any, ...]:
-    """The arguments of ``EVAL`` for one heartbeat (``ttl_ms`` 0: the member leaves)."""
-    return (HEARTBEAT_LUA, 1, fleet_key(prefix), member, ttl_ms)
+def fleet_keys(prefix: str) -> tuple[str, str, str]:
+    """The set, the members' demand and claims, and the totals: one Cluster slot (the
+    other two carry the set's name as their ``{hash tag}``; a prefix has no braces)."""
+    return fleet_key(prefix), f"{{{prefix}:fleet}}:demand", f"{{{prefix}:fleet}}:totals"
 
 
-def parse_heartbeat(reply: Any) -> int:
-    """The number of live members a heartbeat answered. BackendError if it is no count."""
+def heartbeat_args(prefix: str, member: str, ttl_ms: int, demand: str = "") -> tuple[Any, ...]:
+    """The arguments of ``EVAL`` for one heartbeat (``ttl_ms`` 0: the member leaves;
+    ``demand``: ``encode_demand``'s JSON, "" for none)."""
+    return (HEARTBEAT_LUA, 3, *fleet_keys(prefix), member, ttl_ms, demand)
+
+
+class Heartbeat(NamedTuple):
+    """What a heartbeat answered: the live members, and this member's claim per
+    interface it reported demand for (a part of the rule, 0 to 1)."""
+
+    live: int
+    claims: dict[str, float]
+
+
+def encode_demand(demand: dict[str, float]) -> str:
+    """A member's demand (calls per second per interface) as the heartbeat sends it."""
+    return json.dumps({url: round(rate, 6) for url, rate in demand.items()}, separators=(",", ":"))
+
+
+def parse_heartbeat(reply: Any) -> Heartbeat:
+    """The live members and claims a heartbeat answered. BackendError if it is not that."""
     try:
-        live, _now_ms = reply
-        return int(live)
+        live, _now_ms, flat = reply
+        texts = [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in flat]
+        claims = {texts[i]: float(texts[i + 1]) for i in range(0, len(texts) - 1, 2)}
+        return Heartbeat(int(live), claims)
     except (TypeError, ValueError) as e:
         raise BackendError(f"unexpected heartbeat reply {reply!r}") from e
 

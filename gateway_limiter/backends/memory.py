@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway_limiter.backends.base import to_us
+from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.schemes import register, register_async
 from gateway_limiter.backends.state import (
     caller_part,
@@ -148,9 +149,9 @@ class MemoryBackend:
     def prepare(self) -> None:
         """Nothing to prepare."""
 
-    def heartbeat(self, member: str, ttl_ms: int) -> int:
+    def heartbeat(self, member: str, ttl_ms: int, demand: str = "") -> Heartbeat:
         """This process is the whole fleet of its state."""
-        return 1
+        return Heartbeat(1, {})
 
     def members(self) -> tuple[list[tuple[str, float]], float]:
         """No member is shared: the state lives in this process only."""
@@ -238,9 +239,9 @@ class AsyncMemoryBackend:
     async def prepare(self) -> None:
         """Nothing to prepare."""
 
-    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+    async def heartbeat(self, member: str, ttl_ms: int, demand: str = "") -> Heartbeat:
         """This process is the whole fleet of its state."""
-        return 1
+        return Heartbeat(1, {})
 
     async def members(self) -> tuple[list[tuple[str, float]], float]:
         """No member is shared: the state lives in this process only."""

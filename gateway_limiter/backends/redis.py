@@ -32,6 +32,7 @@ from redis.retry import Retry
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.fleet import (
+    Heartbeat,
     fleet_key,
     heartbeat_args,
     parse_heartbeat,
@@ -236,11 +237,11 @@ class ScriptBackend:
         with backend_errors():
             self._get_ready(self.client)
 
-    def heartbeat(self, member: str, ttl_ms: int) -> int:
+    def heartbeat(self, member: str, ttl_ms: int, demand: str = "") -> Heartbeat:
         """One EVAL of the fleet's heartbeat (``backends/fleet.py``) where the set lives."""
         key = fleet_key(self._prefix)
         with backend_errors():
-            reply = self._server(key).eval(*heartbeat_args(self._prefix, member, ttl_ms))
+            reply = self._server(key).eval(*heartbeat_args(self._prefix, member, ttl_ms, demand))
         return parse_heartbeat(reply)
 
     def members(self) -> tuple[list[tuple[str, float]], float]:

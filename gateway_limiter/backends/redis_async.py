@@ -73,6 +73,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from gateway_limiter.backends import scripts
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.fleet import (
+    Heartbeat,
     fleet_key,
     heartbeat_args,
     parse_heartbeat,
@@ -529,13 +530,14 @@ class AsyncRedisBackend:
             raise
         self._readiness.done(policies)
 
-    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+    async def heartbeat(self, member: str, ttl_ms: int, demand: str = "") -> Heartbeat:
         """One EVAL of the fleet's heartbeat (``backends/fleet.py``), in turn for a
         connection like ``peek``."""
 
         async def beat() -> Any:
             async with Deadline(self._connect_seconds + self._read_seconds):
-                return await self._client.eval(*heartbeat_args(self._prefix, member, ttl_ms))
+                args = heartbeat_args(self._prefix, member, ttl_ms, demand)
+                return await self._client.eval(*args)
 
         return parse_heartbeat(await self._queued(beat))
 

@@ -17,10 +17,12 @@ from typing import ParamSpec, TypeVar
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.memory import MemoryBackend
+from gateway_limiter.backends.state import kind
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.decision import ADMIT, REFUSE
 from gateway_limiter.errors import BackendUnavailable
 from gateway_limiter.model.bucket import Verdict
+from gateway_limiter.model.limits import LimitKind
 from gateway_limiter.observe.logs import OUTAGE_REPORT_SECONDS, Throttle, held_back, log, one_line
 
 P = ParamSpec("P")
@@ -107,20 +109,33 @@ class Breaker:
                     )
             self._open_until_s = time.monotonic() + self._open_s
 
-    def succeeded(self) -> None:
-        """The backend answered: close (log once)."""
+    def succeeded(self) -> bool:
+        """The backend answered: close (log once). True for the one call that closed it."""
         if self._open_until_s != 0.0:
             with self._lock:
                 if self._open_until_s != 0.0:
                     self._open_until_s = 0.0
                     if self._reported:
                         log.warning("Redis reachable again; back to shared limits")
+                    return True
+        return False
+
+
+#: Buckets ``share`` has started empty in one outage, kept at most (past this the record
+#: starts over: emptying a bucket already in use again is refused and changes nothing).
+_STARTED_KEPT = 100_000
 
 
 class Policy:
-    """The failure policy at work: the verdict of a call the backend cannot be asked about."""
+    """The failure policy at work: the verdict of a call the backend cannot be asked about.
 
-    __slots__ = ("kind", "local")
+    ``share`` starts each outage on fresh in-process buckets, each EMPTY (its first
+    use takes the whole of its shared-out capacity): when Redis goes away the fleet may
+    just have spent the rule's burst, and N full parts would let it spend it again. So
+    the fleet admits at most R x D over an outage of D seconds, from its first second.
+    """
+
+    __slots__ = ("_empty_first", "_started", "kind", "local")
 
     def __init__(self, kind: FailurePolicy | str) -> None:
         # Settings keep ``on_backend_error`` a validated string; it becomes the enum here.
@@ -128,6 +143,31 @@ class Policy:
         # ``share`` decides like ``local``, on the rule the core has shared out.
         in_process = (FailurePolicy.LOCAL, FailurePolicy.SHARE)
         self.local = MemoryBackend() if self.kind in in_process else None
+        #: (rule, caller) whose bucket ``share`` has emptied in this outage
+        self._started: set[tuple[Rule, str | None]] = set()
+        self._empty_first = True
+
+    def outage_began(self, start_empty: bool = True) -> None:
+        """The backend just failed after answering (or never has): ``share`` starts
+        afresh on fresh buckets, empty unless ``start_empty`` is False (a fleet of
+        unknown size decides as ``local``); ``local`` keeps its buckets, as always."""
+        if self.kind is FailurePolicy.SHARE:
+            self.local = MemoryBackend()
+            self._started = set()
+            self._empty_first = start_empty
+
+    def _start_empty(self, local: MemoryBackend, rule: Rule, key: str | None) -> None:
+        """Take the whole capacity of a bucket ``share`` has not used in this outage."""
+        started = self._started
+        if (rule, key) in started:
+            return
+        if len(started) >= _STARTED_KEPT:
+            started.clear()
+        started.add((rule, key))
+        # every limit's capacity is at least this; all or nothing, as any reservation
+        whole = min(r.burst if kind(r) is LimitKind.TOKEN_BUCKET else r.rate for r in rule.limits)
+        if whole >= 1:
+            local.reserve(rule, whole, 0.0, key)
 
     def reserve(
         self, rule: Rule, permits: int, timeout_s: float | None, key: str | None = None
@@ -138,8 +178,19 @@ class Policy:
 
         Raises BackendUnavailable for ``deny`` with no timeout (an ``acquire``).
         """
-        if self.local is not None:
-            return self.local.reserve(rule, permits, timeout_s, key)
+        local = self.local
+        if rule.closed and self.kind is FailurePolicy.SHARE:
+            # a part of 0: the other members' claims hold all of the rule
+            if timeout_s is None:
+                raise BackendUnavailable(
+                    f"Redis is unreachable and this process holds no part of {rule.url!r} "
+                    "(on_backend_error is 'share')"
+                )
+            return REFUSE
+        if local is not None:
+            if self._empty_first and self.kind is FailurePolicy.SHARE:
+                self._start_empty(local, rule, key)
+            return local.reserve(rule, permits, timeout_s, key)
         if self.kind is FailurePolicy.ALLOW:
             return ADMIT
         if timeout_s is None:

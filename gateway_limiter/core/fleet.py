@@ -7,10 +7,19 @@ membership in ``<key_prefix>:fleet``, drops the dead and answers N
 (``backends/fleet.py``). A member missing ``DEAD_AFTER_BEATS`` heartbeats in a row is
 dropped by the next heartbeat of any other.
 
-While Redis cannot be asked, ``share`` decides each rule in this process at 1/N of it,
-with N the last count seen (``shared_out``), so N processes together stay within the
-rule. A process that has never reached Redis takes N from the ``fleet_size`` setting;
-with that 0 (unknown) it decides the whole rule, as ``local``, and says so once.
+Each heartbeat also reports this process's recent demand on every interface it
+limits (calls per second, smoothed over a few heartbeats, with a floor of
+``DEMAND_FLOOR`` so an idle interface still gets its part), and Redis answers its
+claim on each: its demand's part of the fleet's, never more than what the other live
+members' claims leave of 1 (``backends/fleet.py``). Counting the demand is one dict
+update per decision; the rest happens on the heartbeat.
+
+While Redis cannot be asked, ``share`` decides each rule in this process at its last
+claim on it (``shared_by``), or at 1/N of it, with N the last count seen, for an
+interface it holds no claim on yet (``shared_out``), so the processes together stay
+within the rule. A process that has never reached Redis takes N from the
+``fleet_size`` setting; with that 0 (unknown) it decides the whole rule, as ``local``,
+and says so once.
 """
 
 from __future__ import annotations
@@ -19,12 +28,13 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from importlib import metadata
 from typing import Final
 
 from gateway_limiter.backends.base import BackendError
-from gateway_limiter.backends.fleet import encode_member
+from gateway_limiter.backends.fleet import Heartbeat, encode_demand, encode_member
 from gateway_limiter.backends.state import kind
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
@@ -36,6 +46,16 @@ from gateway_limiter.observe.logs import log
 DEAD_AFTER_BEATS: Final = 3
 #: Shared-out rules kept at most; past this the cache starts over (reloads make new Rules).
 _SCALED_KEPT: Final = 4096
+#: Interfaces whose in-process admissions are kept for the charge after an outage.
+CHARGED_KEPT: Final = 1000
+#: Claims come in millionths (``backends/fleet.py`` rounds them down to that).
+PART_SCALE: Final = 1_000_000
+#: Calls per second a process reports on an interface it has not called: its part of
+#: an idle interface is then an even one (every member reports the same floor).
+DEMAND_FLOOR: Final = 0.01
+#: How much of the demand estimate each heartbeat's count replaces (an exponential
+#: average over about 1 / WEIGHT heartbeats: a burst does not swing the claims).
+DEMAND_WEIGHT: Final = 0.5
 
 
 def package_version() -> str:
@@ -76,6 +96,35 @@ def _one(rule: Rule, n: int) -> Rule:
     return replace(rule, rate=1, period=math.ceil(rule.period * n / rule.rate), also=())
 
 
+def shared_by(rule: Rule, part: float) -> Rule:
+    """``rule`` at ``part`` (0 to 1) of its rate and capacity: ``shared_out`` for a
+    demand-weighted claim instead of 1/n. Token bucket: the rate exactly ``part`` of it,
+    the capacity ``floor(burst x part)``, at least 1; windows: ``floor(rate x part)`` per
+    period, or 1 per a period stretched to ``ceil(period / (rate x part))``. A part of 0
+    (the fleet's claims are all taken) admits nothing: the rule closed."""
+    if part >= 1.0:
+        return rule
+    if part <= 0.0:
+        return replace(rule, rate=0, also=())
+    first, *others = [_part(limit, part) for limit in rule.limits]
+    return replace(first, also=tuple(others))
+
+
+def _part(rule: Rule, part: float) -> Rule:
+    if rule.closed:
+        return replace(rule, also=())
+    if kind(rule) is LimitKind.TOKEN_BUCKET:
+        # periods are whole seconds: ``part`` of the refill as rate x part x S permits
+        # per S periods (S = PART_SCALE, the claims' own resolution), rounded down
+        capacity = max(1, math.floor(rule.burst * part + 1e-9))
+        rate = max(1, math.floor(rule.rate * part * PART_SCALE + 1e-6))
+        return replace(rule, rate=rate, period=rule.period * PART_SCALE, capacity=capacity, also=())
+    per_period = math.floor(rule.rate * part + 1e-9)
+    if per_period >= 1:
+        return replace(rule, rate=per_period, also=())
+    return replace(rule, rate=1, period=math.ceil(rule.period / (rule.rate * part)), also=())
+
+
 class Fleet:
     """This process's membership and the last fleet size seen.
 
@@ -83,7 +132,22 @@ class Fleet:
     task. An int attribute is replaced whole, so no lock is needed.
     """
 
-    __slots__ = ("_scaled", "_warned", "configured", "heartbeat_s", "member", "seen", "ttl_ms")
+    __slots__ = (
+        "_admitted",
+        "_beat_at",
+        "_estimate",
+        "_scaled",
+        "_warned",
+        "calls",
+        "charged",
+        "charges_due",
+        "claims",
+        "configured",
+        "heartbeat_s",
+        "member",
+        "seen",
+        "ttl_ms",
+    )
 
     def __init__(self, settings: Settings, shared: bool) -> None:
         self.heartbeat_s = settings.fleet_heartbeat
@@ -95,8 +159,50 @@ class Fleet:
         self.member = encode_member(
             socket.gethostname(), os.getpid(), time.time(), package_version(), self.ttl_ms
         )
-        self._scaled: dict[Rule, tuple[int, Rule]] = {}
+        self._scaled: dict[Rule, tuple[float, Rule]] = {}
         self._warned = False
+        #: Permits asked per interface since the last heartbeat (the decision path adds;
+        #: the heartbeat swaps the dict: a racing add may be lost, an estimate is fine).
+        self.calls: dict[str, int] = {}
+        #: url -> calls per second, smoothed (the heartbeat's own).
+        self._estimate: dict[str, float] = {}
+        self._beat_at = time.monotonic()
+        #: url -> this process's claim (0 to 1) as Redis last answered; empty until then.
+        self.claims: dict[str, float] = {}
+        #: url -> (its rule, permits this process admitted in-process in this outage)
+        self._admitted: dict[str, tuple[Rule, int]] = {}
+        #: Redis answered again after an outage: the next heartbeat charges it.
+        self.charges_due = False
+        #: Permits charged to the shared buckets after outages, in all.
+        self.charged = 0
+
+    def admitted_alone(self, rule: Rule, permits: int) -> None:
+        """The failure policy admitted ``permits`` of ``rule`` in this process (not per
+        caller: those buckets are many and short-lived). Only while Redis is away."""
+        admitted = self._admitted
+        _, before = admitted.get(rule.url, (rule, 0))
+        if len(admitted) < CHARGED_KEPT or rule.url in admitted:
+            admitted[rule.url] = (rule, before + permits)
+
+    def charges(self) -> list[tuple[Rule, int]]:
+        """What to charge the shared buckets now that Redis answers again (once): per
+        interface, the permits admitted in-process during the outage, but at most this
+        process's part of the capacity (``part`` x burst, at least 1), so the fleet's
+        charges add up to at most about one bucket: Redis may have lost or refilled
+        the bucket meanwhile, and a debt of more than a bucket would refuse calls
+        long after the outage."""
+        if not self.charges_due:
+            return []
+        self.charges_due = False
+        admitted, self._admitted = self._admitted, {}
+        due = []
+        for rule, permits in admitted.values():
+            whole = min(
+                r.burst if kind(r) is LimitKind.TOKEN_BUCKET else r.rate for r in rule.limits
+            )
+            most = max(1, math.floor(whole * self.part(rule) + 1e-9))
+            due.append((rule, min(permits, most)))
+        return due
 
     @property
     def size(self) -> int:
@@ -104,13 +210,46 @@ class Fleet:
         the ``fleet_size`` setting; 0 unknown)."""
         return self.configured if self.seen is None else self.seen
 
-    def beat(self, reply: int | BackendError) -> None:
-        """A heartbeat answered N (or failed: N stays the last seen)."""
-        if isinstance(reply, int) and reply >= 1:
-            self.seen = reply
+    def demand(self, urls: Iterable[str]) -> str:
+        """This process's demand on ``urls`` (the interfaces it limits now), as the next
+        heartbeat reports it: calls per second since the last one, smoothed, at least
+        ``DEMAND_FLOOR``. Called by the one heartbeat thread or task."""
+        now = time.monotonic()
+        elapsed = max(now - self._beat_at, 1e-3)
+        self._beat_at = now
+        counted, self.calls = self.calls, {}
+        before = self._estimate
+        estimate = {}
+        for url in urls:
+            rate = counted.get(url, 0) / elapsed
+            old = before.get(url)
+            smoothed = rate if old is None else old + DEMAND_WEIGHT * (rate - old)
+            estimate[url] = max(DEMAND_FLOOR, smoothed)
+        self._estimate = estimate
+        return encode_demand(estimate)
+
+    def beat(self, reply: Heartbeat | BackendError) -> None:
+        """A heartbeat answered N and this process's claims (or failed: both stay the
+        last seen)."""
+        if isinstance(reply, Heartbeat) and reply.live >= 1:
+            self.seen = reply.live
+            self.claims = reply.claims
+
+    def part(self, rule: Rule) -> float:
+        """The part of ``rule`` (0 to 1) this process decides under ``share``: its claim,
+        or 1/N without one (1 for a fleet of one or of unknown size)."""
+        claim = self.claims.get(rule.url)
+        if claim is not None:
+            return claim
+        n = self.size
+        return 1.0 if n <= 1 else 1.0 / n
 
     def share(self, rule: Rule) -> Rule:
-        """``rule`` as this process decides it alone under ``share``: 1/N of it."""
+        """``rule`` as this process decides it alone under ``share``: its last claim on
+        it, or 1/N of it without one (an interface added since the last heartbeat)."""
+        part = self.claims.get(rule.url)
+        if part is not None:
+            return self._cached(rule, part, shared_by)
         n = self.size
         if n == 0:
             if not self._warned:
@@ -124,11 +263,14 @@ class Fleet:
             return rule
         if n == 1:
             return rule
+        return self._cached(rule, 1.0 / n, lambda r, _: shared_out(r, n))
+
+    def _cached(self, rule: Rule, part: float, scale: Callable[[Rule, float], Rule]) -> Rule:
         cached = self._scaled.get(rule)
-        if cached is not None and cached[0] == n:
+        if cached is not None and cached[0] == part:
             return cached[1]
         if len(self._scaled) >= _SCALED_KEPT:
             self._scaled.clear()
-        scaled = shared_out(rule, n)
-        self._scaled[rule] = (n, scaled)
+        scaled = scale(rule, part)
+        self._scaled[rule] = (part, scaled)
         return scaled

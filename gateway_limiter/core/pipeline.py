@@ -16,12 +16,14 @@ the shell (sync or awaited, its BackendError caught by ``failure.attempt``), the
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
 from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.config.reload import Registry, ReloadSummary, Snapshot
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings, load_settings
@@ -372,9 +374,14 @@ class LimiterCore:
             self._metrics.attach(self._source)
         return summary
 
-    def _beat(self, reply: int | BackendError) -> None:
-        """A fleet heartbeat answered N (or failed: N stays the last seen)."""
+    def _beat(self, reply: Heartbeat | BackendError) -> None:
+        """A fleet heartbeat answered N and the claims (or failed: they stay)."""
         self._fleet.beat(reply)
+
+    def _charges(self) -> list[tuple[Rule, int]]:
+        """After an outage, once: what the heartbeat charges the shared buckets for the
+        permits this process admitted alone (``Fleet.charges``)."""
+        return self._fleet.charges() if self._fleet.charges_due else []
 
     def _stopping(self) -> None:
         """Before closing: decisions raise NotStarted from now on, the gauges go."""
@@ -407,6 +414,9 @@ class LimiterCore:
             return self._outcomes.unlimited(snapshot, url)
         if rule.closed:
             return self._settled(rule, REFUSE, Reason.CLOSED)
+        if self._shared:  # the demand the heartbeat reports (core/fleet.py)
+            calls = self._fleet.calls
+            calls[url] = calls.get(url, 0) + permits
         budget_s = None if forever else rule.cache if timeout_s is None else timeout_s
         asked, refused = self._refused_here(rule, key, budget_s)
         if refused is not None:  # the backend would refuse too: no round trip
@@ -432,7 +442,17 @@ class LimiterCore:
         if rule is None:
             return decision_of(verdict, reason, None, 0.0, 0.0)
         budget_s = rule.cache if timeout_s is None else timeout_s
-        return decision_of(verdict, reason, rule, budget_s, self.settings.breaker_seconds)
+        decision = decision_of(verdict, reason, rule, budget_s, self.settings.breaker_seconds)
+        if reason == Reason.BACKEND_FALLBACK and self.policy.kind is FailurePolicy.SHARE:
+            # the rate this process enforces now is its part of the row's, not the row's
+            part = self._fleet.part(rule)
+            if part < 1.0 and decision.limit is not None:
+                shared = rule.rate * part
+                decision = decision._replace(
+                    limit=math.floor(shared + 1e-9),
+                    effective_rate=shared * verdict.factor,
+                )
+        return decision
 
     def _acquired(self, url: str, permits: int, outcome: Outcome) -> float:
         """The seconds an ``acquire`` sleeps; InterfaceClosed for a closed interface,
@@ -469,7 +489,8 @@ class LimiterCore:
 
     def _answered(self, ask: Ask, verdict: Verdict) -> tuple[Verdict, Reason]:
         """The backend decided: close the breaker, learn when the interface is next free."""
-        self._breaker.succeeded()
+        if self._breaker.succeeded():  # after an outage: the heartbeat charges Redis
+            self._fleet.charges_due = True
         refusals = self._local_refusals
         if ask.asked is not None and refusals is not None and verdict.next_free_us > 0.0:
             refusals.learn(ask.rule, ask.key, ask.asked, verdict.next_free_us, verdict.held_us)
@@ -507,7 +528,8 @@ class LimiterCore:
             self._backend_failed(reply)
             log.warning("pushback on %s not recorded: %s", one_line(push.rule.url), reply)
             return
-        self._breaker.succeeded()
+        if self._breaker.succeeded():
+            self._fleet.charges_due = True
         factor, next_free_us = reply
         self._seen_factor(push.rule, factor)
         refusals = self._local_refusals
@@ -521,16 +543,23 @@ class LimiterCore:
         self._fallbacks += 1  # off the hot path: only while the backend is failing
         if self._metrics is not None:
             self._metrics.fallback()
+        original = rule
         if self.policy.kind is FailurePolicy.SHARE:
-            rule = self._fleet.share(rule)
+            rule = self._fleet.share(rule)  # a part of 0: closed (Policy.reserve)
         try:
-            return self.policy.reserve(rule, permits, budget_s, key), Reason.BACKEND_FALLBACK
+            verdict = self.policy.reserve(rule, permits, budget_s, key)
+            if verdict.allowed and key is None and self.policy.kind is FailurePolicy.SHARE:
+                # share only: local keeps its meaning (N x the rate, nothing paid back)
+                self._fleet.admitted_alone(original, permits)
+            return verdict, Reason.BACKEND_FALLBACK
         except BackendUnavailable:  # deny, and an acquire: it would wait forever
             if not rule.shadow:
                 raise
             return REFUSE, Reason.BACKEND_FALLBACK  # a shadow rule never stops a call
 
     def _backend_failed(self, error: BackendError) -> None:
+        if not self._breaker.is_open:  # an outage begins (not a failed probe in one)
+            self.policy.outage_began(start_empty=self._fleet.size != 0)
         self._breaker.failed(error)
         if self._local_refusals is not None:
             # The failure policy decides now; the backend may come back without its state.

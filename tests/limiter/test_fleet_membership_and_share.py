@@ -229,7 +229,8 @@ def test_share_decides_at_one_nth_of_the_rule_while_redis_is_away(
         # a call on another interface finds Redis gone; the breaker is the process's
         wait_for(lambda: lim.try_acquire("/probe", timeout=0) and not lim.backend_healthy, 2)
         assert lim.fleet_size == 4  # the last N seen stays while Redis is away
-        assert 10 <= burst(lim, "/s") <= 12  # C/N = 10 (plus what R/N adds meanwhile)
+        # share starts its part of the bucket empty: what R/N = 10/s refills meanwhile
+        assert burst(lim, "/s") <= 3
         time.sleep(0.3)
         steady = admitted_in(lim, "/s", 1.0)
         assert 6 <= steady <= 10 + 4  # R/N = 10 per second
@@ -271,7 +272,8 @@ def test_never_reached_redis_uses_fleet_size_or_decides_as_local_with_one_warnin
     known = limiter(url, private_redis.url, key_prefix, fleet_size=4)
     try:
         assert (unknown.fleet_size, known.fleet_size) == (0, 4)
-        assert 10 <= burst(known, "/n") <= 12  # 40 / 4
+        assert burst(known, "/n") <= 3  # its part (10) starts empty: what refills
+        assert 6 <= admitted_in(known, "/n", 1.0) <= 14  # R/4 = 10 per second
         assert burst(unknown, "/n") >= 40  # the whole rule, as local
         burst(unknown, "/n")
         warnings = [r for r in caplog.records if "fleet_size is 0" in r.getMessage()]
@@ -298,4 +300,93 @@ def test_membership_works_on_a_cluster_and_behind_sentinel(
         assert "{" not in fleet_key(key_prefix)  # never an interface's key: those carry {...}
     finally:
         for lim in lims:
+            lim.close()
+
+
+def test_a_shared_out_decision_shows_the_rate_this_process_enforces(
+    migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
+) -> None:
+    url, engine = migrated_db
+    write_row(engine, "/d", rateLimit=40, cache=0.0)
+    write_row(engine, "/probe", rateLimit=1000, cache=0.0)
+    lim = limiter(url, private_redis.url, key_prefix, fleet_heartbeat=HEARTBEAT_S)
+    try:
+        on_redis = lim.decide("/d", timeout=0)
+        assert (on_redis.limit, on_redis.effective_rate) == (40, 40)
+        for n in range(3):
+            lim.backend.heartbeat(f'{{"host":"other","pid":{n}}}', 60_000)
+        wait_for(lambda: lim.fleet_size == 4 and 0 < lim._fleet.claims.get("/d", 1) < 1, 2)
+        part = lim._fleet.part(lim.registry.snapshot.rules["/d"])
+        assert 0.2 <= part <= 0.25  # 0.95 of a quarter: its demand is the fleet's average
+        private_redis.kill()
+        wait_for(lambda: lim.try_acquire("/probe", timeout=0) and not lim.backend_healthy, 2)
+        shared = lim.decide("/d", timeout=0)
+        assert shared.reason == "backend_fallback"
+        assert shared.effective_rate == pytest.approx(40 * part)
+        assert shared.limit == int(40 * part)
+        assert shared.headers()["X-RateLimit-Limit"] == str(int(40 * part))
+    finally:
+        lim.close()
+
+
+@pytest.mark.parametrize("asyncio_limiter", [False, True])
+async def test_back_on_redis_the_shared_bucket_is_charged_for_what_was_admitted_alone(
+    asyncio_limiter: bool,
+    migrated_db: tuple[str, Engine],
+    private_redis: RedisServer,
+    key_prefix: str,
+) -> None:
+    """Alone in its fleet (its part: the whole rule), a process admits about 10 calls
+    in-process during a 1 s outage of a 10/s rule; Redis comes back empty (a full
+    bucket of 10). The next heartbeat charges the shared bucket those permits (at most
+    its part of the capacity, 10), so the fleet cannot spend a fresh burst on top."""
+    url, engine = migrated_db
+    write_row(engine, "/c", rateLimit=10, cache=0.0)
+    write_row(engine, "/probe", rateLimit=1000, cache=0.0)
+    if asyncio_limiter:
+        alim = AsyncGatewayLimiter(
+            database_url=url,
+            redis_url=private_redis.url,
+            key_prefix=key_prefix,
+            fleet_heartbeat=HEARTBEAT_S,
+            breaker_seconds=0.2,
+        )
+        await alim.start()
+        fleet = alim._fleet
+    else:
+        lim = limiter(
+            url, private_redis.url, key_prefix, fleet_heartbeat=HEARTBEAT_S, breaker_seconds=0.2
+        )
+        fleet = lim._fleet
+
+    async def call(u: str) -> bool:
+        if asyncio_limiter:
+            return await alim.try_acquire(u, timeout=0)
+        return lim.try_acquire(u, timeout=0)
+
+    try:
+        private_redis.kill()
+        alone = 0
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            alone += await call("/c")
+            await asyncio.sleep(0.005)
+        assert 5 <= alone <= 14  # its part (all of 10/s), starting empty
+        private_redis.start()  # empty: the bucket of /c would be full
+        deadline = time.monotonic() + 5
+        while not await call("/probe"):  # the breaker closes: the charge is due
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        while fleet.charged < alone:  # the charge rides the next heartbeat
+            assert time.monotonic() < deadline, f"charged {fleet.charged} of {alone}"
+            await asyncio.sleep(0.01)
+        assert fleet.charged == min(alone, 10)  # never more than its part of the bucket
+        after = [await call("/c") for _ in range(20)]
+        # without the charge: 10 at once (a full bucket); with it: what is left and
+        # what refilled since (10/s)
+        assert sum(after) <= 10 - fleet.charged + 3, f"{after} after {alone} admitted alone"
+    finally:
+        if asyncio_limiter:
+            await alim.aclose()
+        else:
             lim.close()

@@ -157,7 +157,9 @@ def test_idle_per_caller_state_expires(
 def test_the_local_policy_keeps_per_caller_limits_while_redis_is_down(
     migrated_db: tuple[str, Engine], db: Engine, private_redis: RedisServer, key_prefix: str
 ) -> None:
-    lim = limiter(migrated_db[0], private_redis.url, key_prefix, breaker_seconds=60)
+    lim = limiter(
+        migrated_db[0], private_redis.url, key_prefix, breaker_seconds=60, on_backend_error="local"
+    )
     try:
         assert burst(lim, "/both", "a", 1) == [True]  # on Redis
         private_redis.kill()

@@ -188,7 +188,13 @@ def test_redis_outage_counts_errors_and_fallbacks_and_shows_the_fallback_state(
         assert {d.reason for d in outcomes} == {"backend_fallback"}
         assert value("gateway_limiter_backend_errors_total") == errors + 1  # then the breaker
         assert value("gateway_limiter_backend_fallbacks_total") == fallbacks + 10
-        assert decided(url, "backend_fallback") == 10
+        # share (the default) starts its part empty: admitted or refused, all counted
+        fallback_outcomes = [decided(url, "backend_fallback", o) for o in ("admitted", "refused")]
+        assert sum(fallback_outcomes) == 10
+        assert fallback_outcomes == [
+            sum(d.allowed for d in outcomes),
+            sum(not d.allowed for d in outcomes),
+        ]
         assert value("gateway_limiter_backend_fallback") == 1
         assert lim.backend_fallbacks == 10
 

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,9 @@ class WorkerConfig:
     threads: int = 4
     #: Seconds a thread sleeps between calls (0: as fast as it can).
     pause: float = 0.002
+    #: Calls a thread starts per second, on a fixed schedule (0: ``pause`` instead);
+    #: demand that does not depend on how fast the host runs the threads.
+    paced: float = 0.0
     report: str = "calls"  # or "totals"
     settings: dict[str, Any] = field(default_factory=dict)
 
@@ -117,12 +120,19 @@ def work(config: WorkerConfig) -> dict[str, Any]:
     calls: list[tuple[float, float, bool, bool, int]] = []
     totals = Totals(config.urls)
     rss: list[tuple[float, int]] = []
+    #: (time, the fleet size this process knew), about once a second
+    fleet_sizes: list[tuple[float, int]] = []
     stop = threading.Event()
 
     def caller(n: int) -> None:
         i = n
         mark = policy.mark
+        # paced threads start spread over one interval, so a process's calls interleave
+        next_at = start_at + (n / config.threads / config.paced if config.paced else 0.0)
         while True:
+            if config.paced:
+                time.sleep(max(0.0, next_at - time.time()))
+                next_at += 1.0 / config.paced
             started = time.time()
             if started >= end_at:
                 return
@@ -141,11 +151,14 @@ def work(config: WorkerConfig) -> dict[str, Any]:
                 calls.append((started, took, ok, mark.decided, url_index))  # list.append: atomic
             else:
                 totals.add(url, started, took, ok, mark.decided)
-            if config.pause:
+            if config.pause and not config.paced:
                 time.sleep(config.pause)
 
     def sampler() -> None:
-        while not stop.wait(1.0):
+        while True:
+            fleet_sizes.append((time.time(), lim.fleet_size))
+            if stop.wait(1.0):
+                return
             rss.append((time.time(), rss_bytes()))
 
     threads = [threading.Thread(target=caller, args=(n,)) for n in range(config.threads)]
@@ -166,26 +179,39 @@ def work(config: WorkerConfig) -> dict[str, Any]:
         "errors": totals.errors,
         "fallbacks": lim.backend_fallbacks,
         "rss": rss,
+        "fleet_sizes": fleet_sizes,
         "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
     }
 
 
 class Fleet:
-    """N worker processes, started together; ``results()`` waits for their reports."""
+    """N worker processes, started together; ``results()`` waits for their reports.
 
-    def __init__(self, config: WorkerConfig, processes: int) -> None:
+    ``threads``: each process's own thread count (default: ``config.threads`` for all),
+    for a fleet whose demand is uneven."""
+
+    def __init__(
+        self, config: WorkerConfig, processes: int, threads: list[int] | None = None
+    ) -> None:
         self.config = config
         env = os.environ | {"PYTHONPATH": str(ROOT)}
+        each = threads if threads is not None else [config.threads] * processes
+        assert len(each) == processes, f"{len(each)} thread counts for {processes} processes"
         self.procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "tests.support.fleet", json.dumps(asdict(config))],
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.support.fleet",
+                    json.dumps(asdict(replace(config, threads=n))),
+                ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
                 env=env,
                 cwd=ROOT,
             )
-            for _ in range(processes)
+            for n in each
         ]
         self.start_at = 0.0
 
