@@ -256,8 +256,9 @@ def test_limits_script_and_model_agree_on_every_decision_and_state(
             limits[0] = (alg, new_rate, period, cap)
         rule = interface(url, limits)
         if len(rule.limits) == 1 and rule.algorithm == "token_bucket":
-            rule = replace(rule, also=(replace(rule, config_id=99, period=7),))
-            limits.append(("token_bucket", rule.rate, 7, rule.capacity))
+            # period 121: no drawn bucket has it (1-120), so the two never share a key
+            rule = replace(rule, also=(replace(rule, config_id=99, period=121),))
+            limits.append(("token_bucket", rule.rate, 121, rule.capacity))
             model.append(None)  # a lone bucket is bucket.lua's: add a second limit
         timeout_s = None if timeout is None else timeout / 1e6
         got = backend.reserve(rule, permits, timeout_s, now=now)
