@@ -23,9 +23,11 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, NoSuchTableError, SQLAlchemyError
 
+from gateway_limiter.config.audit import record_sql_changes
 from gateway_limiter.config.rules import Rule, Skipped, build_rules
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.config.table import (
+    ConfRow,
     make_engine,
     missing_sqlite_file,
     read_rows,
@@ -101,6 +103,9 @@ class Registry:
         self._scheduler: Any = None
         self._outages = Throttle(OUTAGE_REPORT_SECONDS)
         self._outage_reported = False
+        #: The rows the last reload recorded plain SQL changes against (None: not yet).
+        self._audited_rows: list[ConfRow] | None = None
+        self._audited_switch: bool | None = None
         #: Called with the summary of every reload, good or failed (metrics count them).
         self.listeners: list[Callable[[ReloadSummary], None]] = []
 
@@ -134,6 +139,8 @@ class Registry:
         except Exception as e:  # whatever it is: see reload's docstring
             return self._failed(e)
         stored_switch = self._read_switch()
+        if self.settings.audit_sql_changes:
+            self._audit_sql(rows, stored_switch)
         switch = self.settings.switch if stored_switch is None else stored_switch
         new = Snapshot(
             rules=ruleset.rules,
@@ -146,6 +153,20 @@ class Registry:
         old = self.snapshot
         self.snapshot = new  # the one assignment the decision path sees
         return self._succeeded(old, new)
+
+    def _audit_sql(self, rows: list[ConfRow], stored_switch: bool | None) -> None:
+        """Record what plain SQL changed (config.audit), when the rows or the switch
+        differ from the last reload's: an unchanged table costs nothing more."""
+        if rows == self._audited_rows and stored_switch == self._audited_switch:
+            return
+        # Marked done even when it fails, so a broken audit table is reported once per
+        # change of the table, not on every tick.
+        self._audited_rows, self._audited_switch = rows, stored_switch
+        try:
+            record_sql_changes(self._engine)
+        except Exception as e:  # the audit must never cost the gateway its limits
+            reason = describe_db_error(e)
+            log.warning("could not record the table's changes in the audit: %s", reason)
 
     def _read_switch(self) -> bool | None:
         try:
