@@ -147,7 +147,10 @@ class AsyncGatewayLimiter(LimiterCore):
         fleet = self._fleet
         while True:
             await asyncio.sleep(fleet.heartbeat_s)
-            self._beat(await attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms))
+            tallies = self._tallies()
+            self._beat(
+                await attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, tallies)
+            )
 
     async def _stop_heartbeats(self) -> None:
         """Stop beating and leave the fleet at once (best effort), so N drops now."""

@@ -69,7 +69,8 @@ class GatewayLimiter(LimiterCore):
 
         def beat() -> None:
             while not stop.wait(fleet.heartbeat_s):
-                self._beat(attempt(backend.heartbeat, fleet.member, fleet.ttl_ms))
+                tallies = self._tallies()
+                self._beat(attempt(backend.heartbeat, fleet.member, fleet.ttl_ms, tallies))
 
         self._heartbeats = threading.Thread(target=beat, name="gateway-limiter-fleet", daemon=True)
         self._heartbeats.start()

@@ -49,9 +49,12 @@ class Backend(Protocol):
     def prepare(self) -> None:
         """Get ready for decisions (load the script); BackendError when unreachable."""
 
-    def heartbeat(self, member: str, ttl_ms: int) -> int:
+    def heartbeat(self, member: str, ttl_ms: int, tallies: str | None = None) -> int:
         """Announce ``member`` alive for ``ttl_ms`` (0: gone) and drop the dead, in one
-        round trip; the number of live members. BackendError when unreachable."""
+        round trip; the number of live members. BackendError when unreachable.
+
+        ``tallies`` (JSON, ``fleet.encode_tallies``): this member's live numbers, stored
+        beside its membership by the same round trip (the console sums them)."""
 
     def members(self) -> tuple[list[tuple[str, float]], float]:
         """The live members with the moment each dies (ms), and the server's clock (ms)."""
@@ -86,7 +89,7 @@ class AsyncBackend(Protocol):
     async def prepare(self) -> None:
         """Get ready for decisions (load the script); BackendError when unreachable."""
 
-    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+    async def heartbeat(self, member: str, ttl_ms: int, tallies: str | None = None) -> int:
         """``Backend.heartbeat``, awaited."""
 
     async def members(self) -> tuple[list[tuple[str, float]], float]:

@@ -163,9 +163,9 @@ class AsyncRedisClusterBackend:
             raise
         self._readiness.done(policies)
 
-    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+    async def heartbeat(self, member: str, ttl_ms: int, tallies: str | None = None) -> int:
         """One EVAL of the fleet's heartbeat on the master of the set's slot."""
-        args = heartbeat_args(self._prefix, member, ttl_ms)
+        args = heartbeat_args(self._prefix, member, ttl_ms, tallies)
         return parse_heartbeat(await self._queued(lambda: self._client.eval(*args)))
 
     async def members(self) -> tuple[list[tuple[str, float]], float]:

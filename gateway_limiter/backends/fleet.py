@@ -22,11 +22,17 @@ from typing import Any, NamedTuple
 from gateway_limiter.backends.base import BackendError
 
 #: KEYS[1] the set; ARGV[1] the member, ARGV[2] its time to live in ms (0: leave now).
+#: With KEYS[2] (the tallies hash) and ARGV[3] (this member's tallies, JSON), the member's
+#: live numbers are stored beside it, dropped with it: the lines marked [tallies].
 #: Answers {live members, server time in ms}.
 HEARTBEAT_LUA = """
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl_ms = tonumber(ARGV[2])
+if KEYS[2] then  -- [tallies] the dead lose their tallies with their membership
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, 1000)
+  if #dead > 0 then redis.call('HDEL', KEYS[2], unpack(dead)) end
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
 if ttl_ms <= 0 then
   redis.call('ZREM', KEYS[1], ARGV[1])
@@ -34,6 +40,16 @@ else
   redis.call('ZADD', KEYS[1], now_ms + ttl_ms, ARGV[1])
   if redis.call('PTTL', KEYS[1]) < ttl_ms then
     redis.call('PEXPIRE', KEYS[1], ttl_ms)
+  end
+end
+if KEYS[2] then  -- [tallies] this member's numbers, expiring with the set
+  if ttl_ms <= 0 or ARGV[3] == '' then
+    redis.call('HDEL', KEYS[2], ARGV[1])
+  else
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+    if redis.call('PTTL', KEYS[2]) < ttl_ms then
+      redis.call('PEXPIRE', KEYS[2], ttl_ms)
+    end
   end
 end
 return {redis.call('ZCARD', KEYS[1]), now_ms}
@@ -45,9 +61,61 @@ def fleet_key(prefix: str) -> str:
     return f"{prefix}:fleet"
 
 
-def heartbeat_args(prefix: str, member: str, ttl_ms: int) -> tuple[Any, ...]:
-    """The arguments of ``EVAL`` for one heartbeat (``ttl_ms`` 0: the member leaves)."""
-    return (HEARTBEAT_LUA, 1, fleet_key(prefix), member, ttl_ms)
+def tallies_key(prefix: str) -> str:
+    """The hash of the members' tallies: ``{<prefix>:fleet}:tallies``, whose hash tag is
+    the set's own name, so both keys live in one slot of a Redis Cluster."""
+    return f"{{{fleet_key(prefix)}}}:tallies"
+
+
+def heartbeat_args(
+    prefix: str, member: str, ttl_ms: int, tallies: str | None = None
+) -> tuple[Any, ...]:
+    """The arguments of ``EVAL`` for one heartbeat (``ttl_ms`` 0: the member leaves);
+    ``tallies`` (JSON, ``encode_tallies``) rides along in the same EVAL."""
+    if tallies is None:
+        return (HEARTBEAT_LUA, 1, fleet_key(prefix), member, ttl_ms)
+    return (HEARTBEAT_LUA, 2, fleet_key(prefix), tallies_key(prefix), member, ttl_ms, tallies)
+
+
+#: The live numbers of one interface: calls admitted, admitted after a wait, refused
+#: (per second), and the effective fraction of its rate after pushback (1: all of it).
+TALLY_FIELDS = ("admitted", "waited", "refused")
+
+
+def encode_tallies(rates: dict[str, tuple[float, float, float]], factors: dict[str, float]) -> str:
+    """A member's tallies as the heartbeat stores them: {url: [admitted/s, waited/s,
+    refused/s, factor]}."""
+    shown = {
+        url: [*(round(r, 3) for r in rate), round(factors.get(url, 1.0), 4)]
+        for url, rate in rates.items()
+    }
+    for url, factor in factors.items():
+        shown.setdefault(url, [0.0, 0.0, 0.0, round(factor, 4)])
+    return json.dumps(shown, separators=(",", ":"), sort_keys=True)
+
+
+def sum_tallies(stored: dict[Any, Any], live: set[str]) -> dict[str, dict[str, float]]:
+    """The fleet's numbers per interface: the rates of the ``live`` members summed, the
+    effective factor the lowest any member saw. Entries of others are left out."""
+    fleet: dict[str, dict[str, float]] = {}
+    for raw_member, raw in stored.items():
+        member = raw_member.decode() if isinstance(raw_member, bytes) else str(raw_member)
+        if member not in live:
+            continue
+        try:
+            tallies = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(tallies, dict):
+            continue
+        for url, values in tallies.items():
+            if not (isinstance(values, list) and len(values) == 4):
+                continue
+            entry = fleet.setdefault(url, dict.fromkeys(TALLY_FIELDS, 0.0) | {"factor": 1.0})
+            for name, value in zip(TALLY_FIELDS, values, strict=False):
+                entry[name] = round(entry[name] + float(value), 3)
+            entry["factor"] = min(entry["factor"], float(values[3]))
+    return fleet
 
 
 def parse_heartbeat(reply: Any) -> int:

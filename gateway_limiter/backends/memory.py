@@ -136,7 +136,7 @@ class MemoryBackend:
     def prepare(self) -> None:
         """Nothing to prepare."""
 
-    def heartbeat(self, member: str, ttl_ms: int) -> int:
+    def heartbeat(self, member: str, ttl_ms: int, tallies: str | None = None) -> int:
         """This process is the whole fleet of its state."""
         return 1
 
@@ -222,7 +222,7 @@ class AsyncMemoryBackend:
     async def prepare(self) -> None:
         """Nothing to prepare."""
 
-    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+    async def heartbeat(self, member: str, ttl_ms: int, tallies: str | None = None) -> int:
         """This process is the whole fleet of its state."""
         return 1
 

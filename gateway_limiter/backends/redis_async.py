@@ -501,13 +501,15 @@ class AsyncRedisBackend:
             raise
         self._readiness.done(policies)
 
-    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+    async def heartbeat(self, member: str, ttl_ms: int, tallies: str | None = None) -> int:
         """One EVAL of the fleet's heartbeat (``backends/fleet.py``), in turn for a
         connection like ``peek``."""
 
         async def beat() -> Any:
             async with Deadline(self._connect_seconds + self._read_seconds):
-                return await self._client.eval(*heartbeat_args(self._prefix, member, ttl_ms))
+                return await self._client.eval(
+                    *heartbeat_args(self._prefix, member, ttl_ms, tallies)
+                )
 
         return parse_heartbeat(await self._queued(beat))
 

@@ -8,6 +8,7 @@ app on a background thread (the demo's console, and tests).
 from __future__ import annotations
 
 import ipaddress
+import secrets
 import socket
 import threading
 import time
@@ -22,10 +23,13 @@ from gateway_limiter.config.reload import Registry
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.config.table import make_engine
 from gateway_limiter.console.app import make_app
-from gateway_limiter.console.sources import RedisView, Sources
+from gateway_limiter.console.sources import InProcessView, RedisView, Sources
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
     from starlette.applications import Starlette
+
+    from gateway_limiter.limiter import GatewayLimiter
 
 
 def is_loopback(host: str) -> bool:
@@ -126,3 +130,38 @@ def run_console(ctx: Context) -> int:
         view.backend.close()
         sources.engine.dispose()
     return 0
+
+
+class DemoConsole:
+    """The console over the demo's SQLite file and in-process limiter, on loopback."""
+
+    def __init__(self, server: ConsoleServer, engine: Engine, token: str) -> None:
+        self.server = server
+        self.engine = engine
+        self.banner = f"console on http://127.0.0.1:{server.port}/ (demo token for edits: {token})"
+
+    def stop(self) -> None:
+        """Stop serving, release the engine."""
+        self.server.stop()
+        self.engine.dispose()
+
+
+def demo_console(limiter: GatewayLimiter, settings: Settings, port: int) -> DemoConsole:
+    """Serve the console over the demo's limiter, with a token of its own (printed: the
+    demo's table is a temporary file on this machine, and edits are the point)."""
+    token = secrets.token_urlsafe(18)
+    view = InProcessView(limiter)
+    engine = make_engine(settings.database_url)
+    sources = Sources(
+        settings=settings.replace(console_token=token),
+        engine=engine,
+        status=view.status,
+        fleet=view.fleet,
+        actor=local_actor(),
+    )
+    try:
+        server = ConsoleServer(make_app(sources), "127.0.0.1", port).start()
+    except RuntimeError as e:
+        engine.dispose()
+        raise CliError(f"console on 127.0.0.1:{port}: {e}") from None
+    return DemoConsole(server, engine, token)

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
@@ -19,6 +19,9 @@ from gateway_limiter.backends.base import Backend, BackendError
 from gateway_limiter.config.reload import Registry
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.status import BucketStatus, chosen_limits, describe_state
+
+if TYPE_CHECKING:
+    from gateway_limiter.limiter import GatewayLimiter
 
 #: The console's view of the rules is at most this old (s): live numbers are <= 1 s old.
 RULES_MAX_AGE_S = 1.0
@@ -99,3 +102,44 @@ def fleet_tallies(backend: Backend) -> dict[str, Any]:
     except BackendError:
         return {}
     return result
+
+
+class InProcessView:
+    """Live state of a limiter in this process (the demo's, on ``memory://``): its
+    buckets, and its calls per second between two reads of ``fleet``."""
+
+    def __init__(self, limiter: GatewayLimiter) -> None:
+        self.limiter = limiter
+        self._lock = threading.Lock()
+        self._last: dict[str, tuple[int, int, int]] = {}
+        self._last_s = time.monotonic()
+        self._rates: dict[str, dict[str, float]] = {}
+
+    def status(self) -> list[BucketStatus]:
+        """Every limit in force and its bucket."""
+        return self.limiter.status()
+
+    def fleet(self) -> dict[str, Any]:
+        """A fleet of one: this process, and its calls per second since the last read
+        (reads less than half a second apart answer the same numbers)."""
+        with self._lock:
+            now_s = time.monotonic()
+            span_s = now_s - self._last_s
+            if span_s >= 0.5:
+                counts = self.limiter.call_counts
+                self._rates = {
+                    url: dict(
+                        zip(
+                            ("admitted", "waited", "refused"),
+                            (
+                                round((c - b) / span_s, 3)
+                                for c, b in zip(now, self._last.get(url, (0, 0, 0)), strict=True)
+                            ),
+                            strict=True,
+                        )
+                    )
+                    | {"factor": 1.0}
+                    for url, now in counts.items()
+                }
+                self._last, self._last_s = counts, now_s
+            return {"shared": False, "members": [], "tallies": dict(self._rates)}

@@ -340,6 +340,12 @@ class LimiterCore:
         return self._fleet.size
 
     @property
+    def call_counts(self) -> dict[str, tuple[int, int, int]]:
+        """Calls decided in this process per limited interface since start: (admitted,
+        of which after a wait, refused). The console's live numbers for ``memory://``."""
+        return {url: (c[0], c[1], c[2]) for url, c in list(self._fleet.tallies.counts.items())}
+
+    @property
     def local_refusals(self) -> int:
         """How many calls were refused in-process, without a round trip, because the
         interface was not free within their timeout (see ``core.local_refusal``)."""
@@ -370,6 +376,11 @@ class LimiterCore:
     def _beat(self, reply: int | BackendError) -> None:
         """A fleet heartbeat answered N (or failed: N stays the last seen)."""
         self._fleet.beat(reply)
+
+    def _tallies(self) -> str:
+        """What this heartbeat carries besides the membership: the calls per interface
+        per second since the last one, and the effective rates after pushback."""
+        return self._fleet.tallies.since_last(dict(self._factors))
 
     def _stopping(self) -> None:
         """Before closing: decisions raise NotStarted from now on, the gauges go."""
@@ -440,6 +451,8 @@ class LimiterCore:
         return acquired_wait_s(verdict, rule, permits)
 
     def _settled(self, rule: Rule, verdict: Verdict, reason: Reason) -> Outcome:
+        # What the limit decided (a shadow rule's refusals count as refusals here).
+        self._fleet.tallies.add(rule.url, verdict.allowed, verdict.wait_us > 0)
         if rule.shadow or self._metrics is not None:
             return self._outcomes.settle(rule, verdict, reason)
         return verdict, reason, rule
