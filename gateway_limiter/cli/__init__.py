@@ -77,6 +77,7 @@ COMMANDS = (
     CommandEntry(
         "demo", "demo", "live demo on a temporary SQLite file and memory:// (no servers needed)"
     ),
+    CommandEntry("audit", "audit", "the latest changes of the limits and the switch, and who"),
     CommandEntry(
         "console", "console", "serve the operator console: rules, switch, fleet, live, audit"
     ),

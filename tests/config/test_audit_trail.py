@@ -157,3 +157,23 @@ def test_many_processes_reloading_at_once_record_each_sql_change_once(
     assert sum(written) == 2
     got = audit_rows(engine)
     assert sorted(e["afterRow"]["interfaceUrl"] for e in got) == ["/ibe/audit", "/ibe/other"]
+
+
+def test_the_audit_command_lists_the_changes(
+    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+) -> None:
+    db, _ = migrated_any_db
+    assert (
+        cli(capsys, "--database-url", db, "--actor", "bob", "conf", "set", URL, "--rate", "5").code
+        == 0
+    )
+    assert (
+        cli(capsys, "--database-url", db, "--actor", "bob", "conf", "set", URL, "--rate", "9").code
+        == 0
+    )
+    ran = cli(capsys, "--database-url", db, "audit", "--limit", "1")
+    assert ran.code == 0, ran.err
+    lines = ran.out.splitlines()
+    assert len(lines) == 2  # the header and the newest change
+    assert "bob" in lines[1]
+    assert "rateLimit 5 -> 9" in lines[1]
