@@ -13,8 +13,9 @@ Two ways a change gets there:
   records each difference with source ``sql``. The comparison is the dedupe: the
   second of 100 processes that saw the same change takes the lock after the first has
   committed, finds the change already recorded, and writes nothing. On MySQL/MariaDB
-  the lock is ``GET_LOCK`` (a named lock, held only for that transaction); SQLite
-  allows one writer at a time and serves one host (the demo), so it takes none.
+  the lock is ``GET_LOCK`` (a named lock, held only for that transaction), asked for
+  without waiting: a process that finds it taken compares again at its next reload.
+  SQLite serves one host (the demo, tests) and takes no lock.
 
 A row is recorded as JSON of its columns (by their column names), without
 ``lastModifyTime``, which changes on every write and says nothing about the limit.
@@ -52,9 +53,9 @@ SOURCE_ADMIN: Final = "admin"
 #: The named lock (MySQL/MariaDB ``GET_LOCK``) one reload at a time holds while it
 #: records the changes plain SQL made.
 SQL_AUDIT_LOCK: Final = "gateway_limiter.audit"
-#: How long a reload waits for that lock; a process that does not get it leaves the
-#: recording to the one holding it (it will record the same changes).
-SQL_AUDIT_LOCK_SECONDS: Final = 5
+#: A reload does not wait for that lock (0 s): one that finds it taken tries again at
+#: its next reload, so no reload thread of a large fleet queues behind the others.
+SQL_AUDIT_LOCK_SECONDS: Final = 0
 
 #: The columns of a recorded row, model attribute -> column name (no lastModifyTime).
 RECORDED_COLUMNS: Final = {
@@ -193,9 +194,10 @@ def _sql_changes(conn: Connection, by: ChangedBy) -> int:
     return written
 
 
-def record_sql_changes(engine: Engine, actor: str | None = None) -> int:
+def record_sql_changes(engine: Engine, actor: str | None = None) -> int | None:
     """Record, with source ``sql``, every difference between the table (and the switch)
-    and the latest audit of each row; returns how many audit rows were written.
+    and the latest audit of each row; returns how many audit rows were written, or None
+    when another process holds the lock (try again later).
 
     Safe to call from every process of a fleet at once: see the module's docstring. A
     database without the audit table (a schema before revision 0006) records nothing.
@@ -214,7 +216,7 @@ def record_sql_changes(engine: Engine, actor: str | None = None) -> int:
             conn.commit()  # the lock belongs to the session, not to this transaction
             if got != 1:
                 log.debug("another process records the SQL changes (lock busy)")
-                return 0
+                return None
         try:
             with conn.begin():
                 written = _sql_changes(conn, by)

@@ -160,10 +160,12 @@ class Registry:
         if rows == self._audited_rows and stored_switch == self._audited_switch:
             return
         # Marked done even when it fails, so a broken audit table is reported once per
-        # change of the table, not on every tick.
+        # change of the table, not on every tick; but not when another process held the
+        # lock: this one compares again at its next reload.
         self._audited_rows, self._audited_switch = rows, stored_switch
         try:
-            record_sql_changes(self._engine)
+            if record_sql_changes(self._engine) is None:
+                self._audited_rows = None
         except Exception as e:  # the audit must never cost the gateway its limits
             reason = describe_db_error(e)
             log.warning("could not record the table's changes in the audit: %s", reason)
