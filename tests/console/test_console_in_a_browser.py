@@ -94,13 +94,21 @@ def test_the_page_shows_the_rows_and_a_hostile_url_as_text(
     browser: Any, console: Served, figures: Callable[..., None], tmp_path: Path
 ) -> None:
     demo_rows(console.engine)
-    browser.get(console.url + "/")
-    loaded(browser, 5)
-    timing = browser.execute_script(
-        "const paint = performance.getEntriesByName('first-contentful-paint')[0];"
-        "const nav = performance.getEntriesByType('navigation')[0];"
-        "return {fcp: paint ? paint.startTime : null, dom: nav.domContentLoadedEventEnd};"
-    )
+    timings = []
+    # The first load also starts the browser's renderer; the second is an operator's
+    # browser opening the console: both are reported.
+    for _ in range(2):
+        browser.get(console.url + "/")
+        loaded(browser, 5)
+        timings.append(
+            browser.execute_script(
+                "const paint = performance.getEntriesByName('first-contentful-paint')[0];"
+                "const nav = performance.getEntriesByType('navigation')[0];"
+                "return {fcp: paint ? paint.startTime : null,"
+                " dom: nav.domContentLoadedEventEnd};"
+            )
+        )
+    cold, timing = timings
     cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#rules td.url")]
     assert "/ibe/flight/search" in cells
     assert HOSTILE in cells  # shown as the characters it is
@@ -110,6 +118,7 @@ def test_the_page_shows_the_rows_and_a_hostile_url_as_text(
         "console first paint (demo rows, loopback, loaded machine)",
         first_contentful_paint_ms=round(timing["fcp"], 1) if timing["fcp"] else None,
         dom_content_loaded_ms=round(timing["dom"], 1),
+        first_load_fcp_ms=round(cold["fcp"], 1) if cold["fcp"] else None,
     )
     assert timing["fcp"] is not None
     screenshot(browser, "console-rules.png", tmp_path)
