@@ -199,3 +199,26 @@ def test_a_reload_that_finds_the_lock_taken_records_at_its_next_reload(
     finally:
         holder.close()
         registry.close()
+
+
+def test_a_reload_on_a_schema_before_the_audit_table_records_nothing_and_works(
+    sqlite_db: str,
+) -> None:
+    """Code newer than the schema (deployed before ``db upgrade``): the reload reads its
+    limits as ever, and leaves the audit to a database that has the table."""
+    from gateway_limiter.config.migrate import upgrade
+
+    engine = make_engine(sqlite_db)
+    try:
+        upgrade(engine, "0005")
+        write_row(engine, URL, rateLimit=5)
+        registry = Registry(Settings(database_url=sqlite_db), engine=make_engine(sqlite_db))
+        try:
+            summary = registry.reload()
+        finally:
+            registry.close()
+        assert summary.ok
+        assert summary.rules == 1
+        assert record_sql_changes(engine) == 0
+    finally:
+        engine.dispose()

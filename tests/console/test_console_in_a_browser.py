@@ -169,6 +169,34 @@ def test_a_rate_edited_on_the_page_reaches_the_row_and_the_audit(
     )
 
 
+def test_any_column_can_be_edited_through_the_page(browser: Any, console: Served) -> None:
+    config_id = write_row(console.engine, "/ibe/flight/search", rateLimit=20)
+    browser.get(console.url + "/")
+    browser.execute_script("sessionStorage.setItem('gwl-console-token', arguments[0])", TOKEN)
+    browser.get(console.url + "/")
+    loaded(browser, 1)
+    browser.find_element(By.CSS_SELECTOR, "#rules button.more").click()
+    prompt = until(browser, "the edit prompt", lambda d: d.switch_to.alert)
+    assert prompt.text.startswith(f"configId {config_id}: ")
+    prompt.send_keys(
+        "rateLimit=20 periodSeconds=1 cache=0.3 status=1 shadow=1 algorithm=token_bucket "
+        "maxPermits=null warmupPeriod=null perCaller=0 callerKey=null maxConcurrent=4 "
+        "channelType=IBE+ interfaceNo=null"
+    )
+    prompt.accept()
+    until(
+        browser,
+        "the page to say what changed",
+        lambda d: "shadow 0 -> 1" in d.find_element(By.ID, "message").text,
+    )
+    with console.engine.connect() as conn:
+        cache, shadow, slots = conn.execute(
+            text("select cache, shadow, maxConcurrent from t_ratelimite_conf where configId = :i"),
+            {"i": config_id},
+        ).one()
+    assert (round(cache, 2), shadow, slots) == (0.3, 1, 4)
+
+
 def test_a_wrong_token_is_refused_on_the_page(browser: Any, console: Served) -> None:
     config_id = write_row(console.engine, "/ibe/flight/search", rateLimit=20)
     browser.get(console.url + "/")

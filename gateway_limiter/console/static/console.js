@@ -110,10 +110,14 @@ function drawRules() {
     const flip = el("button", row.status === 1 ? "disable" : "enable", "write flip");
     flip.type = "button";
     flip.addEventListener("click", () => patch(row.configId, { status: row.status === 1 ? 0 : 1 }));
+    const more = el("button", "edit…", "write more");
+    more.type = "button";
+    more.title = "change any column: name=value pairs";
+    more.addEventListener("click", () => editColumns(row));
     const drop = el("button", "delete", "write drop");
     drop.type = "button";
     drop.addEventListener("click", () => removeRow(row.configId, row.interfaceUrl));
-    actions.append(save, flip, drop);
+    actions.append(save, flip, more, drop);
     tr.appendChild(actions);
     body.appendChild(tr);
   }
@@ -138,6 +142,32 @@ async function patch(configId, fields) {
     say("configId " + configId + ": " + changed.join(", "), true);
     await Promise.all([loadRules(), loadAudit()]);
   } catch (e) { say(String(e.message), false); }
+}
+
+// The columns "edit…" offers, as name=value pairs the operator changes in place.
+const EDITABLE = ["rateLimit", "periodSeconds", "cache", "status", "shadow", "algorithm",
+  "maxPermits", "warmupPeriod", "perCaller", "callerKey", "maxConcurrent", "channelType",
+  "interfaceNo"];
+
+function parseValue(text) {
+  if (text === "null" || text === "") return null;
+  if (/^-?[0-9]+(\.[0-9]+)?$/.test(text)) return Number(text);
+  return text;
+}
+
+function editColumns(row) {
+  const shown = EDITABLE.map((k) => k + "=" + (row[k] === null ? "null" : row[k])).join(" ");
+  const answer = window.prompt("configId " + row.configId + ": change the values, keep the names", shown);
+  if (answer === null) return;
+  const fields = {};
+  for (const pair of answer.trim().split(/\s+/)) {
+    const at = pair.indexOf("=");
+    if (at < 1) { say("not name=value: " + JSON.stringify(pair), false); return; }
+    const name = pair.slice(0, at), value = parseValue(pair.slice(at + 1));
+    if (JSON.stringify(row[name]) !== JSON.stringify(value)) fields[name] = value;
+  }
+  if (Object.keys(fields).length === 0) { say("nothing changed", true); return; }
+  patch(row.configId, fields);
 }
 
 function saveRate(configId, text) {
@@ -202,6 +232,9 @@ async function loadLive() {
     cell(tr, b.url, "url");
     cell(tr, b.configId, "num");
     cell(tr, b.rate + " / " + b.periodSeconds + " s " + b.algorithm);
+    // After pushback the fleet runs at factor x the row's rate (the lowest any member saw).
+    const factor = t.factor === undefined ? 1 : t.factor;
+    cell(tr, (b.perSecond * factor).toFixed(2) + (factor < 1 ? " (pushback)" : ""), "num effective");
     cell(tr, rate(t.admitted), "num admitted");
     cell(tr, rate(t.waited), "num waited");
     cell(tr, rate(t.refused), "num refused");
