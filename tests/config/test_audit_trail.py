@@ -97,13 +97,15 @@ def test_plain_sql_changes_are_recorded_by_the_reload(
     registry = Registry(Settings(database_url=db), engine=make_engine(db))
     try:
         config_id = write_row(engine, URL, rateLimit=10)
-        registry.reload()
-        write_row(engine, URL, rateLimit=20)
-        registry.reload()
-        registry.reload()  # nothing changed since: nothing recorded
-        with engine.begin() as conn:
-            conn.execute(text("delete from t_ratelimite_conf"))
-        registry.reload()
+        for change in (
+            lambda: None,
+            lambda: write_row(engine, URL, rateLimit=20),
+            lambda: None,  # nothing changed since: nothing recorded
+            lambda: _delete_all(engine),
+        ):
+            change()
+            assert registry.reload().ok
+            assert registry.wait_for_audit()
     finally:
         registry.close()
     got = audit_rows(engine)
@@ -113,6 +115,11 @@ def test_plain_sql_changes_are_recorded_by_the_reload(
         ("delete", "sql", config_id),
     ]
     assert (got[1]["beforeRow"]["rateLimit"], got[1]["afterRow"]["rateLimit"]) == (10, 20)
+
+
+def _delete_all(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("delete from t_ratelimite_conf"))
 
 
 def test_a_cli_change_is_not_recorded_again_by_the_reload(
@@ -192,9 +199,11 @@ def test_a_reload_that_finds_the_lock_taken_records_at_its_next_reload(
         assert got == 1
         write_row(engine, URL, rateLimit=10)
         assert registry.reload().ok
+        assert registry.wait_for_audit()
         assert audit_rows(engine) == []  # another process (the holder) is at it
         holder.execute(text("SELECT RELEASE_LOCK('gateway_limiter.audit')"))
         assert registry.reload().ok  # the rows are as before: compared again all the same
+        assert registry.wait_for_audit()
         assert [(e["action"], e["source"]) for e in audit_rows(engine)] == [("insert", "sql")]
     finally:
         holder.close()
@@ -215,6 +224,7 @@ def test_a_reload_on_a_schema_before_the_audit_table_records_nothing_and_works(
         registry = Registry(Settings(database_url=sqlite_db), engine=make_engine(sqlite_db))
         try:
             summary = registry.reload()
+            assert registry.wait_for_audit()
         finally:
             registry.close()
         assert summary.ok

@@ -81,7 +81,8 @@ def limiter(db_url: str, redis_url: str, prefix: str, **settings: Any) -> Gatewa
 
 def scan_keys(client: redis.Redis) -> set[str]:
     """Every key of limit state on the server, by SCAN (decoded; keys the tests make are
-    UTF-8): all keys but the fleets' member sets (``<prefix>:fleet``, docs/design.md)."""
+    UTF-8): all keys but the fleets' member sets (``<prefix>:fleet``, docs/design.md)
+    and their members' tallies (``{<prefix>:fleet}:tallies``, docs/console.md)."""
     keys = {k.decode("utf-8", "backslashreplace") for k in client.scan_iter(count=1000)}
     return {k for k in keys if not _FLEET_KEY.fullmatch(k)}
 
@@ -93,5 +94,6 @@ def state_keys(client: redis.Redis, prefix: str) -> list[str]:
     return [k for k in keys if k != fleet_key(prefix)]
 
 
-#: A fleet's member set: a prefix (which has no braces) and ``:fleet``.
-_FLEET_KEY = re.compile(r"[^{}]*:fleet")
+#: A fleet's member set: a prefix (which has no braces) and ``:fleet``; and the hash of
+#: its members' tallies beside it, ``{<prefix>:fleet}:tallies``.
+_FLEET_KEY = re.compile(r"[^{}]*:fleet|\{[^{}]*:fleet\}:tallies")
