@@ -79,7 +79,8 @@ from gateway_limiter.core.pipeline import Ask, LimiterCore, Outcome, allowed_wai
 from gateway_limiter.core.status import (
     BucketStatus,
     bucket_status,
-    chosen_limits,
+    chosen,
+    has_pushback_state,
     has_shared_bucket,
 )
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, LimiterError, NotStarted
@@ -257,13 +258,28 @@ class AsyncGatewayLimiter(LimiterCore):
         return wait_s
 
     async def status(self, url: str | None = None) -> list[BucketStatus]:
-        """Every limit in force (or ``url``'s) with its live state (shared buckets)."""
-        return [await self._describe(rule) for rule in chosen_limits(self.registry, url)]
+        """Every limit in force (or ``url``'s) with its live state (shared buckets) and
+        what the supplier's pushbacks left (the hold, the effective rate)."""
+        return [
+            shown
+            for interface, limits in chosen(self.registry, url)
+            for shown in await self._describe(interface, limits)
+        ]
 
-    async def _describe(self, rule: Rule) -> BucketStatus:
-        # core.status.describe_state, with the peek awaited.
-        peeked = await attempt_async(self.backend.peek, rule) if has_shared_bucket(rule) else None
-        return bucket_status(rule, self.backend.shared, peeked)
+    async def _describe(self, interface: Rule, limits: list[Rule]) -> list[BucketStatus]:
+        # core.status.describe_interface, with the peeks awaited.
+        pushed = (
+            await attempt_async(self.backend.peek_pushback, interface)
+            if has_pushback_state(interface)
+            else None
+        )
+        out = []
+        for rule in limits:
+            peeked = (
+                await attempt_async(self.backend.peek, rule) if has_shared_bucket(rule) else None
+            )
+            out.append(bucket_status(rule, self.backend.shared, peeked, interface, pushed))
+        return out
 
 
 # --- the process-wide limiter ------------------------------------------------------

@@ -21,11 +21,7 @@ from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.decision import Decision
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.core.pipeline import Ask, LimiterCore, Outcome, allowed_wait_s
-from gateway_limiter.core.status import (
-    BucketStatus,
-    chosen_limits,
-    describe_state,
-)
+from gateway_limiter.core.status import BucketStatus, chosen, describe_interface
 from gateway_limiter.model.bucket import Verdict
 
 __all__ = ["GatewayLimiter"]
@@ -184,5 +180,10 @@ class GatewayLimiter(LimiterCore):
             self._pushed(push, reply)
 
     def status(self, url: str | None = None) -> list[BucketStatus]:
-        """Every limit in force (or ``url``'s) with its live state (shared buckets)."""
-        return [describe_state(rule, self.backend) for rule in chosen_limits(self.registry, url)]
+        """Every limit in force (or ``url``'s) with its live state (shared buckets) and
+        what the supplier's pushbacks left (the hold, the effective rate)."""
+        return [
+            shown
+            for interface, limits in chosen(self.registry, url)
+            for shown in describe_interface(interface, limits, self.backend)
+        ]

@@ -42,8 +42,8 @@ so a decision still touches one key, and Redis Cluster moves both together (a se
 key could be split from the first mid-resharding, and every call would get TRYAGAIN).
 A stored value of -1 permits means pushback state alone: no bucket state (full).
 
-Returns {allowed (1/0), wait in microseconds, stored permits left, next free, factor},
-numbers
+Returns {allowed (1/0), wait in microseconds, stored permits left, next free, factor,
+held (microseconds from now until a pushback's retry_after ends; 0: none)}, numbers
 as strings with 17 significant digits so the caller reads back exactly the doubles
 computed here. Next free: microseconds from now before which no call can go (the
 balance time, plus what the stored permits lack of one permit, at one stable interval
@@ -93,6 +93,8 @@ if saved and #saved == 72 then
 end
 rate = rate * factor
 capacity = capacity * factor
+local held = "0"  -- the reply says how long a pushback's hold lasts
+if pushed_until > now then held = num(pushed_until - now) end
 
 -- The shape of the bucket: how fast stored permits come back, and what they cost.
 local stable = 1000000 / rate
@@ -160,7 +162,7 @@ end
 
 -- 4. refuse without reserving, or reserve
 if timeout >= 0 and wait > timeout then
-  return {0, num(wait), num(stored), next_free(stored, balance), num(factor)}
+  return {0, num(wait), num(stored), next_free(stored, balance), num(factor), held}
 end
 stored = stored - spend
 local full_at = math.max(new_balance, now) + (capacity - stored) * refill
@@ -170,4 +172,4 @@ if pushed then  -- kept as long as either part matters
   value, px = value .. pushed, math.max(px, pushed_px)
 end
 redis.call("SET", KEYS[1], value, "PX", px)
-return {1, num(wait), num(stored), next_free(stored, new_balance), num(factor)}
+return {1, num(wait), num(stored), next_free(stored, new_balance), num(factor), held}

@@ -44,6 +44,7 @@ from gateway_limiter.backends.topology import parse_endpoints
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import BucketState, Verdict
+from gateway_limiter.model.pushback import PushbackState
 
 T = TypeVar("T")
 
@@ -137,6 +138,18 @@ class AsyncRedisClusterBackend:
 
         raw, time_reply = await self._queued(both)
         return scripts.parse_state(raw), scripts.clock_us(time_reply)
+
+    async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+        """GET, then TIME on the node that holds the key, like ``peek``."""
+        key, in_bucket = scripts.pushback_peek_key(self._prefix, rule)
+
+        async def both() -> tuple[Any, Any]:
+            raw = await self._client.get(key)
+            node = self._client.get_node_from_key(key)
+            return raw, await self._client.time(target_nodes=node)
+
+        raw, time_reply = await self._queued(both)
+        return scripts.parse_pushback_state(raw, in_bucket), scripts.clock_us(time_reply)
 
     async def prepare(self) -> None:
         """Once, when the cluster first answers (``backends/readiness.py``): SCRIPT LOAD on

@@ -40,6 +40,10 @@ STATUS_COLUMNS = (
     Column("stored permits", numeric=True, short="stored"),
     Column("debt ms", numeric=True, short="debt"),
     Column("next free ms", numeric=True, short="free ms"),
+    # the supplier's pushbacks: the rate they leave, and what is left of a Retry-After
+    # (too narrow for them, --watch says "held until" first in the state)
+    Column("effective rate", numeric=True, short="eff", drop=6),
+    Column("hold s", numeric=True, short="hold", drop=7),
     Column("algorithm", short="algo", drop=2),
     Column("state", cut=30),
 )
@@ -200,7 +204,16 @@ def _status_cells(s: BucketStatus) -> list[str]:
 
     def row(stored: str, debt: str, state: str) -> list[str]:
         free = "-" if s.next_free_ms is None else f"{s.next_free_ms:.1f}"
-        return [*head, stored, debt, free, rule.algorithm, state + shadow]
+        effective = "-" if s.effective_rate is None else f"{s.effective_rate:.4g}"
+        hold = f"{s.held_ms / 1000.0:.1f}" if s.held_ms > 0 else "-"
+        return [*head, stored, debt, free, effective, hold, rule.algorithm, pushed + state + shadow]
+
+    pushed = ""
+    if s.held_until is not None:
+        ends = time.strftime("%H:%M:%S", time.gmtime(s.held_until))
+        pushed = f"held until {ends} UTC (pushback); "
+    elif s.effective_rate is not None and s.effective_rate < rule.rate:
+        pushed = "slowed by pushbacks; "
 
     if rule.closed:
         return row("-", "-", "closed: every call refused")

@@ -116,7 +116,8 @@ class Verdict(NamedTuple):
     whose timeout cannot reach it would be refused: the limiter refuses it in-process,
     with no round trip. (A named tuple: it is built on every decision, and that costs a
     third of a frozen dataclass.) ``factor``: the effective rate as a fraction of the
-    row's, what pushbacks left of it (1: none).
+    row's, what pushbacks left of it (1: none); ``held_us``: how much longer a
+    pushback's ``retry_after`` holds every call back (0: none).
     """
 
     allowed: bool
@@ -125,6 +126,8 @@ class Verdict(NamedTuple):
     next_free_us: float = 0.0
     #: The effective rate as a fraction of the row's, after pushbacks (model/pushback.py).
     factor: float = 1.0
+    #: µs from the decision's ``now`` until a pushback's ``retry_after`` ends (0: no hold).
+    held_us: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,12 +276,14 @@ def reserve(
     cost_us = sh.stored_cost_us(current.stored, spend) + shortfall * sh.stable_us
     balance_us = max(current.balance_us, now_us) + cost_us
     wait_us = balance_us - now_us
+    held_us = until_us - now_us if until_us > now_us else 0.0
     if timeout_us is not None and wait_us > timeout_us:
         next_free_us = next_free_bucket(sh, current, now_us)
-        return Verdict(False, wait_us, current.stored, next_free_us, factor), None
+        return Verdict(False, wait_us, current.stored, next_free_us, factor, held_us), None
     stored = current.stored - spend
     new = BucketState(stored, balance_us, sh.rate, sh.capacity, sh.refill_us)
-    return Verdict(True, wait_us, stored, next_free_bucket(sh, new, now_us), factor), new
+    next_free_us = next_free_bucket(sh, new, now_us)
+    return Verdict(True, wait_us, stored, next_free_us, factor, held_us), new
 
 
 def next_free_bucket(sh: Shape, state: BucketState, now_us: float) -> float:

@@ -78,6 +78,7 @@ from gateway_limiter.model.bucket import (
     reconfigure,
     resync,
 )
+from gateway_limiter.model.pushback import window_limit
 
 #: The sliding window is its period plus this, for wake-up jitter.
 WINDOW_GUARD_US = 10_000.0
@@ -365,8 +366,10 @@ def reserve_limits(
     with an infinite wait (and ``next_free_us`` 0: not every limit was read).
 
     Pushback (``model/pushback.py``): token buckets run at ``factor`` times their rate
-    and capacity (windows keep theirs), and no call goes before ``until_us``.
+    and capacity, windows admit at most ``window_limit`` of their rate per window, and no
+    call goes before ``until_us``.
     """
+    capped = limits
     if factor != 1.0:
         limits = [
             Limit(x.kind, x.rate * factor, x.size * factor)
@@ -374,26 +377,35 @@ def reserve_limits(
             else x
             for x in limits
         ]
+        # A window counts at most its slowed limit (step 1 only: next free and the trim
+        # keep its own rate, since the factor only recovers).
+        capped = [
+            x
+            if x.kind is LimitKind.TOKEN_BUCKET or permits > x.rate
+            else Limit(x.kind, window_limit(x.rate, factor, permits), x.size)
+            for x in limits
+        ]
+    held_us = until_us - now_us if until_us > now_us else 0.0
     at_us = max(now_us, until_us)
     current: list[LimitState] = []
-    for limit, state in zip(limits, states, strict=True):
+    for limit, state in zip(capped, states, strict=True):
         found = LIMIT_MODELS[limit.kind].earliest(limit, state, permits, now_us, until_us)
         if found is None:
-            return Verdict(False, math.inf, 0.0, 0.0, factor), None
+            return Verdict(False, math.inf, 0.0, 0.0, factor, held_us), None
         earliest_us, as_of_now = found
         current.append(as_of_now)
         at_us = max(at_us, earliest_us)
     wait_us = at_us - now_us
     if timeout_us is not None and wait_us > timeout_us:
         next_us = _next_free_us(limits, current, now_us, until_us)
-        return Verdict(False, wait_us, _least_stored(current), next_us, factor), None
+        return Verdict(False, wait_us, _least_stored(current), next_us, factor, held_us), None
     n = float(permits)
     new = tuple(
         LIMIT_MODELS[limit.kind].record(limit, state, n, at_us)
         for limit, state in zip(limits, current, strict=True)
     )
     next_us = _next_free_us(limits, new, now_us, until_us)
-    return Verdict(True, wait_us, _least_stored(new), next_us, factor), new
+    return Verdict(True, wait_us, _least_stored(new), next_us, factor, held_us), new
 
 
 def _next_free_us(
