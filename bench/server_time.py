@@ -39,6 +39,7 @@ cleaner figure and the median the more honest.
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import statistics
 import sys
@@ -59,7 +60,7 @@ from bench.harness.limiters import STATE_COMMANDS_LUA
 from bench.harness.report import load_average, machine_facts, table
 from bench.harness.runs import delete_keys, raise_interrupt
 from bench.harness.servers import private_redis
-from gateway_limiter.backends.fleet import HEARTBEAT_LUA, fleet_key
+from gateway_limiter.backends.fleet import HEARTBEAT_LUA, encode_tallies, heartbeat_args
 from gateway_limiter.backends.scripts import SCRIPTS, Commands, ScriptCall
 from gateway_limiter.config.rules import Algorithm, Rule
 
@@ -133,6 +134,16 @@ REF = "ref: TIME+GET+SET PX"
 DECISIONS = (SCRIPTS["bucket"], SCRIPTS["limits"])
 
 
+def _heartbeat_case(prefix: str) -> Case:
+    """One process's beat as the limiter sends it: its demand and live numbers for one
+    interface ride along, as they do for a process limiting one busy interface."""
+    demand = json.dumps({"/server/bucket": 100.0})
+    tallies = encode_tallies({"/server/bucket": (100.0, 0.0, 0.0)}, {})
+    member = '{"host": "bench", "pid": 1}'
+    _, numkeys, *rest = heartbeat_args(prefix, member, 3000, demand, tallies)
+    return Case(f"fleet heartbeat, {FLEET:,} members", HEARTBEAT_LUA, numkeys, tuple(rest), REF)
+
+
 def cases(prefix: str) -> tuple[list[Case], list[Case]]:
     """Table 1 (bucket.lua, pushback.lua) and table 2 (limits.lua), in order."""
     commands = Commands(prefix)
@@ -147,13 +158,7 @@ def cases(prefix: str) -> tuple[list[Case], list[Case]]:
         _case("bucket.lua, warm-up (any wait)", _call(commands, warm, timeout=None), REF),
         _case("pushback.lua (decrease)", _call(commands, bucket, pushback=True), REF),
         # one process's beat, in a fleet of FLEET members (set up by fill_fleet)
-        Case(
-            f"fleet heartbeat, {FLEET:,} members",
-            HEARTBEAT_LUA,
-            1,
-            (fleet_key(prefix), '{"host": "bench", "pid": 1}', 3000),
-            REF,
-        ),
+        _heartbeat_case(prefix),
     ]
     fixed = Rule("/server/fw", HUGE, 0.0, 3, algorithm=Algorithm.FIXED_WINDOW)
     sliding = Rule("/server/sw", HUGE, 0.0, 4, algorithm=Algorithm.SLIDING_WINDOW)

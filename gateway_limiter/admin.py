@@ -64,7 +64,9 @@ def set_limit(
 
     Returns the row's configId. Raises ValueError, and writes nothing, when the
     reload would skip the row (it names why); the tables must exist (``upgrade``).
+    The change is recorded in the audit table (source ``admin``, actor ``user@host``).
     """
+    from gateway_limiter.config.audit import SOURCE_ADMIN, ChangedBy, local_actor
     from gateway_limiter.config.rules import Skipped, rule_from_row
     from gateway_limiter.config.table import ConfRow, make_engine, upsert_conf
 
@@ -100,7 +102,8 @@ def set_limit(
         raise ValueError(f"limit on {interface_url!r} refused: {checked.reason}")
     engine = make_engine(database_url)
     try:
-        row, _ = upsert_conf(engine, interface_url, where=scope, **fields)
+        by = ChangedBy(local_actor(), SOURCE_ADMIN)
+        row, _ = upsert_conf(engine, interface_url, where=scope, by=by, **fields)
     finally:
         engine.dispose()
     return row.config_id
@@ -109,10 +112,11 @@ def set_limit(
 def set_switch(database_url: str, enabled: bool | None) -> None:
     """Turn every limit on (True) or off (False: every call admitted), or let the
     ``switch`` setting decide again (None)."""
+    from gateway_limiter.config.audit import SOURCE_ADMIN, ChangedBy, local_actor
     from gateway_limiter.config.table import make_engine, write_switch
 
     engine = make_engine(database_url)
     try:
-        write_switch(engine, enabled)
+        write_switch(engine, enabled, ChangedBy(local_actor(), SOURCE_ADMIN))
     finally:
         engine.dispose()

@@ -194,7 +194,10 @@ class AsyncGatewayLimiter(LimiterCore):
         while True:
             await asyncio.sleep(fleet.heartbeat_s)
             demand = fleet.demand(self.registry.snapshot.rules)
-            beat = attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand)
+            tallies = self._tallies()
+            beat = attempt_async(
+                self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand, tallies
+            )
             self._beat(await beat)
             for rule, permits in self._charges():  # after an outage, off the decision path
                 charged = await attempt_async(self.backend.reserve, rule, permits, None)

@@ -107,7 +107,8 @@ class GatewayLimiter(LimiterCore):
         def beat() -> None:
             while not stop.wait(fleet.heartbeat_s):
                 demand = fleet.demand(self.registry.snapshot.rules)
-                self._beat(attempt(backend.heartbeat, fleet.member, fleet.ttl_ms, demand))
+                tallies = self._tallies()
+                self._beat(attempt(backend.heartbeat, fleet.member, fleet.ttl_ms, demand, tallies))
                 for rule, permits in self._charges():  # after an outage, off the decision path
                     if not isinstance(attempt(backend.reserve, rule, permits, None), BackendError):
                         fleet.charged += permits

@@ -57,10 +57,15 @@ class Backend(Protocol):
     def prepare(self) -> None:
         """Get ready for decisions (load the script); BackendError when unreachable."""
 
-    def heartbeat(self, member: str, ttl_ms: int, demand: str = "") -> Heartbeat:
+    def heartbeat(
+        self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
+    ) -> Heartbeat:
         """Announce ``member`` alive for ``ttl_ms`` (0: gone) with its ``demand``
         (``encode_demand``'s JSON, "" none) and drop the dead, in one round trip; the
-        number of live members and its claims. BackendError when unreachable."""
+        number of live members and its claims. BackendError when unreachable.
+
+        ``tallies`` (JSON, ``fleet.encode_tallies``): this member's live numbers, stored
+        beside its membership by the same round trip (the console sums them)."""
 
     def members(self) -> tuple[list[tuple[str, float]], float]:
         """The live members with the moment each dies (ms), and the server's clock (ms)."""
@@ -98,7 +103,9 @@ class AsyncBackend(Protocol):
     async def prepare(self) -> None:
         """Get ready for decisions (load the script); BackendError when unreachable."""
 
-    async def heartbeat(self, member: str, ttl_ms: int, demand: str = "") -> Heartbeat:
+    async def heartbeat(
+        self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
+    ) -> Heartbeat:
         """``Backend.heartbeat``, awaited."""
 
     async def members(self) -> tuple[list[tuple[str, float]], float]:

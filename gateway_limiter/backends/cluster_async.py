@@ -197,9 +197,11 @@ class AsyncRedisClusterBackend:
             raise
         self._readiness.done(policies)
 
-    async def heartbeat(self, member: str, ttl_ms: int, demand: str = "") -> Heartbeat:
+    async def heartbeat(
+        self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
+    ) -> Heartbeat:
         """One EVAL of the fleet's heartbeat on the master of the set's slot."""
-        args = heartbeat_args(self._prefix, member, ttl_ms, demand)
+        args = heartbeat_args(self._prefix, member, ttl_ms, demand, tallies)
         return parse_heartbeat(await self._queued(lambda: self._client.eval(*args)))
 
     async def members(self) -> tuple[list[tuple[str, float]], float]:

@@ -38,6 +38,10 @@ from gateway_limiter.backends.base import BackendError
 #: and each member decides an outage by the claim it last got (``core/fleet.py``).
 #: The work is O(dead members + this member's interfaces): the totals are kept as
 #: they change, never summed over the set.
+#:
+#: [tallies] KEYS[4] the members' tallies (a hash: member -> JSON), ARGV[4] this
+#: member's live numbers (``encode_tallies``; "" none, "-" leave them as they are):
+#: stored beside the member and dropped with it, for the console (lines [tallies]).
 HEARTBEAT_LUA = """
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -53,12 +57,16 @@ local function release(member)
 end
 local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms)
 if #dead > 0 then
-  for _, m in ipairs(dead) do release(m) end
+  for _, m in ipairs(dead) do
+    release(m)
+    redis.call('HDEL', KEYS[4], m)  -- [tallies]
+  end
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
 end
 release(ARGV[1])
 if ttl_ms <= 0 then
   redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[4], ARGV[1])  -- [tallies]
   return {redis.call('ZCARD', KEYS[1]), now_ms, {}}
 end
 redis.call('ZADD', KEYS[1], now_ms + ttl_ms, ARGV[1])
@@ -92,6 +100,16 @@ if ARGV[3] ~= '' then
   end
   redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(mine))
 end
+if ARGV[4] ~= '-' then  -- [tallies] this member's numbers, expiring with the set
+  if ARGV[4] == '' then
+    redis.call('HDEL', KEYS[4], ARGV[1])
+  else
+    redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
+    if redis.call('PTTL', KEYS[4]) < ttl_ms then
+      redis.call('PEXPIRE', KEYS[4], ttl_ms)
+    end
+  end
+end
 return {redis.call('ZCARD', KEYS[1]), now_ms, claims}
 """
 
@@ -107,10 +125,61 @@ def fleet_keys(prefix: str) -> tuple[str, str, str]:
     return fleet_key(prefix), f"{{{prefix}:fleet}}:demand", f"{{{prefix}:fleet}}:totals"
 
 
-def heartbeat_args(prefix: str, member: str, ttl_ms: int, demand: str = "") -> tuple[Any, ...]:
+def tallies_key(prefix: str) -> str:
+    """The hash of the members' tallies: ``{<prefix>:fleet}:tallies``, whose hash tag is
+    the set's own name, so both keys live in one slot of a Redis Cluster."""
+    return f"{{{fleet_key(prefix)}}}:tallies"
+
+
+#: The live numbers of one interface: calls admitted, admitted after a wait, refused
+#: (per second), and the effective fraction of its rate after pushback (1: all of it).
+TALLY_FIELDS = ("admitted", "waited", "refused")
+
+
+def encode_tallies(rates: dict[str, tuple[float, float, float]], factors: dict[str, float]) -> str:
+    """A member's tallies as the heartbeat stores them: {url: [admitted/s, waited/s,
+    refused/s, factor]}."""
+    shown = {
+        url: [*(round(r, 3) for r in rate), round(factors.get(url, 1.0), 4)]
+        for url, rate in rates.items()
+    }
+    for url, factor in factors.items():
+        shown.setdefault(url, [0.0, 0.0, 0.0, round(factor, 4)])
+    return json.dumps(shown, separators=(",", ":"), sort_keys=True)
+
+
+def sum_tallies(stored: dict[Any, Any], live: set[str]) -> dict[str, dict[str, float]]:
+    """The fleet's numbers per interface: the rates of the ``live`` members summed, the
+    effective factor the lowest any member saw. Entries of others are left out."""
+    fleet: dict[str, dict[str, float]] = {}
+    for raw_member, raw in stored.items():
+        member = raw_member.decode() if isinstance(raw_member, bytes) else str(raw_member)
+        if member not in live:
+            continue
+        try:
+            tallies = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(tallies, dict):
+            continue
+        for url, values in tallies.items():
+            if not (isinstance(values, list) and len(values) == 4):
+                continue
+            entry = fleet.setdefault(url, dict.fromkeys(TALLY_FIELDS, 0.0) | {"factor": 1.0})
+            for name, value in zip(TALLY_FIELDS, values, strict=False):
+                entry[name] = round(entry[name] + float(value), 3)
+            entry["factor"] = min(entry["factor"], float(values[3]))
+    return fleet
+
+
+def heartbeat_args(
+    prefix: str, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
+) -> tuple[Any, ...]:
     """The arguments of ``EVAL`` for one heartbeat (``ttl_ms`` 0: the member leaves;
-    ``demand``: ``encode_demand``'s JSON, "" for none)."""
-    return (HEARTBEAT_LUA, 3, *fleet_keys(prefix), member, ttl_ms, demand)
+    ``demand``: ``encode_demand``'s JSON, "" for none); ``tallies`` (JSON,
+    ``encode_tallies``), when given, rides along in the same EVAL."""
+    keys = (*fleet_keys(prefix), tallies_key(prefix))
+    return (HEARTBEAT_LUA, 4, *keys, member, ttl_ms, demand, "-" if tallies is None else tallies)
 
 
 class Heartbeat(NamedTuple):

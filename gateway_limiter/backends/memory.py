@@ -149,7 +149,9 @@ class MemoryBackend:
     def prepare(self) -> None:
         """Nothing to prepare."""
 
-    def heartbeat(self, member: str, ttl_ms: int, demand: str = "") -> Heartbeat:
+    def heartbeat(
+        self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
+    ) -> Heartbeat:
         """This process is the whole fleet of its state."""
         return Heartbeat(1, {})
 
@@ -239,7 +241,9 @@ class AsyncMemoryBackend:
     async def prepare(self) -> None:
         """Nothing to prepare."""
 
-    async def heartbeat(self, member: str, ttl_ms: int, demand: str = "") -> Heartbeat:
+    async def heartbeat(
+        self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
+    ) -> Heartbeat:
         """This process is the whole fleet of its state."""
         return Heartbeat(1, {})
 

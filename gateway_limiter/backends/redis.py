@@ -37,6 +37,8 @@ from gateway_limiter.backends.fleet import (
     heartbeat_args,
     parse_heartbeat,
     parse_members,
+    sum_tallies,
+    tallies_key,
 )
 from gateway_limiter.backends.readiness import Readiness
 from gateway_limiter.backends.round_trips import RoundTrips
@@ -237,11 +239,15 @@ class ScriptBackend:
         with backend_errors():
             self._get_ready(self.client)
 
-    def heartbeat(self, member: str, ttl_ms: int, demand: str = "") -> Heartbeat:
+    def heartbeat(
+        self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
+    ) -> Heartbeat:
         """One EVAL of the fleet's heartbeat (``backends/fleet.py``) where the set lives."""
         key = fleet_key(self._prefix)
         with backend_errors():
-            reply = self._server(key).eval(*heartbeat_args(self._prefix, member, ttl_ms, demand))
+            reply = self._server(key).eval(
+                *heartbeat_args(self._prefix, member, ttl_ms, demand, tallies)
+            )
         return parse_heartbeat(reply)
 
     def members(self) -> tuple[list[tuple[str, float]], float]:
@@ -254,6 +260,19 @@ class ScriptBackend:
             entries, time_reply = pipe.execute()
         live, now_ms = parse_members(entries, time_reply)
         return list(live), now_ms
+
+    def fleet_tallies(self) -> dict[str, dict[str, float]]:
+        """The fleet's live numbers per interface, summed over the live members (one
+        pipeline: the set, the tallies and TIME, on the server that holds both)."""
+        key = fleet_key(self._prefix)
+        with backend_errors():
+            pipe = self._server(key).pipeline(transaction=False)
+            pipe.zrange(key, 0, -1, withscores=True)
+            pipe.time()
+            pipe.hgetall(tallies_key(self._prefix))
+            entries, time_reply, stored = pipe.execute()
+        live, _ = parse_members(entries, time_reply)
+        return sum_tallies(stored, {m.member for m in live})
 
 
 #: Options a ``redis_url`` query may set besides those redis-py converts from text

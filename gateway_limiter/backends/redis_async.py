@@ -530,13 +530,15 @@ class AsyncRedisBackend:
             raise
         self._readiness.done(policies)
 
-    async def heartbeat(self, member: str, ttl_ms: int, demand: str = "") -> Heartbeat:
+    async def heartbeat(
+        self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
+    ) -> Heartbeat:
         """One EVAL of the fleet's heartbeat (``backends/fleet.py``), in turn for a
         connection like ``peek``."""
 
         async def beat() -> Any:
             async with Deadline(self._connect_seconds + self._read_seconds):
-                args = heartbeat_args(self._prefix, member, ttl_ms, demand)
+                args = heartbeat_args(self._prefix, member, ttl_ms, demand, tallies)
                 return await self._client.eval(*args)
 
         return parse_heartbeat(await self._queued(beat))

@@ -10,7 +10,7 @@ Output goes through rich: tables on a terminal, plain aligned text when piped (n
 codes, no wrapping at 80 columns), so ``gateway-limiter conf list | grep`` works.
 
 Each command lives in a module of its own (``db``, ``conf``, ``switch``, ``status``,
-``fleet``, ``metrics``, ``demo``) that adds its arguments to the parser and runs it. A
+``fleet``, ``metrics``, ``demo``, ``console``) that adds its arguments to the parser and runs it. A
 module is imported only when its command is on the command line, and SQLAlchemy,
 Alembic, redis and rich only where a command needs them: ``--help`` and ``--version``
 load none of them.
@@ -76,6 +76,10 @@ COMMANDS = (
     ),
     CommandEntry(
         "demo", "demo", "live demo on a temporary SQLite file and memory:// (no servers needed)"
+    ),
+    CommandEntry("audit", "audit", "the latest changes of the limits and the switch, and who"),
+    CommandEntry(
+        "console", "console", "serve the operator console: rules, switch, fleet, live, audit"
     ),
 )
 

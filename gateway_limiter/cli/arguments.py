@@ -222,6 +222,12 @@ def global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
         help=shown("where bucket state lives (overrides the settings)"),
     )
     parser.add_argument(
+        "--actor",
+        metavar="NAME",
+        default=default,
+        help=shown("who the audit table names for a change (default: user@host)"),
+    )
+    parser.add_argument(
         "-v",
         "--verbose",
         action="store_true",

@@ -36,6 +36,7 @@ from gateway_limiter.cli.describe import (
     url_effect,
 )
 from gateway_limiter.cli.output import Column
+from gateway_limiter.config.edits import algorithm_culprit, combination_problem
 from gateway_limiter.config.rules import (
     ALGORITHMS,
     MAX_PERIOD,
@@ -56,6 +57,8 @@ from gateway_limiter.model.bucket import US_PER_S, shape
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
+
+    from gateway_limiter.config.audit import ChangedBy
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -333,14 +336,8 @@ def algorithm_args_problem(
     if not algorithm_problem(algorithm, max_permits, warmup):
         flag = "--period" if period != 1 else "--per-caller"
         return f"argument {flag}: {problem}"
-    # algorithm_problem checks algorithm, then maxPermits, then warmupPeriod: the first
-    # whose removal changes the answer is the one it complains about.
-    if algorithm not in ALGORITHMS:
-        culprit = "algorithm"
-    elif max_permits is not None and algorithm_problem(algorithm, None, warmup) != problem:
-        culprit = "max_permits"
-    else:
-        culprit = "warmup_period"
+    # The same column the console names for these values (config.edits).
+    culprit = algorithm_culprit(algorithm, max_permits, warmup)
     column, flag = _ALGORITHM_FIELDS[culprit]
     if culprit in given:
         # The flag given is wrong, or right only with another algorithm than the row's.
@@ -378,27 +375,6 @@ def warm_up_cache_warning(rate: int, cache: float, warmup: float) -> str:
         f"(about 3 / rate), more than cache {cache:g} s: callers that wait only the row's "
         f"cache are all refused and it never warms up; give --cache {need:g} or more"
     )
-
-
-def combination_problem(
-    rows: Sequence[ConfRow], url: str, after: ConfRow, default_cache: float
-) -> str:
-    """Why the reload would skip a row of ``url`` once ``after`` is written (the row as
-    changed, or a new one), when the rows now do not make it skip that ("" if not).
-
-    Duplicates of one period and scope are not a problem (the stricter applies, as
-    ever); what is left is ``warm_up`` beside other limits of its URL.
-    """
-    before = build_rules(rows, default_cache).skipped
-    changed = [after if r.config_id == after.config_id else r for r in rows]
-    if all(r.config_id != after.config_id for r in rows):
-        changed.append(after)
-    mine = {r.config_id for r in changed if r.interface_url == url}
-    for skipped in build_rules(changed, default_cache).skipped:
-        new = skipped not in before and not skipped.reason.startswith("duplicate")
-        if new and skipped.config_id in mine:
-            return str(skipped)
-    return ""
 
 
 def cmd_conf_set(ctx: Context) -> int:
@@ -457,7 +433,7 @@ def cmd_conf_set(ctx: Context) -> int:
     clash = combination_problem(rows, a.url, replace(target, **fields), ctx.settings.default_cache)
     if clash:
         raise CliError(f"{a.url} would not be limited as meant: the reload would skip {clash}", 2)
-    row, created = upsert_conf(engine, a.url, where=scope, **fields)
+    row, created = upsert_conf(engine, a.url, where=scope, by=ctx.changed_by(), **fields)
     if created or old is None:  # (old is None only when created; this tells mypy)
         values = ", ".join(
             f"{column} {fmt_field(name, getattr(row, name))}" for name, column in _CONF_FIELDS
@@ -527,46 +503,63 @@ def _rows(count: int) -> str:
 
 
 def flip_rows(
-    engine: Engine, url: str, status: int, scope: dict[str, Any]
+    engine: Engine, url: str, status: int, scope: dict[str, Any], by: ChangedBy | None = None
 ) -> tuple[list[int], list[int]]:
-    """Set ``status`` on the rows of ``url`` that ``scope`` picks, in one transaction;
-    return the configIds picked and those that changed (their status was another)."""
-    from sqlalchemy import select, update
+    """Set ``status`` on the rows of ``url`` that ``scope`` picks, in one transaction
+    (with an audit row per row changed, ``by``); return the configIds picked and those
+    that changed (their status was another)."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
 
-    with engine.begin() as conn:
-        picked = conn.execute(
-            select(RateLimitConf.config_id, RateLimitConf.status)
+    from gateway_limiter.config.audit import record_change, row_record
+
+    with Session(engine) as session, session.begin():
+        picked = session.scalars(
+            select(RateLimitConf)
             .where(RateLimitConf.interface_url == url)
             .where(*(getattr(RateLimitConf, name) == value for name, value in scope.items()))
             .order_by(RateLimitConf.config_id)
         ).all()
-        changed = [config_id for config_id, was in picked if was != status]
-        if changed:
-            conn.execute(
-                update(RateLimitConf)
-                .where(RateLimitConf.config_id.in_(changed))
-                .values(status=status)
-            )
-    return [config_id for config_id, _ in picked], changed
+        changed = []
+        for row in picked:
+            if row.status == status:
+                continue
+            before = row_record(row)
+            row.status = status
+            changed.append(row.config_id)
+            if by is not None:
+                session.flush()
+                after = row_record(row)
+                record_change(session.connection(), by, row.config_id, "update", before, after)
+        ids = [row.config_id for row in picked]
+    return ids, changed
 
 
-def delete_rows(engine: Engine, url: str, scope: dict[str, Any]) -> list[int]:
-    """Delete the rows of ``url`` that ``scope`` picks, in one transaction; return their
-    configIds."""
-    from sqlalchemy import delete, select
+def delete_rows(
+    engine: Engine, url: str, scope: dict[str, Any], by: ChangedBy | None = None
+) -> list[int]:
+    """Delete the rows of ``url`` that ``scope`` picks, in one transaction (with an
+    audit row each, ``by``); return their configIds."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
 
-    with engine.begin() as conn:
-        picked = list(
-            conn.scalars(
-                select(RateLimitConf.config_id)
-                .where(RateLimitConf.interface_url == url)
-                .where(*(getattr(RateLimitConf, name) == value for name, value in scope.items()))
-                .order_by(RateLimitConf.config_id)
-            )
-        )
-        if picked:
-            conn.execute(delete(RateLimitConf).where(RateLimitConf.config_id.in_(picked)))
-    return picked
+    from gateway_limiter.config.audit import record_change, row_record
+
+    with Session(engine) as session, session.begin():
+        picked = session.scalars(
+            select(RateLimitConf)
+            .where(RateLimitConf.interface_url == url)
+            .where(*(getattr(RateLimitConf, name) == value for name, value in scope.items()))
+            .order_by(RateLimitConf.config_id)
+        ).all()
+        ids = [row.config_id for row in picked]
+        for row in picked:
+            before = row_record(row)
+            session.delete(row)
+            if by is not None:
+                session.flush()
+                record_change(session.connection(), by, before["configId"], "delete", before, None)
+    return ids
 
 
 def _cmd_conf_status(ctx: Context, status: int) -> int:
@@ -574,7 +567,7 @@ def _cmd_conf_status(ctx: Context, status: int) -> int:
     engine = ctx.engine()
     _refuse_collation_twins(engine, url)
     scope = _scope_of(ctx.args)
-    picked, changed = flip_rows(engine, url, status, scope)
+    picked, changed = flip_rows(engine, url, status, scope, ctx.changed_by())
     if not picked:
         raise _no_row(ctx, scope, f"create one with '{PROG} conf set {url} --rate N'")
     verb = "enabled" if status else "disabled"
@@ -611,7 +604,7 @@ def cmd_conf_delete(ctx: Context) -> int:
     engine = ctx.engine()
     _refuse_collation_twins(engine, url)
     scope = _scope_of(ctx.args)
-    gone = delete_rows(engine, url, scope)
+    gone = delete_rows(engine, url, scope, ctx.changed_by())
     if not gone:
         raise _no_row(ctx, scope, "nothing deleted")
     ctx.out.line(f"deleted {_rows(len(gone))} for {url} (configId {_ids(gone)})")

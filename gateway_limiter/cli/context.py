@@ -26,6 +26,7 @@ from gateway_limiter.observe.redact import mask_secrets
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
+    from gateway_limiter.config.audit import ChangedBy
     from gateway_limiter.config.settings import Settings
     from gateway_limiter.limiter import GatewayLimiter
 
@@ -114,6 +115,13 @@ class Context:
             "gateway processes apply it at their next reload "
             f"(reload_interval = {self.settings.reload_interval:g} s in these settings)"
         )
+
+    def changed_by(self) -> ChangedBy:
+        """Who the audit table names for a change this command makes: ``--actor``, else
+        ``user@host``; source ``cli``."""
+        from gateway_limiter.config.audit import SOURCE_CLI, ChangedBy, local_actor
+
+        return ChangedBy(getattr(self.args, "actor", None) or local_actor(), SOURCE_CLI)
 
     def close(self) -> None:
         """Release the engine's connections."""

@@ -32,6 +32,7 @@ from rich.text import Text
 from sqlalchemy import Engine, text
 
 from gateway_limiter.cli import arguments
+from gateway_limiter.cli.console import load_console_serve
 from gateway_limiter.cli.context import PROG, Context, open_limiter
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.reload import Snapshot
@@ -60,6 +61,19 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="how long (default 12)",
     )
+    parser.add_argument(
+        "--console",
+        action="store_true",
+        help="also serve the operator console over the demo, on 127.0.0.1 (the console "
+        "extra); give --seconds long enough to look around",
+    )
+    parser.add_argument(
+        "--port",
+        type=arguments.port_arg,
+        default=8088,
+        metavar="PORT",
+        help="the console's port with --console (default 8088)",
+    )
 
 
 def cmd_demo(ctx: Context) -> int:
@@ -69,6 +83,7 @@ def cmd_demo(ctx: Context) -> int:
         console=ctx.out.console,
         # Only an explicit --redis-url: the demo never reads settings files or env.
         redis_url=ctx.args.redis_url or "memory://",
+        web_port=ctx.args.port if ctx.args.console else None,
     )
 
 
@@ -423,13 +438,19 @@ def _footer(console: Console, run: DemoRun) -> None:
 
 
 def run_demo(
-    seconds: int = 12, *, console: Console | None = None, redis_url: str = "memory://"
+    seconds: int = 12,
+    *,
+    console: Console | None = None,
+    redis_url: str = "memory://",
+    web_port: int | None = None,
 ) -> int:
     """Run the demo for ``seconds`` and return 0; every thread is stopped on return.
 
     ``redis_url`` other than ``memory://`` shares the buckets through that Redis (under
     a key prefix of the demo's own); the table is always a temporary SQLite file.
+    ``web_port``: also serve the operator console on 127.0.0.1 at that port.
     """
+    serve = load_console_serve() if web_port is not None else None
     console = console or Console(highlight=False, soft_wrap=True)
     with tempfile.TemporaryDirectory(prefix="gateway-limiter-demo-") as tmp:
         database_url = f"sqlite:///{Path(tmp) / 'limits.db'}"
@@ -459,9 +480,17 @@ def run_demo(
                 # the demo is about the shared state, so say so instead.
                 limiter.backend.prepare()
                 limiter.start()
+                web = None
+                if serve is not None and web_port is not None:
+                    web = serve.demo_console(limiter, settings, web_port)  # type: ignore[attr-defined]
+                    console.print(web.banner, markup=False, highlight=False)
                 _header(console, seconds, settings, ids)
                 run = DemoRun(limiter, engine, console, seconds)
-                run.run()
+                try:
+                    run.run()
+                finally:
+                    if web is not None:
+                        web.stop()
             finally:
                 limiter.close()
             _footer(console, run)

@@ -27,7 +27,7 @@ def cmd_switch(ctx: Context) -> int:
     state = ctx.args.state
     engine = ctx.engine()
     if state != "status":
-        write_switch(engine, {"on": True, "off": False, "default": None}[state])
+        write_switch(engine, {"on": True, "off": False, "default": None}[state], ctx.changed_by())
     stored = read_switch(engine)
     effective = ctx.settings.switch if stored is None else stored
     if stored is None:

@@ -23,9 +23,11 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, NoSuchTableError, SQLAlchemyError
 
+from gateway_limiter.config.audit import record_sql_changes
 from gateway_limiter.config.rules import Rule, Skipped, build_rules
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.config.table import (
+    ConfRow,
     make_engine,
     missing_sqlite_file,
     read_rows,
@@ -101,6 +103,14 @@ class Registry:
         self._scheduler: Any = None
         self._outages = Throttle(OUTAGE_REPORT_SECONDS)
         self._outage_reported = False
+        #: The rows the last reload recorded plain SQL changes against (None: not yet).
+        self._audited_rows: list[ConfRow] | None = None
+        self._audited_switch: bool | None = None
+        self._audit_lock = threading.Lock()
+        self._auditing = False
+        self._audit_again = False
+        self._auditor: threading.Thread | None = None
+        self._closed = False
         #: Called with the summary of every reload, good or failed (metrics count them).
         self.listeners: list[Callable[[ReloadSummary], None]] = []
 
@@ -134,6 +144,8 @@ class Registry:
         except Exception as e:  # whatever it is: see reload's docstring
             return self._failed(e)
         stored_switch = self._read_switch()
+        if self.settings.audit_sql_changes:
+            self._audit_sql(rows, stored_switch)
         switch = self.settings.switch if stored_switch is None else stored_switch
         new = Snapshot(
             rules=ruleset.rules,
@@ -146,6 +158,50 @@ class Registry:
         old = self.snapshot
         self.snapshot = new  # the one assignment the decision path sees
         return self._succeeded(old, new)
+
+    def _audit_sql(self, rows: list[ConfRow], stored_switch: bool | None) -> None:
+        """Have what plain SQL changed recorded (config.audit), when the rows or the
+        switch differ from the last reload's: an unchanged table costs nothing more.
+
+        The recording runs on a thread of its own, never in the reload: a first reload
+        of a 10,000-row table would otherwise wait for 10,000 audit rows to be written.
+        """
+        if rows == self._audited_rows and stored_switch == self._audited_switch:
+            return
+        self._audited_rows, self._audited_switch = rows, stored_switch
+        with self._audit_lock:
+            if self._auditing:  # the running one goes round once more when done
+                self._audit_again = True
+                return
+            self._auditing = True
+        self._auditor = threading.Thread(
+            target=self._record_sql_changes, name="gateway-limiter-audit", daemon=True
+        )
+        self._auditor.start()
+
+    def _record_sql_changes(self) -> None:
+        while True:
+            try:
+                if record_sql_changes(self._engine) is None:
+                    # Another process holds the lock: compare again at the next reload.
+                    self._audited_rows = None
+            except Exception as e:  # the audit must never cost the gateway its limits
+                reason = describe_db_error(e)
+                log.warning("could not record the table's changes in the audit: %s", reason)
+            with self._audit_lock:
+                if not self._audit_again or self._closed:
+                    self._auditing = False
+                    return
+                self._audit_again = False
+
+    def wait_for_audit(self, timeout_s: float = 30.0) -> bool:
+        """Wait until the recording of plain-SQL changes started by a reload is done
+        (tests, and ``close``); False if it still runs after ``timeout_s``."""
+        auditor = self._auditor
+        if auditor is not None:
+            auditor.join(timeout_s)
+            return not auditor.is_alive()
+        return True
 
     def _read_switch(self) -> bool | None:
         try:
@@ -271,6 +327,10 @@ class Registry:
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None:
             scheduler.shutdown(wait=False)
+        self._closed = True
+        # A recording in flight finishes its transaction (it holds the database's
+        # timeouts) before the engine goes.
+        self.wait_for_audit(timeout_s=10.0)
         self._engine.dispose()
 
 

@@ -72,6 +72,11 @@ class Settings:
     #: loses it this long after its last renewal (a live process renews every third of it).
     slot_lease: float = 10.0
 
+    #: Record changes made with plain SQL in the audit table as reloads find them.
+    audit_sql_changes: bool = True
+    #: The console's write token (``Authorization: Bearer``); "" : the console is read only.
+    console_token: str = ""
+
     def __post_init__(self) -> None:
         _validate(self)
 
@@ -90,13 +95,17 @@ class Settings:
     def masked(self) -> dict[str, Any]:
         """The settings as a dict fit for logs and ``status``: no password shown."""
         return {
-            k: mask_url(v) if k in _URL_KEYS else v for k, v in dataclasses.asdict(self).items()
+            k: _SECRET_SHOWN if k in _SECRET_KEYS and v else mask_url(v) if k in _URL_KEYS else v
+            for k, v in dataclasses.asdict(self).items()
         }
 
 
 _FIELDS: Final = {f.name: f for f in dataclasses.fields(Settings)}
 #: Settings whose value is one URL, masked exactly (``mask_url``).
 _URL_KEYS: Final = ("database_url", "redis_url")
+#: Settings that are secrets: shown as ``_SECRET_SHOWN`` when set, never as they are.
+_SECRET_KEYS: Final = ("console_token",)
+_SECRET_SHOWN: Final = "***"
 
 
 def _bad(key: str, value: object, why: str) -> SettingsError:
@@ -143,6 +152,13 @@ def _validate(s: Settings) -> None:
         raise _bad("redis_pool_size", s.redis_pool_size, "must be between 1 and 10000")
     if not (math.isfinite(s.fleet_heartbeat) and 0.05 <= s.fleet_heartbeat <= 3600):
         raise _bad("fleet_heartbeat", s.fleet_heartbeat, "must be between 0.05 and 3600 seconds")
+    token = s.console_token
+    if token and (len(token) < 16 or token != token.strip()):
+        # Never quote the token, not even masked: its length is all the error says.
+        raise SettingsError(
+            f"setting console_token: must be at least 16 characters without surrounding "
+            f"spaces (it has {len(token)})"
+        )
     if not 0 <= s.fleet_size <= 100_000:
         raise _bad("fleet_size", s.fleet_size, "must be between 0 (unknown) and 100000")
     if not (math.isfinite(s.slot_lease) and 0.1 <= s.slot_lease <= 3600):

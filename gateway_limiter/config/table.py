@@ -11,10 +11,11 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     BigInteger,
+    Connection,
     DateTime,
     Engine,
     Float,
@@ -42,6 +43,9 @@ from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import NullType
 
 from gateway_limiter.observe.redact import mask_secrets, url_error
+
+if TYPE_CHECKING:
+    from gateway_limiter.config.audit import ChangedBy
 
 CONF_TABLE = "t_ratelimite_conf"
 SWITCH_TABLE = "t_ratelimite_switch"
@@ -267,18 +271,23 @@ def read_rows(engine: Engine, *, display: bool = True) -> list[ConfRow]:
     reload) also leaves out the columns no rule depends on, which are a third of the
     time a 10,000-row table takes to read.
     """
-    t = RateLimitConf.__table__
     with engine.connect() as conn:
-        present = {c["name"] for c in inspect(conn).get_columns(CONF_TABLE)}
-        if not display:
-            present -= _DISPLAY_ONLY
-        columns = [t.c[name] for name in _ROW_FIELDS if name in present]
-        # Values come back raw and are converted one by one below: SQLite keeps whatever
-        # it is given ('abc' in cache), and a value the column's type cannot convert
-        # must cost its row (rules skips it), not the whole reload.
-        raw = [type_coerce(c, NullType()).label(c.name) for c in columns]
-        rows = conn.execute(select(*raw).order_by(t.c.configId)).all()
-        dialect = conn.dialect
+        return read_rows_on(conn, display=display)
+
+
+def read_rows_on(conn: Connection, *, display: bool = True) -> list[ConfRow]:
+    """``read_rows`` on an open connection (inside the caller's transaction)."""
+    t = RateLimitConf.__table__
+    present = {c["name"] for c in inspect(conn).get_columns(CONF_TABLE)}
+    if not display:
+        present -= _DISPLAY_ONLY
+    columns = [t.c[name] for name in _ROW_FIELDS if name in present]
+    # Values come back raw and are converted one by one below: SQLite keeps whatever
+    # it is given ('abc' in cache), and a value the column's type cannot convert
+    # must cost its row (rules skips it), not the whole reload.
+    raw = [type_coerce(c, NullType()).label(c.name) for c in columns]
+    rows = conn.execute(select(*raw).order_by(t.c.configId)).all()
+    dialect = conn.dialect
     converters = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns]
     names = [_ROW_FIELDS[c.name] for c in columns]
     unread: dict[str, Any] = {f: None for f in ("channel_type", "interface_no") if f not in names}
@@ -311,15 +320,26 @@ def read_switch(engine: Engine) -> bool | None:
     return None if value is None else bool(value)
 
 
-def write_switch(engine: Engine, enabled: bool | None) -> None:
-    """Store the switch (None: back to the settings default), creating its row if needed."""
+def write_switch(engine: Engine, enabled: bool | None, by: ChangedBy | None = None) -> None:
+    """Store the switch (None: back to the settings default), creating its row if needed.
+
+    ``by``: record the change in the audit table, in the same transaction.
+    """
     with Session(engine) as session, session.begin():
         row = session.get(LimiterSwitch, SWITCH_ROW_ID)
+        was = None if row is None else row.enabled
         value = None if enabled is None else int(enabled)
         if row is None:
             session.add(LimiterSwitch(switch_id=SWITCH_ROW_ID, enabled=value))
         else:
             row.enabled = value
+        if by is not None and was != value:
+            from gateway_limiter.config.audit import record_change, switch_record
+
+            session.flush()
+            record_change(
+                session.connection(), by, None, "switch", switch_record(was), switch_record(value)
+            )
 
 
 def find_rows(engine: Engine, url: str) -> list[RateLimitConf]:
@@ -335,14 +355,23 @@ def find_rows(engine: Engine, url: str) -> list[RateLimitConf]:
 
 
 def upsert_conf(
-    engine: Engine, url: str, *, where: dict[str, Any] | None = None, **fields: Any
+    engine: Engine,
+    url: str,
+    *,
+    where: dict[str, Any] | None = None,
+    by: ChangedBy | None = None,
+    **fields: Any,
 ) -> tuple[RateLimitConf, bool]:
     """Update the lowest-configId row for ``url`` with ``fields``, or insert one.
 
     ``where`` (model attribute -> value) narrows the rows to choose from, e.g. to one
     period and scope, and a row inserted gets those values too. Returns the row and
-    whether it was created. One transaction: all or nothing.
+    whether it was created. One transaction: all or nothing, the audit row (``by``)
+    included.
     """
+    # config.audit imports this module: imported here, where it is used, not above.
+    from gateway_limiter.config.audit import record_change, row_record
+
     where = where or {}
     with Session(engine, expire_on_commit=False) as session, session.begin():
         row = session.scalars(
@@ -353,6 +382,7 @@ def upsert_conf(
             .limit(1)
         ).first()
         created = row is None
+        before = None if row is None else row_record(row)
         if row is None:
             row = RateLimitConf(interface_url=url, status=0, **where)
             session.add(row)
@@ -360,6 +390,10 @@ def upsert_conf(
             setattr(row, name, value)
         session.flush()
         session.refresh(row)
+        after = row_record(row)
+        if by is not None and before != after:
+            action = "insert" if created else "update"
+            record_change(session.connection(), by, row.config_id, action, before, after)
     return row, created
 
 

@@ -34,7 +34,7 @@ from importlib import metadata
 from typing import Final
 
 from gateway_limiter.backends.base import BackendError
-from gateway_limiter.backends.fleet import Heartbeat, encode_demand, encode_member
+from gateway_limiter.backends.fleet import Heartbeat, encode_demand, encode_member, encode_tallies
 from gateway_limiter.backends.state import kind
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
@@ -146,6 +146,7 @@ class Fleet:
         "heartbeat_s",
         "member",
         "seen",
+        "tallies",
         "ttl_ms",
     )
 
@@ -175,6 +176,8 @@ class Fleet:
         self.charges_due = False
         #: Permits charged to the shared buckets after outages, in all.
         self.charged = 0
+        #: This process's calls per interface, sent with each heartbeat (the console).
+        self.tallies = Tallies()
 
     def admitted_alone(self, rule: Rule, permits: int) -> None:
         """The failure policy admitted ``permits`` of ``rule`` in this process (not per
@@ -274,3 +277,47 @@ class Fleet:
         scaled = scale(rule, part)
         self._scaled[rule] = (part, scaled)
         return scaled
+
+
+class Tallies:
+    """This process's calls per interface: admitted, admitted after a wait, refused.
+
+    ``add`` is on the decision path: a dict lookup and an integer increment, nothing
+    more (no lock: two threads may very rarely lose one count between them, which a
+    per-second display can bear). ``since_last`` runs on the heartbeat only: the rates
+    since the previous heartbeat, for the fleet's live numbers in the console.
+    """
+
+    __slots__ = ("_last", "_last_s", "counts")
+
+    def __init__(self) -> None:
+        self.counts: dict[str, list[int]] = {}
+        self._last: dict[str, tuple[int, ...]] = {}
+        self._last_s = time.monotonic()
+
+    def add(self, url: str, allowed: bool, waited: bool) -> None:
+        """Count one decision on ``url``."""
+        counts = self.counts.get(url)
+        if counts is None:
+            counts = self.counts.setdefault(url, [0, 0, 0])
+        if not allowed:
+            counts[2] += 1
+        else:
+            counts[0] += 1
+            if waited:
+                counts[1] += 1
+
+    def since_last(self, factors: dict[str, float]) -> str:
+        """The rates per second since the last call (``encode_tallies``), with the
+        effective factors after pushback below 1."""
+        now_s = time.monotonic()
+        span_s = max(now_s - self._last_s, 1e-3)
+        now = {url: tuple(c) for url, c in list(self.counts.items())}
+        rates = {}
+        for url, counts in now.items():
+            before = self._last.get(url, (0, 0, 0))
+            moved = [c - b for c, b in zip(counts, before, strict=True)]
+            if any(moved):
+                rates[url] = (moved[0] / span_s, moved[1] / span_s, moved[2] / span_s)
+        self._last, self._last_s = now, now_s
+        return encode_tallies(rates, factors)

@@ -347,6 +347,12 @@ class LimiterCore:
         return self._fleet.size
 
     @property
+    def call_counts(self) -> dict[str, tuple[int, int, int]]:
+        """Calls decided in this process per limited interface since start: (admitted,
+        of which after a wait, refused). The console's live numbers for ``memory://``."""
+        return {url: (c[0], c[1], c[2]) for url, c in list(self._fleet.tallies.counts.items())}
+
+    @property
     def local_refusals(self) -> int:
         """How many calls were refused in-process, without a round trip, because the
         interface was not free within their timeout (see ``core.local_refusal``)."""
@@ -382,6 +388,11 @@ class LimiterCore:
         """After an outage, once: what the heartbeat charges the shared buckets for the
         permits this process admitted alone (``Fleet.charges``)."""
         return self._fleet.charges() if self._fleet.charges_due else []
+
+    def _tallies(self) -> str:
+        """What this heartbeat carries besides the membership: the calls per interface
+        per second since the last one, and the effective rates after pushback."""
+        return self._fleet.tallies.since_last(dict(self._factors))
 
     def _stopping(self) -> None:
         """Before closing: decisions raise NotStarted from now on, the gauges go."""
@@ -465,6 +476,8 @@ class LimiterCore:
         return acquired_wait_s(verdict, rule, permits)
 
     def _settled(self, rule: Rule, verdict: Verdict, reason: Reason) -> Outcome:
+        # What the limit decided (a shadow rule's refusals count as refusals here).
+        self._fleet.tallies.add(rule.url, verdict.allowed, verdict.wait_us > 0)
         if rule.shadow or self._metrics is not None:
             return self._outcomes.settle(rule, verdict, reason)
         return verdict, reason, rule

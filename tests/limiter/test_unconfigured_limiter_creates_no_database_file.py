@@ -101,6 +101,9 @@ def test_a_file_gone_after_a_good_load_keeps_the_last_good_limits(
     upsert_conf(engine, "/m", rate_limit=5, status=1)
     engine.dispose()
     assert registry.reload().ok
+    # The reload has the rows it found recorded in the audit on a thread of its own:
+    # let it finish before the file goes, or it fails to write and says so.
+    assert registry.wait_for_audit()
     registry.engine.dispose()  # no pooled connection keeps the deleted file open
 
     path.unlink()

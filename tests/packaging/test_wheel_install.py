@@ -149,6 +149,21 @@ def test_wheel_ships_migrations_lua_script_and_type_marker(wheel: Path) -> None:
     }
 
 
+def test_wheel_ships_the_consoles_page_and_assets(wheel: Path) -> None:
+    """The console's page, script and style come from the wheel, never from a CDN."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for required in (
+        "gateway_limiter/console/app.py",
+        "gateway_limiter/console/templates/index.html",
+        "gateway_limiter/console/static/console.js",
+        "gateway_limiter/console/static/console.css",
+    ):
+        assert required in names, required
+    page = zipfile.ZipFile(wheel).read("gateway_limiter/console/templates/index.html")
+    assert b"http://" not in page
+    assert b"https://" not in page
+
+
 def test_installed_wheel_migrates_a_new_database_through_the_python_api(
     venv: Path, tmp_path: Path
 ) -> None:

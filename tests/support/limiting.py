@@ -81,8 +81,8 @@ def limiter(db_url: str, redis_url: str, prefix: str, **settings: Any) -> Gatewa
 
 def scan_keys(client: redis.Redis) -> set[str]:
     """Every key of limit state on the server, by SCAN (decoded; keys the tests make are
-    UTF-8): all keys but the fleets' (``<prefix>:fleet`` and its demand and totals
-    hashes, ``{<prefix>:fleet}:...``, docs/design.md)."""
+    UTF-8): all keys but the fleets' (``<prefix>:fleet`` and its demand, totals and
+    tallies hashes, ``{<prefix>:fleet}:...``, docs/design.md and docs/console.md)."""
     keys = {k.decode("utf-8", "backslashreplace") for k in client.scan_iter(count=1000)}
     return {k for k in keys if not _FLEET_KEY.fullmatch(k)}
 
@@ -95,4 +95,4 @@ def state_keys(client: redis.Redis, prefix: str) -> list[str]:
 
 
 #: A fleet's member set (a prefix, which has no braces, and ``:fleet``) and its hashes.
-_FLEET_KEY = re.compile(r"[^{}]*:fleet|\{[^{}]*:fleet\}:(demand|totals)")
+_FLEET_KEY = re.compile(r"[^{}]*:fleet|\{[^{}]*:fleet\}:(demand|totals|tallies)")

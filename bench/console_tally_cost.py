@@ -1,0 +1,106 @@
+#!/usr/bin/env python
+"""What the console's live numbers cost a decision: the per-interface tally each
+decision adds (``core/fleet.py``, ``Tallies.add``), measured side by side with the
+same limiter whose tally is switched off.
+
+Run from the checkout, with the venv's Python (about 20 s)::
+
+    python bench/console_tally_cost.py
+
+One limiter on ``memory://`` (no network, so the in-process cost is not lost in a
+round trip's noise) decides ``try_acquire(url, timeout=0)`` on an enabled row with a
+rate no call reaches. Two variants of the very same limiter are timed in interleaved
+rounds: "tally on" (as shipped) and "tally off" (``Tallies.add`` replaced by a
+function that does nothing). Each round times 20,000 calls of each; the table gives
+the best and the median per call over the rounds, the difference, and
+``Tallies.add`` timed alone (what the difference is without the noise). The heartbeat's
+side (encoding the rates once per ``fleet_heartbeat``) is off the decision path and
+not measured here. On a shared, loaded machine read the medians with care.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+import timeit
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+# Run as a script from anywhere: the checkout's package wins over any installed copy.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness.report import load_average, table
+from gateway_limiter import GatewayLimiter
+from gateway_limiter.core.fleet import Tallies
+
+URL = "/bench/tally"
+ROUNDS = 25
+CALLS = 20_000
+
+
+def per_call_us(limiter: GatewayLimiter) -> float:
+    """µs per ``try_acquire`` over CALLS calls."""
+    decide = limiter.try_acquire
+    start = time.perf_counter()
+    for _ in range(CALLS):
+        decide(URL, timeout=0)
+    return (time.perf_counter() - start) / CALLS * 1e6
+
+
+def nothing(self: Tallies, url: str, allowed: bool, waited: bool) -> None:
+    """``Tallies.add`` switched off."""
+
+
+def main() -> int:
+    """Print the side-by-side table."""
+    from bench.harness.limiters import sqlite_table, started_limiter
+
+    with ExitStack() as stack:
+        db = sqlite_table(stack, {URL: {"rate_limit": 100_000_000, "cache": 0.0}})
+        limiter = started_limiter(
+            stack, db, "memory://", "gwl-bench-tally", expect_rules=1, metrics=False
+        )
+        shipped: Any = Tallies.add
+        times: dict[str, list[float]] = {"tally on": [], "tally off": []}
+        for _ in range(ROUNDS):
+            for name, took in times.items():
+                Tallies.add = shipped if name == "tally on" else nothing  # type: ignore[method-assign]
+                try:
+                    took.append(per_call_us(limiter))
+                finally:
+                    Tallies.add = shipped  # type: ignore[method-assign]
+        counted = sum(limiter.call_counts[URL])
+    # The tally's own work, alone: what the difference above should be without noise.
+    alone = Tallies()
+    add = alone.add
+    add_us = [
+        timeit.timeit(lambda: add(URL, True, False), number=CALLS) / CALLS * 1e6
+        for _ in range(ROUNDS)
+    ]
+    on, off = times["tally on"], times["tally off"]
+    print(f"load:     {load_average()}")
+    print(f"rounds:   {ROUNDS} x {CALLS} calls per variant, interleaved; memory://, metrics off")
+    print(f"counted:  {counted} decisions by the tally (the 'on' rounds and the warm-up)")
+    print()
+    print(
+        table(
+            ["try_acquire per call", "best us", "median us"],
+            [
+                ["tally off", f"{min(off):.3f}", f"{statistics.median(off):.3f}"],
+                ["tally on (as shipped)", f"{min(on):.3f}", f"{statistics.median(on):.3f}"],
+                [
+                    "difference",
+                    f"{min(on) - min(off):+.3f}",
+                    f"{statistics.median(on) - statistics.median(off):+.3f}",
+                ],
+                ["Tallies.add alone", f"{min(add_us):.3f}", f"{statistics.median(add_us):.3f}"],
+            ],
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,271 @@
+"""The audit trail ``t_ratelimite_audit``: who changed which limit, when, from what to what.
+
+Two ways a change gets there:
+
+- **Written with the change.** The command line (``conf set/enable/disable/delete``,
+  ``switch``) and the console pass a ``ChangedBy`` (actor and source) to the function
+  that writes the row; it inserts the audit row on the same connection, inside the
+  same transaction, so a change and its record commit or roll back together.
+- **Found by the reload.** A change made with plain SQL has nobody to write its record.
+  When a reload reads rows that differ from what it read last time (or on its first
+  reload), it calls ``record_sql_changes``: under one lock for the whole fleet, it
+  compares every row (and the switch) with the latest ``afterRow`` recorded for it, and
+  records each difference with source ``sql``. The comparison is the dedupe: the
+  second of 100 processes that saw the same change takes the lock after the first has
+  committed, finds the change already recorded, and writes nothing. On MySQL/MariaDB
+  the lock is ``GET_LOCK`` (a named lock, held only for that transaction), asked for
+  without waiting: a process that finds it taken compares again at its next reload.
+  SQLite serves one host (the demo, tests) and takes no lock.
+
+A row is recorded as JSON of its columns (by their column names), without
+``lastModifyTime``, which changes on every write and says nothing about the limit.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sqlalchemy import Connection, Engine, func, insert, inspect, select, text
+
+from gateway_limiter.config.table import (
+    AUDIT_TABLE,
+    SWITCH_ROW_ID,
+    AuditEntry,
+    ConfRow,
+    LimiterSwitch,
+    RateLimitConf,
+    read_rows_on,
+)
+from gateway_limiter.observe.logs import log
+
+#: How a change was made: the ``source`` column.
+SOURCE_CLI: Final = "cli"
+SOURCE_CONSOLE: Final = "console"
+SOURCE_SQL: Final = "sql"
+SOURCE_ADMIN: Final = "admin"
+
+#: The named lock (MySQL/MariaDB ``GET_LOCK``) one reload at a time holds while it
+#: records the changes plain SQL made.
+SQL_AUDIT_LOCK: Final = "gateway_limiter.audit"
+#: A reload does not wait for that lock (0 s): one that finds it taken tries again at
+#: its next reload, so no reload thread of a large fleet queues behind the others.
+SQL_AUDIT_LOCK_SECONDS: Final = 0
+
+#: The columns of a recorded row, model attribute -> column name (no lastModifyTime).
+RECORDED_COLUMNS: Final = {
+    "config_id": "configId",
+    "channel_type": "channelType",
+    "interface_no": "interfaceNo",
+    "interface_url": "interfaceUrl",
+    "rate_limit": "rateLimit",
+    "cache": "cache",
+    "status": "status",
+    "algorithm": "algorithm",
+    "max_permits": "maxPermits",
+    "warmup_period": "warmupPeriod",
+    "period_seconds": "periodSeconds",
+    "per_caller": "perCaller",
+    "shadow": "shadow",
+    "max_concurrent": "maxConcurrent",
+    "caller_key": "callerKey",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ChangedBy:
+    """Who makes a change (``actor``: ``user@host`` or a name given) and through what
+    (``source``: ``cli``, ``console``, ``sql``, ``admin``)."""
+
+    actor: str
+    source: str
+
+
+def local_actor() -> str:
+    """``user@host`` of this process: the actor of a command line change by default."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        user = f"uid{os.getuid()}"
+    return f"{user}@{socket.gethostname()}"[:128]
+
+
+def _value(name: str, value: Any) -> Any:
+    # FLOAT columns read back as 0.30000001192...: the audit keeps what was meant.
+    if isinstance(value, float):
+        return round(value, 2) if name == "cache" else round(value, 6)
+    return value
+
+
+def row_record(row: ConfRow | RateLimitConf) -> dict[str, Any]:
+    """A row as the audit records it: column name -> value (no lastModifyTime)."""
+    return {col: _value(attr, getattr(row, attr, None)) for attr, col in RECORDED_COLUMNS.items()}
+
+
+def _dump(record: Mapping[str, Any] | None) -> str | None:
+    return None if record is None else json.dumps(record, sort_keys=True, default=str)
+
+
+def record_change(
+    conn: Connection,
+    by: ChangedBy,
+    config_id: int | None,
+    action: str,
+    before: Mapping[str, Any] | None,
+    after: Mapping[str, Any] | None,
+) -> None:
+    """Insert one audit row on ``conn``, in the caller's transaction."""
+    conn.execute(
+        insert(AuditEntry).values(
+            actor=by.actor[:128],
+            source=by.source,
+            config_id=config_id,
+            action=action,
+            before_row=_dump(before),
+            after_row=_dump(after),
+        )
+    )
+
+
+def switch_record(enabled: bool | int | None) -> dict[str, Any]:
+    """The switch as the audit records it."""
+    return {"enabled": None if enabled is None else bool(enabled)}
+
+
+# --- what plain SQL changed ----------------------------------------------------------------
+
+
+def _latest(conn: Connection) -> tuple[dict[int, str | None], str | None]:
+    """The latest recorded afterRow per configId, and of the switch (None: never)."""
+    last = (
+        select(func.max(AuditEntry.audit_id))
+        .where(AuditEntry.config_id.is_not(None))
+        .group_by(AuditEntry.config_id)
+    )
+    found = conn.execute(
+        select(AuditEntry.config_id, AuditEntry.after_row).where(
+            AuditEntry.audit_id.in_(last.scalar_subquery())
+        )
+    )
+    rows = {int(c): after for c, after in found if c is not None}
+    switch_after = conn.execute(
+        select(AuditEntry.after_row)
+        .where(AuditEntry.config_id.is_(None))
+        .order_by(AuditEntry.audit_id.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+    return rows, switch_after
+
+
+def _sql_changes(conn: Connection, by: ChangedBy) -> int:
+    rows = read_rows_on(conn)
+    latest, switch_after = _latest(conn)
+    # (configId, action, before, after), inserted in one executemany below: a first
+    # reload of a 10,000-row table writes 10,000 entries in one batch, not one by one.
+    found: list[tuple[int | None, str, Mapping[str, Any] | None, Mapping[str, Any] | None]] = []
+    seen = set()
+    for row in rows:
+        seen.add(row.config_id)
+        now = row_record(row)
+        known = latest.get(row.config_id)
+        # Compared as JSON both ways: what was stored against what would be stored now.
+        if known is not None and json.loads(known) == json.loads(_dump(now) or "null"):
+            continue
+        before = None if known is None else json.loads(known)
+        found.append((row.config_id, "insert" if before is None else "update", before, now))
+    for config_id, known in latest.items():
+        if config_id not in seen and known is not None:
+            found.append((config_id, "delete", json.loads(known), None))
+    enabled = conn.execute(
+        select(LimiterSwitch.enabled).where(LimiterSwitch.switch_id == SWITCH_ROW_ID)
+    ).scalar_one_or_none()
+    now_switch = switch_record(enabled)
+    before_switch = None if switch_after is None else json.loads(switch_after)
+    # A switch never recorded and still NULL (the settings decide) is nothing to record.
+    if before_switch != now_switch and not (before_switch is None and enabled is None):
+        found.append((None, "switch", before_switch, now_switch))
+    if found:
+        conn.execute(
+            insert(AuditEntry),
+            [
+                {  # executemany's parameters are named by column
+                    "actor": by.actor[:128],
+                    "source": by.source,
+                    "configId": config_id,
+                    "action": action,
+                    "beforeRow": _dump(before),
+                    "afterRow": _dump(after),
+                }
+                for config_id, action, before, after in found
+            ],
+        )
+    return len(found)
+
+
+def record_sql_changes(engine: Engine, actor: str | None = None) -> int | None:
+    """Record, with source ``sql``, every difference between the table (and the switch)
+    and the latest audit of each row; returns how many audit rows were written, or None
+    when another process holds the lock (try again later).
+
+    Safe to call from every process of a fleet at once: see the module's docstring. A
+    database without the audit table (a schema before revision 0006) records nothing.
+    """
+    by = ChangedBy(actor or f"reload on {socket.gethostname()}:{os.getpid()}", SOURCE_SQL)
+    mysql = engine.dialect.name in ("mysql", "mariadb")
+    with engine.connect() as conn:
+        if not inspect(conn).has_table(AUDIT_TABLE):
+            return 0
+        conn.commit()  # end the inspector's transaction: ours starts under the lock
+        if mysql:
+            got = conn.execute(
+                text("SELECT GET_LOCK(:name, :wait)"),
+                {"name": SQL_AUDIT_LOCK, "wait": SQL_AUDIT_LOCK_SECONDS},
+            ).scalar()
+            conn.commit()  # the lock belongs to the session, not to this transaction
+            if got != 1:
+                log.debug("another process records the SQL changes (lock busy)")
+                return None
+        try:
+            with conn.begin():
+                written = _sql_changes(conn, by)
+        finally:
+            if mysql:
+                conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": SQL_AUDIT_LOCK})
+                conn.commit()
+    return written
+
+
+# --- reading it ----------------------------------------------------------------------------
+
+
+def read_audit(
+    engine: Engine, *, limit: int = 100, config_id: int | None = None
+) -> list[dict[str, Any]]:
+    """The latest ``limit`` audit rows, newest first (of one configId if given), each as
+    column name -> value with beforeRow/afterRow decoded."""
+    t = AuditEntry.__table__
+    query = select(t).order_by(t.c.auditId.desc()).limit(limit)
+    if config_id is not None:
+        query = query.where(t.c.configId == config_id)
+    with engine.connect() as conn:
+        found = [r._mapping for r in conn.execute(query)]
+    return [
+        {
+            "auditId": e["auditId"],
+            "changedAt": None
+            if e["changedAt"] is None
+            else e["changedAt"].isoformat(sep=" ", timespec="seconds"),
+            "actor": e["actor"],
+            "source": e["source"],
+            "configId": e["configId"],
+            "action": e["action"],
+            "beforeRow": None if e["beforeRow"] is None else json.loads(e["beforeRow"]),
+            "afterRow": None if e["afterRow"] is None else json.loads(e["afterRow"]),
+        }
+        for e in found
+    ]

@@ -1,0 +1,250 @@
+"""A change to a row of the limits table, checked before anything is written: the checks
+``conf set`` and the console share.
+
+Three kinds of check, each naming the column at fault:
+
+- the form of each value (``check_values``): types and ranges the columns hold;
+- the row after the change as the reload judges it (``rules.rule_from_row``), so the
+  reload never skips a row written here for its own values; where the algorithm
+  columns disagree, ``algorithm_culprit`` says which one the message is about;
+- the row beside the other rows of its URL (``combination_problem``): warm_up with
+  other limits of the same URL, which the reload skips.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Final
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from gateway_limiter.config.audit import ChangedBy, record_change, row_record
+from gateway_limiter.config.rules import (
+    ALGORITHMS,
+    MAX_CACHE,
+    MAX_PERIOD,
+    MAX_URL_LENGTH,
+    Skipped,
+    algorithm_problem,
+    build_rules,
+    control_character,
+    rule_from_row,
+)
+from gateway_limiter.config.table import ConfRow, RateLimitConf
+
+#: INT(11) is a signed 32-bit column.
+MAX_INT11: Final = 2**31 - 1
+#: channelType and interfaceNo are VARCHAR(24); callerKey VARCHAR(64).
+MAX_LABEL_LENGTH: Final = 24
+MAX_CALLER_KEY_LENGTH: Final = 64
+
+#: The columns a change may set: column name -> model attribute (configId and
+#: lastModifyTime are the database's).
+EDITABLE: Final = {
+    "interfaceUrl": "interface_url",
+    "channelType": "channel_type",
+    "interfaceNo": "interface_no",
+    "rateLimit": "rate_limit",
+    "cache": "cache",
+    "status": "status",
+    "shadow": "shadow",
+    "algorithm": "algorithm",
+    "maxPermits": "max_permits",
+    "warmupPeriod": "warmup_period",
+    "periodSeconds": "period_seconds",
+    "perCaller": "per_caller",
+    "maxConcurrent": "max_concurrent",
+    "callerKey": "caller_key",
+}
+#: Model attribute -> column name.
+COLUMN_OF: Final = {attr: col for col, attr in EDITABLE.items()}
+
+
+class FieldError(ValueError):
+    """A value that cannot be written; ``field`` is the column it is for."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}... ({len(text)} characters)"
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check(column: str, value: Any) -> Any:
+    """``value`` for ``column`` as it will be stored; FieldError naming both if bad."""
+
+    def bad(why: str) -> FieldError:
+        return FieldError(column, f"invalid value {_shown(value)}: {why}")
+
+    if column == "interfaceUrl":
+        if not isinstance(value, str) or not 1 <= len(value) <= MAX_URL_LENGTH:
+            raise bad(f"must be 1 to {MAX_URL_LENGTH} characters")
+        found = control_character(value)
+        if found is not None:
+            raise bad(f"contains the control character {found[1]!r} (character {found[0]})")
+        if value != value.strip():
+            raise bad("must not start or end with whitespace")
+        return value
+    if column in ("channelType", "interfaceNo", "callerKey"):
+        longest = MAX_CALLER_KEY_LENGTH if column == "callerKey" else MAX_LABEL_LENGTH
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str) or len(value) > longest:
+            raise bad(f"must be text of at most {longest} characters, or null")
+        return value
+    if column == "rateLimit":
+        if not _whole(value) or not 0 <= value <= MAX_INT11:
+            raise bad(f"must be a whole number from 0 to {MAX_INT11}")
+        return value
+    if column == "cache":
+        if value is None:
+            return None
+        if not _number(value) or not (math.isfinite(value) and 0 <= value <= MAX_CACHE):
+            raise bad(f"must be a number of seconds from 0 to {MAX_CACHE}, or null")
+        if round(value, 2) != value:  # FLOAT(3,2) would round it silently
+            raise bad("at most 2 decimals (the column is FLOAT(3,2))")
+        return float(value)
+    if column in ("status", "shadow", "perCaller"):
+        if value not in (0, 1) or not isinstance(value, (int, bool)):
+            raise bad("must be 0 or 1")
+        return int(value)
+    if column == "algorithm":
+        if value not in ALGORITHMS:
+            raise bad(f"must be one of {', '.join(ALGORITHMS)}")
+        return value
+    if column in ("maxPermits", "maxConcurrent"):
+        if value is None:
+            return None
+        if not _whole(value) or not 1 <= value <= MAX_INT11:
+            raise bad(f"must be a whole number from 1 to {MAX_INT11}, or null")
+        return value
+    if column == "warmupPeriod":
+        if value is None:
+            return None
+        if not _number(value) or not math.isfinite(value):
+            raise bad("must be a number of seconds, or null")
+        return float(value)
+    if column == "periodSeconds":
+        if not _whole(value) or not 1 <= value <= MAX_PERIOD:
+            raise bad(f"must be a whole number of seconds from 1 to {MAX_PERIOD}")
+        return value
+    raise FieldError(column, f"unknown column; the columns are {', '.join(EDITABLE)}")
+
+
+def check_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Values by column name -> values by model attribute, each checked for its form."""
+    return {EDITABLE.get(col, col): _check(col, value) for col, value in values.items()}
+
+
+def algorithm_culprit(algorithm: str, max_permits: int | None, warmup: float | None) -> str:
+    """The algorithm column (model attribute) ``rules.algorithm_problem`` complains
+    about for these values: it checks algorithm, then maxPermits, then warmupPeriod,
+    so the first whose removal changes the answer is the one at fault."""
+    problem = algorithm_problem(algorithm, max_permits, warmup)
+    if algorithm not in ALGORITHMS:
+        return "algorithm"
+    if max_permits is not None and algorithm_problem(algorithm, None, warmup) != problem:
+        return "max_permits"
+    return "warmup_period"
+
+
+def row_problem(after: ConfRow) -> FieldError | None:
+    """Why the reload would skip ``after`` once enabled (None if it would not): judged
+    enabled whatever its status, since it may be enabled later."""
+    judged = rule_from_row(replace(after, status=1), default_cache=0.0)
+    if not isinstance(judged, Skipped):
+        return None
+    reason = judged.reason
+    first_word = reason.split(" ", 1)[0]
+    if first_word in EDITABLE:  # the reload's reasons start with the column at fault
+        return FieldError(first_word, reason)
+    algorithm = after.algorithm or "token_bucket"
+    if algorithm_problem(algorithm, after.max_permits, after.warmup_period):
+        attr = algorithm_culprit(algorithm, after.max_permits, after.warmup_period)
+        return FieldError(COLUMN_OF[attr], reason)
+    # The algorithm columns are fine alone: the row's period or scope does not suit them.
+    return FieldError("periodSeconds" if (after.period_seconds or 1) != 1 else "perCaller", reason)
+
+
+def combination_problem(
+    rows: Sequence[ConfRow], url: str, after: ConfRow, default_cache: float
+) -> str:
+    """Why the reload would skip a row of ``url`` once ``after`` is written (the row as
+    changed, or a new one), when the rows now do not make it skip that ("" if not).
+
+    Duplicates of one period and scope are not a problem (the stricter applies, as
+    ever); what is left is ``warm_up`` beside other limits of its URL.
+    """
+    before = build_rules(rows, default_cache).skipped
+    changed = [after if r.config_id == after.config_id else r for r in rows]
+    if all(r.config_id != after.config_id for r in rows):
+        changed.append(after)
+    mine = {r.config_id for r in changed if r.interface_url == url}
+    for skipped in build_rules(changed, default_cache).skipped:
+        new = skipped not in before and not skipped.reason.startswith("duplicate")
+        if new and skipped.config_id in mine:
+            return str(skipped)
+    return ""
+
+
+# --- writing a checked change, with its audit row, in one transaction ----------------------
+
+
+def insert_row(engine: Engine, fields: Mapping[str, Any], by: ChangedBy) -> dict[str, Any]:
+    """Insert a row with ``fields`` (model attributes) and its audit row; the row as
+    recorded."""
+    with Session(engine, expire_on_commit=False) as session, session.begin():
+        row = RateLimitConf(**fields)
+        session.add(row)
+        session.flush()
+        session.refresh(row)
+        after = row_record(row)
+        record_change(session.connection(), by, row.config_id, "insert", None, after)
+    return after
+
+
+def update_row(
+    engine: Engine, config_id: int, fields: Mapping[str, Any], by: ChangedBy
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Set ``fields`` (model attributes) on row ``config_id`` and record it (nothing is
+    recorded when no value changes); the row before and after, None if there is none."""
+    with Session(engine, expire_on_commit=False) as session, session.begin():
+        row = session.get(RateLimitConf, config_id, with_for_update=True)
+        if row is None:
+            return None
+        before = row_record(row)
+        for name, value in fields.items():
+            setattr(row, name, value)
+        session.flush()
+        session.refresh(row)
+        after = row_record(row)
+        if after != before:
+            record_change(session.connection(), by, config_id, "update", before, after)
+    return before, after
+
+
+def delete_row(engine: Engine, config_id: int, by: ChangedBy) -> dict[str, Any] | None:
+    """Delete row ``config_id`` and record it; the row as it was, None if there is none."""
+    with Session(engine) as session, session.begin():
+        row = session.get(RateLimitConf, config_id, with_for_update=True)
+        if row is None:
+            return None
+        before = row_record(row)
+        session.delete(row)
+        session.flush()
+        record_change(session.connection(), by, config_id, "delete", before, None)
+    return before

@@ -1,0 +1,343 @@
+"""The console's ASGI application: the page at ``/``, its assets under ``/static/``, and
+the JSON API under ``/api/`` (names fixed in docs/design.md, section "The console").
+
+Safety, in one place:
+
+- **Writes need the token.** Every method but GET needs ``Authorization: Bearer
+  <console_token>``: 401 without one, 403 with a wrong one (compared in constant time).
+  With no ``console_token`` set every write is 403 and the console is read only.
+- **No cookie, so no CSRF.** The page keeps the token the operator types in
+  ``sessionStorage`` and sends it in the header itself; a browser never adds that
+  header to a request another site makes, so a forged form or fetch has no token.
+- **Nothing from the table runs.** The page builds every cell with ``textContent``
+  (never ``innerHTML``), and the template autoescapes; a strict Content-Security-Policy
+  (scripts and styles only from this origin) backs that up.
+- **No secret shown.** Responses carry settings only through ``Settings.masked()``
+  (passwords and the token hidden).
+
+Database and Redis calls run in Starlette's thread pool, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Final
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from gateway_limiter.config.audit import SOURCE_CONSOLE, ChangedBy, read_audit
+from gateway_limiter.config.edits import (
+    COLUMN_OF,
+    FieldError,
+    check_values,
+    combination_problem,
+    delete_row,
+    insert_row,
+    row_problem,
+    update_row,
+)
+from gateway_limiter.config.rules import build_rules
+from gateway_limiter.config.table import ConfRow, read_rows, read_switch, write_switch
+from gateway_limiter.console.sources import Sources
+
+HERE: Final = Path(__file__).resolve().parent
+#: Audit rows one request may ask for.
+MAX_AUDIT: Final = 1000
+#: Headers on every response: the page loads nothing from elsewhere and cannot be framed.
+SECURITY_HEADERS: Final = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class ApiError(Exception):
+    """An answer other than 2xx: status, message and the field at fault (if one is)."""
+
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+
+
+def _json(value: Any, status: int = 200) -> JSONResponse:
+    return JSONResponse(value, status_code=status, headers=SECURITY_HEADERS)
+
+
+def _row_json(row: ConfRow, skipped: dict[int, str]) -> dict[str, Any]:
+    shown: dict[str, Any] = {"configId": row.config_id}
+    for attr, col in COLUMN_OF.items():
+        value = getattr(row, attr, None)
+        if isinstance(value, float):
+            value = round(value, 2) if attr == "cache" else round(value, 6)
+        elif value is not None and not isinstance(value, (int, str)):
+            value = repr(value)  # SQLite may hold anything: shown, never trusted
+        shown[col] = value
+    stamp = row.last_modify_time
+    shown["lastModifyTime"] = None if stamp is None else str(stamp)
+    shown["skipped"] = skipped.get(row.config_id)
+    return shown
+
+
+def make_app(sources: Sources) -> Starlette:
+    """The console over ``sources``."""
+    settings = sources.settings
+    token = settings.console_token
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+    def authorise(request: Request) -> None:
+        if request.method in ("GET", "HEAD"):
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() != "bearer" or not value:
+            raise ApiError(401, "writes need the header 'Authorization: Bearer <console_token>'")
+        if not token:
+            raise ApiError(403, "console_token is not set: this console is read only")
+        if not hmac.compare_digest(value.strip().encode(), token.encode()):
+            raise ApiError(403, "wrong console token")
+
+    def api(handler: Handler) -> Handler:
+        async def run(request: Request) -> Response:
+            try:
+                authorise(request)
+                return await handler(request)
+            except ApiError as e:
+                body = {"error": str(e)} | ({"field": e.field} if e.field else {})
+                return _json(body, e.status)
+            except FieldError as e:
+                return _json({"error": str(e), "field": e.field}, 422)
+
+        return run
+
+    async def body_of(request: Request) -> dict[str, Any]:
+        try:
+            value = json.loads(await request.body())
+        except ValueError as e:
+            raise ApiError(400, f"the body is not JSON: {e}") from None
+        if not isinstance(value, dict):
+            raise ApiError(400, "the body must be a JSON object of column names and values")
+        return value
+
+    def changed_by(request: Request) -> ChangedBy:
+        named = request.headers.get("x-actor", "").strip()
+        return ChangedBy(named[:128] or sources.actor, SOURCE_CONSOLE)
+
+    # --- rules --------------------------------------------------------------------------
+
+    def list_rules() -> dict[str, Any]:
+        rows = read_rows(sources.engine)
+        ruleset = build_rules(rows, settings.default_cache)
+        skipped = {s.config_id: s.reason for s in ruleset.skipped}
+        return {"rows": [_row_json(r, skipped) for r in rows], "total": len(rows)}
+
+    async def get_rules(request: Request) -> Response:
+        return _json(await run_in_threadpool(list_rules))
+
+    def planned(rows: list[ConfRow], after: ConfRow) -> None:
+        """Raise FieldError/ApiError when ``after`` would not be limited as meant."""
+        problem = row_problem(after)
+        if problem is not None:
+            raise problem
+        clash = combination_problem(rows, after.interface_url or "", after, settings.default_cache)
+        if clash:
+            raise ApiError(422, f"the reload would skip {clash}", "algorithm")
+
+    def create(values: dict[str, Any], by: ChangedBy) -> dict[str, Any]:
+        for needed in ("interfaceUrl", "rateLimit"):
+            if needed not in values:
+                raise FieldError(needed, "a new row needs it")
+        fields = check_values(values)
+        fields.setdefault("status", 0)  # a new row starts disabled, as with conf set
+        fields.setdefault("period_seconds", 1)
+        fields.setdefault("per_caller", 0)
+        rows = read_rows(sources.engine)
+        same = [
+            r
+            for r in rows
+            if (r.interface_url, r.period_seconds, r.per_caller, r.caller_key)
+            == (
+                fields["interface_url"],
+                fields["period_seconds"],
+                fields["per_caller"],
+                fields.get("caller_key"),
+            )
+        ]
+        if same:
+            raise ApiError(
+                409,
+                f"configId {same[0].config_id} is already the row of this URL, period and "
+                "scope: change it with PATCH /api/rules/{configId}",
+                "interfaceUrl",
+            )
+        after = ConfRow(
+            config_id=max([0, *(r.config_id for r in rows)]) + 1,
+            channel_type=None,
+            interface_no=None,
+            interface_url=None,
+            rate_limit=None,
+            cache=None,
+            status=0,
+        )
+        planned(rows, replace(after, **fields))
+        return insert_row(sources.engine, fields, by)
+
+    async def post_rule(request: Request) -> Response:
+        values = await body_of(request)
+        by = changed_by(request)
+        return _json(await run_in_threadpool(create, values, by), 201)
+
+    def config_id_of(request: Request) -> int:
+        text = request.path_params["config_id"]
+        if not text.isdigit() or len(text) > 10:
+            raise ApiError(404, f"no row with configId {text!r}", "configId")
+        return int(text)
+
+    def change(config_id: int, values: dict[str, Any], by: ChangedBy) -> dict[str, Any]:
+        if not values:
+            raise ApiError(400, "nothing to change: give columns and their new values")
+        fields = check_values(values)
+        rows = read_rows(sources.engine)
+        current = next((r for r in rows if r.config_id == config_id), None)
+        if current is None:
+            raise ApiError(404, f"no row with configId {config_id}", "configId")
+        planned(rows, replace(current, **fields))
+        done = update_row(sources.engine, config_id, fields, by)
+        if done is None:
+            raise ApiError(404, f"no row with configId {config_id}", "configId")
+        return {"before": done[0], "after": done[1]}
+
+    async def patch_rule(request: Request) -> Response:
+        config_id = config_id_of(request)
+        values = await body_of(request)
+        by = changed_by(request)
+        return _json(await run_in_threadpool(change, config_id, values, by))
+
+    async def delete_rule(request: Request) -> Response:
+        config_id = config_id_of(request)
+        gone = await run_in_threadpool(delete_row, sources.engine, config_id, changed_by(request))
+        if gone is None:
+            raise ApiError(404, f"no row with configId {config_id}", "configId")
+        return _json({"deleted": gone})
+
+    # --- switch -------------------------------------------------------------------------
+
+    def switch_now() -> dict[str, Any]:
+        stored = read_switch(sources.engine)
+        return {
+            "enabled": stored,
+            "effective": settings.switch if stored is None else stored,
+            "source": "settings" if stored is None else "database",
+        }
+
+    async def get_switch(request: Request) -> Response:
+        return _json(await run_in_threadpool(switch_now))
+
+    async def put_switch(request: Request) -> Response:
+        values = await body_of(request)
+        if set(values) != {"enabled"} or values["enabled"] not in (True, False, None):
+            raise ApiError(422, 'the body must be {"enabled": true | false | null}', "enabled")
+        if values["enabled"] is not None and not isinstance(values["enabled"], bool):
+            raise ApiError(422, 'the body must be {"enabled": true | false | null}', "enabled")
+        by = changed_by(request)
+        await run_in_threadpool(write_switch, sources.engine, values["enabled"], by)
+        return _json(await run_in_threadpool(switch_now))
+
+    # --- live ---------------------------------------------------------------------------
+
+    def status_now() -> dict[str, Any]:
+        buckets = []
+        for b in sources.status():
+            rule = b.rule
+            buckets.append(
+                {
+                    "url": rule.url,
+                    "configId": rule.config_id,
+                    "rate": rule.rate,
+                    "periodSeconds": rule.period,
+                    "perSecond": round(rule.per_second, 6),
+                    "algorithm": str(rule.algorithm),
+                    "perCaller": rule.per_caller,
+                    "shadow": rule.shadow,
+                    "stored": None if b.stored is None else round(b.stored, 3),
+                    "debtMs": round(b.debt_ms, 3),
+                    "nextFreeMs": None if b.next_free_ms is None else round(b.next_free_ms, 3),
+                    "shared": b.shared,
+                    "error": b.error,
+                }
+            )
+        return {
+            "at": time.time(),
+            "switch": switch_now(),
+            "buckets": buckets,
+            "fleet": sources.fleet(),
+        }
+
+    async def get_status(request: Request) -> Response:
+        return _json(await run_in_threadpool(status_now))
+
+    async def get_fleet(request: Request) -> Response:
+        return _json(await run_in_threadpool(sources.fleet))
+
+    async def get_audit(request: Request) -> Response:
+        limit_text = request.query_params.get("limit", "100")
+        if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_AUDIT:
+            raise ApiError(400, f"limit {limit_text!r}: must be 1 to {MAX_AUDIT}", "limit")
+        wanted = request.query_params.get("configId")
+        if wanted is not None and not wanted.isdigit():
+            raise ApiError(400, f"configId {wanted!r}: must be a whole number", "configId")
+        entries = await run_in_threadpool(
+            lambda: read_audit(
+                sources.engine,
+                limit=int(limit_text),
+                config_id=None if wanted is None else int(wanted),
+            )
+        )
+        return _json({"entries": entries})
+
+    # --- the page -----------------------------------------------------------------------
+
+    async def page(request: Request) -> Response:
+        response: HTMLResponse = templates.TemplateResponse(
+            request,
+            "index.html",
+            {
+                "read_only": not token,
+                "key_prefix": settings.key_prefix,
+                "database": settings.masked()["database_url"],
+            },
+        )
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    routes = [
+        Route("/", page),
+        Route("/api/rules", api(get_rules), methods=["GET"]),
+        Route("/api/rules", api(post_rule), methods=["POST"]),
+        Route("/api/rules/{config_id}", api(patch_rule), methods=["PATCH"]),
+        Route("/api/rules/{config_id}", api(delete_rule), methods=["DELETE"]),
+        Route("/api/switch", api(get_switch), methods=["GET"]),
+        Route("/api/switch", api(put_switch), methods=["PUT"]),
+        Route("/api/status", api(get_status), methods=["GET"]),
+        Route("/api/fleet", api(get_fleet), methods=["GET"]),
+        Route("/api/audit", api(get_audit), methods=["GET"]),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    return Starlette(routes=routes)

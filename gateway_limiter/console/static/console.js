@@ -1,0 +1,330 @@
+// The console page: plain JavaScript, no framework, nothing fetched from elsewhere.
+// Every value from the table goes into the page with textContent, never innerHTML, so a
+// URL holding "<script>" shows as text. Writes send the token the operator typed, kept
+// in sessionStorage (never a cookie), in an Authorization header: a request another site
+// forges carries no such header, so there is nothing for CSRF to ride on.
+"use strict";
+
+const PAGE_ROWS = 100;   // rows drawn at a time: 10,000 rows never become 10,000 <tr>s
+const LIVE_MS = 1000;    // live numbers are at most this old
+const TOKEN_KEY = "gwl-console-token";
+const ACTOR_KEY = "gwl-console-actor";
+
+const state = { rows: [], shown: [], page: 0, sort: "configId", desc: false, filter: "" };
+
+function $(selector) { return document.querySelector(selector); }
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+function say(text, ok) {
+  const m = $("#message");
+  m.textContent = text;
+  m.className = ok ? "ok" : "error";
+}
+
+async function api(method, path, body) {
+  const headers = { "Accept": "application/json" };
+  if (method !== "GET") {
+    headers["Authorization"] = "Bearer " + (sessionStorage.getItem(TOKEN_KEY) || "");
+    headers["Content-Type"] = "application/json";
+    const actor = sessionStorage.getItem(ACTOR_KEY);
+    if (actor) headers["X-Actor"] = actor;
+  }
+  const response = await fetch(path, {
+    method, headers, credentials: "omit", cache: "no-store",
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const data = await response.json().catch(() => ({ error: response.statusText }));
+  if (!response.ok) {
+    const field = data.field ? " [" + data.field + "]" : "";
+    throw new Error(response.status + field + ": " + (data.error || "failed"));
+  }
+  return data;
+}
+
+// --- rules ------------------------------------------------------------------------------
+
+function matches(row, needle) {
+  if (!needle) return true;
+  return String(row.configId) === needle ||
+    [row.interfaceUrl, row.channelType, row.interfaceNo, row.callerKey]
+      .some((v) => typeof v === "string" && v.toLowerCase().includes(needle));
+}
+
+function compare(a, b) {
+  const x = a[state.sort], y = b[state.sort];
+  if (x === y) return a.configId - b.configId;
+  if (x === null || x === undefined) return 1;
+  if (y === null || y === undefined) return -1;
+  return (x < y ? -1 : 1) * (state.desc ? -1 : 1);
+}
+
+function refilter() {
+  const needle = state.filter.trim().toLowerCase();
+  state.shown = state.rows.filter((r) => matches(r, needle));
+  state.shown.sort(compare);
+  const pages = Math.max(1, Math.ceil(state.shown.length / PAGE_ROWS));
+  state.page = Math.min(state.page, pages - 1);
+  drawRules();
+}
+
+function cell(tr, value, cls) { tr.appendChild(el("td", value === null ? "" : value, cls)); }
+
+function drawRules() {
+  const body = document.createElement("tbody");
+  const first = state.page * PAGE_ROWS;
+  for (const row of state.shown.slice(first, first + PAGE_ROWS)) {
+    const tr = el("tr", undefined, row.skipped ? "skipped" : "");
+    tr.dataset.configId = row.configId;
+    cell(tr, row.configId, "num");
+    const url = el("td", row.interfaceUrl, "url");
+    url.title = row.interfaceUrl === null ? "" : String(row.interfaceUrl);
+    tr.appendChild(url);
+    const rate = el("td", undefined, "num");
+    const input = el("input", undefined, "rate");
+    input.value = row.rateLimit === null ? "" : String(row.rateLimit);
+    input.setAttribute("aria-label", "rateLimit of configId " + row.configId);
+    input.inputMode = "numeric";
+    input.readOnly = document.body.dataset.readOnly === "true";
+    rate.appendChild(input);
+    tr.appendChild(rate);
+    cell(tr, row.periodSeconds, "num");
+    cell(tr, row.cache, "num");
+    cell(tr, row.status, "num");
+    cell(tr, row.shadow, "num");
+    cell(tr, row.algorithm);
+    cell(tr, row.perCaller, "num");
+    cell(tr, row.callerKey);
+    cell(tr, row.maxConcurrent, "num");
+    cell(tr, row.skipped ? "skipped: " + row.skipped : (row.status === 1 ? "in force" : "disabled"),
+      row.skipped ? "skip" : "");
+    const actions = el("td");
+    const save = el("button", "save", "write save");
+    save.type = "button";
+    save.addEventListener("click", () => saveRate(row.configId, input.value));
+    const flip = el("button", row.status === 1 ? "disable" : "enable", "write flip");
+    flip.type = "button";
+    flip.addEventListener("click", () => patch(row.configId, { status: row.status === 1 ? 0 : 1 }));
+    const more = el("button", "edit…", "write more");
+    more.type = "button";
+    more.title = "change any column: name=value pairs";
+    more.addEventListener("click", () => editColumns(row));
+    const drop = el("button", "delete", "write drop");
+    drop.type = "button";
+    drop.addEventListener("click", () => removeRow(row.configId, row.interfaceUrl));
+    actions.append(save, flip, more, drop);
+    tr.appendChild(actions);
+    body.appendChild(tr);
+  }
+  $("#rules tbody").replaceWith(body);
+  const pages = Math.max(1, Math.ceil(state.shown.length / PAGE_ROWS));
+  $("#page-info").textContent = "page " + (state.page + 1) + " of " + pages;
+  $("#rules-count").textContent =
+    state.shown.length + " of " + state.rows.length + " rows";
+}
+
+async function loadRules() {
+  const data = await api("GET", "/api/rules");
+  state.rows = data.rows;
+  refilter();
+  document.body.dataset.rulesLoaded = String(state.rows.length);
+}
+
+async function patch(configId, fields) {
+  try {
+    const done = await api("PATCH", "/api/rules/" + configId, fields);
+    const changed = Object.keys(fields).map((k) => k + " " + done.before[k] + " -> " + done.after[k]);
+    say("configId " + configId + ": " + changed.join(", "), true);
+    await Promise.all([loadRules(), loadAudit()]);
+  } catch (e) { say(String(e.message), false); }
+}
+
+// The columns "edit…" offers, as name=value pairs the operator changes in place.
+const EDITABLE = ["rateLimit", "periodSeconds", "cache", "status", "shadow", "algorithm",
+  "maxPermits", "warmupPeriod", "perCaller", "callerKey", "maxConcurrent", "channelType",
+  "interfaceNo"];
+
+function parseValue(text) {
+  if (text === "null" || text === "") return null;
+  if (/^-?[0-9]+(\.[0-9]+)?$/.test(text)) return Number(text);
+  return text;
+}
+
+function editColumns(row) {
+  const shown = EDITABLE.map((k) => k + "=" + (row[k] === null ? "null" : row[k])).join(" ");
+  const answer = window.prompt("configId " + row.configId + ": change the values, keep the names", shown);
+  if (answer === null) return;
+  const fields = {};
+  for (const pair of answer.trim().split(/\s+/)) {
+    const at = pair.indexOf("=");
+    if (at < 1) { say("not name=value: " + JSON.stringify(pair), false); return; }
+    const name = pair.slice(0, at), value = parseValue(pair.slice(at + 1));
+    if (JSON.stringify(row[name]) !== JSON.stringify(value)) fields[name] = value;
+  }
+  if (Object.keys(fields).length === 0) { say("nothing changed", true); return; }
+  patch(row.configId, fields);
+}
+
+function saveRate(configId, text) {
+  const value = text.trim();
+  if (!/^[0-9]+$/.test(value)) { say("rateLimit: " + JSON.stringify(value) + " is not a whole number", false); return; }
+  patch(configId, { rateLimit: Number(value) });
+}
+
+async function removeRow(configId, url) {
+  if (!window.confirm("Delete configId " + configId + " (" + url + ")?")) return;
+  try {
+    await api("DELETE", "/api/rules/" + configId);
+    say("deleted configId " + configId, true);
+    await Promise.all([loadRules(), loadAudit()]);
+  } catch (e) { say(String(e.message), false); }
+}
+
+async function addRow(event) {
+  event.preventDefault();
+  const form = event.target;
+  const body = { interfaceUrl: form.interfaceUrl.value, algorithm: form.algorithm.value,
+    status: form.status.checked ? 1 : 0 };
+  const numbers = { rateLimit: form.rateLimit.value, periodSeconds: form.periodSeconds.value,
+    cache: form.cache.value };
+  for (const [name, text] of Object.entries(numbers)) {
+    if (text.trim() !== "") body[name] = Number(text.trim());
+  }
+  try {
+    const row = await api("POST", "/api/rules", body);
+    say("created configId " + row.configId, true);
+    form.reset();
+    await Promise.all([loadRules(), loadAudit()]);
+  } catch (e) { say(String(e.message), false); }
+}
+
+// --- switch, live, fleet, audit -----------------------------------------------------------
+
+function drawSwitch(s) {
+  $("#switch-state").textContent = (s.effective ? "on" : "off") + " (" +
+    (s.source === "database" ? "database row" : "settings default") + ")";
+}
+
+async function setSwitch(value) {
+  try {
+    drawSwitch(await api("PUT", "/api/switch", { enabled: value }));
+    say("switch set", true);
+    await loadAudit();
+  } catch (e) { say(String(e.message), false); }
+}
+
+function rate(v) { return v === undefined || v === null ? "" : Number(v).toFixed(1); }
+
+async function loadLive() {
+  const data = await api("GET", "/api/status");
+  drawSwitch(data.switch);
+  const tallies = (data.fleet && data.fleet.tallies) || {};
+  const body = document.createElement("tbody");
+  for (const b of data.buckets) {
+    const t = tallies[b.url] || {};
+    const tr = el("tr");
+    tr.dataset.url = b.url;
+    cell(tr, b.url, "url");
+    cell(tr, b.configId, "num");
+    cell(tr, b.rate + " / " + b.periodSeconds + " s " + b.algorithm);
+    // After pushback the fleet runs at factor x the row's rate (the lowest any member saw).
+    const factor = t.factor === undefined ? 1 : t.factor;
+    cell(tr, (b.perSecond * factor).toFixed(2) + (factor < 1 ? " (pushback)" : ""), "num effective");
+    cell(tr, rate(t.admitted), "num admitted");
+    cell(tr, rate(t.waited), "num waited");
+    cell(tr, rate(t.refused), "num refused");
+    cell(tr, b.stored === null ? "full" : b.stored, "num");
+    cell(tr, b.debtMs, "num");
+    cell(tr, b.nextFreeMs, "num");
+    body.appendChild(tr);
+  }
+  $("#live tbody").replaceWith(body);
+  const fleet = document.createElement("tbody");
+  const members = (data.fleet && data.fleet.members) || [];
+  for (const m of members) {
+    const tr = el("tr");
+    cell(tr, m.host); cell(tr, m.pid, "num"); cell(tr, m.version); cell(tr, m.seenAgoS, "num");
+    fleet.appendChild(tr);
+  }
+  $("#fleet tbody").replaceWith(fleet);
+  $("#fleet-size").textContent = data.fleet && data.fleet.shared
+    ? members.length + " live" : "(in-process state: a fleet of one)";
+  $("#live-age").textContent = "as of " + new Date(data.at * 1000).toLocaleTimeString();
+  document.body.dataset.liveAt = String(data.at);
+}
+
+function describeChange(entry) {
+  const before = entry.beforeRow || {}, after = entry.afterRow || {};
+  if (entry.action === "insert" || entry.action === "delete") {
+    const row = entry.action === "insert" ? after : before;
+    return (row.interfaceUrl || "") + " rateLimit " + row.rateLimit;
+  }
+  const keys = new Set([...Object.keys(before), ...Object.keys(after)]);
+  return [...keys].filter((k) => JSON.stringify(before[k]) !== JSON.stringify(after[k]))
+    .map((k) => k + " " + JSON.stringify(before[k]) + " -> " + JSON.stringify(after[k])).join(", ");
+}
+
+async function loadAudit() {
+  const data = await api("GET", "/api/audit?limit=50");
+  const body = document.createElement("tbody");
+  for (const e of data.entries) {
+    const tr = el("tr");
+    cell(tr, e.changedAt); cell(tr, e.actor); cell(tr, e.source); cell(tr, e.configId, "num");
+    cell(tr, e.action); cell(tr, describeChange(e));
+    body.appendChild(tr);
+  }
+  $("#audit tbody").replaceWith(body);
+}
+
+// --- wiring -------------------------------------------------------------------------------
+
+function keepField(selector, key) {
+  const input = $(selector);
+  if (!input) return;
+  input.value = sessionStorage.getItem(key) || "";
+  input.addEventListener("input", () => sessionStorage.setItem(key, input.value));
+}
+
+function start() {
+  keepField("#token", TOKEN_KEY);
+  keepField("#actor", ACTOR_KEY);
+  $("#token-form").addEventListener("submit", (e) => e.preventDefault());
+  let pending = 0;
+  $("#filter").addEventListener("input", (e) => {
+    state.filter = e.target.value;
+    state.page = 0;
+    window.cancelAnimationFrame(pending);
+    pending = window.requestAnimationFrame(refilter);  // one redraw per frame, however fast one types
+  });
+  $("#prev").addEventListener("click", () => { state.page = Math.max(0, state.page - 1); drawRules(); });
+  $("#next").addEventListener("click", () => {
+    const pages = Math.max(1, Math.ceil(state.shown.length / PAGE_ROWS));
+    state.page = Math.min(pages - 1, state.page + 1);
+    drawRules();
+  });
+  for (const th of document.querySelectorAll("#rules th[data-sort]")) {
+    th.addEventListener("click", () => {
+      const key = th.dataset.sort;
+      state.desc = state.sort === key ? !state.desc : false;
+      state.sort = key;
+      refilter();
+    });
+  }
+  for (const b of document.querySelectorAll("button[data-switch]")) {
+    b.addEventListener("click", () => setSwitch(JSON.parse(b.dataset.switch)));
+  }
+  $("#add-form").addEventListener("submit", addRow);
+  const fail = (e) => say(String(e.message), false);
+  loadRules().catch(fail);
+  loadAudit().catch(fail);
+  const live = () => loadLive().catch(fail).finally(() => window.setTimeout(live, LIVE_MS));
+  live();
+  window.setInterval(() => loadAudit().catch(fail), 5000);
+}
+
+document.addEventListener("DOMContentLoaded", start);

@@ -1,0 +1,182 @@
+"""The console's JSON API, over HTTP to a real uvicorn on loopback: rules as the reload
+reads them, writes that need the token and are checked as ``conf set`` checks them (the
+field named, nothing written on error), each write audited, the switch, and no secret
+in any answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+
+from gateway_limiter.config.audit import read_audit
+from tests.console.conftest import TOKEN, Served
+from tests.support.limiting import write_row
+
+URL = "/ibe/flight/search"
+
+
+def row_of(engine: Engine, config_id: int) -> dict[str, Any] | None:
+    with engine.connect() as conn:
+        found = conn.execute(
+            text("select * from t_ratelimite_conf where configId = :i"), {"i": config_id}
+        ).first()
+    return None if found is None else dict(found._mapping)
+
+
+def test_rules_are_listed_as_the_reload_reads_them(console: Served) -> None:
+    good = write_row(console.engine, URL, rateLimit=10, cache=0.5)
+    bad = write_row(console.engine, "/ibe/bad", rateLimit=None)
+    with console.client(None) as http:
+        got = http.get("/api/rules")
+    assert got.status_code == 200
+    rows = {r["configId"]: r for r in got.json()["rows"]}
+    assert rows[good]["interfaceUrl"] == URL
+    assert (rows[good]["rateLimit"], rows[good]["cache"], rows[good]["skipped"]) == (10, 0.5, None)
+    assert rows[bad]["skipped"] == "rateLimit is NULL"
+    assert got.json()["total"] == 2
+
+
+def test_a_write_needs_the_token(console: Served) -> None:
+    config_id = write_row(console.engine, URL, rateLimit=10)
+    with console.client(None) as http:
+        assert http.patch(f"/api/rules/{config_id}", json={"rateLimit": 40}).status_code == 401
+    with console.client("wrong-token-but-long-enough") as http:
+        refused = http.patch(f"/api/rules/{config_id}", json={"rateLimit": 40})
+    assert refused.status_code == 403
+    assert TOKEN not in refused.text
+    assert row_of(console.engine, config_id)["rateLimit"] == 10  # type: ignore[index]
+    assert read_audit(console.engine) == []
+
+
+def test_an_edit_changes_the_row_and_the_audit(console: Served) -> None:
+    config_id = write_row(console.engine, URL, rateLimit=10)
+    with console.client() as http:
+        done = http.patch(
+            f"/api/rules/{config_id}", json={"rateLimit": 40}, headers={"X-Actor": "alice"}
+        )
+    assert done.status_code == 200, done.text
+    assert (done.json()["before"]["rateLimit"], done.json()["after"]["rateLimit"]) == (10, 40)
+    assert row_of(console.engine, config_id)["rateLimit"] == 40  # type: ignore[index]
+    latest = read_audit(console.engine)[0]
+    assert (latest["actor"], latest["source"], latest["action"]) == ("alice", "console", "update")
+    assert (latest["beforeRow"]["rateLimit"], latest["afterRow"]["rateLimit"]) == (10, 40)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ({"rateLimit": -1}, 422, "rateLimit"),
+        ({"rateLimit": "40"}, 422, "rateLimit"),
+        ({"cache": 0.123}, 422, "cache"),
+        ({"cache": 12}, 422, "cache"),
+        ({"status": 2}, 422, "status"),
+        ({"algorithm": "leaky"}, 422, "algorithm"),
+        ({"warmupPeriod": 5}, 422, "warmupPeriod"),  # token_bucket has no warm-up
+        ({"algorithm": "warm_up"}, 422, "warmupPeriod"),  # warm_up needs one
+        ({"maxPermits": 0}, 422, "maxPermits"),
+        ({"interfaceUrl": "/x\n"}, 422, "interfaceUrl"),
+        ({"periodSeconds": 0}, 422, "periodSeconds"),
+        ({"nonsense": 1}, 422, "nonsense"),
+    ],
+)
+def test_a_bad_value_names_its_field_and_writes_nothing(
+    console: Served, body: dict[str, Any], status: int, field: str
+) -> None:
+    config_id = write_row(console.engine, URL, rateLimit=10)
+    before = row_of(console.engine, config_id)
+    with console.client() as http:
+        got = http.patch(f"/api/rules/{config_id}", json=body)
+    assert got.status_code == status, got.text
+    assert got.json()["field"] == field
+    assert field in got.json()["error"]
+    assert row_of(console.engine, config_id) == before
+    assert read_audit(console.engine) == []
+
+
+def test_a_body_that_is_not_an_object_is_400(console: Served) -> None:
+    config_id = write_row(console.engine, URL, rateLimit=10)
+    with console.client() as http:
+        assert http.patch(f"/api/rules/{config_id}", content=b"{oops").status_code == 400
+        assert http.patch(f"/api/rules/{config_id}", json=[1]).status_code == 400
+        assert http.patch("/api/rules/999", json={"rateLimit": 1}).status_code == 404
+
+
+def test_create_and_delete_a_row(console: Served) -> None:
+    with console.client() as http:
+        made = http.post("/api/rules", json={"interfaceUrl": URL, "rateLimit": 7, "status": 1})
+        assert made.status_code == 201, made.text
+        config_id = made.json()["configId"]
+        again = http.post("/api/rules", json={"interfaceUrl": URL, "rateLimit": 9})
+        assert again.status_code == 409
+        assert http.post("/api/rules", json={"interfaceUrl": URL}).json()["field"] == "rateLimit"
+        assert row_of(console.engine, config_id)["rateLimit"] == 7  # type: ignore[index]
+        gone = http.delete(f"/api/rules/{config_id}")
+        assert gone.status_code == 200
+        assert http.delete(f"/api/rules/{config_id}").status_code == 404
+    assert row_of(console.engine, config_id) is None
+    actions = [e["action"] for e in reversed(read_audit(console.engine))]
+    assert actions == ["insert", "delete"]
+
+
+def test_the_switch_on_off_and_back_to_the_setting(console: Served) -> None:
+    with console.client() as http:
+        assert http.get("/api/switch").json() == {
+            "enabled": None,
+            "effective": True,
+            "source": "settings",
+        }
+        off = http.put("/api/switch", json={"enabled": False})
+        assert off.json() == {"enabled": False, "effective": False, "source": "database"}
+        back = http.put("/api/switch", json={"enabled": None})
+        assert back.json()["source"] == "settings"
+        bad = http.put("/api/switch", json={"enabled": "yes"})
+        assert (bad.status_code, bad.json()["field"]) == (422, "enabled")
+    assert [e["action"] for e in read_audit(console.engine)] == ["switch", "switch"]
+
+
+def test_a_console_without_a_token_is_read_only(read_only_console: Served) -> None:
+    served = read_only_console
+    config_id = write_row(served.engine, URL, rateLimit=10)
+    with served.client("any-token-at-all-0123456789") as http:
+        assert http.get("/api/rules").status_code == 200
+        refused = http.patch(f"/api/rules/{config_id}", json={"rateLimit": 1})
+        assert refused.status_code == 403
+        assert "read only" in refused.json()["error"]
+        assert http.put("/api/switch", json={"enabled": False}).status_code == 403
+    with served.client(None) as http:
+        assert http.delete(f"/api/rules/{config_id}").status_code == 401
+    assert row_of(served.engine, config_id)["rateLimit"] == 10  # type: ignore[index]
+
+
+def test_no_answer_shows_the_token(console: Served) -> None:
+    write_row(console.engine, URL, rateLimit=10)
+    with console.client() as http:
+        answers = [
+            http.get(path)
+            for path in (
+                "/",
+                "/api/rules",
+                "/api/switch",
+                "/api/status",
+                "/api/fleet",
+                "/api/audit",
+            )
+        ]
+    for answer in answers:
+        assert answer.status_code == 200, answer.url
+        assert TOKEN not in answer.text
+        assert "default-src 'self'" in answer.headers["content-security-policy"]
+        assert "set-cookie" not in answer.headers
+
+
+def test_status_shows_each_limit_and_its_bucket(console: Served) -> None:
+    write_row(console.engine, URL, rateLimit=10, cache=0.5)
+    with console.client() as http:
+        status = http.get("/api/status").json()
+    (bucket,) = status["buckets"]
+    assert (bucket["url"], bucket["rate"], bucket["shared"]) == (URL, 10, True)
+    assert bucket["stored"] is None  # never asked: a full bucket, nothing stored yet
+    assert status["switch"]["effective"] is True
+    assert status["fleet"]["shared"] is True
