@@ -49,7 +49,7 @@ class Monitor:
     def __init__(self, server: RedisServer) -> None:
         self._client = server.client()
         self._client.ping()  # the connection stop() uses is open before MONITOR starts
-        self._monitor = server.client().monitor()
+        self._monitor = server.client().monitor()  # type: ignore[no-untyped-call]
         self._monitor.__enter__()  # MONITOR is on once this returns
         self.sent: list[str] = []
 
