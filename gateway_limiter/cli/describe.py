@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway_limiter.cli.context import PROG
-from gateway_limiter.config.rules import Algorithm, Rule, RuleSet
+from gateway_limiter.config.rules import CHANNEL_URL, Algorithm, Rule, RuleSet
 from gateway_limiter.model.bucket import US_PER_S, shape
 
 if TYPE_CHECKING:
@@ -116,6 +116,8 @@ def row_effect(row: ConfRow, ruleset: RuleSet) -> str:
         return "skipped (see below)"
     if row.status == 0:
         return "disabled"
+    if row.interface_url == CHANNEL_URL or row.caller_key is not None:
+        return _share_effect(row, ruleset)
     rule = ruleset.rules.get(row.interface_url or "")
     if rule is None:
         return "-"
@@ -124,6 +126,30 @@ def row_effect(row: ConfRow, ruleset: RuleSet) -> str:
             # a closed limit closes its interface: the other rows say so too
             return _rule_brief(rule if rule.closed else limit, rule.cache)
     return "-"
+
+
+def _share_effect(row: ConfRow, ruleset: RuleSet) -> str:
+    """A channel row's or a named caller's row's effect: which interfaces (and caller)
+    it limits, from the same ``build_rules`` the reload uses."""
+    found = [
+        (rule, limit)
+        for rule in (*ruleset.rules.values(), *ruleset.named.values())
+        for limit in rule.limits
+        if limit.config_id == row.config_id
+    ]
+    if not found:
+        if row.interface_url == CHANNEL_URL:
+            return f"channel cap of {row.channel_type!r}: no enabled interface of it"
+        return "-"
+    rule, limit = found[0]
+    brief = _rule_brief(limit, rule.cache)
+    if limit.caps_channel:
+        urls = sorted({r.url for r, _ in found})
+        shown = ", ".join(urls[:3]) + (f" (+{len(urls) - 3})" if len(urls) > 3 else "")
+        brief = f"channel cap of {limit.channel!r} over {shown}: {brief}"
+    if limit.caller is not None:
+        brief = f"{brief}, for caller {limit.caller!r} only"
+    return brief
 
 
 def url_effect(url: str, rows: Sequence[ConfRow], ruleset: RuleSet) -> str:

@@ -41,11 +41,25 @@ class BucketStatus:
 def chosen_limits(registry: Registry, url: str | None) -> list[Rule]:
     """The limits ``status`` shows: every limit of ``url``, or of every URL, in order,
     each on its own with its interface's wait budget (the one that applies)."""
-    rules = registry.snapshot.rules
+    snapshot = registry.snapshot
+    rules = snapshot.rules
     urls = sorted(rules) if url is None else [url] if url in rules else []
-    return [
-        replace(limit, cache=rules[u].cache, also=()) for u in urls for limit in rules[u].limits
+    chosen = [(rules[u], limit) for u in urls for limit in rules[u].limits]
+    # Capacity shares: each named caller's own rows too, and a channel's limits once.
+    chosen += [
+        (rule, limit)
+        for (u, _), rule in sorted(snapshot.named.items())
+        if u in urls
+        for limit in rule.limits
+        if limit.caller is not None
     ]
+    seen: set[int] = set()
+    shown = []
+    for rule, limit in chosen:
+        if limit.config_id not in seen:
+            seen.add(limit.config_id)
+            shown.append(replace(limit, cache=rule.cache, also=()))
+    return shown
 
 
 def has_shared_bucket(rule: Rule) -> bool:
