@@ -23,6 +23,11 @@ admission is timed with ``time.time()`` when the call returns, after its wait; r
 and the most admissions in any 1 s are counted past the first second (the bursts).
 The machine this runs on may be shared and loaded: the measured rates say what the
 limiter allowed, not how fast the host is.
+
+Section 2 then times ``try_acquire(url, timeout=0)`` from one thread on rows no call
+reaches (10,000,000/s), side by side: one bucket with no shares, two periods (the
+several-limits script), an interface under a channel cap, a named caller and a default
+caller beside it; and counts EVALSHA per decision on the server (INFO commandstats).
 """
 
 from __future__ import annotations
@@ -58,6 +63,16 @@ CALLS: list[tuple[str, str, str | None]] = [
     ("named", "/partners", "C"),
 ]
 PROCESSES = 2
+#: A rate no decision-cost loop reaches: every call admitted, decided by the script
+OPEN = 10_000_000
+#: (label, url, caller key): the decisions whose cost section 2 compares
+COSTS = [
+    ("one bucket (bucket.lua), no shares", "/cost/plain", None),
+    ("two periods (limits.lua), no shares", "/cost/two", None),
+    ("under a channel cap (limits.lua)", "/cost/capped", None),
+    ("named caller (bucket.lua)", "/cost/named", "A"),
+    ("default caller beside a named one", "/cost/named", "B"),
+]
 THREADS = 2
 SETTLE_S = 1.0  # past the first second: the bursts are spent
 
@@ -79,6 +94,13 @@ def make_table(path: Path) -> str:
         ("/free/book", 25, "FREE", 0, None),
         ("/partners", 10, None, 1, None),
         ("/partners", 50, None, 1, "A"),
+        # decision cost (section 2): every call admitted
+        ("/cost/plain", OPEN, None, 0, None),
+        ("/cost/two", OPEN, None, 0, None),
+        ("/cost/capped", OPEN, "COST", 0, None),
+        ("*", OPEN, "COST", 0, None),
+        ("/cost/named", OPEN, None, 1, None),
+        ("/cost/named", OPEN, None, 1, "A"),
     ]
     try:
         upgrade(engine)
@@ -95,6 +117,16 @@ def make_table(path: Path) -> str:
                         caller_key=caller,
                     )
                 )
+            # /cost/two: a second limit of another period, the several-limits path
+            session.add(
+                RateLimitConf(
+                    interface_url="/cost/two",
+                    rate_limit=OPEN,
+                    cache=0.1,
+                    status=1,
+                    period_seconds=60,
+                )
+            )
     finally:
         engine.dispose()
     return url
@@ -208,6 +240,45 @@ def report(start_at: float, seconds: float, admitted: Sequence[Any]) -> str:
     return table(headers, rows)
 
 
+def decision_cost(database_url: str, redis_url: str, seconds: float) -> str:
+    """Calls/s of ``try_acquire(url, timeout=0)`` from one thread, each case in turn
+    (warmed up first), and the EVALSHA calls per decision (INFO commandstats)."""
+    import redis
+
+    from gateway_limiter import GatewayLimiter
+
+    client = redis.Redis.from_url(redis_url)
+    rows = []
+    with GatewayLimiter(
+        database_url=database_url,
+        redis_url=redis_url,
+        key_prefix=f"gwl-bench-cost-{uuid.uuid4().hex[:8]}",
+        redis_timeout=2.0,
+        reload_interval=3600,
+        metrics=False,
+    ) as lim:
+        for label, url, key in COSTS:
+            for _ in range(200):
+                lim.try_acquire(url, timeout=0, key=key)
+            before = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+            calls, began = 0, time.perf_counter()
+            while time.perf_counter() - began < seconds:
+                lim.try_acquire(url, timeout=0, key=key)
+                calls += 1
+            elapsed = time.perf_counter() - began
+            after = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+            rows.append(
+                [
+                    label,
+                    f"{calls / elapsed:,.0f}",
+                    f"{1e6 * elapsed / calls:.0f}",
+                    f"{(after - before) / calls:.2f}",
+                ]
+            )
+    client.close()
+    return table(["decision", "calls/s", "µs/call", "EVALSHA/call"], rows)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the arguments, run the cases, print the table."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -230,6 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
         print("1. Past the first second (the bursts spent)")
         print(report(start_at, seconds, admitted))
+        print()
+        print(f"2. Decision cost, 1 thread, {seconds / 2:g} s per case (load: {load_average()})")
+        print(decision_cost(database_url, redis_url, seconds / 2))
     return 0
 
 

@@ -123,7 +123,7 @@ class Rule:
     def __post_init__(self) -> None:
         if type(self.algorithm) is not Algorithm:  # ValueError naming an unknown one
             object.__setattr__(self, "algorithm", Algorithm(self.algorithm))
-        closed = self.rate == 0 or any(r.rate == 0 for r in self.also)
+        closed = self.rate == 0 or (bool(self.also) and any(r.rate == 0 for r in self.also))
         object.__setattr__(self, "closed", closed)
 
     @property
@@ -529,6 +529,11 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
                     f"channel caps follow {channel!r} (the lowest configId's)"
                 )
         cap_slots = caps.get(channel, {}) if channel is not None else {}
+        if len(slots) == 1 and not cap_slots:  # the common case: one limit, no shares
+            (lone,) = slots.values()
+            if lone.caller is None:
+                rules[url] = lone
+                continue
         names = {name for (_, _, name) in (*slots, *cap_slots) if name is not None}
         base = _resolve(url, _for_caller(slots, None), skipped)
         if base:
