@@ -27,6 +27,15 @@ lift a limit in force; an interface whose limits are all shadow is on trial as a
 and shadow rows beside enforced limits of other periods or scopes are skipped with a
 warning (one call cannot be half enforced).
 
+Capacity shares (docs/algorithms.md). A row whose ``interfaceUrl`` is ``*`` (a channel
+row) caps, together, every interface whose rows have its ``channelType``: its limits
+join each such interface's Rule last in ``also`` (``Rule.caps_channel``), and every
+limit of the interface carries ``Rule.channel``, so all their keys share the channel's
+hash tag and one script call decides them, all or nothing. An interface whose rows
+name different channels follows the lowest configId's (``RuleSet.warnings`` says so).
+A per-caller row with a ``callerKey`` applies to that caller in place of the unnamed
+per-caller row of its period: that caller's Rule is in ``RuleSet.named``.
+
 Disabled rows make no rule, but their URLs are kept (``RuleSet.disabled``) so that a
 decision can say "disabled" rather than "not configured".
 """

@@ -127,7 +127,7 @@ def route(snapshot: Snapshot, url: str, key: str | None = None) -> Rule | None:
     limited (a named caller's own rule where a per-caller row names ``key``)."""
     if not snapshot.switch:
         return None
-    if snapshot.named and key is not None:  # empty unless some row names a caller
+    if key is not None and snapshot.named:  # empty unless some row names a caller
         return snapshot.named.get((url, key)) or snapshot.rules.get(url)
     return snapshot.rules.get(url)
 
