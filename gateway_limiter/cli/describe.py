@@ -81,6 +81,10 @@ def _algorithm_text(rule: Rule) -> str:
 
 def _limit_text(rule: Rule) -> str:
     caller = " for each caller" if rule.per_caller else ""
+    if rule.caller is not None:
+        caller = f" for caller {rule.caller!r}"
+    if rule.caps_channel:  # shared with every interface of the channel
+        caller += f" over channel {rule.channel!r}"
     return f"{_per(rule)}{caller} ({_algorithm_text(rule)})"
 
 
@@ -158,6 +162,17 @@ def url_effect(url: str, rows: Sequence[ConfRow], ruleset: RuleSet) -> str:
     if rule is not None:
         ids = ", ".join(str(r.config_id) for r in rule.limits)
         return f"{url} is {rule_text(rule)} (configId {ids})"
+    if url == CHANNEL_URL:  # not an interface: each row caps its channel
+        caps = [
+            f"configId {r.config_id}: {row_effect(r, ruleset)}"
+            for r in rows
+            if r.interface_url == url
+        ]
+        return "'*' rows are channel caps: " + ("; ".join(caps) or "none")
+    named = sorted(key for u, key in ruleset.named if u == url)
+    if named:  # only per-caller rows that name callers: everyone else is not limited
+        names = ", ".join(map(repr, named))
+        return f"{url} is limited only for the callers its rows name ({names})"
     mine = {r.config_id for r in rows if r.interface_url == url}
     reasons = [str(s) for s in ruleset.skipped if s.config_id in mine]
     if reasons:

@@ -138,3 +138,9 @@ def test_two_named_rows_for_one_caller_and_period_the_stricter_wins() -> None:
     )
     assert got.named[("/p", "a")].limits[0].config_id == 3
     assert "for caller 'a'" in reasons(got)[2]
+
+
+def test_an_interface_with_only_named_rows_is_limited_for_those_callers_alone() -> None:
+    got = rules(row(1, "/only", 5, per_caller=1, caller_key="A"))
+    assert "/only" not in got.rules  # other callers: not limited
+    assert [r.rate for r in got.named[("/only", "A")].limits] == [5]

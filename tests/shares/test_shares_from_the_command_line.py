@@ -107,3 +107,19 @@ def test_caller_needs_per_caller_and_a_channel_row_needs_its_channel(
     ran = cli(capsys, db, "conf", "set", "*", "--rate", "30", "--enable")
     assert ran.code == 2 and "needs the channelType" in ran.err
     assert rows(engine) == []
+
+
+def test_conf_set_says_what_a_named_caller_and_a_channel_cap_do(
+    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+) -> None:
+    db, _ = migrated_any_db
+    named = ["--rate", "5", "--per-caller", "--caller", "A", "--enable"]
+    ran = cli(capsys, db, "conf", "set", "/only", *named)
+    assert ran.code == 0, ran.err
+    assert "/only is limited only for the callers its rows name ('A')" in ran.out
+    cli(capsys, db, "conf", "set", "/a", "--rate", "25", "--channel", "C", "--enable")
+    ran = cli(capsys, db, "conf", "set", "*", "--rate", "30", "--channel", "C", "--enable")
+    assert ran.code == 0, ran.err
+    assert "'*' rows are channel caps: configId 3: channel cap of 'C' over /a: 30/s" in ran.out
+    listed = cli(capsys, db, "conf", "list").out
+    assert "channel cap of 'C' over /a: 30/s" in listed
