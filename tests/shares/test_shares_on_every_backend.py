@@ -79,3 +79,22 @@ async def test_the_asyncio_limiter_decides_shares_on_redis(alim: AsyncGatewayLim
     assert named == [True] * 5 + [False]
     assert default == [True, True, False]
     assert alim.backend_fallbacks == 0
+
+
+def test_admin_sets_a_named_caller_beside_the_default_row(
+    migrated_db: tuple[str, Engine],
+) -> None:
+    from gateway_limiter import admin
+    from gateway_limiter.config.rules import build_rules
+    from gateway_limiter.config.table import read_rows
+
+    db, engine = migrated_db
+    default = admin.set_limit(db, "/adm", 10, per_caller=True)
+    named = admin.set_limit(db, "/adm", 50, per_caller=True, caller_key="A")
+    again = admin.set_limit(db, "/adm", 12, per_caller=True)  # the default row, not A's
+    assert again == default != named
+    ruleset = build_rules(read_rows(engine), 0.5)
+    assert ruleset.rules["/adm"].rate == 12
+    assert ruleset.named[("/adm", "A")].rate == 50
+    with pytest.raises(ValueError, match="callerKey 'A' needs perCaller = 1"):
+        admin.set_limit(db, "/adm", 5, caller_key="A")
