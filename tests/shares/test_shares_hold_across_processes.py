@@ -19,6 +19,7 @@ every moment the admissions so far stay within one burst plus the rate.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -121,32 +122,36 @@ class Admitted(NamedTuple):
 
 def surely_in_any_busy_second(calls: list[Admitted], rate: int) -> int:
     """The most admissions whose whole span (sent to returned) lies in one second
-    [a, a + 1) that follows a busy second: at most what the limiter really admitted then.
+    [a, a + 1) that follows a busy second, less what the bucket may have saved up.
 
-    A busy second before ``a`` (admissions at least 0.9 x ``rate`` in it, no gap between
-    two longer than ``STALL_S``) has drained the bucket, so a second that begins with an
-    admission holds that one (the permit the bucket held at ``a``) and the ``rate`` that
-    refill during it: at most ``rate + 1``, exactly as for one bucket alone. After a
-    stall, which a loaded host gives a process now and then, the bucket legitimately
-    refills and bursts again: such seconds are left to the bound at every moment."""
+    Callers hammer without pause, so the bucket is empty whenever one of them is
+    there: it saves permits only while nobody was admitted. A second that begins with
+    an admission holds that one (the permit the bucket held at ``a``), what it saved
+    in the last gap before ``a`` (at most ``rate`` x that gap, subtracted here), and
+    the ``rate`` that refill during it: at most ``rate + 1`` after the subtraction.
+    Seconds after a stall longer than ``STALL_S`` (a loaded host stalls a process now
+    and then, and the bucket legitimately refills) are left to the bound at every
+    moment, ``never_ahead_of_the_bucket``."""
     calls = sorted(calls, key=lambda c: c.sent)
     best, checked = 0, 0
     for a in {c.sent for c in calls}:
-        before = [c.returned for c in calls if a - 1.0 <= c.returned < a]
+        before = sorted(c.returned for c in calls if a - 1.0 <= c.returned < a)
         gaps = [y - x for x, y in zip([a - 1.0, *before], [*before, a], strict=True)]
         if len(before) < 0.9 * rate or max(gaps) > STALL_S:
             continue
+        saved = math.floor(rate * gaps[-1])  # since the last admission before a
         inside = sum(1 for c in calls if a <= c.sent and c.returned < a + 1.0)
-        best, checked = max(best, inside), checked + 1
+        best, checked = max(best, inside - saved), checked + 1
     assert checked >= 10, f"only {checked} busy seconds to check: the host stalled"
     return best
 
 
 def never_ahead_of_the_bucket(calls: list[Admitted], start_at: float, rate: int) -> bool:
-    """At every moment since the start, admissions so far (by when they were sent, the
-    earliest the script could have run them) are within one burst plus the rate."""
-    sent = sorted(c.sent for c in calls)
-    return all(n + 1 <= rate + rate * (t - start_at) + 1 for n, t in enumerate(sent))
+    """At every moment since the start, admissions so far (counted when they returned,
+    which is no sooner than the script admitted them) are within one burst plus the
+    rate."""
+    returned = sorted(c.returned for c in calls)
+    return all(n + 1 <= rate + rate * (t - start_at) + 1 for n, t in enumerate(returned))
 
 
 @pytest.mark.slow
