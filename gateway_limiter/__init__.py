@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import threading
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ __all__ = [
     "default_limiter",
     "load_settings",
     "pushback",
+    "slot",
     "try_acquire",
 ]
 
@@ -138,3 +140,10 @@ def decide(
 def pushback(url: str, retry_after: float | None = None, key: str | None = None) -> None:
     """``GatewayLimiter.pushback`` on the process-wide limiter."""
     default_limiter().pushback(url, retry_after, key)
+
+
+def slot(
+    url: str, timeout: float | None = None, key: str | None = None
+) -> AbstractContextManager[Decision]:
+    """``GatewayLimiter.slot`` on the process-wide limiter: ``with slot(url): ...``."""
+    return default_limiter().slot(url, timeout, key)

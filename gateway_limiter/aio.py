@@ -64,25 +64,63 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
-from gateway_limiter.backends.base import AsyncBackend
+from gateway_limiter.backends.base import AsyncBackend, BackendError
 from gateway_limiter.backends.schemes import open_async_backend
+from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.backends.slots import (
+    QUEUED,
+    TAKEN,
+    parse_counts,
+    parse_take,
+    release_call,
+    renew_call,
+    take_call,
+)
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.decision import Decision
 from gateway_limiter.core.failure import attempt_async
-from gateway_limiter.core.pipeline import Ask, LimiterCore, Outcome, allowed_wait_s
+from gateway_limiter.core.pipeline import (
+    Ask,
+    LimiterCore,
+    Outcome,
+    allowed_wait_s,
+    check_args,
+    route,
+)
+from gateway_limiter.core.slots import (
+    ASK_AGAIN_S,
+    Held,
+    SlotState,
+    busy,
+    count_refusal,
+    count_wait,
+    fallback_cap,
+    pause_s,
+)
 from gateway_limiter.core.status import (
     BucketStatus,
     bucket_status,
-    chosen_limits,
+    chosen,
+    has_pushback_state,
     has_shared_bucket,
 )
-from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, LimiterError, NotStarted
+from gateway_limiter.errors import (
+    BackendUnavailable,
+    InterfaceClosed,
+    LimiterError,
+    NotStarted,
+    Refused,
+)
 from gateway_limiter.model.bucket import Verdict
 
 __all__ = [
@@ -96,8 +134,11 @@ __all__ = [
     "decide",
     "default_limiter",
     "pushback",
+    "slot",
     "try_acquire",
 ]
+
+T = TypeVar("T")
 
 
 class AsyncGatewayLimiter(LimiterCore):
@@ -115,9 +156,10 @@ class AsyncGatewayLimiter(LimiterCore):
     namesake, awaited.
     """
 
-    __slots__ = ("_heartbeats", "backend")
+    __slots__ = ("_heartbeats", "_renewer", "_slotting", "backend")
     backend: AsyncBackend
     _heartbeats: asyncio.Task[None] | None
+    _renewer: asyncio.Task[None] | None
 
     _NOT_STARTED: ClassVar[str] = (
         "await start() (or use 'async with AsyncGatewayLimiter(...)') first"
@@ -125,6 +167,8 @@ class AsyncGatewayLimiter(LimiterCore):
 
     def _open_backend(self, settings: Settings) -> bool:
         self.backend = open_async_backend(settings)
+        self._slotting = SlotState(settings.key_prefix)
+        self._renewer = None
         return self.backend.shared
 
     async def start(self) -> ReloadSummary:
@@ -167,6 +211,7 @@ class AsyncGatewayLimiter(LimiterCore):
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
         self._stopping()
         await self._stop_heartbeats()
+        await self._stop_renewer()
         await asyncio.to_thread(self.registry.close)  # disposing the engine is database I/O
         await self.backend.aclose()
 
@@ -175,7 +220,8 @@ class AsyncGatewayLimiter(LimiterCore):
         (for a limiter whose event loop is gone, and its connections with it, and its
         heartbeat task)."""
         self._stopping()
-        self._heartbeats = None
+        self._heartbeats = self._renewer = None
+        self._slotting.close()
         self.registry.close()
 
     async def __aenter__(self) -> Self:
@@ -254,13 +300,245 @@ class AsyncGatewayLimiter(LimiterCore):
         return wait_s
 
     async def status(self, url: str | None = None) -> list[BucketStatus]:
-        """Every limit in force (or ``url``'s) with its live state (shared buckets)."""
-        return [await self._describe(rule) for rule in chosen_limits(self.registry, url)]
+        """Every limit in force (or ``url``'s) with its live state (shared buckets),
+        what the supplier's pushbacks left (the hold, the effective rate) and, on an
+        interface's first limit, its calls in flight."""
+        states = [
+            shown
+            for interface, limits in chosen(self.registry, url)
+            for shown in await self._describe(interface, limits)
+        ]
+        return [await self._with_in_flight(s) for s in states]
 
-    async def _describe(self, rule: Rule) -> BucketStatus:
-        # core.status.describe_state, with the peek awaited.
-        peeked = await attempt_async(self.backend.peek, rule) if has_shared_bucket(rule) else None
-        return bucket_status(rule, self.backend.shared, peeked)
+    async def _with_in_flight(self, state: BucketStatus) -> BucketStatus:
+        """``state`` with its interface's calls in flight, on its first limit only."""
+        rule = self.registry.snapshot.rules.get(state.rule.url)
+        if rule is None or rule.config_id != state.rule.config_id or rule.max_concurrent is None:
+            return state
+        return dataclasses.replace(state, in_flight=await self.in_flight(rule.url))
+
+    async def _describe(self, interface: Rule, limits: list[Rule]) -> list[BucketStatus]:
+        # core.status.describe_interface, with the peeks awaited.
+        pushed = (
+            await attempt_async(self.backend.peek_pushback, interface)
+            if has_pushback_state(interface)
+            else None
+        )
+        out = []
+        for rule in limits:
+            peeked = (
+                await attempt_async(self.backend.peek, rule) if has_shared_bucket(rule) else None
+            )
+            out.append(bucket_status(rule, self.backend.shared, peeked, interface, pushed))
+        return out
+
+    # --- concurrency: slot() (core/slots.py explains the design) ----------------------
+
+    @asynccontextmanager
+    async def slot(
+        self, url: str, timeout: float | None = None, key: str | None = None
+    ) -> AsyncIterator[Decision]:
+        """``GatewayLimiter.slot``, awaited: hold one of ``url``'s ``maxConcurrent`` slots
+        fleet-wide while the block runs; ``Refused`` when a rate permit and a slot cannot
+        both be had within ``timeout`` (default: the row's ``cache``).
+
+        The slot is given back however the block ends, cancellation included (the
+        release is shielded from a second cancellation). Cancelled while waiting for a
+        slot: nothing is held.
+        """
+        check_args(url, 1, timeout, key)
+        if not self._started:
+            raise NotStarted(self._NOT_STARTED)
+        rule = route(self.registry.snapshot, url)
+        if rule is None or rule.max_concurrent is None or rule.shadow or rule.closed:
+            decision = await self.decide(url, 1, timeout, key)
+            if not decision.allowed:
+                raise Refused(decision)
+            yield decision
+            return
+        held = await self._take_slot(rule, rule.cache if timeout is None else timeout, key)
+        try:
+            yield held.decision
+        finally:
+            await asyncio.shield(self._give_back(held))
+
+    async def _slot_script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
+        return parse(await self.backend.script(call))  # type: ignore[attr-defined]
+
+    def _in_flight_seen(self) -> dict[str, int]:
+        return dict(self._slotting.seen)
+
+    async def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
+        lease_id = self._slotting.leases.new_id()
+        placed = [False]  # a place in the queue (or a slot) is held in Redis
+        try:
+            return await self._taking(rule, budget_s, key, lease_id, placed)
+        except BaseException:
+            if placed[0]:  # refused after waiting, or interrupted: give the place up now
+                await asyncio.shield(
+                    self._give_back(Held(rule.url, busy(rule, None, None), lease_id=lease_id))
+                )
+            raise
+
+    async def _taking(
+        self, rule: Rule, budget_s: float, key: str | None, lease_id: str, placed: list[bool]
+    ) -> Held:
+        state, url = self._slotting, rule.url
+        deadline = time.monotonic() + budget_s
+        waited = failed = False
+        while True:
+            seen = state.wakeups.generation(url)
+            remaining = max(0.0, deadline - time.monotonic())
+            if self._shared and not failed and self._breaker.allows():
+                if not state.subscribed:  # once: connecting blocks, so in a thread
+                    client = self.backend.client  # type: ignore[attr-defined]
+                    await asyncio.to_thread(state.subscribe, self.settings, client)
+                call = take_call(
+                    state.commands,
+                    self.settings.key_prefix,
+                    rule,
+                    remaining,
+                    key,
+                    lease_id,
+                    self.settings.slot_lease,
+                    2 * ASK_AGAIN_S if remaining > 0 else 0.0,  # 0: no place, no wait
+                )
+                try:
+                    reply = await attempt_async(self._slot_script, call, parse_take)
+                except asyncio.CancelledError:
+                    # the script may have run: give back what it may have taken (a lease
+                    # Redis does not hold is removed as nothing)
+                    self._background_release(url, lease_id)
+                    raise
+                if isinstance(reply, BackendError):
+                    self._backend_failed(reply)
+                    failed = True  # the failure policy decides this attempt
+                    continue
+                state.seen[url] = reply.in_flight
+                # the script gives a place only to a caller with time to wait, and keeps
+                # it until the caller takes a slot or gives up
+                queued = reply.state == QUEUED and (remaining > 0 or placed[0])
+                placed[0] = reply.state == TAKEN or queued
+                if reply.state == QUEUED:
+                    if remaining <= 0:
+                        count_refusal(self._metrics, url)
+                        raise Refused(busy(rule, reply.in_flight, reply.lapses_s))
+                    if not waited:
+                        waited = True
+                        count_wait(self._metrics, url)
+                    pause = pause_s(remaining, reply.lapses_s, state.heard)
+                    need = reply.releases_needed(rule.max_concurrent)
+                    await state.wakeups.wait_async(url, seen, pause, need)
+                    continue
+                assert reply.verdict is not None
+                outcome = self._finish(Ask(rule, 1, remaining, key, None), reply.verdict)
+                decision = self._decision(outcome, remaining)._replace(in_flight=reply.in_flight)
+                if not outcome[0].allowed:
+                    count_refusal(self._metrics, url)
+                    raise Refused(decision)
+                state.leases.add(url, lease_id)
+                self._start_renewer()
+                if (wait_s := allowed_wait_s(outcome[0])) > 0:
+                    await asyncio.sleep(wait_s)  # cancelled: _take_slot gives the slot back
+                return Held(url, decision, lease_id=lease_id)
+            # memory://: the whole cap here; Redis away: the failure policy's share of it
+            if self._shared:
+                cap = fallback_cap(self.policy.kind, rule, self._fleet.size)
+            else:
+                cap = rule.max_concurrent
+            if cap is not None and not state.local.take(url, cap):
+                if remaining <= 0:
+                    count_refusal(self._metrics, url)
+                    raise Refused(busy(rule, state.local.in_flight(url), None))
+                if not waited:
+                    waited = True
+                    count_wait(self._metrics, url)
+                # a local release wakes this; so does the breaker's next probe
+                wait_s = min(remaining, max(0.01, self.settings.breaker_seconds))
+                await state.wakeups.wait_async(url, seen, wait_s)
+                failed = False  # Redis may be asked again, once the breaker allows
+                continue
+            if self._shared:
+                outcome = self._settled(rule, *self._fall_back(rule, 1, remaining, key))
+            else:
+                outcome = await self._ask_backend(Ask(rule, 1, remaining, key, None))
+            verdict = outcome[0]
+            decision = self._decision(outcome, remaining)._replace(
+                in_flight=state.local.in_flight(url)
+            )
+            if not verdict.allowed:
+                if cap is not None:
+                    state.local.give_back(url)
+                count_refusal(self._metrics, url)
+                raise Refused(decision)
+            held = Held(url, decision, local=cap is not None)
+            if (wait_s := allowed_wait_s(verdict)) > 0:
+                try:
+                    await asyncio.sleep(wait_s)
+                except asyncio.CancelledError:
+                    await self._give_back(held)
+                    raise
+            return held
+
+    async def _give_back(self, held: Held) -> None:
+        """Give back a slot: one round trip; a failure leaves the lease to lapse."""
+        state = self._slotting
+        if held.local:
+            state.local.give_back(held.url)
+            return
+        if held.lease_id is None:
+            return
+        state.leases.remove(held.url, held.lease_id)
+        call = release_call(self.settings.key_prefix, held.url, held.lease_id)
+        reply = await attempt_async(self._slot_script, call, parse_counts)
+        if not isinstance(reply, BackendError):
+            state.seen[held.url] = reply[1]
+
+    def _background_release(self, url: str, lease_id: str) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self._give_back(Held(url, Decision(False, "limited"), lease_id=lease_id))
+        )
+        _RELEASES.add(task)
+        task.add_done_callback(_RELEASES.discard)
+
+    def _start_renewer(self) -> None:
+        """One task renewing every lease this limiter holds, every third of
+        ``slot_lease``, one script call per interface."""
+        if self._renewer is None:
+            self._renewer = asyncio.create_task(self._renewing(), name="gateway-limiter-leases")
+
+    async def _renewing(self) -> None:
+        lease_s, state = self.settings.slot_lease, self._slotting
+        while True:
+            await asyncio.sleep(lease_s / 3)
+            for url, ids in state.leases.held().items():
+                call = renew_call(self.settings.key_prefix, url, ids, lease_s)
+                await attempt_async(self._slot_script, call, parse_counts)
+
+    async def _stop_renewer(self) -> None:
+        task, self._renewer = self._renewer, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await asyncio.to_thread(self._slotting.close)
+
+    async def in_flight(self, url: str) -> int | None:
+        """``GatewayLimiter.in_flight``, awaited."""
+        rule = route(self.registry.snapshot, url)
+        if rule is None or rule.max_concurrent is None:
+            return None
+        if not self._shared:
+            return self._slotting.local.in_flight(url)
+        call = renew_call(self.settings.key_prefix, url, [], self.settings.slot_lease)
+        reply = await attempt_async(self._slot_script, call, parse_counts)
+        if isinstance(reply, BackendError):
+            return self._slotting.local.in_flight(url)
+        self._slotting.seen[url] = reply[1]
+        return reply[1]
+
+
+#: Releases sent for a take cancelled in flight, referenced until they finish.
+_RELEASES: set[asyncio.Task[None]] = set()
 
 
 # --- the process-wide limiter ------------------------------------------------------
@@ -360,3 +638,12 @@ async def decide(
 async def pushback(url: str, retry_after: float | None = None, key: str | None = None) -> None:
     """``AsyncGatewayLimiter.pushback`` on the process-wide asyncio limiter."""
     await (await default_limiter()).pushback(url, retry_after, key)
+
+
+@asynccontextmanager
+async def slot(
+    url: str, timeout: float | None = None, key: str | None = None
+) -> AsyncIterator[Decision]:
+    """``AsyncGatewayLimiter.slot`` on the process-wide asyncio limiter."""
+    async with (await default_limiter()).slot(url, timeout, key) as decision:
+        yield decision

@@ -9,26 +9,56 @@ threaded I/O shell: it calls the backend and sleeps with ``time.sleep``.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
-from gateway_limiter.backends.base import Backend
+from gateway_limiter.backends.base import Backend, BackendError
 from gateway_limiter.backends.schemes import open_backend
+from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.backends.slots import (
+    QUEUED,
+    TAKEN,
+    parse_counts,
+    parse_take,
+    release_call,
+    renew_call,
+    take_call,
+)
 from gateway_limiter.config.reload import ReloadSummary
+from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.decision import Decision
 from gateway_limiter.core.failure import attempt
-from gateway_limiter.core.pipeline import Ask, LimiterCore, Outcome, allowed_wait_s
-from gateway_limiter.core.status import (
-    BucketStatus,
-    chosen_limits,
-    describe_state,
+from gateway_limiter.core.pipeline import (
+    Ask,
+    LimiterCore,
+    Outcome,
+    allowed_wait_s,
+    check_args,
+    route,
 )
+from gateway_limiter.core.slots import (
+    ASK_AGAIN_S,
+    Held,
+    SlotState,
+    busy,
+    count_refusal,
+    count_wait,
+    fallback_cap,
+    pause_s,
+)
+from gateway_limiter.core.status import BucketStatus, chosen, describe_interface
+from gateway_limiter.errors import NotStarted, Refused
 from gateway_limiter.model.bucket import Verdict
 
 __all__ = ["GatewayLimiter"]
+
+T = TypeVar("T")
 
 
 class GatewayLimiter(LimiterCore):
@@ -46,8 +76,13 @@ class GatewayLimiter(LimiterCore):
     _heartbeats: threading.Thread | None = None
     _stop_beating: threading.Event | None = None
 
+    _renewer: threading.Thread | None = None
+
     def _open_backend(self, settings: Settings) -> bool:
         self.backend = open_backend(settings)
+        self._slotting = SlotState(settings.key_prefix)
+        self._renewing = threading.Lock()
+        self._stop_renewing = threading.Event()
         return self.backend.shared
 
     def start(self) -> ReloadSummary:
@@ -93,6 +128,7 @@ class GatewayLimiter(LimiterCore):
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
         self._stopping()
         self._stop_heartbeats()
+        self._stop_renewer()
         self.registry.close()
         self.backend.close()
 
@@ -183,5 +219,212 @@ class GatewayLimiter(LimiterCore):
             self._pushed(push, reply)
 
     def status(self, url: str | None = None) -> list[BucketStatus]:
-        """Every limit in force (or ``url``'s) with its live state (shared buckets)."""
-        return [describe_state(rule, self.backend) for rule in chosen_limits(self.registry, url)]
+        """Every limit in force (or ``url``'s) with its live state (shared buckets),
+        what the supplier's pushbacks left (the hold, the effective rate) and, on an
+        interface's first limit, its calls in flight."""
+        states = [
+            shown
+            for interface, limits in chosen(self.registry, url)
+            for shown in describe_interface(interface, limits, self.backend)
+        ]
+        return [self._with_in_flight(s) for s in states]
+
+    def _with_in_flight(self, state: BucketStatus) -> BucketStatus:
+        """``state`` with its interface's calls in flight, on its first limit only."""
+        rule = self.registry.snapshot.rules.get(state.rule.url)
+        if rule is None or rule.config_id != state.rule.config_id or rule.max_concurrent is None:
+            return state
+        return dataclasses.replace(state, in_flight=self.in_flight(rule.url))
+
+    # --- concurrency: slot() (core/slots.py explains the design) ----------------------
+
+    @contextmanager
+    def slot(
+        self, url: str, timeout: float | None = None, key: str | None = None
+    ) -> Iterator[Decision]:
+        """Hold one of ``url``'s ``maxConcurrent`` slots (fleet-wide) while the block runs.
+
+        Waits up to ``timeout`` seconds (default: the row's ``cache``) for a rate permit
+        and a free slot together; raises ``Refused`` (with the Decision) when both cannot
+        be had in time. The slot is given back when the block ends, however it ends.
+        Yields the Decision (``in_flight``: calls in flight, this one included).
+        An interface without ``maxConcurrent`` (or a shadow row) is decided as
+        ``decide`` would; one that is not limited admits at once.
+        """
+        check_args(url, 1, timeout, key)
+        if not self._started:
+            raise NotStarted(self._NOT_STARTED)
+        rule = route(self.registry.snapshot, url)
+        if rule is None or rule.max_concurrent is None or rule.shadow or rule.closed:
+            decision = self.decide(url, 1, timeout, key)
+            if not decision.allowed:
+                raise Refused(decision)
+            yield decision
+            return
+        held = self._take_slot(rule, rule.cache if timeout is None else timeout, key)
+        try:
+            yield held.decision
+        finally:
+            self._give_back(held)
+
+    def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
+        lease_id = self._slotting.leases.new_id()
+        placed = [False]  # a place in the queue (or a slot) is held in Redis
+        try:
+            return self._taking(rule, budget_s, key, lease_id, placed)
+        except BaseException:
+            if placed[0]:  # refused after waiting, or interrupted: give the place up now
+                self._give_back(Held(rule.url, busy(rule, None, None), lease_id=lease_id))
+            raise
+
+    def _taking(
+        self, rule: Rule, budget_s: float, key: str | None, lease_id: str, placed: list[bool]
+    ) -> Held:
+        state, url = self._slotting, rule.url
+        deadline = time.monotonic() + budget_s
+        waited = failed = False
+        while True:
+            seen = state.wakeups.generation(url)
+            remaining = max(0.0, deadline - time.monotonic())
+            if self._shared and not failed and self._breaker.allows():
+                state.subscribe(self.settings, self.backend.client)  # type: ignore[attr-defined]
+                call = take_call(
+                    state.commands,
+                    self.settings.key_prefix,
+                    rule,
+                    remaining,
+                    key,
+                    lease_id,
+                    self.settings.slot_lease,
+                    2 * ASK_AGAIN_S if remaining > 0 else 0.0,  # 0: no place, no wait
+                )
+                reply = attempt(self._slot_script, call, parse_take)
+                if isinstance(reply, BackendError):
+                    self._backend_failed(reply)
+                    failed = True  # the failure policy decides this attempt
+                    continue
+                state.seen[url] = reply.in_flight
+                # the script gives a place only to a caller with time to wait, and keeps
+                # it until the caller takes a slot or gives up
+                queued = reply.state == QUEUED and (remaining > 0 or placed[0])
+                placed[0] = reply.state == TAKEN or queued
+                if reply.state == QUEUED:
+                    if remaining <= 0:
+                        count_refusal(self._metrics, url)
+                        raise Refused(busy(rule, reply.in_flight, reply.lapses_s))
+                    if not waited:
+                        waited = True
+                        count_wait(self._metrics, url)
+                    pause = pause_s(remaining, reply.lapses_s, state.heard)
+                    need = reply.releases_needed(rule.max_concurrent)
+                    state.wakeups.wait(url, seen, pause, need)
+                    continue
+                assert reply.verdict is not None
+                outcome = self._finish(Ask(rule, 1, remaining, key, None), reply.verdict)
+                decision = self._decision(outcome, remaining)._replace(in_flight=reply.in_flight)
+                if not outcome[0].allowed:
+                    count_refusal(self._metrics, url)
+                    raise Refused(decision)
+                state.leases.add(url, lease_id)
+                self._start_renewer()
+                if (wait_s := allowed_wait_s(outcome[0])) > 0:
+                    time.sleep(wait_s)
+                return Held(url, decision, lease_id=lease_id)
+            # memory://: the whole cap here; Redis away: the failure policy's share of it
+            if self._shared:
+                cap = fallback_cap(self.policy.kind, rule, self._fleet.size)
+            else:
+                cap = rule.max_concurrent
+            if cap is not None and not state.local.take(url, cap):
+                if remaining <= 0:
+                    count_refusal(self._metrics, url)
+                    raise Refused(busy(rule, state.local.in_flight(url), None))
+                if not waited:
+                    waited = True
+                    count_wait(self._metrics, url)
+                # a local release wakes this; so does the breaker's next probe
+                state.wakeups.wait(
+                    url, seen, min(remaining, max(0.01, self.settings.breaker_seconds))
+                )
+                failed = False  # Redis may be asked again, once the breaker allows
+                continue
+            if self._shared:
+                outcome = self._settled(rule, *self._fall_back(rule, 1, remaining, key))
+            else:
+                outcome = self._ask_backend(Ask(rule, 1, remaining, key, None))
+            verdict = outcome[0]
+            decision = self._decision(outcome, remaining)._replace(
+                in_flight=state.local.in_flight(url)
+            )
+            if not verdict.allowed:
+                if cap is not None:
+                    state.local.give_back(url)
+                count_refusal(self._metrics, url)
+                raise Refused(decision)
+            if (wait_s := allowed_wait_s(verdict)) > 0:
+                time.sleep(wait_s)
+            return Held(url, decision, local=cap is not None)
+
+    def _slot_script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
+        return parse(self.backend.script(call))  # type: ignore[attr-defined]
+
+    def _in_flight_seen(self) -> dict[str, int]:
+        return dict(self._slotting.seen)
+
+    def _give_back(self, held: Held) -> None:
+        """Give back a slot: one round trip; a failure leaves the lease to lapse."""
+        state = self._slotting
+        if held.local:
+            state.local.give_back(held.url)
+            return
+        if held.lease_id is None:
+            return
+        state.leases.remove(held.url, held.lease_id)
+        call = release_call(self.settings.key_prefix, held.url, held.lease_id)
+        reply = attempt(self._slot_script, call, parse_counts)
+        if not isinstance(reply, BackendError):
+            state.seen[held.url] = reply[1]
+
+    def _start_renewer(self) -> None:
+        """One daemon thread renewing every lease this limiter holds, every third of
+        ``slot_lease``, one script call per interface."""
+        if self._renewer is not None:
+            return
+        with self._renewing:
+            if self._renewer is not None:
+                return
+            lease_s, stop, state = self.settings.slot_lease, self._stop_renewing, self._slotting
+
+            def renew() -> None:
+                while not stop.wait(lease_s / 3):
+                    for url, ids in state.leases.held().items():
+                        call = renew_call(self.settings.key_prefix, url, ids, lease_s)
+                        attempt(self._slot_script, call, parse_counts)
+
+            self._renewer = threading.Thread(
+                target=renew, name="gateway-limiter-leases", daemon=True
+            )
+            self._renewer.start()
+
+    def _stop_renewer(self) -> None:
+        self._stop_renewing.set()
+        if self._renewer is not None:
+            self._renewer.join()
+            self._renewer = None
+        self._slotting.close()
+
+    def in_flight(self, url: str) -> int | None:
+        """Calls to ``url`` in flight across the fleet now (one round trip), or None when
+        its row has no ``maxConcurrent`` (or Redis cannot be asked: then this process's
+        own, under the failure policy)."""
+        rule = route(self.registry.snapshot, url)
+        if rule is None or rule.max_concurrent is None:
+            return None
+        if not self._shared:
+            return self._slotting.local.in_flight(url)
+        call = renew_call(self.settings.key_prefix, url, [], self.settings.slot_lease)
+        reply = attempt(self._slot_script, call, parse_counts)
+        if isinstance(reply, BackendError):
+            return self._slotting.local.in_flight(url)
+        self._slotting.seen[url] = reply[1]
+        return reply[1]

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
+from gateway_limiter.model.pushback import PushbackState
 
 
 class BackendError(Exception):
@@ -35,6 +36,10 @@ class Backend(Protocol):
     def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """The stored state of ``rule``'s own shared bucket (None: none stored) and the
         clock, in µs."""
+
+    def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+        """What pushbacks left on ``rule``'s interface for all its callers (None: nothing)
+        and the clock, in µs. ``rule`` is the interface's, with all its limits."""
 
     def pushback(
         self, rule: Rule, retry_after: float | None, caller: str | None = None
@@ -77,6 +82,9 @@ class AsyncBackend(Protocol):
 
     async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """The stored state of ``rule``'s bucket (None: none stored) and the clock, in µs."""
+
+    async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+        """``Backend.peek_pushback``, awaited."""
 
     async def pushback(
         self, rule: Rule, retry_after: float | None, caller: str | None = None

@@ -37,13 +37,13 @@ ARGV[6]  warm-up period W in microseconds; absent or "0" = a token bucket
 Pushback (pushback.lua) lives in the same key: after the five doubles, four more (the
 moment before which no call goes, the factor, when it was set, the rate it was set
 under). The bucket then runs at the factor times the rate and capacity, and owes until
-the moment (no call goes before it, and the bucket does not refill meanwhile). One key,
+the moment: no call goes before it, and the bucket is empty then and refills from it. One key,
 so a decision still touches one key, and Redis Cluster moves both together (a second
 key could be split from the first mid-resharding, and every call would get TRYAGAIN).
 A stored value of -1 permits means pushback state alone: no bucket state (full).
 
-Returns {allowed (1/0), wait in microseconds, stored permits left, next free, factor},
-numbers
+Returns {allowed (1/0), wait in microseconds, stored permits left, next free, factor,
+held (microseconds from now until a pushback's retry_after ends; 0: none)}, numbers
 as strings with 17 significant digits so the caller reads back exactly the doubles
 computed here. Next free: microseconds from now before which no call can go (the
 balance time, plus what the stored permits lack of one permit, at one stable interval
@@ -93,6 +93,8 @@ if saved and #saved == 72 then
 end
 rate = rate * factor
 capacity = capacity * factor
+local held = "0"  -- the reply says how long a pushback's hold lasts
+if pushed_until > now then held = num(pushed_until - now) end
 
 -- The shape of the bucket: how fast stored permits come back, and what they cost.
 local stable = 1000000 / rate
@@ -122,10 +124,17 @@ local stored, balance, old_rate, old_capacity, old_refill
 if saved then
   stored, balance, old_rate, old_capacity, old_refill = struct.unpack("<ddddd", saved)
 end
-if saved == nil or stored < 0 then
+local fresh = saved == nil or stored < 0
+if fresh then
   -- No state: a bucket left alone for long, full and in balance.
   stored, balance = capacity, now
   old_rate, old_capacity, old_refill = rate, capacity, refill
+end
+-- A hold drains the bucket: empty at its end, refilled from there, so permits saved
+-- before it do not burst out when it ends. A balance before the hold's end means no
+-- decision has absorbed it yet; no state counts as drained too (model: bucket.held).
+if pushed_until > 0 and (fresh or balance < pushed_until) then
+  stored, balance = 0, pushed_until
 end
 
 -- 1. resync at the refill rate the state was built with
@@ -142,7 +151,6 @@ if old_rate ~= rate or old_capacity ~= capacity or old_refill ~= refill then
     stored = capacity
   end
 end
-if pushed_until > balance then balance = pushed_until end  -- owed until then, no refill
 
 -- 3. spend stored permits first; the shortfall becomes debt
 local spend = math.min(permits, stored)
@@ -160,7 +168,7 @@ end
 
 -- 4. refuse without reserving, or reserve
 if timeout >= 0 and wait > timeout then
-  return {0, num(wait), num(stored), next_free(stored, balance), num(factor)}
+  return {0, num(wait), num(stored), next_free(stored, balance), num(factor), held}
 end
 stored = stored - spend
 local full_at = math.max(new_balance, now) + (capacity - stored) * refill
@@ -170,4 +178,4 @@ if pushed then  -- kept as long as either part matters
   value, px = value .. pushed, math.max(px, pushed_px)
 end
 redis.call("SET", KEYS[1], value, "PX", px)
-return {1, num(wait), num(stored), next_free(stored, new_balance), num(factor)}
+return {1, num(wait), num(stored), next_free(stored, new_balance), num(factor), held}

@@ -44,6 +44,7 @@ from gateway_limiter.backends.topology import parse_endpoints
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import BucketState, Verdict
+from gateway_limiter.model.pushback import PushbackState
 
 T = TypeVar("T")
 
@@ -126,6 +127,10 @@ class AsyncRedisClusterBackend:
         call = self._commands.pushback(rule, retry_after, caller, None)
         return scripts.parse_pushback(await self._queued(lambda: self._evalsha(call)))
 
+    async def script(self, call: scripts.ScriptCall) -> Any:
+        """Any other script call (``limiter.slot``'s), on the master of its keys' slot."""
+        return await self._queued(lambda: self._evalsha(call))
+
     async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """GET, then TIME on the node that holds the key."""
         key = state_key(self._prefix, rule)
@@ -137,6 +142,18 @@ class AsyncRedisClusterBackend:
 
         raw, time_reply = await self._queued(both)
         return scripts.parse_state(raw), scripts.clock_us(time_reply)
+
+    async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+        """GET, then TIME on the node that holds the key, like ``peek``."""
+        key, in_bucket = scripts.pushback_peek_key(self._prefix, rule)
+
+        async def both() -> tuple[Any, Any]:
+            raw = await self._client.get(key)
+            node = self._client.get_node_from_key(key)
+            return raw, await self._client.time(target_nodes=node)
+
+        raw, time_reply = await self._queued(both)
+        return scripts.parse_pushback_state(raw, in_bucket), scripts.clock_us(time_reply)
 
     async def prepare(self) -> None:
         """Once, when the cluster first answers (``backends/readiness.py``): SCRIPT LOAD on

@@ -23,7 +23,8 @@ KEYS[i]  limit i's state: a bucket as in bucket.lua (five packed doubles); a sli
          window as the list of its admission times; a fixed window as two packed
          doubles: k and the permits reserved in window [k P, (k + 1) P)
 KEYS[n]  (the last key) the interface's pushback state (pushback.lua): token buckets run
-         at its factor times their rate and capacity, and no call goes before its moment
+         at its factor times their rate and capacity, windows count at most their rate
+         times it (whole permits, at least the call's), and no call goes before its moment
 ARGV[1]  permits wanted (>= 1)
 ARGV[2]  timeout in microseconds; negative = wait as long as it takes
 ARGV[3]  now in microseconds, or "" for the server's TIME (tests drive the clock)
@@ -36,7 +37,8 @@ ARGV[3n+4] (optional) how many limits are the interface's own; the rest are its 
          scales nor delays them, though the call still goes no sooner than its moment)
 
 Returns {allowed (1/0), wait in microseconds, the least stored permits of the buckets
-(0 without one), next free, the pushback factor}, numbers with 17 significant digits, like bucket.lua. Next
+(0 without one), next free, the pushback factor, held (microseconds from now until a
+pushback's retry_after ends; 0: none)}, numbers with 17 significant digits, like bucket.lua. Next
 free: microseconds from now before which no call can go, the latest of each limit's
 earliest time for one permit after this decision (only time passing brings it
 closer). A window that can never hold the permits wanted refuses with wait "inf"
@@ -74,6 +76,9 @@ if type(pushed) == "string" and #pushed == 32 then
   end
 end
 
+local held = "0"  -- the reply says how long a pushback's hold lasts
+if pushed_until > now then held = num(pushed_until - now) end
+
 -- A key holding anything else than its kind's state (another type, another length) is
 -- lost state, as in bucket.lua: read with pcall, start afresh, replace it on a write.
 
@@ -85,7 +90,17 @@ for i = 1, nlimits do
   local factor, pushed_until = factor, pushed_until  -- capacity shares: a channel's limit
   if i > own then factor, pushed_until = 1, 0 end    -- is not this interface's to push
   local kind, rate, size = ARGV[3 * i + 1], tonumber(ARGV[3 * i + 2]), tonumber(ARGV[3 * i + 3])
-  if kind == "tb" and factor ~= 1 then rate, size = rate * factor, size * factor end
+  -- Pushback slows every limit: a bucket's rate and capacity, a window's count (cap),
+  -- in whole permits and at least this call's (else it could never go). next_free and
+  -- the trim keep the window's own rate: the factor only recovers.
+  local cap = rate
+  if factor ~= 1 then
+    if kind == "tb" then
+      rate, size = rate * factor, size * factor
+    else
+      cap = math.max(permits, math.floor(rate * factor))
+    end
+  end
   kinds[i], rates[i], sizes[i] = kind, rate, size
   local earliest
   if kind == "tb" then
@@ -96,6 +111,10 @@ for i = 1, nlimits do
       stored, balance, old_rate, old_capacity, old_refill = struct.unpack("<ddddd", saved)
     else  -- no state: full and in balance
       stored, balance, old_rate, old_capacity, old_refill = size, now, rate, size, stable
+      saved = nil
+    end
+    if pushed_until > 0 and (saved == nil or balance < pushed_until) then
+      stored, balance = 0, pushed_until  -- a hold drains the bucket (bucket.lua)
     end
     if now > balance then  -- resync at the refill rate the state was built with
       stored = math.min(old_capacity, stored + (now - balance) / old_refill)
@@ -108,12 +127,11 @@ for i = 1, nlimits do
         stored = size
       end
     end
-    if pushed_until > balance then balance = pushed_until end  -- owed until then
     local spend = math.min(permits, stored)
     earliest = math.max(balance, now) + (permits - spend) * stable
     states[i] = {stored, balance}
   elseif permits > rate then
-    return {0, "inf", "0", "0", num(factor)}
+    return {0, "inf", "0", "0", num(factor), held}
   elseif kind == "sw" then
     earliest = now
     local count = redis.pcall("LLEN", KEYS[i])
@@ -123,7 +141,7 @@ for i = 1, nlimits do
     if count > 0 then
       earliest = math.max(earliest, tonumber(redis.call("LINDEX", KEYS[i], -1)))
     end
-    local need = count + permits - rate  -- admissions that must have left the window
+    local need = count + permits - cap  -- admissions that must have left the window
     if need > 0 then
       earliest = math.max(earliest, tonumber(redis.call("LINDEX", KEYS[i], need - 1)) + size)
     end
@@ -135,7 +153,7 @@ for i = 1, nlimits do
       if w >= window then window, used = w, u end
     end
     local first = window
-    if used + permits > rate then first = window + 1 end
+    if used + permits > cap then first = window + 1 end
     earliest = math.max(now, first * size)
     states[i] = {window, used}  -- not moved on: step 3 does that, and a refusal keeps it
   end
@@ -180,7 +198,7 @@ if timeout >= 0 and wait > timeout then
   for i = 1, nlimits do
     if kinds[i] == "tb" and (least == nil or states[i][1] < least) then least = states[i][1] end
   end
-  return {0, num(wait), num(least or 0), next_free(), num(factor)}
+  return {0, num(wait), num(least or 0), next_free(), num(factor), held}
 end
 
 -- 3. ... record the call at T in every limit
@@ -216,4 +234,4 @@ for i = 1, nlimits do
     states[i] = {window, used}
   end
 end
-return {1, num(wait), num(least or 0), next_free(), num(factor)}
+return {1, num(wait), num(least or 0), next_free(), num(factor), held}

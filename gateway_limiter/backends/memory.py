@@ -26,7 +26,13 @@ from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict, expiry_ms, reserve
 from gateway_limiter.model.limits import limit_expiry_ms, reserve_limits
-from gateway_limiter.model.pushback import factor_at, push, pushback_expiry_ms, until_of
+from gateway_limiter.model.pushback import (
+    PushbackState,
+    factor_at,
+    push,
+    pushback_expiry_ms,
+    until_of,
+)
 
 #: Sweep expired state after this many writes, so idle interfaces cost no memory.
 _SWEEP_EVERY = 1024
@@ -134,6 +140,12 @@ class MemoryBackend:
             now_us = self._clock()
             return self._live(state_key("", rule), False, now_us), now_us
 
+    def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+        """What pushbacks left on ``rule``'s interface for all callers, if anything."""
+        with self._lock:
+            now_us = self._clock()
+            return self._live(pushback_key("", rule, None), False, now_us), now_us
+
     def prepare(self) -> None:
         """Nothing to prepare."""
 
@@ -219,6 +231,10 @@ class AsyncMemoryBackend:
     async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """The live state of ``rule``'s bucket, if any."""
         return self._memory.peek(rule)
+
+    async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+        """What pushbacks left on ``rule``'s interface for all callers, if anything."""
+        return self._memory.peek_pushback(rule)
 
     async def prepare(self) -> None:
         """Nothing to prepare."""

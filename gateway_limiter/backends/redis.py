@@ -47,13 +47,16 @@ from gateway_limiter.backends.scripts import (
     clock_us,
     describe,
     parse_pushback,
+    parse_pushback_state,
     parse_reply,
     parse_state,
+    pushback_peek_key,
 )
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import BucketState, Verdict
+from gateway_limiter.model.pushback import PushbackState
 from gateway_limiter.observe.redact import url_error
 
 __all__ = [
@@ -168,6 +171,10 @@ class ScriptBackend:
         """One EVALSHA of ``pushback.lua`` (``now``, µs, for tests that drive the clock)."""
         return parse_pushback(self._run(self._commands.pushback(rule, retry_after, caller, now)))
 
+    def script(self, call: ScriptCall) -> Any:
+        """Any other script call (``limiter.slot``'s): one EVALSHA where its keys live."""
+        return self._run(call)
+
     def _run(self, call: ScriptCall) -> Any:
         with backend_errors():
             client = self.client
@@ -189,6 +196,16 @@ class ScriptBackend:
             pipe.time()
             raw, time_reply = pipe.execute()
         return parse_state(raw), clock_us(time_reply)
+
+    def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+        """GET and TIME in one pipeline, on the server that holds the interface's keys."""
+        key, in_bucket = pushback_peek_key(self._prefix, rule)
+        with backend_errors():
+            pipe = self._server(key).pipeline(transaction=False)
+            pipe.get(key)
+            pipe.time()
+            raw, time_reply = pipe.execute()
+        return parse_pushback_state(raw, in_bucket), clock_us(time_reply)
 
     def prepare(self) -> None:
         """SCRIPT LOAD now (on every master), so the first decision is one round trip, not

@@ -91,6 +91,7 @@ from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
+from gateway_limiter.model.pushback import PushbackState
 from gateway_limiter.observe.redact import url_error
 
 T = TypeVar("T")
@@ -318,6 +319,13 @@ class AsyncRedisBackend:
         self._start_lane()
         return scripts.parse_pushback(await call.future)
 
+    async def script(self, call: scripts.ScriptCall) -> Any:
+        """Any other script call (``limiter.slot``'s), queued with the decisions."""
+        queued = _Call(call, asyncio.get_running_loop().create_future())
+        self._queue.append(queued)
+        self._start_lane()
+        return await queued.future
+
     async def reserve(
         self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
     ) -> Verdict:
@@ -338,8 +346,14 @@ class AsyncRedisBackend:
             # entering here instead (what the limiter goes by), it is that much later.
             more_us = (call.sent - entered_s) * US_PER_S
             next_free_us = verdict.next_free_us + more_us
+            held_us = verdict.held_us + more_us if verdict.held_us > 0.0 else 0.0
             return Verdict(
-                verdict.allowed, verdict.wait_us, verdict.stored, next_free_us, verdict.factor
+                verdict.allowed,
+                verdict.wait_us,
+                verdict.stored,
+                next_free_us,
+                verdict.factor,
+                held_us,
             )
         return verdict
 
@@ -477,6 +491,20 @@ class AsyncRedisBackend:
 
         raw, time_reply = await self._queued(both)
         return scripts.parse_state(raw), scripts.clock_us(time_reply)
+
+    async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+        """GET and TIME in one pipeline, like ``peek``."""
+        key, in_bucket = scripts.pushback_peek_key(self._prefix, rule)
+
+        async def both() -> list[Any]:
+            async with Deadline(self._connect_seconds + self._read_seconds):
+                pipe = self._client.pipeline(transaction=False)
+                pipe.get(key)
+                pipe.time()
+                return await pipe.execute()
+
+        raw, time_reply = await self._queued(both)
+        return scripts.parse_pushback_state(raw, in_bucket), scripts.clock_us(time_reply)
 
     async def prepare(self) -> None:
         """Once, on the first connection that works (``backends/readiness.py``): SCRIPT

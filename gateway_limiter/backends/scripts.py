@@ -9,7 +9,7 @@ limits); each also reads what pushbacks left (in the bucket's own key for
 ``bucket.lua``, in ``state.pushback_key`` for ``limits.lua``). One pushback is one
 ``EVALSHA`` of ``pushback.lua``. What the replies mean:
 
-- a decision script's reply: five numbers, read by ``parse_reply`` into a Verdict; a
+- a decision script's reply: six numbers, read by ``parse_reply`` into a Verdict; a
   pushback's, two, read by ``parse_pushback``;
 - **NOSCRIPT**: the server that runs the call lacks the script (Redis restarted, SCRIPT
   FLUSH, a replica promoted: scripts are not replicated). SCRIPT LOAD
@@ -42,12 +42,35 @@ from gateway_limiter.backends.state import (
 )
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
+from gateway_limiter.model.pushback import PushbackState
 
 BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
 LIMITS_LUA = resources.files(__package__).joinpath("limits.lua").read_text(encoding="utf-8")
 PUSHBACK_LUA = resources.files(__package__).joinpath("pushback.lua").read_text(encoding="utf-8")
-#: Script name -> source; a backend registers each once.
-SCRIPTS = {"bucket": BUCKET_LUA, "limits": LIMITS_LUA, "pushback": PUSHBACK_LUA}
+
+
+def _lua(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+def with_slot(decision_source: str) -> str:
+    """``slot.lua`` composed after a decision script (``bucket.lua`` or ``limits.lua``)
+    wrapped as the function it calls: one script that takes a slot and the rate permit
+    together, while the rate's semantics stay in the decision script's own file."""
+    return f"local function rate_decision(KEYS, ARGV)\n{decision_source}\nend\n{_lua('slot.lua')}"
+
+
+#: Script name -> source; a backend registers each once. The ``slot_`` ones are
+#: ``limiter.slot``'s (``backends/slots.py``).
+SCRIPTS = {
+    "bucket": BUCKET_LUA,
+    "limits": LIMITS_LUA,
+    "pushback": PUSHBACK_LUA,
+    "slot_bucket": with_slot(BUCKET_LUA),
+    "slot_limits": with_slot(LIMITS_LUA),
+    "slot_release": _lua("slot_release.lua"),
+    "slot_renew": _lua("slot_renew.lua"),
+}
 #: Script name -> SHA1 of its source (what EVALSHA names).
 SHAS = {name: sha1(source.encode()).hexdigest() for name, source in SCRIPTS.items()}
 
@@ -175,9 +198,14 @@ class Commands:
 def parse_reply(reply: Any) -> Verdict:
     """A script's reply as a Verdict (BackendError when it is not one)."""
     try:
-        allowed, wait_us, stored, next_free_us, factor = reply
+        allowed, wait_us, stored, next_free_us, factor, held_us = reply
         return Verdict(
-            allowed == 1, float(wait_us), float(stored), float(next_free_us), float(factor)
+            allowed == 1,
+            float(wait_us),
+            float(stored),
+            float(next_free_us),
+            float(factor),
+            float(held_us),
         )
     except (TypeError, ValueError) as e:
         raise BackendError(f"unexpected reply from the bucket script: {reply!r}") from e
@@ -206,6 +234,26 @@ def parse_state(raw: object) -> BucketState | None:
         return None
     state = BucketState(*STATE.unpack_from(raw))
     return None if state.stored < 0 else state  # -1: pushback state alone
+
+
+def parse_pushback_state(raw: object, in_bucket: bool) -> PushbackState | None:
+    """What pushbacks left (GET of ``state.pushback_key``, or of the bucket's own key when
+    ``in_bucket``: after its five doubles), or None when there is none."""
+    if not isinstance(raw, bytes):
+        return None
+    if in_bucket:
+        if len(raw) != STATE.size + PUSHBACK.size:
+            return None
+        return PushbackState(*PUSHBACK.unpack_from(raw, STATE.size))
+    return PushbackState(*PUSHBACK.unpack(raw)) if len(raw) == PUSHBACK.size else None
+
+
+def pushback_peek_key(prefix: str, rule: Rule) -> tuple[str, bool]:
+    """Where an interface's pushback state lives for all callers: the key, and whether it
+    is the bucket's own (``Commands.pushback`` says why)."""
+    if single_bucket(rule):
+        return state_key(prefix, rule), True
+    return pushback_key(prefix, rule, None), False
 
 
 def clock_us(time_reply: Any) -> float:

@@ -122,6 +122,19 @@ def max_permits_arg(text: str) -> int | None:
     return int(text)
 
 
+def max_concurrent_arg(text: str) -> int | None:
+    """``--max-concurrent``: calls in flight at once, fleet-wide (INT(11)); ``0`` or
+    ``none`` clear it to NULL (no concurrency limit)."""
+    if text.strip().lower() == NONE_WORD:
+        return None
+    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) > MAX_RATE:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {_shown(text)}: must be a whole number of calls in flight "
+            f"(1 to {MAX_RATE}), or 0 or '{NONE_WORD}' for no limit"
+        )
+    return int(text) or None
+
+
 def warmup_arg(text: str) -> float | None:
     """``--warmup``: seconds from cold to the full rate, or ``none`` for NULL.
 

@@ -18,6 +18,7 @@ from gateway_limiter.cli.arguments import (
     caller_arg,
     label_arg,
     leaf,
+    max_concurrent_arg,
     max_permits_arg,
     period_arg,
     rate_arg,
@@ -173,6 +174,15 @@ def _register_set(conf: Any) -> None:
         help=f"warm_up: seconds from cold to the full rate (warmupPeriod, 0 < S <= 3600); "
         f"'{NONE_WORD}': NULL",
     )
+    setp.add_argument(
+        "--max-concurrent",
+        dest="max_concurrent",
+        type=max_concurrent_arg,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help="at most N calls to the URL in flight across the fleet (maxConcurrent; "
+        f"limiter.slot); 0 or '{NONE_WORD}': NULL, no concurrency limit",
+    )
     onoff = setp.add_mutually_exclusive_group()
     onoff.add_argument("--enable", dest="status", action="store_const", const=1, help="status 1")
     onoff.add_argument("--disable", dest="status", action="store_const", const=0, help="status 0")
@@ -210,6 +220,8 @@ CONF_COLUMNS = (
     Column("callerKey"),
     Column("effect"),
 )
+#: Shown before ``effect`` when some row has a ``maxConcurrent`` (schema 0006).
+MAX_CONCURRENT_COLUMN = Column("maxConcurrent", numeric=True)
 
 
 def cmd_conf_list(ctx: Context) -> int:
@@ -224,8 +236,12 @@ def cmd_conf_list(ctx: Context) -> int:
             f"'{PROG} conf set URL --rate N --enable'"
         )
         return 0
+    caps = any(r.max_concurrent is not None for r in rows)
+    columns = (
+        (*CONF_COLUMNS[:-1], MAX_CONCURRENT_COLUMN, CONF_COLUMNS[-1]) if caps else CONF_COLUMNS
+    )
     ctx.out.table(
-        CONF_COLUMNS,
+        columns,
         [
             [
                 str(r.config_id),
@@ -243,6 +259,7 @@ def cmd_conf_list(ctx: Context) -> int:
                 fmt_opt(r.period_seconds),
                 fmt_opt(r.per_caller),
                 fmt_opt(r.caller_key),
+                *([fmt_opt(r.max_concurrent)] if caps else []),
                 row_effect(r, ruleset),
             ]
             for r in rows
@@ -293,6 +310,7 @@ _CONF_FIELDS = (
     ("per_caller", "perCaller"),
     ("caller_key", "callerKey"),
     ("shadow", "shadow"),
+    ("max_concurrent", "maxConcurrent"),
 )
 
 #: The algorithm columns: model attribute -> (column, the ``conf set`` flag that sets it).
@@ -451,6 +469,8 @@ def cmd_conf_set(ctx: Context) -> int:
         fields["status"] = a.status
     if a.shadow is not None:
         fields["shadow"] = a.shadow
+    if hasattr(a, "max_concurrent"):  # SUPPRESS: absent unless given (None: clear it)
+        fields["max_concurrent"] = a.max_concurrent
     rows = read_rows(engine)
     if old is None:
         target = ConfRow(

@@ -40,9 +40,17 @@ STATUS_COLUMNS = (
     Column("stored permits", numeric=True, short="stored"),
     Column("debt ms", numeric=True, short="debt"),
     Column("next free ms", numeric=True, short="free ms"),
+    # the supplier's pushbacks: the rate they leave, and what is left of a Retry-After
+    # (too narrow for them, --watch says "held until" first in the state)
+    Column("effective rate", numeric=True, short="eff", drop=6),
+    Column("hold s", numeric=True, short="hold", drop=7),
     Column("algorithm", short="algo", drop=2),
     Column("state", cut=30),
 )
+#: The column a report gets, before ``algorithm``, when some interface has
+#: ``maxConcurrent``: calls in flight fleet-wide / the cap.
+IN_FLIGHT_COLUMN = Column("in flight", numeric=True, short="flight")
+_IN_FLIGHT_AT = 10  # before "algorithm"
 #: ``status --watch``: refresh every this many seconds unless --interval says otherwise.
 WATCH_INTERVAL = 1.0
 
@@ -119,7 +127,11 @@ def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
     if not states:
         report.append(f"no enabled rows: nothing is limited (see '{PROG} conf list')")
     else:
-        report.append((STATUS_COLUMNS, [_status_cells(s) for s in states]))
+        flights = any(s.rule.max_concurrent is not None for s in states)
+        columns: tuple[Column, ...] = STATUS_COLUMNS
+        if flights:
+            columns = (*columns[:_IN_FLIGHT_AT], IN_FLIGHT_COLUMN, *columns[_IN_FLIGHT_AT:])
+        report.append((columns, [_status_cells(s, flights) for s in states]))
     report.extend(f"skipped by the reload: {s}" for s in snapshot.skipped)
     failed = [s for s in states if s.error is not None]
     if failed:
@@ -191,7 +203,7 @@ def _for_each_caller(rule: Rule, state: str) -> str:
     return f"{state}, for each caller" if rule.per_caller else state
 
 
-def _status_cells(s: BucketStatus) -> list[str]:
+def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
     rule = s.rule
     cap = capacity(rule)
     rate = str(rule.rate) if rule.period == 1 else f"{rule.rate}/{rule.period}s"
@@ -201,7 +213,29 @@ def _status_cells(s: BucketStatus) -> list[str]:
 
     def row(stored: str, debt: str, state: str) -> list[str]:
         free = "-" if s.next_free_ms is None else f"{s.next_free_ms:.1f}"
-        return [*head, stored, debt, free, rule.algorithm, state + shadow]
+        effective = "-" if s.effective_rate is None else f"{s.effective_rate:.4g}"
+        hold = f"{s.held_ms / 1000.0:.1f}" if s.held_ms > 0 else "-"
+        cells = [
+            *head,
+            stored,
+            debt,
+            free,
+            effective,
+            hold,
+            rule.algorithm,
+            pushed + state + shadow,
+        ]
+        if flights:
+            flight = "-" if s.in_flight is None else f"{s.in_flight}/{rule.max_concurrent}"
+            cells.insert(_IN_FLIGHT_AT, flight)
+        return cells
+
+    pushed = ""
+    if s.held_until is not None:
+        ends = time.strftime("%H:%M:%S", time.gmtime(s.held_until))
+        pushed = f"held until {ends} UTC (pushback); "
+    elif s.effective_rate is not None and s.effective_rate < rule.rate:
+        pushed = "slowed by pushbacks; "
 
     if rule.closed:
         return row("-", "-", "closed: every call refused")

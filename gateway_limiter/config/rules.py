@@ -36,6 +36,12 @@ name different channels follows the lowest configId's (``RuleSet.warnings`` says
 A per-caller row with a ``callerKey`` applies to that caller in place of the unnamed
 per-caller row of its period: that caller's Rule is in ``RuleSet.named``.
 
+``maxConcurrent`` caps the calls in flight (``limiter.slot``; docs/concurrency.md): NULL
+or 0 no cap, negative a skipped row, and the smallest cap of a URL's rows applies. A
+row always limits a rate too (``rateLimit`` stays required): a cap on concurrency alone
+is a row with a rate the supplier never reaches, so every row keeps one meaning for
+``try_acquire``.
+
 Disabled rows make no rule, but their URLs are kept (``RuleSet.disabled``) so that a
 decision can say "disabled" rather than "not configured".
 """
@@ -100,6 +106,8 @@ class Rule:
     per_caller: bool = False  # True: each caller key has its own state
     also: tuple[Rule, ...] = ()  # the interface's other limits
     shadow: bool = False  # decided and counted, never enforced (the call always goes ahead)
+    #: calls in flight at once across the fleet (``slot()``); None: no concurrency limit
+    max_concurrent: int | None = None
     #: The capped channel (channelType) whose hash tag the limit's keys carry: set on a
     #: channel row (url ``*``) and on every limit of an interface under a channel cap.
     channel: str | None = None
@@ -125,6 +133,7 @@ class Rule:
             per_caller: bool = False,
             also: tuple[Rule, ...] = (),
             shadow: bool = False,
+            max_concurrent: int | None = None,
             channel: str | None = None,
             caller: str | None = None,
         ) -> None: ...
@@ -221,6 +230,8 @@ def type_problem(row: ConfRow) -> str:
         return f"maxPermits {row.max_permits!r} is not a whole number"
     if not (row.warmup_period is None or _is_number(row.warmup_period)):
         return f"warmupPeriod {row.warmup_period!r} is not a number"
+    if not (row.max_concurrent is None or _is_whole(row.max_concurrent)):
+        return f"maxConcurrent {row.max_concurrent!r} is not a whole number"
     return ""
 
 
@@ -266,6 +277,8 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
     ) or share_problem(url, row.channel_type, row.caller_key, bool(per_caller))
     if problem:
         return Skipped(row.config_id, problem)
+    if row.max_concurrent is not None and row.max_concurrent < 0:
+        return Skipped(row.config_id, f"maxConcurrent {row.max_concurrent} is negative")
     return Rule(
         url=url,
         rate=int(row.rate_limit),
@@ -277,6 +290,8 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         period=period,
         per_caller=bool(per_caller),
         shadow=bool(row.shadow),
+        # 0 is what `conf set --max-concurrent 0` clears: no concurrency limit, like NULL
+        max_concurrent=row.max_concurrent or None,
         channel=row.channel_type if url == CHANNEL_URL else None,
         caller=row.caller_key,
     )
@@ -361,13 +376,25 @@ def interface_rule(limits: Iterable[Rule]) -> Rule:
     closed one if any, else the shortest period, shared before per caller, then the
     lowest configId; the rest go into ``also`` in that order. The interface's wait
     budget is the smallest ``cache`` among its rows (and its channel's): the caller
-    waits for every limit at once, and no row allows more waiting than its own.
+    waits for every limit at once, and no row allows more waiting than its own. Its
+    ``max_concurrent`` is the smallest any of its own rows sets (the stricter cap wins,
+    as for rates; a channel row caps rates only).
     """
     lead, *rest = sorted(
         limits,
         key=lambda r: (r.caps_channel, r.rate != 0, r.period, r.per_caller, r.config_id),
     )
-    return replace(lead, cache=min(r.cache for r in (lead, *rest)), also=tuple(rest))
+    caps = [
+        r.max_concurrent
+        for r in (lead, *rest)
+        if r.max_concurrent is not None and not r.caps_channel
+    ]
+    return replace(
+        lead,
+        cache=min(r.cache for r in (lead, *rest)),
+        also=tuple(rest),
+        max_concurrent=min(caps) if caps else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,9 @@ class Settings:
     fleet_heartbeat: float = 1.0
     #: Processes in the fleet, for ``share`` before Redis has ever answered (0: unknown).
     fleet_size: int = 0
+    #: Seconds a slot (``limiter.slot``) is leased for: a process that dies holding one
+    #: loses it this long after its last renewal (a live process renews every third of it).
+    slot_lease: float = 10.0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -142,6 +145,8 @@ def _validate(s: Settings) -> None:
         raise _bad("fleet_heartbeat", s.fleet_heartbeat, "must be between 0.05 and 3600 seconds")
     if not 0 <= s.fleet_size <= 100_000:
         raise _bad("fleet_size", s.fleet_size, "must be between 0 (unknown) and 100000")
+    if not (math.isfinite(s.slot_lease) and 0.1 <= s.slot_lease <= 3600):
+        raise _bad("slot_lease", s.slot_lease, "must be between 0.1 and 3600 seconds")
 
 
 def _positive(key: str, value: float, *, low: float) -> None:

@@ -30,6 +30,7 @@ from typing import Final, NamedTuple
 
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.model.bucket import US_PER_S, Verdict
+from gateway_limiter.model.pushback import effective_rate
 
 
 class Reason(StrEnum):
@@ -58,14 +59,20 @@ class Decision(NamedTuple):
     ``retry_after``: when refused, seconds after which the same call would fit its wait
     budget if nobody else took permits meanwhile; None when allowed, or when waiting
     cannot help (a closed interface, more permits than the limit can ever give).
-    ``remaining``: whole permits left in the bucket after this call; None when the
+    ``remaining``: whole permits left in the bucket after this call (0 while a
+    pushback's ``retry_after`` holds the interface); None when the
     call is not limited, or the algorithm keeps no count (``sliding_window``), or the
     failure policy ``allow``/``deny`` decided.
     ``limit``: the row's ``rateLimit`` (permits per second); None when not limited.
     ``shadow``: the rule is in shadow mode: decided and counted, never enforced.
     ``effective_rate``: the rate the interface runs at after the supplier's pushbacks
-    (``limiter.pushback``), in the row's units (permits per ``periodSeconds``): the
-    ``limit`` unless a pushback without ``retry_after`` lowered it; None when not limited.
+    (``limiter.pushback``), in the row's units (permits per ``periodSeconds``; windows
+    in whole permits, as they enforce it): the ``limit`` unless a pushback without
+    ``retry_after`` lowered it; None when not limited.
+
+    ``in_flight``: the calls to the interface in flight across the fleet as ``slot()``
+    saw it (this one included when it was admitted); None outside ``slot()``, or where
+    the row has no ``maxConcurrent``.
     """
 
     allowed: bool
@@ -78,6 +85,7 @@ class Decision(NamedTuple):
     limit: int | None = None
     shadow: bool = False
     effective_rate: float | None = None
+    in_flight: int | None = None
 
     def headers(self) -> dict[str, str]:
         """``X-RateLimit-Limit``, ``X-RateLimit-Remaining``, (refused) ``Retry-After``, and
@@ -122,9 +130,17 @@ def decision_of(
         remaining: int | None = 0
     elif verdict is ADMIT or verdict is REFUSE or rule.algorithm == Algorithm.SLIDING_WINDOW:
         remaining = None
+    elif verdict.held_us > 0.0:  # a pushback's hold: nothing goes before it ends
+        remaining = 0
     else:
         remaining = int(verdict.stored)
-    effective = rule.rate * verdict.factor
     return Decision(
-        verdict.allowed, reason, waited, retry_after, remaining, rule.rate, rule.shadow, effective
+        verdict.allowed,
+        reason,
+        waited,
+        retry_after,
+        remaining,
+        rule.rate,
+        rule.shadow,
+        effective_rate(rule.rate, verdict.factor, rule.algorithm),
     )

@@ -13,19 +13,25 @@ that learnt it was *sent*: the script ran later than that, so the moment kept is
 later than the real one (it errs by the round trip, towards asking Redis).
 
 What is kept, per interface (and per caller key for per-caller limits), is the rule it
-was learnt under and the moment, at most ``AHEAD_S`` seconds on: a window's next slot can
-lie hours away, and a moment kept that long would outlive anything that changed it
-unseen (below); one round trip a second renews it. It is forgotten when it could stop
-being true or useful: a different rule (a reload changed the row: another rate moves
-the moment), a reload that changed any rule or the switch, and a backend failure (the
-failure policy decides meanwhile, and Redis may come back without its state). A reply
-that was in flight when everything was forgotten is not learnt (``generation``).
+was learnt under, the moment, and how long it is trusted: at most ``AHEAD_S`` seconds
+on, since a window's next slot can lie hours away, and a moment kept that long would
+outlive anything that changed it unseen (below); one round trip a second renews it. A
+pushback's hold (``retry_after``: the reply's ``held_us``) is trusted longer, up to
+``HOLD_AHEAD_S``: the supplier said when, a hold only ever grows, and a fleet asking
+Redis every second through a 30 s hold is what the hold is there to spare. A refusal
+reports the real moment, not the trusted one, so ``Retry-After`` says how long is left.
+It is forgotten when it could stop being true or useful: a different rule (a reload
+changed the row: another rate moves the moment), a reload that changed any rule or the
+switch, and a backend failure (the failure policy decides meanwhile, and Redis may come
+back without its state). A reply that was in flight when everything was forgotten is not
+learnt (``generation``).
 Memory is bounded: past ``LIMIT`` entries the whole map starts over.
 
 Redis losing its state without an error this process sees (``FLUSHALL``, a key
 deleted by hand) makes the shared bucket full again while the moment kept here still
 lies ahead: until it passes, this process refuses what the empty Redis would admit.
-That errs on the strict side only, and for at most ``AHEAD_S`` seconds. A restart or
+That errs on the strict side only, and for at most ``AHEAD_S`` seconds (``HOLD_AHEAD_S``
+for a hold: a hold deleted by hand reaches every process within that). A restart or
 failover that breaks connections is a backend failure, and forgets everything.
 
 Only backends whose state is shared (Redis) get this: ``memory://`` decides in-process
@@ -49,12 +55,15 @@ class LocalRefusals:
 
     #: Interfaces (and caller keys) kept at most; past this the map starts over.
     LIMIT = 16_384
-    #: The furthest ahead a moment is kept.
+    #: The furthest ahead a moment is trusted.
     AHEAD_S = 1.0
+    #: The furthest ahead a pushback's hold is trusted.
+    HOLD_AHEAD_S = 60.0
 
     def __init__(self) -> None:
-        #: interface (or (interface, key)) -> (its rule, next free, s on time.monotonic())
-        self._at: dict[Hashable, tuple[Rule, float]] = {}
+        #: interface (or (interface, key)) -> (its rule, next free, trusted until, the
+        #: hold's end), in s on time.monotonic()
+        self._at: dict[Hashable, tuple[Rule, float, float, float]] = {}
         self._switch: bool | None = None
         #: bumped by every ``forget``: a reply asked for before that is not learnt
         self.generation = 0
@@ -71,13 +80,14 @@ class LocalRefusals:
         when the interface is not free before then; None: ask the backend.
 
         The refusal's wait (µs) is until the interface is next free: no sooner could
-        this caller go (a lower bound, as ``Retry-After``).
+        this caller go (a lower bound, as ``Retry-After``); its ``held_us``, what is left
+        of a pushback's hold.
         """
         entry = self._at.get(rule.url if key is None else _slot(rule, key))
         if entry is None:
             return None
-        known, free_at_s = entry
-        if now_s + timeout_s >= free_at_s:
+        known, free_at_s, trusted_s, held_s = entry
+        if now_s + timeout_s >= free_at_s or now_s >= trusted_s:
             return None
         # A reload builds new Rule objects: the same limits? (Until the next reply about
         # this interface stores the new object; not written back here, where it could
@@ -86,13 +96,20 @@ class LocalRefusals:
             return None
         self.refused += 1
         wait_us = (free_at_s - now_s) * US_PER_S
-        return Verdict(False, wait_us, 0.0, wait_us)
+        held_us = (held_s - now_s) * US_PER_S if held_s > now_s else 0.0
+        return Verdict(False, wait_us, 0.0, wait_us, 1.0, held_us)
 
     def learn(
-        self, rule: Rule, key: str | None, asked: tuple[float, int], next_free_us: float
+        self,
+        rule: Rule,
+        key: str | None,
+        asked: tuple[float, int],
+        next_free_us: float,
+        held_us: float = 0.0,
     ) -> None:
-        """A reply said the interface is next free in ``next_free_us`` to a request that
-        left at ``asked`` = (monotonic s, the ``generation`` then)."""
+        """A reply said the interface is next free in ``next_free_us`` (and held by a
+        pushback for ``held_us``) to a request that left at ``asked`` = (monotonic s, the
+        ``generation`` then)."""
         sent_s, generation = asked
         if generation != self.generation:
             return  # everything was forgotten while the request was out
@@ -100,7 +117,12 @@ class LocalRefusals:
         if len(at) >= self.LIMIT:
             at.clear()
         slot = rule.url if key is None else _slot(rule, key)
-        at[slot] = (rule, sent_s + min(next_free_us / US_PER_S, self.AHEAD_S))
+        free_s = next_free_us / US_PER_S
+        ahead_s = min(free_s, self.AHEAD_S)
+        held_s = held_us / US_PER_S
+        if held_s > ahead_s:  # the hold is what keeps it shut: trusted longer
+            ahead_s = min(held_s, self.HOLD_AHEAD_S)
+        at[slot] = (rule, sent_s + free_s, sent_s + ahead_s, sent_s + held_s)
         if generation != self.generation:  # a forget came in between: undo, no lock needed
             at.pop(slot, None)
 

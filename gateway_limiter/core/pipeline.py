@@ -313,6 +313,7 @@ class LimiterCore:
                 lambda: self._breaker.is_open,
                 fleet_size=lambda: self._fleet.size,
                 factors=lambda: dict(self._factors),
+                in_flight=self._in_flight_seen,
             )
         self._local_refusals = local_refusals_for(shared, self.registry)
 
@@ -324,6 +325,10 @@ class LimiterCore:
     def _open_backend(self, settings: Settings) -> bool:
         """Open this limiter's backend (no I/O yet); whether its state is shared."""
         raise NotImplementedError
+
+    def _in_flight_seen(self) -> dict[str, int]:
+        """Interface -> calls in flight as this process last saw (``slot()``)."""
+        return {}
 
     @property
     def backend_healthy(self) -> bool:
@@ -470,16 +475,19 @@ class LimiterCore:
         self._breaker.succeeded()
         refusals = self._local_refusals
         if ask.asked is not None and refusals is not None and verdict.next_free_us > 0.0:
-            refusals.learn(ask.rule, ask.key, ask.asked, verdict.next_free_us)
+            refusals.learn(ask.rule, ask.key, ask.asked, verdict.next_free_us, verdict.held_us)
         if verdict.factor != 1.0 or self._factors:  # a pushback, now or before
-            self._seen_factor(ask.rule.url, verdict.factor)
+            self._seen_factor(ask.rule, verdict.factor)
         return verdict, Reason.ADMITTED if verdict.allowed else Reason.LIMITED
 
-    def _seen_factor(self, url: str, factor: float) -> None:
+    def _seen_factor(self, rule: Rule, factor: float) -> None:
         if factor < 1.0:
-            self._factors[url] = factor
+            self._factors[rule.url] = factor
         else:
-            self._factors.pop(url, None)
+            self._factors.pop(rule.url, None)
+        if self._metrics is not None and self._metrics.multiprocess:
+            # a worker's gauge lives in a file: set it now, no scrape will compute it
+            self._metrics.factor_seen(rule.url, rule.rate, rule.algorithm, factor)
 
     # --- one pushback: _begin_pushback, the backend (in the shell), _pushed -------
 
@@ -504,10 +512,10 @@ class LimiterCore:
             return
         self._breaker.succeeded()
         factor, next_free_us = reply
-        self._seen_factor(push.rule.url, factor)
+        self._seen_factor(push.rule, factor)
         refusals = self._local_refusals
         if push.asked is not None and refusals is not None and next_free_us > 0.0:
-            refusals.learn(push.rule, push.key, push.asked, next_free_us)
+            refusals.learn(push.rule, push.key, push.asked, next_free_us, next_free_us)
 
     def _fall_back(
         self, rule: Rule, permits: int, budget_s: float | None, key: str | None

@@ -10,10 +10,12 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from gateway_limiter.backends.base import Backend, BackendError
+from gateway_limiter.backends.state import pushback_rate
 from gateway_limiter.config.reload import Registry
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.model.bucket import US_PER_S, BucketState, reserve, resync
+from gateway_limiter.model.pushback import PushbackState, effective_rate, factor_at, until_of
 
 #: Algorithms whose state is a window of admissions, not a bucket.
 WINDOWS: Final = (Algorithm.SLIDING_WINDOW, Algorithm.FIXED_WINDOW)
@@ -36,30 +38,62 @@ class BucketStatus:
     #: Milliseconds until one permit would be granted (0: now); None: unknown (a closed
     #: or sliding_window rule, or the state could not be read).
     next_free_ms: float | None = None
+    #: This limit's rate after the supplier's pushbacks, in its own units (permits per
+    #: period; windows in whole permits); None: not read (per caller, closed, an error).
+    effective_rate: float | None = None
+    #: Milliseconds left of a pushback's ``retry_after`` hold (0: none), and when it ends
+    #: (Unix seconds on the Redis server's clock; None: no hold).
+    held_ms: float = 0.0
+    held_until: float | None = None
+    #: Calls in flight on the interface across the fleet (``slot()``); None: the row has
+    #: no ``maxConcurrent`` (or this is not the interface's first limit).
+    in_flight: int | None = None
+
+
+#: What a pushback read got, as ``Peeked``: the state (None: none) and the clock (µs).
+PushbackPeeked = tuple[PushbackState | None, float] | BackendError | None
+
+
+def chosen(registry: Registry, url: str | None) -> list[tuple[Rule, list[Rule]]]:
+    """Each interface ``status`` shows (its rule with every limit, where pushbacks are
+    kept), with its limits as ``chosen_limits`` gives them.
+
+    Capacity shares: a named caller's own rows are shown with its interface, and a
+    channel's limits once (with the first interface of the channel)."""
+    snapshot = registry.snapshot
+    rules = snapshot.rules
+    urls = sorted(rules) if url is None else [url] if url in rules else []
+    seen: set[int] = set()
+    shown = []
+    for u in urls:
+        rule = rules[u]
+        limits = [(rule, limit) for limit in rule.limits]
+        limits += [
+            (named, limit)
+            for (v, _), named in sorted(snapshot.named.items())
+            if v == u
+            for limit in named.limits
+            if limit.caller is not None
+        ]
+        mine = []
+        for owner, limit in limits:
+            if limit.config_id not in seen:
+                seen.add(limit.config_id)
+                mine.append(replace(limit, cache=owner.cache, also=()))
+        shown.append((rule, mine))
+    return shown
+
+
+def has_pushback_state(interface: Rule) -> bool:
+    """True when ``interface``'s pushbacks are one state for all callers (not per caller,
+    not closed: a closed interface records none)."""
+    return not interface.keyed and not interface.closed
 
 
 def chosen_limits(registry: Registry, url: str | None) -> list[Rule]:
     """The limits ``status`` shows: every limit of ``url``, or of every URL, in order,
     each on its own with its interface's wait budget (the one that applies)."""
-    snapshot = registry.snapshot
-    rules = snapshot.rules
-    urls = sorted(rules) if url is None else [url] if url in rules else []
-    chosen = [(rules[u], limit) for u in urls for limit in rules[u].limits]
-    # Capacity shares: each named caller's own rows too, and a channel's limits once.
-    chosen += [
-        (rule, limit)
-        for (u, _), rule in sorted(snapshot.named.items())
-        if u in urls
-        for limit in rule.limits
-        if limit.caller is not None
-    ]
-    seen: set[int] = set()
-    shown = []
-    for rule, limit in chosen:
-        if limit.config_id not in seen:
-            seen.add(limit.config_id)
-            shown.append(replace(limit, cache=rule.cache, also=()))
-    return shown
+    return [limit for _, limits in chosen(registry, url) for limit in limits]
 
 
 def has_shared_bucket(rule: Rule) -> bool:
@@ -67,10 +101,28 @@ def has_shared_bucket(rule: Rule) -> bool:
     return rule.algorithm not in WINDOWS and not rule.per_caller
 
 
-def bucket_status(rule: Rule, shared: bool, peeked: Peeked) -> BucketStatus:
-    """A limit's bucket as ``status`` shows it, from what ``peek`` read (see ``Peeked``)."""
+def bucket_status(
+    rule: Rule,
+    shared: bool,
+    peeked: Peeked,
+    interface: Rule | None = None,
+    pushed: PushbackPeeked = None,
+) -> BucketStatus:
+    """A limit's bucket as ``status`` shows it, from what ``peek`` read (see ``Peeked``)
+    and, for the limit of ``interface``, what ``peek_pushback`` read (``PushbackPeeked``)."""
+    if isinstance(pushed, BackendError) and not isinstance(peeked, BackendError):
+        peeked = pushed  # the pushback read failed: shown as the read's error
+    factor, until_us, effective, held_ms, held_until = 1.0, 0.0, None, 0.0, None
+    if interface is not None and pushed is not None and not isinstance(pushed, BackendError):
+        state_pb, pb_now_us = pushed
+        factor = factor_at(state_pb, pushback_rate(interface), pb_now_us)
+        until_us = until_of(state_pb)
+        effective = effective_rate(rule.rate, factor, rule.algorithm)
+        if until_us > pb_now_us:
+            held_ms = (until_us - pb_now_us) / 1000.0
+            held_until = until_us / US_PER_S
     if peeked is None:
-        return BucketStatus(rule, None, 0.0, shared)
+        return BucketStatus(rule, None, 0.0, shared, None, None, effective, held_ms, held_until)
     if isinstance(peeked, BackendError):
         return BucketStatus(rule, None, 0.0, shared, str(peeked))
     state, now_us = peeked
@@ -78,14 +130,23 @@ def bucket_status(rule: Rule, shared: bool, peeked: Peeked) -> BucketStatus:
     if not rule.closed and has_shared_bucket(rule):
         # What one permit would wait now: the model's own answer, nothing written.
         verdict, _ = reserve(
-            state, rule.per_second, rule.burst, 1, None, now_us, rule.warmup * US_PER_S
+            state,
+            rule.per_second,
+            rule.burst,
+            1,
+            None,
+            now_us,
+            rule.warmup * US_PER_S,
+            factor,
+            until_us,
         )
         next_free_ms = verdict.wait_us / 1000.0
+    pb = (effective, held_ms, held_until)
     if state is None:
-        return BucketStatus(rule, None, 0.0, shared, next_free_ms=next_free_ms)
+        return BucketStatus(rule, None, 0.0, shared, None, next_free_ms, *pb)
     current = resync(state, now_us)
     debt_ms = max(0.0, current.balance_us - now_us) / 1000.0
-    return BucketStatus(rule, current.stored, debt_ms, shared, next_free_ms=next_free_ms)
+    return BucketStatus(rule, current.stored, debt_ms, shared, None, next_free_ms, *pb)
 
 
 def describe_state(rule: Rule, backend: Backend) -> BucketStatus:
@@ -95,3 +156,14 @@ def describe_state(rule: Rule, backend: Backend) -> BucketStatus:
     """
     peeked = attempt(backend.peek, rule) if has_shared_bucket(rule) else None
     return bucket_status(rule, backend.shared, peeked)
+
+
+def describe_interface(interface: Rule, limits: list[Rule], backend: Backend) -> list[BucketStatus]:
+    """Every limit of ``interface`` as ``status`` shows it, with what pushbacks left on
+    the interface (the hold, the effective rate), read from a (sync) backend."""
+    pushed = attempt(backend.peek_pushback, interface) if has_pushback_state(interface) else None
+    out = []
+    for rule in limits:
+        peeked = attempt(backend.peek, rule) if has_shared_bucket(rule) else None
+        out.append(bucket_status(rule, backend.shared, peeked, interface, pushed))
+    return out

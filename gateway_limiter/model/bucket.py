@@ -116,7 +116,8 @@ class Verdict(NamedTuple):
     whose timeout cannot reach it would be refused: the limiter refuses it in-process,
     with no round trip. (A named tuple: it is built on every decision, and that costs a
     third of a frozen dataclass.) ``factor``: the effective rate as a fraction of the
-    row's, what pushbacks left of it (1: none).
+    row's, what pushbacks left of it (1: none); ``held_us``: how much longer a
+    pushback's ``retry_after`` holds every call back (0: none).
     """
 
     allowed: bool
@@ -125,6 +126,8 @@ class Verdict(NamedTuple):
     next_free_us: float = 0.0
     #: The effective rate as a fraction of the row's, after pushbacks (model/pushback.py).
     factor: float = 1.0
+    #: µs from the decision's ``now`` until a pushback's ``retry_after`` ends (0: no hold).
+    held_us: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +224,23 @@ def fresh(sh: Shape, now_us: float) -> BucketState:
     return BucketState(sh.capacity, now_us, sh.rate, sh.capacity, sh.refill_us)
 
 
+def held(state: BucketState | None, sh: Shape, now_us: float, until_us: float) -> BucketState:
+    """The state to decide from, after a pushback's hold until ``until_us`` (0: none).
+
+    A hold drains the bucket: it is empty at the hold's end and refills from there, so
+    the permits saved before it do not burst out the moment it ends, at a supplier
+    that has just said to stop. Until a decision absorbs the hold (writes a balance
+    time at or past its end), a stored balance before ``until_us`` means the hold came
+    after it. A bucket with no state (full, left alone) counts as drained at the hold's
+    end too: if it had absorbed the hold and then filled up and expired, the time since
+    the hold has refilled it completely anyway.
+    """
+    current = fresh(sh, now_us) if state is None else state
+    if until_us > 0 and (state is None or current.balance_us < until_us):
+        current = BucketState(0.0, until_us, current.rate, current.capacity, current.refill_us)
+    return current
+
+
 def resync(state: BucketState, now_us: float) -> BucketState:
     """Bring stored permits up to ``now_us`` at the state's own refill rate."""
     if now_us <= state.balance_us:
@@ -257,28 +277,24 @@ def reserve(
     nothing must be written (a refusal).
 
     Pushback (``model/pushback.py``): the bucket runs at ``factor`` times the row's
-    rate and capacity, and no call goes before ``until_us``: the bucket owes until then
-    (its balance time is at least ``until_us``) and does not refill meanwhile.
+    rate and capacity, and no call goes before ``until_us`` (see ``held``).
     """
     sh = shape(rate * factor, capacity * factor, warmup_us)
     permits = float(permits)
-    current = fresh(sh, now_us) if state is None else state
-    current = reconfigure(resync(current, now_us), sh)
-    if until_us > current.balance_us:
-        current = BucketState(
-            current.stored, until_us, current.rate, current.capacity, current.refill_us
-        )
+    current = reconfigure(resync(held(state, sh, now_us, until_us), now_us), sh)
     spend = min(permits, current.stored)
     shortfall = permits - spend
     cost_us = sh.stored_cost_us(current.stored, spend) + shortfall * sh.stable_us
     balance_us = max(current.balance_us, now_us) + cost_us
     wait_us = balance_us - now_us
+    held_us = until_us - now_us if until_us > now_us else 0.0
     if timeout_us is not None and wait_us > timeout_us:
         next_free_us = next_free_bucket(sh, current, now_us)
-        return Verdict(False, wait_us, current.stored, next_free_us, factor), None
+        return Verdict(False, wait_us, current.stored, next_free_us, factor, held_us), None
     stored = current.stored - spend
     new = BucketState(stored, balance_us, sh.rate, sh.capacity, sh.refill_us)
-    return Verdict(True, wait_us, stored, next_free_bucket(sh, new, now_us), factor), new
+    next_free_us = next_free_bucket(sh, new, now_us)
+    return Verdict(True, wait_us, stored, next_free_us, factor, held_us), new
 
 
 def next_free_bucket(sh: Shape, state: BucketState, now_us: float) -> float:

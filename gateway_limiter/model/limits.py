@@ -74,10 +74,11 @@ from gateway_limiter.model.bucket import (
     TokenBucket,
     Verdict,
     expiry_ms,
-    fresh,
+    held,
     reconfigure,
     resync,
 )
+from gateway_limiter.model.pushback import window_limit
 
 #: The sliding window is its period plus this, for wake-up jitter.
 WINDOW_GUARD_US = 10_000.0
@@ -217,15 +218,11 @@ class BucketLimit:
         now_us: float,
         until_us: float = 0.0,
     ) -> tuple[float, LimitState]:
-        """Once its debt and the call's shortfall are paid (the debt runs at least until
-        ``until_us``, without refilling meanwhile, as in ``bucket.reserve``)."""
+        """Once its debt and the call's shortfall are paid (a hold until ``until_us``
+        drains the bucket, as in ``bucket.reserve``: see ``bucket.held``)."""
         sh = TokenBucket(float(limit.rate), float(limit.size))
-        bucket = fresh(sh, now_us) if state is None else cast(BucketState, state)
+        bucket = held(cast(BucketState | None, state), sh, now_us, until_us)
         bucket = reconfigure(resync(bucket, now_us), sh)
-        if until_us > bucket.balance_us:
-            bucket = BucketState(
-                bucket.stored, until_us, bucket.rate, bucket.capacity, bucket.refill_us
-            )
         n = float(permits)
         spend = min(n, bucket.stored)
         return max(bucket.balance_us, now_us) + (n - spend) * sh.stable_us, bucket
@@ -366,13 +363,15 @@ def reserve_limits(
     with an infinite wait (and ``next_free_us`` 0: not every limit was read).
 
     Pushback (``model/pushback.py``): token buckets run at ``factor`` times their rate
-    and capacity (windows keep theirs), and no call goes before ``until_us``.
+    and capacity, windows admit at most ``window_limit`` of their rate per window, and no
+    call goes before ``until_us``.
 
     Capacity shares: only the first ``own`` limits (None: all) are the interface's;
     the rest are its channel's, shared with other interfaces, so the pushback neither
-    scales them nor makes them owe until ``until_us`` (the call still goes no sooner).
+    slows them nor makes them owe until ``until_us`` (the call still goes no sooner).
     """
     own = len(limits) if own is None else own
+    capped = limits
     if factor != 1.0:
         limits = [
             Limit(x.kind, x.rate * factor, x.size * factor)
@@ -380,27 +379,36 @@ def reserve_limits(
             else x
             for i, x in enumerate(limits)
         ]
+        # A window counts at most its slowed limit (step 1 only: next free and the trim
+        # keep its own rate, since the factor only recovers).
+        capped = [
+            x
+            if x.kind is LimitKind.TOKEN_BUCKET or permits > x.rate or i >= own
+            else Limit(x.kind, window_limit(x.rate, factor, permits), x.size)
+            for i, x in enumerate(limits)
+        ]
+    held_us = until_us - now_us if until_us > now_us else 0.0
     at_us = max(now_us, until_us)
     current: list[LimitState] = []
-    for i, (limit, state) in enumerate(zip(limits, states, strict=True)):
+    for i, (limit, state) in enumerate(zip(capped, states, strict=True)):
         owed_us = until_us if i < own else 0.0
         found = LIMIT_MODELS[limit.kind].earliest(limit, state, permits, now_us, owed_us)
         if found is None:  # the factor as limits.lua has it there: a channel's is 1
-            return Verdict(False, math.inf, 0.0, 0.0, factor if i < own else 1.0), None
+            return Verdict(False, math.inf, 0.0, 0.0, factor if i < own else 1.0, held_us), None
         earliest_us, as_of_now = found
         current.append(as_of_now)
         at_us = max(at_us, earliest_us)
     wait_us = at_us - now_us
     if timeout_us is not None and wait_us > timeout_us:
         next_us = _next_free_us(limits, current, now_us, until_us)
-        return Verdict(False, wait_us, _least_stored(current), next_us, factor), None
+        return Verdict(False, wait_us, _least_stored(current), next_us, factor, held_us), None
     n = float(permits)
     new = tuple(
         LIMIT_MODELS[limit.kind].record(limit, state, n, at_us)
         for limit, state in zip(limits, current, strict=True)
     )
     next_us = _next_free_us(limits, new, now_us, until_us)
-    return Verdict(True, wait_us, _least_stored(new), next_us, factor), new
+    return Verdict(True, wait_us, _least_stored(new), next_us, factor, held_us), new
 
 
 def _next_free_us(

@@ -69,6 +69,30 @@ def factor_at(state: PushbackState | None, rate: float, now_us: float) -> float:
     return min(1.0, state.factor + max(0.0, now_us - state.since_us) * RECOVERY_PER_US)
 
 
+def window_limit(rate: float, factor: float, permits: int = 1) -> float:
+    """What a window of ``rate`` permits admits per window at the effective ``factor``:
+    whole permits, so ``floor(rate * factor)``, but at least ``permits`` (a call larger
+    than the slowed limit needs a window to itself, else it could never go). With
+    ``permits`` 1, the effective rate a window reports."""
+    if factor == 1.0:
+        return rate
+    return max(float(permits), float(math.floor(rate * factor)))
+
+
+#: The ``algorithm`` values whose limit is a window (counted in whole permits).
+WINDOW_ALGORITHMS = ("sliding_window", "fixed_window")
+
+
+def effective_rate(rate: float, factor: float, algorithm: str) -> float:
+    """A row's ``rate`` (permits per period) at the pushback ``factor``, as enforced: a
+    bucket's rate times it; a window's in whole permits (``window_limit``)."""
+    if factor == 1.0:
+        return float(rate)
+    if algorithm in WINDOW_ALGORITHMS:
+        return window_limit(float(rate), factor)
+    return rate * factor
+
+
 def until_of(state: PushbackState | None) -> float:
     """The moment before which no call goes (0: none)."""
     return 0.0 if state is None else state.until_us

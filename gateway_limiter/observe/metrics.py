@@ -25,6 +25,13 @@ name                                        type      what
 ``gateway_limiter_rows_skipped``            gauge     rows the last reload skipped as invalid
 ``gateway_limiter_switch_on``               gauge     the global switch: 1 on, 0 off
 ``gateway_limiter_rule_permits_per_second`` gauge     each rule's ``rateLimit``, by ``interface``
+``gateway_limiter_in_flight``               gauge     calls in flight by ``interface`` (rows with
+                                                      ``maxConcurrent``), fleet-wide as this
+                                                      process's last slot call saw it
+``gateway_limiter_slot_waits_total``        counter   ``slot()`` calls that had to queue for a
+                                                      slot, by ``interface``
+``gateway_limiter_slot_refusals_total``     counter   ``slot()`` calls refused (no slot, or no
+                                                      rate permit, in time), by ``interface``
 ``gateway_limiter_bucket_*``                gauge     live bucket state by ``interface``
                                                       (``serve-metrics`` only; see there)
 =========================================== ========= ==========================================
@@ -57,10 +64,11 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from gateway_limiter.model.bucket import US_PER_S
+from gateway_limiter.model.pushback import effective_rate
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -116,6 +124,8 @@ class Source:
     #: interface -> its effective rate as a fraction of the row's, where the last reply
     #: said it was below 1 (pushback); the others run at the row's rate.
     factors: Callable[[], Mapping[str, float]] | None = None
+    #: interface -> calls in flight fleet-wide, as the last slot call saw it.
+    in_flight: Callable[[], Mapping[str, int]] | None = None
 
 
 class Tally:
@@ -179,7 +189,10 @@ class ProcessMetrics:
     """The process's metrics on one registry: tallies for the decision path, counters
     for the rest, gauges computed on scrape."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    #: False: the gauges are computed at scrape time (see ``MultiProcessMetrics``).
+    multiprocess = False
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
         assert prometheus_client is not None
         from prometheus_client import Counter
 
@@ -196,6 +209,19 @@ class ProcessMetrics:
         )
         for outcome in ("ok", "failed"):  # both series exist from the start, at 0
             self.reloads.labels(outcome=outcome)
+        #: ``slot()`` calls that queued for a slot / were refused, by interface
+        self.slot_waits = Counter(
+            PREFIX + "slot_waits",
+            "slot() calls that had to wait for a free slot.",
+            ["interface"],
+            registry=registry,
+        )
+        self.slot_refusals = Counter(
+            PREFIX + "slot_refusals",
+            "slot() calls refused: no slot or no rate permit within the wait budget.",
+            ["interface"],
+            registry=registry,
+        )
         # (interface, reason, allowed) -> its tally; interface -> its waits.
         self._decided: dict[tuple[str, str, bool], Tally] = {}
         self._bumps: dict[tuple[str, str, bool], Callable[[], int]] = {}
@@ -205,7 +231,12 @@ class ProcessMetrics:
         self.local_refusal = self._local.bump
         self._sources: list[Source] = []
         self._lock = threading.Lock()
-        registry.register(_Collector(self))
+        if registry is not None:  # None: multiprocess mode, where the files say it all
+            registry.register(_Collector(self))
+
+    def factor_seen(self, url: str, rate: float, algorithm: str, factor: float) -> None:
+        """A reply said ``url`` runs at ``factor`` (only ``multiprocess`` metrics care:
+        here the gauge is computed at scrape time)."""
 
     # --- the decision path --------------------------------------------------------------
 
@@ -346,8 +377,14 @@ def _families(source: Source | None) -> list[Metric]:
         "(permits per period; the rateLimit when none).",
         labels=["interface"],
     )
+    in_flight = gauge(
+        "in_flight",
+        "Calls in flight fleet-wide on interfaces with maxConcurrent, as this process's "
+        "last slot call saw it.",
+        labels=["interface"],
+    )
     families: list[Metric] = [rules, shadow, skipped, switch, age, fallback, fleet]
-    families += [rates, stored, debt, free, effective]
+    families += [rates, stored, debt, free, effective, in_flight]
     if source is None:
         return families
     snapshot = source.snapshot()
@@ -363,7 +400,14 @@ def _families(source: Source | None) -> list[Metric]:
     factors = {} if source.factors is None else source.factors()
     for url in sorted(snapshot.rules):
         rates.add_metric([url], snapshot.rules[url].rate)
-        effective.add_metric([url], snapshot.rules[url].rate * factors.get(url, 1.0))
+        rule = snapshot.rules[url]
+        effective.add_metric(
+            [url], effective_rate(rule.rate, factors.get(url, 1.0), rule.algorithm)
+        )
+    seen = {} if source.in_flight is None else source.in_flight()
+    for url in sorted(snapshot.rules):
+        if snapshot.rules[url].max_concurrent is not None:
+            in_flight.add_metric([url], seen.get(url, 0))
     if source.buckets is not None:
         for sample in source.buckets():
             stored.add_metric([sample.url], sample.stored)
@@ -373,20 +417,160 @@ def _families(source: Source | None) -> list[Metric]:
     return families
 
 
+# --- pre-forking servers: prometheus-client's multiprocess mode ------------------------
+
+
+def multiprocess_mode() -> bool:
+    """True when prometheus-client runs in multiprocess mode: ``PROMETHEUS_MULTIPROC_DIR``
+    was set when it was imported, and every value lives in a file of that directory."""
+    if prometheus_client is None:
+        return False
+    from prometheus_client import values
+
+    return values.ValueClass is not values.MutexValue
+
+
+#: How a gauge's values in several workers' files come together (those used here).
+_Mode = Literal["mostrecent", "max"]
+
+
+class MultiProcessMetrics(ProcessMetrics):
+    """The process's metrics as prometheus-client objects writing to
+    ``PROMETHEUS_MULTIPROC_DIR``, for a ``MultiProcessCollector`` in whichever process
+    serves the scrape to add up (docs/observability.md, "Pre-forking servers").
+
+    A scrape of a pre-forked server is answered by one worker, which cannot compute
+    another worker's gauges at that moment: so nothing is registered (every metric
+    lives in the directory), counters and the histogram are recorded as they happen, and
+    the gauges are set when their value changes, each with the ``multiprocess_mode``
+    that makes sense of several workers: what the table says (rules, switch, rates) and
+    the effective rate are the most recent any worker saw; the fleet's size, the
+    largest. ``reload_age_seconds``, ``backend_fallback`` and the ``bucket_*`` gauges
+    need the scrape's own moment and are not kept here (``reloads_total`` and
+    ``backend_fallbacks_total`` say the same over time).
+    """
+
+    multiprocess = True
+
+    def __init__(self) -> None:
+        assert prometheus_client is not None
+        from prometheus_client import Counter, Gauge, Histogram
+
+        super().__init__(None)
+        self._counted = Counter(
+            PREFIX + "decisions",
+            "Decisions, by interface, outcome (admitted, refused) and reason.",
+            ["interface", "outcome", "reason"],
+            registry=None,
+        )
+        self._waits = Histogram(
+            PREFIX + "wait_seconds",
+            "Waits granted to admitted calls on limited interfaces, seconds "
+            "(shadow rules: the wait the limit would have imposed).",
+            ["interface"],
+            buckets=WAIT_BUCKETS,
+            registry=None,
+        )
+        local = Counter(
+            PREFIX + "local_refusals",
+            "Of the refusals, those decided in-process with no round trip.",
+            registry=None,
+        )
+        self.local_refusal = local.inc  # type: ignore[assignment]
+
+        def gauge(name: str, doc: str, mode: _Mode, labels: Iterable[str] = ()) -> Any:
+            return Gauge(PREFIX + name, doc, list(labels), registry=None, multiprocess_mode=mode)
+
+        #: interface -> the rate its effective_rate gauge was last set under by _publish
+        self._published: dict[str, int] = {}
+        recent: _Mode = "mostrecent"
+        self._rules = gauge("rules_in_force", "Rules loaded from the table.", recent)
+        self._shadow = gauge("shadow_rules", "Rules in shadow mode.", recent)
+        self._skipped = gauge("rows_skipped", "Rows the last reload skipped.", recent)
+        self._switch = gauge("switch_on", "The global switch: 1 on, 0 off.", recent)
+        self._fleet = gauge("fleet_size", "Live processes sharing the rules.", "max")
+        self._rates = gauge(
+            "rule_permits_per_second", "Each rule's rateLimit.", recent, ["interface"]
+        )
+        self._effective = gauge(
+            "effective_rate",
+            "Each rule's rate after the supplier's pushbacks, as a worker last saw it.",
+            recent,
+            ["interface"],
+        )
+
+    def record(self, interface: str, reason: str, allowed: bool, wait_micros: float | None) -> None:
+        """Count one decision (and its wait) in this worker's files."""
+        super().record(interface, reason, allowed, wait_micros)
+        if wait_micros is not None:
+            self._waits.labels(interface).observe(max(0.0, wait_micros / US_PER_S))
+
+    def _bind(self, interface: str, reason: str, allowed: bool) -> Callable[[], int]:
+        key = (interface, reason, allowed)
+        child = self._counted.labels(interface, "admitted" if allowed else "refused", reason)
+        with self._lock:  # as ProcessMetrics._bind: one tally (and file entry) per key
+            tally = self._decided.setdefault(key, Tally())
+
+            def bump() -> int:
+                child.inc()
+                return tally.bump()
+
+            return self._bumps.setdefault(key, bump)
+
+    def attach(self, source: Source) -> None:
+        """As ``ProcessMetrics.attach``, and the gauges set from ``source`` now."""
+        super().attach(source)
+        self._publish(source)
+
+    def reloaded(self, summary: ReloadSummary) -> None:
+        """A reload finished: counted, and the gauges set from what it loaded."""
+        super().reloaded(summary)
+        source = self.current()
+        if source is not None and summary.ok:
+            self._publish(source)
+
+    def factor_seen(self, url: str, rate: float, algorithm: str, factor: float) -> None:
+        """A reply said ``url`` runs at ``factor`` of its ``rate``: the gauge follows."""
+        self._effective.labels(url).set(effective_rate(rate, factor, algorithm))
+
+    def _publish(self, source: Source) -> None:
+        snapshot = source.snapshot()
+        self._rules.set(len(snapshot.rules))
+        self._shadow.set(sum(r.shadow for r in snapshot.rules.values()))
+        self._skipped.set(len(snapshot.skipped))
+        self._switch.set(1.0 if snapshot.switch else 0.0)
+        if source.fleet_size is not None:
+            self._fleet.set(source.fleet_size())
+        factors = {} if source.factors is None else source.factors()
+        for url, rule in snapshot.rules.items():
+            self._rates.labels(url).set(rule.rate)
+            # The effective rate follows the replies (factor_seen); here only what this
+            # worker has not said yet, or a new rate: a reload must not undo a pushback
+            # another worker saw and this one did not.
+            if self._published.get(url) != rule.rate:
+                self._published[url] = rule.rate
+                factor = factors.get(url, 1.0)
+                self._effective.labels(url).set(effective_rate(rule.rate, factor, rule.algorithm))
+
+
 _process: ProcessMetrics | None = None
 _process_lock = threading.Lock()
 
 
 def process_metrics() -> ProcessMetrics | None:
-    """The process's metrics on the default registry (made on first use); None without
-    prometheus-client."""
+    """The process's metrics on the default registry (made on first use), or in
+    ``PROMETHEUS_MULTIPROC_DIR`` under prometheus-client's multiprocess mode; None
+    without prometheus-client."""
     global _process  # noqa: PLW0603 - one set of metrics per registry, per process
     if prometheus_client is None:
         return None
     if _process is None:
         with _process_lock:
             if _process is None:
-                _process = ProcessMetrics(prometheus_client.REGISTRY)
+                if multiprocess_mode():
+                    _process = MultiProcessMetrics()
+                else:
+                    _process = ProcessMetrics(prometheus_client.REGISTRY)
     return _process
 
 

@@ -25,6 +25,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("overload.py", ["--quick"], ["1. 8 threads", "2. asyncio", "local refusals:"]),
         ("pushback_constants.py", [], ["decrease  recovery/s  success share"]),
         ("accuracy_shares.py", ["--quick"], ["1. Past the first second", "2. Decision cost"]),
+        ("slot_cost.py", ["--quick"], ["Slot cost", "slot: take + give back"]),
     ],
 )
 def test_benchmark_runs_to_its_tables(script: str, args: list[str], expected: list[str]) -> None:

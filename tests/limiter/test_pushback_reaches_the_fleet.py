@@ -113,6 +113,23 @@ def test_a_caller_whose_budget_reaches_the_moment_waits_for_it(
     assert 0.1 <= time.monotonic() - started <= 0.5
 
 
+def test_a_hold_drains_the_bucket_so_traffic_resumes_at_the_rate_without_a_burst(
+    lim: GatewayLimiter, other: GatewayLimiter
+) -> None:
+    # The bucket is full (50 saved permits): without the drain they would all go the
+    # moment the hold ends, at a supplier that has just said to stop.
+    pushed_s = time.monotonic()
+    lim.pushback(URL, retry_after=1.0)
+    time.sleep(max(0.0, pushed_s + 1.0 - time.monotonic()))
+    admitted, started_s = 0, time.monotonic()
+    while time.monotonic() - started_s < 0.3:
+        admitted += other.try_acquire(URL, timeout=0)
+    # The hold ended at the earliest 1 s after pushed_s (the server's clock, this host):
+    # since then at most RATE per second can have come back, and none was saved before.
+    since_hold_s = time.monotonic() - pushed_s - 1.0
+    assert 1 <= admitted <= RATE * since_hold_s + 1, (admitted, since_hold_s)
+
+
 def test_the_local_refusal_learns_the_moment_from_a_reply(
     lim: GatewayLimiter, other: GatewayLimiter, limiter_redis_url: str
 ) -> None:

@@ -52,15 +52,34 @@ def test_another_row_rate_voids_the_factor_but_not_the_moment() -> None:
     assert again.until_us == T0 + 2.0 * SECOND
 
 
-def test_retry_after_holds_every_call_until_its_moment_without_refilling() -> None:
+def test_retry_after_holds_every_call_then_the_bucket_starts_empty() -> None:
     state, _, next_free_us = push(None, RATE, 2.0 * SECOND, T0)
     assert next_free_us == 2.0 * SECOND
     refused, untouched = reserve(None, RATE, RATE, 1, 1.9 * SECOND, T0, until_us=state.until_us)
     assert not refused.allowed and untouched is None
-    assert refused.next_free_us == 2.0 * SECOND  # what the local refusal learns
-    admitted, bucket = reserve(None, RATE, RATE, 1, 2.0 * SECOND, T0, until_us=state.until_us)
-    assert admitted.allowed and admitted.wait_us == 2.0 * SECOND
-    assert bucket is not None and bucket.stored == RATE - 1  # stored, not refilled meanwhile
+    first_us = 2.0 * SECOND + SECOND / RATE  # empty at the hold's end: one interval on
+    assert refused.next_free_us == pytest.approx(first_us)  # what the local refusal learns
+    admitted, bucket = reserve(None, RATE, RATE, 1, first_us, T0, until_us=state.until_us)
+    assert admitted.allowed and admitted.wait_us == pytest.approx(first_us)
+    assert bucket is not None and bucket.stored == 0.0  # nothing saved through the hold
+
+
+def test_a_hold_drains_what_the_bucket_saved_before_it() -> None:
+    """A full bucket held for 2 s does not burst its capacity when the hold ends: half a
+    second after it, half a second's permits have come back, and no more."""
+    _, bucket = reserve(None, RATE, RATE, 1, 0.0, T0)  # used once, then almost full
+    assert bucket is not None and bucket.stored == RATE - 1
+    state, _, _ = push(None, RATE, 2.0 * SECOND, T0)
+    now_us = T0 + 2.5 * SECOND
+    served = 0
+    for _ in range(int(RATE) * 2):
+        verdict, new = reserve(bucket, RATE, RATE, 1, 0.0, now_us, until_us=state.until_us)
+        bucket = new or bucket
+        served += verdict.allowed
+    assert served == int(RATE) // 2
+    # Once a decision has absorbed the hold, the bucket refills as usual.
+    verdict, _ = reserve(bucket, RATE, RATE, 1, 0.0, now_us + SECOND, until_us=state.until_us)
+    assert verdict.allowed and verdict.stored == pytest.approx(RATE - 1)
 
 
 def test_the_bucket_runs_at_the_effective_rate_and_capacity() -> None:

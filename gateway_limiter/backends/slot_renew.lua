@@ -1,0 +1,27 @@
+--[[
+Renew a process's leases on one interface (slot.lua) in one call: each lease still
+held runs ARGV[1] ms from now (the server's clock). A lease no longer held (expired,
+released, lost with a Redis restart) is not brought back, so a renewal can never count
+a slot that Redis has already given to someone else.
+
+KEYS[1]  leases (slot.lua's KEYS[1])
+ARGV[1]  lease in ms;  ARGV[2..]  the lease ids (none: only count)
+Returns {leases renewed, live leases of the interface}.
+]]
+
+local t = redis.call("TIME")
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local until_ms = now_ms + tonumber(ARGV[1])
+redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now_ms)
+local renewed = 0
+for i = 2, #ARGV do
+  if redis.call("ZSCORE", KEYS[1], ARGV[i]) then
+    -- GT: never shorten a lease that runs past a rate wait
+    redis.call("ZADD", KEYS[1], "XX", "GT", until_ms, ARGV[i])
+    renewed = renewed + 1
+  end
+end
+if renewed > 0 and redis.call("PTTL", KEYS[1]) < tonumber(ARGV[1]) + 1000 then
+  redis.call("PEXPIRE", KEYS[1], tonumber(ARGV[1]) + 1000)
+end
+return {renewed, redis.call("ZCARD", KEYS[1])}

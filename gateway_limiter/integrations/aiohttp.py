@@ -1,0 +1,60 @@
+"""An aiohttp client middleware that keeps a session within the fleet's limits (the
+``aiohttp`` extra; aiohttp 3.12 or later, which has client middlewares).
+
+>>> session = aiohttp.ClientSession(middlewares=(LimiterMiddleware(limiter),))  # doctest: +SKIP
+
+Before each request (each hop of a redirect too: every request the session sends
+passes through it) the middleware decides with an ``AsyncGatewayLimiter`` (the row's
+``cache`` as the wait budget), raises ``gateway_limiter.Refused`` without touching the
+supplier when refused, and awaits ``limiter.pushback`` after a 429 or 503 (with the
+``Retry-After`` seconds when usable). ``interface`` maps the request to its
+interfaceUrl (default: the URL's path); None leaves it unlimited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
+
+from gateway_limiter.aio import AsyncGatewayLimiter
+from gateway_limiter.integrations.supplier import (
+    PUSHBACK_STATUSES,
+    default_interface,
+    refused,
+    retry_after_seconds,
+)
+
+__all__ = ["Interface", "LimiterMiddleware"]
+
+#: Maps a request to the interfaceUrl that limits it, or None: not limited.
+Interface = Callable[[ClientRequest], str | None]
+
+
+def path_of(request: ClientRequest) -> str | None:
+    """The default ``interface``: the request URL's path."""
+    return default_interface(request.url.path)
+
+
+class LimiterMiddleware:
+    """An aiohttp client middleware (``ClientSession(middlewares=...)``, or per request)
+    deciding with an ``AsyncGatewayLimiter`` and pushing back on 429/503."""
+
+    __slots__ = ("interface", "limiter")
+
+    def __init__(self, limiter: AsyncGatewayLimiter, interface: Interface | None = None) -> None:
+        self.limiter = limiter
+        self.interface = interface if interface is not None else path_of
+
+    async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
+        """Decide, send (if admitted), and push back on 429/503."""
+        url = self.interface(request)
+        if url is not None:
+            decision = await self.limiter.decide(url)
+            if not decision.allowed:
+                raise refused(url, decision)
+        response = await handler(request)
+        if url is not None and response.status in PUSHBACK_STATUSES:
+            retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+            await self.limiter.pushback(url, retry_after)
+        return response

@@ -1,0 +1,114 @@
+"""An ASGI middleware for a gateway that limits its OWN callers (the ``asgi`` extra for
+Starlette/FastAPI; the middleware itself is pure ASGI and imports no framework).
+
+>>> app.add_middleware(RateLimitMiddleware, limiter=limiter,  # doctest: +SKIP
+...                    key=header_key("x-api-key"))
+
+Each HTTP request is decided with an ``AsyncGatewayLimiter`` (the row's ``cache`` as
+the wait budget: a caller may be held for a permit) before the app sees it:
+
+- refused: the app is not called; the answer is ``429 Too Many Requests`` with the
+  Decision's headers (``Retry-After`` when waiting can help, ``X-RateLimit-Limit``,
+  ``X-RateLimit-Remaining``, ``X-RateLimit-Effective-Rate``: ``Decision.headers()``);
+- admitted: the app answers, and the same headers are added to its response.
+
+``interface`` maps the ASGI scope to the interfaceUrl (default: the path; None: not
+limited, no headers); ``key`` maps it to the caller, for rows with ``perCaller = 1``
+(default: none). Lifespan and websocket scopes pass through untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from gateway_limiter.aio import AsyncGatewayLimiter
+from gateway_limiter.integrations.supplier import default_interface
+
+__all__ = ["RateLimitMiddleware", "header_key", "path_of"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Maps a request's scope to a string (an interfaceUrl, a caller key) or None.
+ScopeMap = Callable[[Scope], str | None]
+
+
+def path_of(scope: Scope) -> str | None:
+    """The default ``interface``: the request's path (without the query string)."""
+    return default_interface(str(scope.get("path", "")))
+
+
+def header_key(name: str) -> ScopeMap:
+    """A ``key`` that is the value of request header ``name`` (None when absent).
+
+    A caller that sends the header twice is keyed by the first value.
+    """
+    wanted = name.lower().encode("latin-1")
+
+    def key(scope: Scope) -> str | None:
+        for header, value in scope.get("headers", ()):
+            if bytes(header).lower() == wanted:
+                return bytes(value).decode("latin-1")
+        return None
+
+    return key
+
+
+def _encoded(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers.items()]
+
+
+class RateLimitMiddleware:
+    """Pure ASGI middleware: decide each HTTP request with ``limiter`` before ``app``;
+    answer 429 when refused, add the rate-limit headers when admitted."""
+
+    __slots__ = ("app", "interface", "key", "limiter")
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        limiter: AsyncGatewayLimiter,
+        interface: ScopeMap | None = None,
+        key: ScopeMap | None = None,
+    ) -> None:
+        self.app = app
+        self.limiter = limiter
+        self.interface = interface if interface is not None else path_of
+        self.key = key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Decide, then answer 429 or call the app with the headers added."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        url = self.interface(scope)
+        if url is None:
+            await self.app(scope, receive, send)
+            return
+        caller = self.key(scope) if self.key is not None else None
+        decision = await self.limiter.decide(url, key=caller)
+        headers = _encoded(decision.headers())
+        if not decision.allowed:
+            body = f"Too Many Requests: {url} ({decision.reason})\n".encode()
+            plain = [(b"content-type", b"text/plain; charset=utf-8")]
+            length = [(b"content-length", str(len(body)).encode("ascii"))]
+            await send(
+                {"type": "http.response.start", "status": 429, "headers": plain + length + headers}
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        if not headers:  # not limited, or a shadow rule: the response goes as the app made it
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = [*message.get("headers", ()), *headers]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

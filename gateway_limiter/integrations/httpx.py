@@ -1,0 +1,101 @@
+"""httpx transports that keep a client within the fleet's limits (the ``httpx`` extra).
+
+>>> client = httpx.Client(transport=LimiterTransport(limiter))  # doctest: +SKIP
+>>> client.get("https://supplier.example/ibe/flight/search")  # doctest: +SKIP
+
+Before each request the transport decides (``limiter.decide``: the row's ``cache`` is
+the wait budget, so a caller may wait for a permit); a refused request raises
+``gateway_limiter.Refused`` carrying the Decision and never reaches the supplier. After
+a 429 or 503 it calls ``limiter.pushback`` with the ``Retry-After`` seconds, or none
+(``integrations.supplier``). ``interface`` maps a request to its interfaceUrl (default:
+the URL's path); None leaves the request unlimited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+
+from gateway_limiter.aio import AsyncGatewayLimiter
+from gateway_limiter.integrations.supplier import (
+    PUSHBACK_STATUSES,
+    default_interface,
+    refused,
+    retry_after_seconds,
+)
+from gateway_limiter.limiter import GatewayLimiter
+
+__all__ = ["AsyncLimiterTransport", "Interface", "LimiterTransport"]
+
+#: Maps a request to the interfaceUrl that limits it, or None: not limited.
+Interface = Callable[[httpx.Request], str | None]
+
+
+def path_of(request: httpx.Request) -> str | None:
+    """The default ``interface``: the request URL's path."""
+    return default_interface(request.url.path)
+
+
+class LimiterTransport(httpx.BaseTransport):
+    """An ``httpx.BaseTransport`` deciding with a ``GatewayLimiter`` before each request
+    and pushing back on 429/503; the request itself goes through ``transport``
+    (default: a new ``httpx.HTTPTransport()``)."""
+
+    def __init__(
+        self,
+        limiter: GatewayLimiter,
+        transport: httpx.BaseTransport | None = None,
+        interface: Interface | None = None,
+    ) -> None:
+        self.limiter = limiter
+        self.transport = transport if transport is not None else httpx.HTTPTransport()
+        self.interface = interface if interface is not None else path_of
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Decide, send (if admitted), and push back on 429/503."""
+        url = self.interface(request)
+        if url is not None:
+            decision = self.limiter.decide(url)
+            if not decision.allowed:
+                raise refused(url, decision)
+        response = self.transport.handle_request(request)
+        if url is not None and response.status_code in PUSHBACK_STATUSES:
+            self.limiter.pushback(url, retry_after_seconds(response.headers.get("Retry-After")))
+        return response
+
+    def close(self) -> None:
+        """Close the wrapped transport (the limiter is the caller's to close)."""
+        self.transport.close()
+
+
+class AsyncLimiterTransport(httpx.AsyncBaseTransport):
+    """``LimiterTransport`` for ``httpx.AsyncClient``, with an ``AsyncGatewayLimiter``
+    (default inner transport: ``httpx.AsyncHTTPTransport()``)."""
+
+    def __init__(
+        self,
+        limiter: AsyncGatewayLimiter,
+        transport: httpx.AsyncBaseTransport | None = None,
+        interface: Interface | None = None,
+    ) -> None:
+        self.limiter = limiter
+        self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self.interface = interface if interface is not None else path_of
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Decide, send (if admitted), and push back on 429/503."""
+        url = self.interface(request)
+        if url is not None:
+            decision = await self.limiter.decide(url)
+            if not decision.allowed:
+                raise refused(url, decision)
+        response = await self.transport.handle_async_request(request)
+        if url is not None and response.status_code in PUSHBACK_STATUSES:
+            retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+            await self.limiter.pushback(url, retry_after)
+        return response
+
+    async def aclose(self) -> None:
+        """Close the wrapped transport (the limiter is the caller's to close)."""
+        await self.transport.aclose()

@@ -1,0 +1,73 @@
+"""A requests transport adapter that keeps a session within the fleet's limits (the
+``requests`` extra).
+
+>>> session = requests.Session()  # doctest: +SKIP
+>>> session.mount("https://supplier.example/", LimiterAdapter(limiter))  # doctest: +SKIP
+
+``LimiterAdapter`` is an ``HTTPAdapter`` (its keywords, ``max_retries`` and the pool
+sizes, pass through) whose ``send`` decides first (``limiter.decide``, the row's
+``cache`` as the wait budget), raises ``gateway_limiter.Refused`` without touching the
+supplier when refused, and calls ``limiter.pushback`` after a 429 or 503 (with the
+``Retry-After`` seconds when usable). ``interface`` maps the prepared request to its
+interfaceUrl (default: the URL's path); None leaves it unlimited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from requests import PreparedRequest, Response
+from requests.adapters import HTTPAdapter
+
+from gateway_limiter.integrations.supplier import (
+    PUSHBACK_STATUSES,
+    default_interface,
+    refused,
+    retry_after_seconds,
+)
+from gateway_limiter.limiter import GatewayLimiter
+
+__all__ = ["Interface", "LimiterAdapter"]
+
+#: Maps a prepared request to the interfaceUrl that limits it, or None: not limited.
+Interface = Callable[[PreparedRequest], str | None]
+
+
+def path_of(request: PreparedRequest) -> str | None:
+    """The default ``interface``: the request URL's path."""
+    return default_interface(urlsplit(request.url or "").path)
+
+
+class LimiterAdapter(HTTPAdapter):
+    """An ``HTTPAdapter`` deciding with a ``GatewayLimiter`` before each request and
+    pushing back on 429/503. Mount it on a ``requests.Session`` for the supplier's
+    URL prefix."""
+
+    def __init__(
+        self, limiter: GatewayLimiter, interface: Interface | None = None, **kwargs: Any
+    ) -> None:
+        self.limiter = limiter
+        self.interface = interface if interface is not None else path_of
+        super().__init__(**kwargs)
+
+    def send(
+        self,
+        request: PreparedRequest,
+        stream: bool = False,
+        timeout: float | tuple[float | None, float | None] | None = None,
+        verify: bool | str = True,
+        cert: str | tuple[str, str] | None = None,
+        proxies: dict[str, str] | None = None,
+    ) -> Response:
+        """Decide, send (if admitted), and push back on 429/503."""
+        url = self.interface(request)
+        if url is not None:
+            decision = self.limiter.decide(url)
+            if not decision.allowed:
+                raise refused(url, decision)
+        response = super().send(request, stream, timeout, verify, cert, proxies)
+        if url is not None and response.status_code in PUSHBACK_STATUSES:
+            self.limiter.pushback(url, retry_after_seconds(response.headers.get("Retry-After")))
+        return response

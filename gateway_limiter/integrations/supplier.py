@@ -1,0 +1,71 @@
+"""What a supplier's answer means to the limiter: which statuses push back, and for how long.
+
+Every client integration calls ``limiter.pushback`` after a response whose status is
+in ``PUSHBACK_STATUSES`` (429 Too Many Requests, 503 Service Unavailable), with the
+seconds of its ``Retry-After`` header when it has a usable one (RFC 9110: a number of
+seconds, or an HTTP date), else none, which lowers the interface's effective rate
+instead. A header that cannot be read is a plain pushback, never an error: the caller
+asked for the supplier's answer, and a malformed header must not replace it with an
+exception.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Final
+
+from gateway_limiter.core.decision import Decision
+from gateway_limiter.core.pipeline import MAX_RETRY_AFTER_S
+from gateway_limiter.errors import Refused
+
+__all__ = ["PUSHBACK_STATUSES", "default_interface", "refused", "retry_after_seconds"]
+
+#: The statuses that say the supplier cannot take the call now.
+PUSHBACK_STATUSES: Final = frozenset({429, 503})
+
+# delta-seconds is digits (RFC 9110 §10.2.3); a decimal fraction is accepted too, as
+# some suppliers send one, but no sign, exponent or "inf".
+_SECONDS = re.compile(r"\d+(\.\d+)?")
+
+
+def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
+    """The seconds a ``Retry-After`` header value asks for, or None (no usable value).
+
+    ``"2"`` is 2.0; an HTTP date (``"Wed, 21 Oct 2026 07:28:00 GMT"``) is the seconds
+    from ``now`` (default: this host's clock) to it, 0.0 when it is past. None for no
+    header, for one that is neither, and for more than a day (what ``pushback``
+    accepts): a header that would close an interface for longer is more likely wrong
+    than meant.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if _SECONDS.fullmatch(text):
+        seconds = float(text)
+    else:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # RFC 9110 dates are GMT; parsedate leaves "-0000" naive
+            when = when.replace(tzinfo=UTC)
+        seconds = max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+    if not math.isfinite(seconds) or seconds > MAX_RETRY_AFTER_S:
+        return None
+    return seconds
+
+
+def default_interface(path: str) -> str:
+    """The interfaceUrl of a request whose URL path is ``path``: the path itself (an
+    empty path is ``/``, as HTTP sends it)."""
+    return path or "/"
+
+
+def refused(url: str, decision: Decision) -> Refused:
+    """The exception for a refused request on ``url``: names the interface, the reason
+    and, when waiting can help, the seconds to wait."""
+    when = "" if decision.retry_after is None else f", retry after {decision.retry_after:.3g} s"
+    return Refused(decision, f"{url}: refused ({decision.reason}{when})")

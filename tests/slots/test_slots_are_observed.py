@@ -1,0 +1,106 @@
+"""Slots in the metrics (in flight, waits, refusals), and on Redis Cluster and Sentinel
+(every key of one interface under its hash tag; releases heard through the one
+subscriber)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from prometheus_client import REGISTRY
+from sqlalchemy import Engine
+
+from gateway_limiter import GatewayLimiter
+from gateway_limiter.aio import AsyncGatewayLimiter
+from gateway_limiter.errors import Refused
+from tests.support.clusters import LocalCluster, LocalSentinel
+from tests.support.limiting import write_row
+
+URL = "/supplier/observed"
+
+
+def _sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name, {"interface": URL}) or 0.0
+
+
+@pytest.fixture
+def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    write_row(limiter_db[1], URL, rateLimit=1000, cache=0.5, maxConcurrent=1)
+    return limiter_db
+
+
+def test_in_flight_waits_and_refusals_are_in_the_metrics(lim: GatewayLimiter) -> None:
+    waits = _sample("gateway_limiter_slot_waits_total")
+    refusals = _sample("gateway_limiter_slot_refusals_total")
+    with lim.slot(URL):
+        assert _sample("gateway_limiter_in_flight") == 1
+        with pytest.raises(Refused), lim.slot(URL, timeout=0.05):
+            pass
+    assert _sample("gateway_limiter_slot_waits_total") == waits + 1
+    assert _sample("gateway_limiter_slot_refusals_total") == refusals + 1
+    assert _sample("gateway_limiter_in_flight") == 0
+
+
+def _one_at_a_time(lim: GatewayLimiter) -> None:
+    """Two callers on a cap of 1: the second gets the slot when the first gives it back."""
+    got: list[float] = []
+
+    def second() -> None:
+        with lim.slot(URL, timeout=5.0):
+            got.append(time.monotonic())
+
+    with lim.slot(URL) as first:
+        assert first.in_flight == 1
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        time.sleep(0.2)
+        assert got == []
+        let_go = time.monotonic()
+    waiter.join(10)
+    assert len(got) == 1
+    assert got[0] - let_go < 0.5  # heard, not found by asking again a second later
+
+
+@pytest.mark.slow
+def test_slots_on_redis_cluster(
+    limiter_db: tuple[str, Engine], redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    with GatewayLimiter(
+        database_url=limiter_db[0],
+        redis_url=redis_cluster.url,
+        key_prefix=key_prefix,
+        reload_interval=3600,
+    ) as lim:
+        _one_at_a_time(lim)
+
+
+@pytest.mark.slow
+def test_slots_through_sentinel(
+    limiter_db: tuple[str, Engine], redis_sentinel: LocalSentinel, key_prefix: str
+) -> None:
+    with GatewayLimiter(
+        database_url=limiter_db[0],
+        redis_url=redis_sentinel.url,
+        key_prefix=key_prefix,
+        reload_interval=3600,
+    ) as lim:
+        _one_at_a_time(lim)
+
+
+@pytest.mark.slow
+async def test_asyncio_slots_on_redis_cluster(
+    limiter_db: tuple[str, Engine], redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    async with AsyncGatewayLimiter(
+        database_url=limiter_db[0],
+        redis_url=redis_cluster.url,
+        key_prefix=key_prefix,
+        reload_interval=3600,
+    ) as alim:
+        async with alim.slot(URL) as decision:
+            assert decision.in_flight == 1
+            with pytest.raises(Refused):
+                async with alim.slot(URL, timeout=0.05):
+                    pass
+        assert await alim.in_flight(URL) == 0
