@@ -51,6 +51,7 @@ def set_limit(
     algorithm: str = "token_bucket",
     max_permits: int | None = None,
     warmup_period: float | None = None,
+    caller_key: str | None = None,
 ) -> int:
     """Store one limit: ``rate`` calls per ``period_seconds`` on ``interface_url``.
 
@@ -60,7 +61,9 @@ def set_limit(
     None: the ``default_cache`` setting). ``enabled=False`` stores the row but does not
     enforce it; ``shadow=True`` counts what it would refuse and refuses nothing.
     ``algorithm`` is ``token_bucket``, ``sliding_window`` or ``warm_up`` (with
-    ``max_permits`` and ``warmup_period``: docs/algorithms.md).
+    ``max_permits`` and ``warmup_period``: docs/algorithms.md). ``caller_key`` (with
+    ``per_caller=True``): the row for that caller alone (a named caller); the row that
+    names none is another row.
 
     Returns the row's configId. Raises ValueError, and writes nothing, when the
     reload would skip the row (it names why); the tables must exist (``upgrade``).
@@ -70,7 +73,11 @@ def set_limit(
     from gateway_limiter.config.rules import Skipped, rule_from_row
     from gateway_limiter.config.table import ConfRow, make_engine, upsert_conf
 
-    scope = {"period_seconds": period_seconds, "per_caller": int(per_caller)}
+    scope = {
+        "period_seconds": period_seconds,
+        "per_caller": int(per_caller),
+        "caller_key": caller_key,
+    }
     fields: dict[str, Any] = {
         "rate_limit": rate,
         "cache": cache,
@@ -96,6 +103,7 @@ def set_limit(
         period_seconds=period_seconds,
         per_caller=int(per_caller),
         shadow=int(shadow),
+        caller_key=caller_key,
     )
     checked = rule_from_row(planned, default_cache=0.0)
     if isinstance(checked, Skipped):

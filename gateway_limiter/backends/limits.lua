@@ -32,6 +32,9 @@ ARGV[3i+1], ARGV[3i+2], ARGV[3i+3]  limit i: kind, rate, size, one of
          "tb"  permits per second, capacity
          "sw"  permits per window, window length in microseconds
          "fw"  permits per window, period P in microseconds
+ARGV[3n+4] (optional) how many limits are the interface's own; the rest are its channel's
+         (a channel cap, shared with other interfaces: the interface's pushback neither
+         scales nor delays them, though the call still goes no sooner than its moment)
 
 Returns {allowed (1/0), wait in microseconds, the least stored permits of the buckets
 (0 without one), next free, the pushback factor, held (microseconds from now until a
@@ -82,7 +85,10 @@ if pushed_until > now then held = num(pushed_until - now) end
 -- 1. each limit's earliest time; T (at) is the latest of them
 local kinds, rates, sizes, states, foreign = {}, {}, {}, {}, {}
 local at = math.max(now, pushed_until)
+local own = tonumber(ARGV[3 * nlimits + 4]) or nlimits  -- capacity shares: see ARGV[3n+4]
 for i = 1, nlimits do
+  local factor, pushed_until = factor, pushed_until  -- capacity shares: a channel's limit
+  if i > own then factor, pushed_until = 1, 0 end    -- is not this interface's to push
   local kind, rate, size = ARGV[3 * i + 1], tonumber(ARGV[3 * i + 2]), tonumber(ARGV[3 * i + 3])
   -- Pushback slows every limit: a bucket's rate and capacity, a window's count (cap),
   -- in whole permits and at least this call's (else it could never go). next_free and

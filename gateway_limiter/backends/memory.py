@@ -17,6 +17,7 @@ from gateway_limiter.backends.schemes import register, register_async
 from gateway_limiter.backends.state import (
     caller_part,
     limit,
+    own_limits,
     pushback_key,
     pushback_rate,
     single_bucket,
@@ -111,7 +112,7 @@ class MemoryBackend:
                 self._live(k, r.per_caller, now_us) for k, r in zip(keys, limits, strict=True)
             ]
             verdict, changed = reserve_limits(
-                specs, states, permits, timeout_us, now_us, factor, until_us
+                specs, states, permits, timeout_us, now_us, factor, until_us, own_limits(rule)
             )
             if changed is not None:
                 for k, r, spec, state in zip(keys, limits, specs, changed, strict=True):

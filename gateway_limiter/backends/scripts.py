@@ -33,6 +33,7 @@ from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.state import (
     caller_part,
     limit,
+    own_limits,
     pushback_base,
     pushback_key,
     pushback_rate,
@@ -110,12 +111,15 @@ class _Plan:
         self.key = self.keys[0]  # the single bucket's
         self.keyed = any(self.per_caller)
         #: the pushback key; a per-caller limit's gets the caller part per call
-        self.pushed = pushback_base(prefix, rule.url)
+        self.pushed = pushback_base(prefix, rule.url, rule.channel)
         if self.bucket:
             rate = str(rule.rate) if rule.period == 1 else repr(rule.per_second)
             self.args = [rate, str(rule.burst)]
         else:
             self.args = [str(x) for r in rule.limits for x in _spec(r)]
+            own = own_limits(rule)
+            if own < len(self.keys):  # a channel's limits follow: the script is told where
+                self.args.append(str(own))
 
     def keys_for(self, caller: str | None) -> list[str]:
         """The keys of every limit for ``caller`` (ignored by shared limits)."""

@@ -19,6 +19,13 @@ Keys: ``<prefix>:{<interfaceUrl>}:<kind>[:<P>s][:<caller>]``
   ``k#<sha1 hex>`` of its UTF-8. So a key's length is bounded (prefix <= 32, URL
   <= 128 characters, caller <= 66) and no caller can reach into another's state.
   A call without a key (None) is the caller ``k=`` (the same as the key "").
+- Capacity shares: a channel row's limit is ``<prefix>:{=<channel>}:*:<kind>...``, and
+  every limit of an interface its channel caps moves under the channel's hash tag,
+  ``<prefix>:{=<channel>}:<interfaceUrl>:<kind>...`` (its pushback key too), so one
+  script call decides the interface and its channel together. ``=`` begins no
+  interfaceUrl's tag in practice, and the rest of the key still names the interface;
+  a channelType outside the plain set is its ``#<sha1 hex>``. Adding or removing a
+  channel row moves its interfaces' state to fresh keys (they start full).
 - What pushbacks left (the supplier's retry-after moment and the effective rate,
   ``model/pushback.py``) follows the bucket's state in its own key for an interface
   that is one bucket (``bucket.lua`` says why), and is ``<prefix>:{<interfaceUrl>}:pb``
@@ -53,8 +60,19 @@ def kind(rule: Rule) -> LimitKind:
 
 def state_key(prefix: str, rule: Rule) -> str:
     """The key of ``rule``'s own limit, without the caller part (see ``caller_part``)."""
-    key = f"{prefix}:{{{rule.url}}}:{kind(rule)}"
+    if rule.channel is None:
+        key = f"{prefix}:{{{rule.url}}}:{kind(rule)}"
+    else:  # under its channel's hash tag: one slot for the channel and its interfaces
+        key = f"{prefix}:{{{channel_tag(rule.channel)}}}:{rule.url}:{kind(rule)}"
     return key if rule.period == 1 else f"{key}:{rule.period}s"
+
+
+def channel_tag(channel: str) -> str:
+    """The hash tag of a capped channel's keys: ``=`` and the channelType (plain), or
+    its SHA1 (any other: braces would end the tag early)."""
+    if _PLAIN_CALLER.fullmatch(channel):
+        return f"={channel}"
+    return f"=#{sha1(channel.encode('utf-8', 'surrogatepass')).hexdigest()}"
 
 
 def caller_part(caller: str | None) -> str:
@@ -71,6 +89,12 @@ def limit(rule: Rule) -> Limit:
     return LIMIT_MODELS[kind(rule)].limit(rule.rate, rule.period, rule.burst)
 
 
+def own_limits(rule: Rule) -> int:
+    """How many of ``rule.limits`` are its interface's own: the rest (last) are its
+    channel's, which the interface's pushback neither scales nor delays."""
+    return sum(1 for r in rule.limits if not r.caps_channel)
+
+
 def single_bucket(rule: Rule) -> bool:
     """True when ``rule``'s interface is one token bucket (or warm-up): ``bucket.lua``."""
     return not rule.also and kind(rule) is LimitKind.TOKEN_BUCKET
@@ -79,13 +103,16 @@ def single_bucket(rule: Rule) -> bool:
 def pushback_key(prefix: str, rule: Rule, caller: str | None) -> str:
     """The key of what pushbacks left for ``rule``'s interface (``pushback.lua``): beside
     its limits, under the same hash tag; per caller where a limit is per caller."""
-    key = pushback_base(prefix, rule.url)
+    key = pushback_base(prefix, rule.url, rule.channel)
     return key + caller_part(caller) if rule.keyed else key
 
 
-def pushback_base(prefix: str, url: str) -> str:
-    """``url``'s pushback key without a caller part."""
-    return f"{prefix}:{{{url}}}:pb"
+def pushback_base(prefix: str, url: str, channel: str | None = None) -> str:
+    """``url``'s pushback key without a caller part (under its channel's hash tag where a
+    channel caps it)."""
+    if channel is None:
+        return f"{prefix}:{{{url}}}:pb"
+    return f"{prefix}:{{{channel_tag(channel)}}}:{url}:pb"
 
 
 def pushback_rate(rule: Rule) -> float:

@@ -95,6 +95,17 @@ def label_arg(text: str) -> str:
     return text
 
 
+def caller_arg(text: str) -> str:
+    """``--caller``: the callerKey a per-caller row names (1 to 64 characters, no control
+    characters), checked as the reload checks the column."""
+    from gateway_limiter.config.rules import caller_key_problem
+
+    problem = caller_key_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"invalid value {_shown(text)}: {problem}")
+    return text
+
+
 def max_permits_arg(text: str) -> int | None:
     """``--max-permits``: a whole number (INT(11)), or ``none`` for NULL (capacity = rate).
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gateway_limiter.cli.arguments import (
     NONE_WORD,
     cache_arg,
+    caller_arg,
     label_arg,
     leaf,
     max_concurrent_arg,
@@ -130,9 +131,22 @@ def _register_set(conf: Any) -> None:
         "it, the row for all callers together",
     )
     setp.add_argument(
+        "--caller",
+        dest="caller_key",
+        type=caller_arg,
+        metavar="KEY",
+        help="with --per-caller: the row for this caller key alone (callerKey), in place "
+        "of the per-caller row that names none",
+    )
+    setp.add_argument(
         "--cache", type=cache_arg, metavar="S", help="seconds a caller may wait (0-9.99)"
     )
-    setp.add_argument("--channel", type=label_arg, metavar="C", help="channelType ('' clears it)")
+    setp.add_argument(
+        "--channel",
+        type=label_arg,
+        metavar="C",
+        help="channelType ('' clears it); the row of URL '*' caps every interface of C together",
+    )
     setp.add_argument(
         "--interface-no", type=label_arg, metavar="N", help="interfaceNo ('' clears it)"
     )
@@ -206,6 +220,7 @@ CONF_COLUMNS = (
     Column("warmupPeriod", numeric=True),
     Column("periodSeconds", numeric=True),
     Column("perCaller", numeric=True),
+    Column("callerKey"),
     Column("effect"),
 )
 #: Shown before ``effect`` when some row has a ``maxConcurrent`` (schema 0006).
@@ -246,6 +261,7 @@ def cmd_conf_list(ctx: Context) -> int:
                 fmt_seconds(r.warmup_period),
                 fmt_opt(r.period_seconds),
                 fmt_opt(r.per_caller),
+                fmt_opt(r.caller_key),
                 *([fmt_opt(r.max_concurrent)] if caps else []),
                 row_effect(r, ruleset),
             ]
@@ -258,6 +274,8 @@ def cmd_conf_list(ctx: Context) -> int:
         )
     for s in ruleset.skipped:
         ctx.out.line(f"skipped by the reload: {s}")
+    for warning in ruleset.warnings:
+        ctx.out.line(f"warning: {warning}")
     return 0
 
 
@@ -293,6 +311,7 @@ _CONF_FIELDS = (
     ("warmup_period", "warmupPeriod"),
     ("period_seconds", "periodSeconds"),
     ("per_caller", "perCaller"),
+    ("caller_key", "callerKey"),
     ("shadow", "shadow"),
     ("max_concurrent", "maxConcurrent"),
 )
@@ -387,10 +406,23 @@ def cmd_conf_set(ctx: Context) -> int:
     """
     a = ctx.args
     engine = ctx.engine()
-    period, per_caller = a.period or 1, bool(a.per_caller)
+    period, per_caller, caller = a.period or 1, bool(a.per_caller), a.caller_key
+    if caller is not None and not per_caller:
+        raise CliError(
+            f"argument --caller: {caller!r} names one caller of a per-caller row: add --per-caller",
+            code=2,
+        )
     everything = _refuse_collation_twins(engine, a.url)
-    scope: dict[str, int] = {"period_seconds": period, "per_caller": int(per_caller)}
-    before = [r for r in everything if (r.period_seconds, r.per_caller) == (period, per_caller)]
+    scope: dict[str, Any] = {
+        "period_seconds": period,
+        "per_caller": int(per_caller),
+        "caller_key": caller,
+    }
+    before = [
+        r
+        for r in everything
+        if (r.period_seconds, r.per_caller, r.caller_key) == (period, per_caller, caller)
+    ]
     old = before[0] if before else None
     given = _given_algorithm_fields(a)
     problem = algorithm_args_problem(given, old, period, per_caller)
@@ -427,6 +459,7 @@ def cmd_conf_set(ctx: Context) -> int:
             status=0,
             period_seconds=period,
             per_caller=int(per_caller),
+            caller_key=caller,
         )
     else:
         target = next(r for r in rows if r.config_id == old.config_id)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway_limiter.cli.context import PROG
-from gateway_limiter.config.rules import Algorithm, Rule, RuleSet
+from gateway_limiter.config.rules import CHANNEL_URL, Algorithm, Rule, RuleSet
 from gateway_limiter.model.bucket import US_PER_S, shape
 
 if TYPE_CHECKING:
@@ -81,6 +81,10 @@ def _algorithm_text(rule: Rule) -> str:
 
 def _limit_text(rule: Rule) -> str:
     caller = " for each caller" if rule.per_caller else ""
+    if rule.caller is not None:
+        caller = f" for caller {rule.caller!r}"
+    if rule.caps_channel:  # shared with every interface of the channel
+        caller += f" over channel {rule.channel!r}"
     return f"{_per(rule)}{caller} ({_algorithm_text(rule)})"
 
 
@@ -116,6 +120,8 @@ def row_effect(row: ConfRow, ruleset: RuleSet) -> str:
         return "skipped (see below)"
     if row.status == 0:
         return "disabled"
+    if row.interface_url == CHANNEL_URL or row.caller_key is not None:
+        return _share_effect(row, ruleset)
     rule = ruleset.rules.get(row.interface_url or "")
     if rule is None:
         return "-"
@@ -126,12 +132,47 @@ def row_effect(row: ConfRow, ruleset: RuleSet) -> str:
     return "-"
 
 
+def _share_effect(row: ConfRow, ruleset: RuleSet) -> str:
+    """A channel row's or a named caller's row's effect: which interfaces (and caller)
+    it limits, from the same ``build_rules`` the reload uses."""
+    found = [
+        (rule, limit)
+        for rule in (*ruleset.rules.values(), *ruleset.named.values())
+        for limit in rule.limits
+        if limit.config_id == row.config_id
+    ]
+    if not found:
+        if row.interface_url == CHANNEL_URL:
+            return f"channel cap of {row.channel_type!r}: no enabled interface of it"
+        return "-"
+    rule, limit = found[0]
+    brief = _rule_brief(limit, rule.cache)
+    if limit.caps_channel:
+        urls = sorted({r.url for r, _ in found})
+        shown = ", ".join(urls[:3]) + (f" (+{len(urls) - 3})" if len(urls) > 3 else "")
+        brief = f"channel cap of {limit.channel!r} over {shown}: {brief}"
+    if limit.caller is not None:
+        brief = f"{brief}, for caller {limit.caller!r} only"
+    return brief
+
+
 def url_effect(url: str, rows: Sequence[ConfRow], ruleset: RuleSet) -> str:
     """What the reload makes of ``url``: its rule, or why it is not limited."""
     rule = ruleset.rules.get(url)
     if rule is not None:
         ids = ", ".join(str(r.config_id) for r in rule.limits)
         return f"{url} is {rule_text(rule)} (configId {ids})"
+    if url == CHANNEL_URL:  # not an interface: each row caps its channel
+        caps = [
+            f"configId {r.config_id}: {row_effect(r, ruleset)}"
+            for r in rows
+            if r.interface_url == url
+        ]
+        return "'*' rows are channel caps: " + ("; ".join(caps) or "none")
+    named = sorted(key for u, key in ruleset.named if u == url)
+    if named:  # only per-caller rows that name callers: everyone else is not limited
+        names = ", ".join(map(repr, named))
+        return f"{url} is limited only for the callers its rows name ({names})"
     mine = {r.config_id for r in rows if r.interface_url == url}
     reasons = [str(s) for s in ruleset.skipped if s.config_id in mine]
     if reasons:

@@ -207,7 +207,8 @@ def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
     rule = s.rule
     cap = capacity(rule)
     rate = str(rule.rate) if rule.period == 1 else f"{rule.rate}/{rule.period}s"
-    head = [rule.url, str(rule.config_id), rate, f"{rule.cache:g}", f"{cap:g}"]
+    url = f"* (channel {rule.channel})" if rule.caps_channel else rule.url
+    head = [url, str(rule.config_id), rate, f"{rule.cache:g}", f"{cap:g}"]
     shadow = "; shadow: counted, not enforced" if rule.shadow else ""
 
     def row(stored: str, debt: str, state: str) -> list[str]:
@@ -245,6 +246,8 @@ def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
     if rule.algorithm == Algorithm.FIXED_WINDOW:
         state = f"at most {rule.rate} in each aligned {rule.period} s (window state not shown)"
         return row("-", "-", _for_each_caller(rule, state))
+    if rule.caller is not None:
+        return row("-", "-", f"for caller {rule.caller!r} alone: its own bucket (not shown)")
     if rule.per_caller:
         return row("-", "-", "per caller: each key has its own bucket (not shown)")
     if s.error is not None:

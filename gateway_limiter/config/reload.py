@@ -55,6 +55,10 @@ class Snapshot:
     loaded_at: float | None = None
     #: URLs whose rows are all disabled: admitted unlimited, but "disabled", not unknown.
     disabled: frozenset[str] = frozenset()
+    #: (url, callerKey) -> a named caller's rule (``RuleSet.named``); empty for most.
+    named: Mapping[tuple[str, str], Rule] = field(default_factory=lambda: MappingProxyType({}))
+    #: What the rules found odd but applied (``RuleSet.warnings``), logged when new.
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +158,8 @@ class Registry:
             skipped=ruleset.skipped,
             loaded_at=time.time(),
             disabled=ruleset.disabled,
+            named=ruleset.named,
+            warnings=ruleset.warnings,
         )
         old = self.snapshot
         self.snapshot = new  # the one assignment the decision path sees
@@ -279,11 +285,17 @@ class Registry:
         changed = tuple(
             sorted(u for u, r in new.rules.items() if u in old.rules and old.rules[u] != r)
         )
+        if old.named != new.named:  # a named caller's limits changed: its URL changed
+            moved = {url for (url, _), _rule in old.named.items() ^ new.named.items()}
+            changed = tuple(sorted(set(changed) | (moved & new.rules.keys() - set(added))))
         # Warn about a skipped row when it first appears, not on every tick.
         before = {(s.config_id, s.reason) for s in old.skipped}
         for s in new.skipped:
             if (s.config_id, s.reason) not in before:
                 log.warning("row skipped: %s", s)
+        for warning in new.warnings:
+            if warning not in old.warnings:
+                log.warning("%s", warning)
         if old.switch != new.switch and old.loaded_at is not None:
             log.warning("global switch turned %s", "on" if new.switch else "off")
         summary = ReloadSummary(

@@ -27,6 +27,15 @@ lift a limit in force; an interface whose limits are all shadow is on trial as a
 and shadow rows beside enforced limits of other periods or scopes are skipped with a
 warning (one call cannot be half enforced).
 
+Capacity shares (docs/algorithms.md). A row whose ``interfaceUrl`` is ``*`` (a channel
+row) caps, together, every interface whose rows have its ``channelType``: its limits
+join each such interface's Rule last in ``also`` (``Rule.caps_channel``), and every
+limit of the interface carries ``Rule.channel``, so all their keys share the channel's
+hash tag and one script call decides them, all or nothing. An interface whose rows
+name different channels follows the lowest configId's (``RuleSet.warnings`` says so).
+A per-caller row with a ``callerKey`` applies to that caller in place of the unnamed
+per-caller row of its period: that caller's Rule is in ``RuleSet.named``.
+
 ``maxConcurrent`` caps the calls in flight (``limiter.slot``; docs/concurrency.md): NULL
 or 0 no cap, negative a skipped row, and the smallest cap of a URL's rows applies. A
 row always limits a rate too (``rateLimit`` stays required): a cap on concurrency alone
@@ -51,6 +60,12 @@ from gateway_limiter.config.table import ConfRow
 
 MAX_URL_LENGTH = 128
 MAX_CACHE = 9.99
+#: The ``interfaceUrl`` of a channel row: it caps every interface of its channelType.
+CHANNEL_URL = "*"
+#: The longest ``callerKey`` (the column is VARCHAR(64)).
+MAX_CALLER_KEY = 64
+#: The longest ``channelType`` (VARCHAR(24)).
+MAX_CHANNEL = 24
 #: The longest ``periodSeconds``: a day (suppliers sell daily quotas; no longer ones).
 MAX_PERIOD = 86_400
 
@@ -93,6 +108,14 @@ class Rule:
     shadow: bool = False  # decided and counted, never enforced (the call always goes ahead)
     #: calls in flight at once across the fleet (``slot()``); None: no concurrency limit
     max_concurrent: int | None = None
+    #: The capped channel (channelType) whose hash tag the limit's keys carry: set on a
+    #: channel row (url ``*``) and on every limit of an interface under a channel cap.
+    channel: str | None = None
+    #: A named caller's row (``callerKey``): it applies to that caller alone.
+    caller: str | None = None
+    #: ``rateLimit = 0`` here or in any of ``also`` (a closed channel closes its
+    #: interfaces): every call refused. Computed, so the decision path reads a field.
+    closed: bool = field(init=False, compare=False)
 
     if TYPE_CHECKING:
         # The generated __init__, except that ``algorithm`` may also be given as its
@@ -111,16 +134,21 @@ class Rule:
             also: tuple[Rule, ...] = (),
             shadow: bool = False,
             max_concurrent: int | None = None,
+            channel: str | None = None,
+            caller: str | None = None,
         ) -> None: ...
 
     def __post_init__(self) -> None:
         if type(self.algorithm) is not Algorithm:  # ValueError naming an unknown one
             object.__setattr__(self, "algorithm", Algorithm(self.algorithm))
+        closed = self.rate == 0 or (bool(self.also) and any(r.rate == 0 for r in self.also))
+        object.__setattr__(self, "closed", closed)
 
     @property
-    def closed(self) -> bool:
-        """``rateLimit = 0``: every call refused."""
-        return self.rate == 0
+    def caps_channel(self) -> bool:
+        """True for a channel row's limit (``interfaceUrl`` ``*``): the sum of the calls
+        of every interface of ``channel``."""
+        return self.url == CHANNEL_URL
 
     @property
     def burst(self) -> int:
@@ -194,6 +222,10 @@ def type_problem(row: ConfRow) -> str:
         return f"cache {row.cache!r} is not a number"
     if not isinstance(row.algorithm, str | None):
         return f"algorithm {row.algorithm!r} is not text"
+    if not isinstance(row.channel_type, str | None):
+        return f"channelType {row.channel_type!r} is not text"
+    if not isinstance(row.caller_key, str | None):
+        return f"callerKey {row.caller_key!r} is not text"
     if not (row.max_permits is None or _is_whole(row.max_permits)):
         return f"maxPermits {row.max_permits!r} is not a whole number"
     if not (row.warmup_period is None or _is_number(row.warmup_period)):
@@ -242,7 +274,7 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         return Skipped(row.config_id, f"perCaller {per_caller!r} is not 0 or 1")
     problem = algorithm_problem(
         algorithm, row.max_permits, row.warmup_period, period, bool(per_caller)
-    )
+    ) or share_problem(url, row.channel_type, row.caller_key, bool(per_caller))
     if problem:
         return Skipped(row.config_id, problem)
     if row.max_concurrent is not None and row.max_concurrent < 0:
@@ -260,7 +292,41 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         shadow=bool(row.shadow),
         # 0 is what `conf set --max-concurrent 0` clears: no concurrency limit, like NULL
         max_concurrent=row.max_concurrent or None,
+        channel=row.channel_type if url == CHANNEL_URL else None,
+        caller=row.caller_key,
     )
+
+
+def caller_key_problem(key: str) -> str:
+    """Why ``key`` cannot be a ``callerKey`` ("" when it can): empty, longer than the
+    column, or holding a control character (it is shown on one line everywhere)."""
+    if key == "":
+        return "callerKey is empty (NULL names no caller)"
+    if len(key) > MAX_CALLER_KEY:
+        return f"callerKey {key[:16]!r}... is longer than {MAX_CALLER_KEY} characters"
+    bad = control_character(key)
+    if bad is not None:
+        return f"callerKey {key!r} contains the control character {bad[1]!r} (character {bad[0]})"
+    return ""
+
+
+def share_problem(url: str, channel: str | None, caller: str | None, per_caller: bool) -> str:
+    """Why a row's channel cap or named caller cannot be ("" when it can).
+
+    A channel row (``interfaceUrl`` ``*``) needs the channelType it caps; a
+    ``callerKey`` needs ``perCaller = 1`` (it picks which caller a per-caller row is for).
+    """
+    if url == CHANNEL_URL:
+        if not channel:
+            return "a channel row (interfaceUrl '*') needs the channelType it caps"
+        bad = control_character(channel)
+        if bad is not None:
+            return f"channelType {channel!r} contains the control character {bad[1]!r}"
+    if caller is not None:
+        if not per_caller:
+            return f"callerKey {caller!r} needs perCaller = 1 (it names a per-caller row's caller)"
+        return caller_key_problem(caller)
+    return ""
 
 
 def algorithm_problem(
@@ -306,15 +372,23 @@ def _stricter(a: Rule, b: Rule) -> Rule:
 def interface_rule(limits: Iterable[Rule]) -> Rule:
     """One interface's limits as the Rule ``Snapshot.rules`` holds for it.
 
-    The first limit is a closed one if any (a call must pass every limit, so one closed
-    limit closes the interface), else the shortest period, shared before per caller,
-    then the lowest configId; the rest go into ``also`` in that order. The interface's
-    wait budget is the smallest ``cache`` among its rows: the caller waits for every
-    limit at once, and no row allows more waiting than its own. Its ``max_concurrent``
-    is the smallest any of its rows sets (the stricter cap wins, as for rates).
+    The first limit is one of the interface's own (a channel's limits come last): a
+    closed one if any, else the shortest period, shared before per caller, then the
+    lowest configId; the rest go into ``also`` in that order. The interface's wait
+    budget is the smallest ``cache`` among its rows (and its channel's): the caller
+    waits for every limit at once, and no row allows more waiting than its own. Its
+    ``max_concurrent`` is the smallest any of its own rows sets (the stricter cap wins,
+    as for rates; a channel row caps rates only).
     """
-    lead, *rest = sorted(limits, key=lambda r: (not r.closed, r.period, r.per_caller, r.config_id))
-    caps = [r.max_concurrent for r in (lead, *rest) if r.max_concurrent is not None]
+    lead, *rest = sorted(
+        limits,
+        key=lambda r: (r.caps_channel, r.rate != 0, r.period, r.per_caller, r.config_id),
+    )
+    caps = [
+        r.max_concurrent
+        for r in (lead, *rest)
+        if r.max_concurrent is not None and not r.caps_channel
+    ]
     return replace(
         lead,
         cache=min(r.cache for r in (lead, *rest)),
@@ -331,74 +405,187 @@ class RuleSet:
     skipped: tuple[Skipped, ...] = field(default=())
     #: URLs whose rows are all disabled (``status = 0``): not limited, but configured.
     disabled: frozenset[str] = frozenset()
+    #: (url, callerKey) -> the Rule for that named caller, where it differs from
+    #: ``rules[url]`` (a per-caller row names it).
+    named: Mapping[tuple[str, str], Rule] = field(default_factory=lambda: MappingProxyType({}))
+    #: What is odd but applied anyway (rows of one interface naming different channels).
+    warnings: tuple[str, ...] = ()
+
+
+#: A limit's place among its owner's limits: (period, per caller, callerKey).
+_Slot = tuple[int, bool, str | None]
+
+
+def _slot_text(slot: _Slot) -> str:
+    where = "" if slot[:2] == (1, False) else f" ({scope_text(slot[0], slot[1])})"
+    return where + ("" if slot[2] is None else f" for caller {slot[2]!r}")
+
+
+def _place(slots: dict[_Slot, Rule], rule: Rule, owner: str, skipped: list[Skipped]) -> None:
+    """Put ``rule`` into its slot; of two rows for one slot the stricter wins."""
+    slot = (rule.period, rule.per_caller, rule.caller)
+    other = slots.get(slot)
+    if other is None:
+        slots[slot] = rule
+        return
+    winner = _stricter(other, rule)
+    loser = rule if winner is other else other
+    slots[slot] = winner
+    why = "is stricter"
+    if loser.shadow != winner.shadow:
+        why = "is enforced (this one is shadow)"
+    skipped.append(
+        Skipped(
+            loser.config_id,
+            f"duplicate enabled row for {owner}{_slot_text(slot)}: configId "
+            f"{winner.config_id} (rateLimit {winner.rate}) {why} and applies",
+        )
+    )
+
+
+def _for_caller(slots: Mapping[_Slot, Rule], caller: str | None) -> list[Rule]:
+    """The limits that apply to ``caller`` (None: to callers no row names): a named
+    caller's row takes the place of the unnamed per-caller row of its period."""
+    chosen = {(p, pc): r for (p, pc, name), r in slots.items() if name is None}
+    if caller is not None:
+        for (p, pc, name), r in slots.items():
+            if name == caller:
+                chosen[(p, pc)] = r
+    return list(chosen.values())
+
+
+def _resolve(url: str, chosen: list[Rule], skipped: list[Skipped]) -> list[Rule]:
+    """One interface's own limits, less what cannot go with the rest: shadow rows
+    beside enforced ones, warm_up beside anything (see the module's docstring)."""
+    enforced = [r for r in chosen if not r.shadow]
+    if enforced and len(enforced) < len(chosen):
+        applies = ", ".join(str(r.config_id) for r in enforced)
+        skipped.extend(
+            Skipped(
+                r.config_id,
+                f"shadow row beside enforced limits of {url!r} (configId {applies} "
+                "apply): a call is enforced or on trial as a whole; make every row "
+                "of the URL shadow to trial them together",
+            )
+            for r in chosen
+            if r.shadow
+        )
+        chosen = enforced
+    if len(chosen) > 1:
+        others = [r for r in chosen if r.algorithm is not Algorithm.WARM_UP]
+        applies = ", ".join(str(r.config_id) for r in others)
+        skipped.extend(
+            Skipped(
+                r.config_id,
+                f"warm_up cannot be combined with other limits of {url!r} "
+                f"(configId {applies} apply); for pacing at the rate give this row "
+                "algorithm token_bucket with maxPermits 1",
+            )
+            for r in chosen
+            if r.algorithm is Algorithm.WARM_UP
+        )
+        chosen = others
+    return chosen
+
+
+def _capped(
+    url: str, own: list[Rule], cap: list[Rule], channel: str, skipped: list[Skipped]
+) -> list[Rule]:
+    """``url``'s own limits with its channel's, all keyed under the channel's hash tag.
+
+    A channel's limits join an interface only where one call can be decided by all of
+    them: not beside a warm_up row (warm-up stands alone), and only when they are as
+    enforced (or as shadow) as the interface's own; otherwise they are left out for that
+    interface, with a warning naming them."""
+    if not cap:
+        return own
+    shadow = all(r.shadow for r in own)
+    why = ""
+    if any(r.algorithm is Algorithm.WARM_UP for r in own + cap):
+        why = "warm_up stands alone and cannot be decided with a channel cap"
+    elif any(r.shadow != shadow for r in cap):
+        why = (
+            f"the interface's rows are {'shadow' if shadow else 'enforced'} and one call "
+            "cannot be half enforced; make the channel's rows match"
+        )
+    if why:
+        skipped.extend(
+            Skipped(r.config_id, f"channel row for {channel!r} does not apply to {url!r}: {why}")
+            for r in cap
+        )
+        return own
+    return [replace(r, channel=channel) for r in own] + list(cap)
 
 
 def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
-    """Turn rows into rules: skip bad rows, resolve duplicate limits (stricter wins), and
-    gather each URL's limits into one Rule."""
-    # url -> (period, per caller) -> the row's limit
-    limits: dict[str, dict[tuple[int, bool], Rule]] = {}
+    """Turn rows into rules: skip bad rows, resolve duplicate limits (stricter wins),
+    gather each URL's limits into one Rule, with its channel's cap and named callers."""
+    limits: dict[str, dict[_Slot, Rule]] = {}  # url -> slot -> the row's limit
+    caps: dict[str, dict[_Slot, Rule]] = {}  # channelType -> slot -> a channel row's limit
+    channels: dict[str, dict[str, list[int]]] = {}  # url -> channelType -> configIds
     skipped: list[Skipped] = []
     disabled: set[str] = set()
     for row in rows:
         outcome = rule_from_row(row, default_cache)
         if outcome is None:
-            if row.interface_url:
+            if row.interface_url and row.interface_url != CHANNEL_URL:
                 disabled.add(row.interface_url)
             continue
         if isinstance(outcome, Skipped):
             skipped.append(outcome)
             continue
-        slots = limits.setdefault(outcome.url, {})
-        slot = (outcome.period, outcome.per_caller)
-        other = slots.get(slot)
-        if other is None:
-            slots[slot] = outcome
+        if outcome.channel is not None:  # a channel row
+            _place(
+                caps.setdefault(outcome.channel, {}),
+                outcome,
+                f"channel {outcome.channel!r}",
+                skipped,
+            )
             continue
-        winner = _stricter(other, outcome)
-        loser = outcome if winner is other else other
-        slots[slot] = winner
-        where = "" if slot == (1, False) else f" ({scope_text(*slot)})"
-        why = "is stricter"
-        if loser.shadow != winner.shadow:
-            why = "is enforced (this one is shadow)"
-        skipped.append(
-            Skipped(
-                loser.config_id,
-                f"duplicate enabled row for {outcome.url!r}{where}: configId "
-                f"{winner.config_id} (rateLimit {winner.rate}) {why} and applies",
+        _place(limits.setdefault(outcome.url, {}), outcome, repr(outcome.url), skipped)
+        if row.channel_type:
+            channels.setdefault(outcome.url, {}).setdefault(row.channel_type, []).append(
+                row.config_id
             )
-        )
+    warnings: list[str] = []
     rules: dict[str, Rule] = {}
+    named: dict[tuple[str, str], Rule] = {}
     for url, slots in limits.items():
-        chosen = list(slots.values())
-        enforced = [r for r in chosen if not r.shadow]
-        if enforced and len(enforced) < len(chosen):
-            applies = ", ".join(str(r.config_id) for r in enforced)
-            skipped.extend(
-                Skipped(
-                    r.config_id,
-                    f"shadow row beside enforced limits of {url!r} (configId {applies} "
-                    "apply): a call is enforced or on trial as a whole; make every row "
-                    "of the URL shadow to trial them together",
+        named_in = channels.get(url, {})
+        channel = None
+        if named_in:
+            # The channel of the row with the lowest configId: a fixed choice, warned about.
+            channel = min(named_in, key=lambda c: min(named_in[c]))
+            if len(named_in) > 1:
+                which = "; ".join(
+                    f"{c!r}: configId {', '.join(map(str, ids))}" for c, ids in named_in.items()
                 )
-                for r in chosen
-                if r.shadow
-            )
-            chosen = enforced
-        if len(chosen) > 1:
-            others = [r for r in chosen if r.algorithm is not Algorithm.WARM_UP]
-            applies = ", ".join(str(r.config_id) for r in others)
-            skipped.extend(
-                Skipped(
-                    r.config_id,
-                    f"warm_up cannot be combined with other limits of {url!r} "
-                    f"(configId {applies} apply); for pacing at the rate give this row "
-                    "algorithm token_bucket with maxPermits 1",
+                warnings.append(
+                    f"rows of {url!r} disagree on channelType ({which}); "
+                    f"channel caps follow {channel!r} (the lowest configId's)"
                 )
-                for r in chosen
-                if r.algorithm is Algorithm.WARM_UP
-            )
-            chosen = others
-        rules[url] = interface_rule(chosen)
-    return RuleSet(MappingProxyType(rules), tuple(skipped), frozenset(disabled - rules.keys()))
+        cap_slots = caps.get(channel, {}) if channel is not None else {}
+        if len(slots) == 1 and not cap_slots:  # the common case: one limit, no shares
+            (lone,) = slots.values()
+            if lone.caller is None:
+                rules[url] = lone
+                continue
+        names = {name for (_, _, name) in (*slots, *cap_slots) if name is not None}
+        base = _resolve(url, _for_caller(slots, None), skipped)
+        if base:
+            base = _capped(url, base, _for_caller(cap_slots, None), channel or "", skipped)
+            rules[url] = interface_rule(base)
+        for name in sorted(names):
+            own = _resolve(url, _for_caller(slots, name), skipped)
+            if own:
+                mine = _capped(url, own, _for_caller(cap_slots, name), channel or "", skipped)
+                rule = interface_rule(mine)
+                if rule != rules.get(url):
+                    named[(url, name)] = rule
+    return RuleSet(
+        MappingProxyType(rules),
+        tuple(dict.fromkeys(skipped)),  # a row left out for several callers: said once
+        frozenset(disabled - rules.keys()),
+        MappingProxyType(named),
+        tuple(warnings),
+    )

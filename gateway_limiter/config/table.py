@@ -258,8 +258,9 @@ _ROW_FIELDS = {
 }
 
 
-#: Columns only people read (``conf list``); the reload leaves them out.
-_DISPLAY_ONLY = frozenset({"channelType", "interfaceNo", "lastModifyTime"})
+#: Columns only people read (``conf list``); the reload leaves them out. (channelType is
+#: read: a channel row caps the interfaces whose rows name its channel.)
+_DISPLAY_ONLY = frozenset({"interfaceNo", "lastModifyTime"})
 
 
 def read_rows(engine: Engine, *, display: bool = True) -> list[ConfRow]:

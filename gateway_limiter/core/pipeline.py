@@ -124,10 +124,13 @@ class Push:
         self.asked = asked
 
 
-def route(snapshot: Snapshot, url: str) -> Rule | None:
-    """The rule that limits ``url`` now, or None when the call is not limited."""
+def route(snapshot: Snapshot, url: str, key: str | None = None) -> Rule | None:
+    """The rule that limits ``url`` for caller ``key`` now, or None when the call is not
+    limited (a named caller's own rule where a per-caller row names ``key``)."""
     if not snapshot.switch:
         return None
+    if key is not None and snapshot.named:  # empty unless some row names a caller
+        return snapshot.named.get((url, key)) or snapshot.rules.get(url)
     return snapshot.rules.get(url)
 
 
@@ -420,7 +423,7 @@ class LimiterCore:
         if not self._started:
             raise NotStarted(self._NOT_STARTED)
         snapshot = self.registry.snapshot
-        rule = route(snapshot, url)
+        rule = route(snapshot, url, key)
         if rule is None:
             return self._outcomes.unlimited(snapshot, url)
         if rule.closed:
@@ -528,7 +531,7 @@ class LimiterCore:
         check_pushback_args(url, retry_after, key)
         if not self._started:
             raise NotStarted(self._NOT_STARTED)
-        rule = route(self.registry.snapshot, url)
+        rule = route(self.registry.snapshot, url, key)
         if rule is None or rule.closed or not self._breaker.allows():
             return None
         refusals = self._local_refusals

@@ -56,13 +56,32 @@ PushbackPeeked = tuple[PushbackState | None, float] | BackendError | None
 
 def chosen(registry: Registry, url: str | None) -> list[tuple[Rule, list[Rule]]]:
     """Each interface ``status`` shows (its rule with every limit, where pushbacks are
-    kept), with its limits as ``chosen_limits`` gives them."""
-    rules = registry.snapshot.rules
+    kept), with its limits as ``chosen_limits`` gives them.
+
+    Capacity shares: a named caller's own rows are shown with its interface, and a
+    channel's limits once (with the first interface of the channel)."""
+    snapshot = registry.snapshot
+    rules = snapshot.rules
     urls = sorted(rules) if url is None else [url] if url in rules else []
-    return [
-        (rules[u], [replace(limit, cache=rules[u].cache, also=()) for limit in rules[u].limits])
-        for u in urls
-    ]
+    seen: set[int] = set()
+    shown = []
+    for u in urls:
+        rule = rules[u]
+        limits = [(rule, limit) for limit in rule.limits]
+        limits += [
+            (named, limit)
+            for (v, _), named in sorted(snapshot.named.items())
+            if v == u
+            for limit in named.limits
+            if limit.caller is not None
+        ]
+        mine = []
+        for owner, limit in limits:
+            if limit.config_id not in seen:
+                seen.add(limit.config_id)
+                mine.append(replace(limit, cache=owner.cache, also=()))
+        shown.append((rule, mine))
+    return shown
 
 
 def has_pushback_state(interface: Rule) -> bool:
@@ -74,11 +93,7 @@ def has_pushback_state(interface: Rule) -> bool:
 def chosen_limits(registry: Registry, url: str | None) -> list[Rule]:
     """The limits ``status`` shows: every limit of ``url``, or of every URL, in order,
     each on its own with its interface's wait budget (the one that applies)."""
-    rules = registry.snapshot.rules
-    urls = sorted(rules) if url is None else [url] if url in rules else []
-    return [
-        replace(limit, cache=rules[u].cache, also=()) for u in urls for limit in rules[u].limits
-    ]
+    return [limit for _, limits in chosen(registry, url) for limit in limits]
 
 
 def has_shared_bucket(rule: Rule) -> bool:

@@ -351,6 +351,7 @@ def reserve_limits(
     now_us: float,
     factor: float = 1.0,
     until_us: float = 0.0,
+    own: int | None = None,
 ) -> tuple[Verdict, tuple[LimitState, ...] | None]:
     """Decide ``permits`` against every limit at once, all or nothing.
 
@@ -364,30 +365,36 @@ def reserve_limits(
     Pushback (``model/pushback.py``): token buckets run at ``factor`` times their rate
     and capacity, windows admit at most ``window_limit`` of their rate per window, and no
     call goes before ``until_us``.
+
+    Capacity shares: only the first ``own`` limits (None: all) are the interface's;
+    the rest are its channel's, shared with other interfaces, so the pushback neither
+    slows them nor makes them owe until ``until_us`` (the call still goes no sooner).
     """
+    own = len(limits) if own is None else own
     capped = limits
     if factor != 1.0:
         limits = [
             Limit(x.kind, x.rate * factor, x.size * factor)
-            if x.kind is LimitKind.TOKEN_BUCKET
+            if x.kind is LimitKind.TOKEN_BUCKET and i < own
             else x
-            for x in limits
+            for i, x in enumerate(limits)
         ]
         # A window counts at most its slowed limit (step 1 only: next free and the trim
         # keep its own rate, since the factor only recovers).
         capped = [
             x
-            if x.kind is LimitKind.TOKEN_BUCKET or permits > x.rate
+            if x.kind is LimitKind.TOKEN_BUCKET or permits > x.rate or i >= own
             else Limit(x.kind, window_limit(x.rate, factor, permits), x.size)
-            for x in limits
+            for i, x in enumerate(limits)
         ]
     held_us = until_us - now_us if until_us > now_us else 0.0
     at_us = max(now_us, until_us)
     current: list[LimitState] = []
-    for limit, state in zip(capped, states, strict=True):
-        found = LIMIT_MODELS[limit.kind].earliest(limit, state, permits, now_us, until_us)
-        if found is None:
-            return Verdict(False, math.inf, 0.0, 0.0, factor, held_us), None
+    for i, (limit, state) in enumerate(zip(capped, states, strict=True)):
+        owed_us = until_us if i < own else 0.0
+        found = LIMIT_MODELS[limit.kind].earliest(limit, state, permits, now_us, owed_us)
+        if found is None:  # the factor as limits.lua has it there: a channel's is 1
+            return Verdict(False, math.inf, 0.0, 0.0, factor if i < own else 1.0, held_us), None
         earliest_us, as_of_now = found
         current.append(as_of_now)
         at_us = max(at_us, earliest_us)

@@ -24,6 +24,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("where_time_goes.py", [], ["1. Redis server time", "3. Python alone"]),
         ("overload.py", ["--quick"], ["1. 8 threads", "2. asyncio", "local refusals:"]),
         ("pushback_constants.py", [], ["decrease  recovery/s  success share"]),
+        ("accuracy_shares.py", ["--quick"], ["1. Past the first second", "2. Decision cost"]),
         ("slot_cost.py", ["--quick"], ["Slot cost", "slot: take + give back"]),
         (
             "server_time.py",

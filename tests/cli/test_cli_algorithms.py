@@ -370,12 +370,13 @@ def test_conf_list_shows_the_algorithm_columns_and_what_each_row_does(
     assert ran.code == 0, ran.err
     lines = ran.out.splitlines()
     header = lines[1].split()
-    assert header[-6:] == [
+    assert header[-7:] == [
         "algorithm",
         "maxPermits",
         "warmupPeriod",
         "periodSeconds",
         "perCaller",
+        "callerKey",
         "effect",
     ]
 
@@ -385,14 +386,15 @@ def test_conf_list_shows_the_algorithm_columns_and_what_each_row_does(
         # time ...
         return line.split()[10:]
 
-    assert cells("/tb")[:5] == ["token_bucket", "40", "NULL", "1", "0"]
-    assert " ".join(cells("/tb")[5:]) == "20/s, burst 40, wait <= 0.2 s"
-    assert cells("/sw")[:5] == ["sliding_window", "NULL", "NULL", "1", "0"]
-    assert " ".join(cells("/sw")[5:]) == "50/s in any 1 s, wait <= 0.2 s"
+    # ... algorithm maxPermits warmupPeriod periodSeconds perCaller callerKey effect
+    assert cells("/tb")[:6] == ["token_bucket", "40", "NULL", "1", "0", "NULL"]
+    assert " ".join(cells("/tb")[6:]) == "20/s, burst 40, wait <= 0.2 s"
+    assert cells("/sw")[:6] == ["sliding_window", "NULL", "NULL", "1", "0", "NULL"]
+    assert " ".join(cells("/sw")[6:]) == "50/s in any 1 s, wait <= 0.2 s"
     # FLOAT: 0.1 reads back from MySQL as 0.100000001490116; shown as meant.
-    assert cells("/wu")[:5] == ["warm_up", "NULL", "0.1", "1", "0"]
-    assert " ".join(cells("/wu")[5:]) == "20/s, 0.1 s warm-up, wait <= 0.5 s"
-    assert cells("/bad")[:6] == ["sliding_window", "9", "NULL", "1", "0", "skipped"]
+    assert cells("/wu")[:6] == ["warm_up", "NULL", "0.1", "1", "0", "NULL"]
+    assert " ".join(cells("/wu")[6:]) == "20/s, 0.1 s warm-up, wait <= 0.5 s"
+    assert cells("/bad")[:7] == ["sliding_window", "9", "NULL", "1", "0", "NULL", "skipped"]
     assert any("maxPermits 9 is invalid for sliding_window" in line for line in lines)
 
 

@@ -188,11 +188,11 @@ def test_conf_list_shows_period_and_scope_and_what_each_row_adds(
     ran = cli(capsys, db, "conf", "list")
     assert ran.code == 0, ran.err
     lines = ran.out.splitlines()
-    assert lines[1].split()[-3:] == ["periodSeconds", "perCaller", "effect"]
+    assert lines[1].split()[-4:] == ["periodSeconds", "perCaller", "callerKey", "effect"]
     cells = [line.split()[10:] for line in lines[2:5]]  # after ... status shadow
-    # algorithm maxPermits warmupPeriod periodSeconds perCaller effect...
-    assert [c[3:5] for c in cells] == [["1", "0"], ["60", "0"], ["1", "1"]]
-    effects = [" ".join(c[5:]) for c in cells]
+    # algorithm maxPermits warmupPeriod periodSeconds perCaller callerKey effect...
+    assert [c[3:6] for c in cells] == [["1", "0", "NULL"], ["60", "0", "NULL"], ["1", "1", "NULL"]]
+    effects = [" ".join(c[6:]) for c in cells]
     assert effects == [
         "5/s, burst 5, wait <= 0.3 s",
         "200 per 60 s, burst 200, wait <= 0.3 s",  # the interface's budget: the least

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from gateway_limiter.backends.redis import RedisBackend
 from gateway_limiter.backends.scripts import parse_state
-from gateway_limiter.backends.state import bucket_key, limit, state_key, window_key
-from gateway_limiter.config.rules import Rule
+from gateway_limiter.backends.state import bucket_key, limit, own_limits, state_key, window_key
+from gateway_limiter.config.rules import CHANNEL_URL, Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import BucketState, expiry_ms, reserve
 from gateway_limiter.model.limits import FixedWindow, LimitState, reserve_limits, reserve_window
@@ -269,6 +269,63 @@ def test_limits_script_and_model_agree_on_every_decision_and_state(
         if new is not None:
             model = list(new)
         assert [stored_limit(backend.client, r) for r in rule.limits] == model
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    own=limit_sets(),
+    cap=limit_sets(),
+    sequence=st.lists(
+        st.tuples(
+            st.booleans(),  # which of the channel's two interfaces asks
+            st.one_of(st.integers(0, 5_000), st.integers(0, 3_000_000)),  # dt µs
+            st.integers(1, 12),  # permits
+            st.one_of(st.none(), st.just(0.0), st.floats(0, 5_000_000)),  # timeout µs
+        ),
+        min_size=1,
+        max_size=50,
+    ),
+)
+def test_a_channel_cap_is_shared_by_its_interfaces_as_the_model_says(
+    backend: RedisBackend,
+    own: list[tuple[str, int, int, int]],
+    cap: list[tuple[str, int, int, int]],
+    sequence: list[tuple[bool, int, int, float | None]],
+) -> None:
+    """Two interfaces of one channel, each with its own limits (the same shapes) and the
+    channel's (``interfaceUrl`` ``*``) last: one limits.lua call decides both, and the
+    channel's state is one, shared (capacity shares, docs/algorithms.md)."""
+    channel = f"C{uuid.uuid4().hex[:12]}"
+    channel_limits = [
+        replace(r, url=CHANNEL_URL, channel=channel, config_id=100 + r.config_id)
+        for r in interface(CHANNEL_URL, cap).limits
+    ]
+    rules = []
+    for name in ("a", "b"):
+        mine = [replace(r, channel=channel) for r in interface(f"/{channel}/{name}", own).limits]
+        rules.append(replace(mine[0], also=(*mine[1:], *channel_limits)))
+    assert own_limits(rules[0]) == len(own)
+    own_states: list[list[LimitState | None]] = [[None] * len(own), [None] * len(own)]
+    shared: list[LimitState | None] = [None] * len(cap)
+    now = START
+    for second, dt, permits, timeout in sequence:
+        now += dt
+        rule = rules[second]
+        timeout_s = None if timeout is None else timeout / 1e6
+        got = backend.reserve(rule, permits, timeout_s, now=now)
+        budget = None if timeout_s is None else timeout_s * 1_000_000.0
+        specs = [limit(r) for r in rule.limits]
+        states = own_states[second] + shared
+        expected, new = reserve_limits(specs, states, permits, budget, now, own=len(own))
+        assert got == expected
+        if new is not None:
+            own_states[second], shared = list(new[: len(own)]), list(new[len(own) :])
+        stored = [stored_limit(backend.client, r) for r in rule.limits]
+        assert stored == own_states[second] + shared
+    keys = {state_key("prop", r) for rule in rules for r in rule.limits}
+    assert {k.split("}")[0] for k in keys} == {f"prop:{{={channel}"}  # one hash tag, one slot
 
 
 @pytest.mark.parametrize("algorithm", ["token_bucket", "sliding_window", "fixed_window"])

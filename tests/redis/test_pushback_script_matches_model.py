@@ -9,7 +9,7 @@ interface, with the clock driven through the scripts' ``now`` argument; the mode
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +17,13 @@ from hypothesis import strategies as st
 
 from gateway_limiter.backends.redis import RedisBackend
 from gateway_limiter.backends.scripts import parse_state
-from gateway_limiter.backends.state import limit, pushback_rate, single_bucket, state_key
+from gateway_limiter.backends.state import (
+    limit,
+    own_limits,
+    pushback_rate,
+    single_bucket,
+    state_key,
+)
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, BucketState, reserve
@@ -64,13 +70,17 @@ def rules(url: str) -> list[Rule]:
     # windows alone (limits.lua): the slowdown caps their count, in whole permits
     sliding = Rule(url, 8, 0.5, 2, algorithm=Algorithm.SLIDING_WINDOW, period=2)
     fixed = Rule(url, 8, 0.5, 2, algorithm=Algorithm.FIXED_WINDOW, period=2)
-    return [bucket, warm, both, sliding, fixed]
+    # capacity shares: the channel's bucket is neither scaled nor delayed by the pushback
+    channel = f"C{url[-8:]}"
+    cap = Rule("*", 12, 0.5, 3, capacity=6, channel=channel)
+    capped = Rule(url, 20, 0.5, 1, channel=channel, also=(replace(window, channel=channel), cap))
+    return [bucket, warm, both, sliding, fixed, capped]
 
 
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(shape=st.integers(0, 4), sequence=steps)
+@given(shape=st.integers(0, 5), sequence=steps)
 def test_scripts_and_model_agree_under_pushbacks(
     backend: RedisBackend, shape: int, sequence: list[Step]
 ) -> None:
@@ -92,7 +102,14 @@ def test_scripts_and_model_agree_under_pushbacks(
         factor = factor_at(pushed, pushback_rate(rule), now)
         if not single_bucket(rule):
             expected, changed = reserve_limits(
-                specs, limits, step.permits, timeout_us, now, factor, until_of(pushed)
+                specs,
+                limits,
+                step.permits,
+                timeout_us,
+                now,
+                factor,
+                until_of(pushed),
+                own_limits(rule),
             )
             if changed is not None:
                 limits = list(changed)
