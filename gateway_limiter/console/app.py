@@ -279,6 +279,14 @@ def make_app(sources: Sources) -> Starlette:
                     "stored": None if b.stored is None else round(b.stored, 3),
                     "debtMs": round(b.debt_ms, 3),
                     "nextFreeMs": None if b.next_free_ms is None else round(b.next_free_ms, 3),
+                    # after pushback, in the row's units (per periodSeconds); the hold left
+                    "effectiveRate": None
+                    if b.effective_rate is None
+                    else round(b.effective_rate, 6),
+                    "heldMs": round(b.held_ms, 3),
+                    # slots: calls in flight fleet-wide, where the row has maxConcurrent
+                    "inFlight": b.in_flight,
+                    "maxConcurrent": rule.max_concurrent,
                     "shared": b.shared,
                     "error": b.error,
                 }

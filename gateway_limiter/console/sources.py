@@ -10,15 +10,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
 from gateway_limiter.backends.base import Backend, BackendError
+from gateway_limiter.backends.slots import parse_counts, renew_call
 from gateway_limiter.config.reload import Registry
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.core.status import BucketStatus, chosen_limits, describe_state
+from gateway_limiter.core.failure import attempt
+from gateway_limiter.core.status import BucketStatus, chosen, describe_interface
 
 if TYPE_CHECKING:
     from gateway_limiter.limiter import GatewayLimiter
@@ -61,9 +63,34 @@ class RedisView:
         return self.registry
 
     def status(self) -> list[BucketStatus]:
-        """Every limit in force and its bucket as the backend holds it now."""
+        """Every limit in force and its bucket as the backend holds it now, with what the
+        supplier's pushbacks left (the hold, the effective rate) and, on an interface's
+        first limit, its calls in flight (rows with ``maxConcurrent``)."""
         registry = self._fresh()
-        return [describe_state(rule, self.backend) for rule in chosen_limits(registry, None)]
+        shown = [
+            state
+            for interface, limits in chosen(registry, None)
+            for state in describe_interface(interface, limits, self.backend)
+        ]
+        return [self._with_in_flight(registry, state) for state in shown]
+
+    def _with_in_flight(self, registry: Registry, state: BucketStatus) -> BucketStatus:
+        """``state`` with the live leases of its interface's slots: one read-only call of
+        the slot renewal script with no lease to renew (it counts them)."""
+        rule = registry.snapshot.rules.get(state.rule.url)
+        script = getattr(self.backend, "script", None)
+        if (
+            rule is None
+            or rule.config_id != state.rule.config_id
+            or rule.max_concurrent is None
+            or script is None
+        ):
+            return state
+        call = renew_call(self.settings.key_prefix, rule.url, [], self.settings.slot_lease)
+        reply = attempt(lambda: parse_counts(script(call)))
+        if isinstance(reply, BackendError):
+            return state
+        return replace(state, in_flight=reply[1])
 
     def fleet(self) -> dict[str, Any]:
         """The members as their heartbeats describe them, and their tallies."""

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
+from gateway_limiter import GatewayLimiter
 from gateway_limiter.config.audit import read_audit
 from tests.console.conftest import TOKEN, Served
 from tests.support.limiting import write_row
@@ -180,3 +181,25 @@ def test_status_shows_each_limit_and_its_bucket(console: Served) -> None:
     assert bucket["stored"] is None  # never asked: a full bucket, nothing stored yet
     assert status["switch"]["effective"] is True
     assert status["fleet"]["shared"] is True
+    assert (bucket["inFlight"], bucket["maxConcurrent"], bucket["heldMs"]) == (None, None, 0.0)
+
+
+def test_status_shows_slots_in_use_and_what_a_pushback_left(console: Served) -> None:
+    """A gateway holding a slot and pushed back: the console reads both from Redis."""
+    write_row(console.engine, URL, rateLimit=10, cache=0.5, maxConcurrent=3)
+    settings = console.settings
+    with GatewayLimiter(
+        database_url=settings.database_url,
+        redis_url=settings.redis_url,
+        key_prefix=settings.key_prefix,
+        redis_timeout=2.0,
+        redis_timeout_ceiling=2.0,
+    ) as gateway:
+        with gateway.slot(URL, timeout=5), console.client() as http:
+            gateway.pushback(URL)  # halves the effective rate
+            gateway.pushback(URL, retry_after=30)  # and holds every call for 30 s
+            status = http.get("/api/status").json()
+    (bucket,) = status["buckets"]
+    assert (bucket["inFlight"], bucket["maxConcurrent"]) == (1, 3)
+    assert bucket["effectiveRate"] == pytest.approx(5.0, rel=0.05)
+    assert 20_000 < bucket["heldMs"] <= 30_000

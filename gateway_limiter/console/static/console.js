@@ -233,14 +233,21 @@ async function loadLive() {
     cell(tr, b.configId, "num");
     cell(tr, b.rate + " / " + b.periodSeconds + " s " + b.algorithm);
     // After pushback the fleet runs at factor x the row's rate (the lowest any member saw).
+    // The bucket's own reading wins where there is one (it also knows a hold).
     const factor = t.factor === undefined ? 1 : t.factor;
-    cell(tr, (b.perSecond * factor).toFixed(2) + (factor < 1 ? " (pushback)" : ""), "num effective");
+    const perSecond = b.effectiveRate === null || b.effectiveRate === undefined
+      ? b.perSecond * factor : b.effectiveRate / b.periodSeconds;
+    const held = b.heldMs > 0 ? " (held " + (b.heldMs / 1000).toFixed(1) + " s)" : "";
+    const slowed = perSecond < b.perSecond - 1e-9 ? " (pushback)" : "";
+    cell(tr, perSecond.toFixed(2) + slowed + held, "num effective");
     cell(tr, rate(t.admitted), "num admitted");
     cell(tr, rate(t.waited), "num waited");
     cell(tr, rate(t.refused), "num refused");
     cell(tr, b.stored === null ? "full" : b.stored, "num");
     cell(tr, b.debtMs, "num");
     cell(tr, b.nextFreeMs, "num");
+    cell(tr, b.inFlight === null || b.inFlight === undefined ? ""
+      : b.inFlight + " / " + b.maxConcurrent, "num in-flight");
     body.appendChild(tr);
   }
   $("#live tbody").replaceWith(body);
