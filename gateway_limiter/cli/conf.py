@@ -40,6 +40,7 @@ from gateway_limiter.cli.output import Column
 from gateway_limiter.config.edits import algorithm_culprit, combination_problem
 from gateway_limiter.config.rules import (
     ALGORITHMS,
+    CHANNEL_URL,
     MAX_PERIOD,
     Algorithm,
     algorithm_problem,
@@ -91,6 +92,11 @@ def register(parser: argparse.ArgumentParser) -> None:
             action="store_const",
             const=False,
             help="only the rows for all callers together",
+        )
+        pick.add_argument(
+            "--channel",
+            metavar="C",
+            help="with URL '*': only the channel cap of channelType C (each channel has its own)",
         )
 
 
@@ -418,10 +424,20 @@ def cmd_conf_set(ctx: Context) -> int:
         "per_caller": int(per_caller),
         "caller_key": caller,
     }
+    if a.url == CHANNEL_URL:
+        # each channel has its own cap: the row is picked (and made) for --channel alone
+        if not a.channel:
+            raise CliError(
+                f"URL {CHANNEL_URL!r} is a channel cap and needs the channelType it caps: "
+                "--channel C (each channel has its own row)",
+                code=2,
+            )
+        scope["channel_type"] = a.channel
     before = [
         r
         for r in everything
         if (r.period_seconds, r.per_caller, r.caller_key) == (period, per_caller, caller)
+        and (a.url != CHANNEL_URL or r.channel_type == a.channel)
     ]
     old = before[0] if before else None
     given = _given_algorithm_fields(a)
@@ -518,6 +534,14 @@ def _scope_of(args: argparse.Namespace) -> dict[str, Any]:
         scope["period_seconds"] = args.period
     if args.per_caller is not None:
         scope["per_caller"] = int(args.per_caller)
+    if getattr(args, "channel", None) is not None:
+        if args.url != CHANNEL_URL:
+            raise CliError(
+                f"argument --channel: picks one channel cap, of URL {CHANNEL_URL!r}; "
+                f"{args.url} is one interface",
+                code=2,
+            )
+        scope["channel_type"] = args.channel
     return scope
 
 

@@ -73,7 +73,10 @@ class FieldError(ValueError):
 
 def _shown(value: object) -> str:
     text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}... ({len(text)} characters)"
+    if len(text) <= 40:
+        return text
+    size = len(value) if isinstance(value, str) else len(text)  # the value's, not its repr's
+    return f"{text[:37]}... ({size} characters)"
 
 
 def _whole(value: object) -> bool:

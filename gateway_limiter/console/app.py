@@ -47,7 +47,7 @@ from gateway_limiter.config.edits import (
     row_problem,
     update_row,
 )
-from gateway_limiter.config.rules import build_rules
+from gateway_limiter.config.rules import CHANNEL_URL, build_rules
 from gateway_limiter.config.table import ConfRow, read_rows, read_switch, write_switch
 from gateway_limiter.console.sources import Sources
 
@@ -105,12 +105,12 @@ def make_app(sources: Sources) -> Starlette:
     def authorise(request: Request) -> None:
         if request.method in ("GET", "HEAD"):
             return
+        if not token:  # no token can make a write: not a missing credential (401)
+            raise ApiError(403, "console_token is not set: this console is read only")
         given = request.headers.get("authorization", "")
         scheme, _, value = given.partition(" ")
         if scheme.lower() != "bearer" or not value:
             raise ApiError(401, "writes need the header 'Authorization: Bearer <console_token>'")
-        if not token:
-            raise ApiError(403, "console_token is not set: this console is read only")
         if not hmac.compare_digest(value.strip().encode(), token.encode()):
             raise ApiError(403, "wrong console token")
 
@@ -138,7 +138,11 @@ def make_app(sources: Sources) -> Starlette:
 
     def changed_by(request: Request) -> ChangedBy:
         named = request.headers.get("x-actor", "").strip()
-        return ChangedBy(named[:128] or sources.actor, SOURCE_CONSOLE)
+        if named:
+            return ChangedBy(named[:128], SOURCE_CONSOLE)
+        # no name given: say where the request came from, not only who runs the console
+        client = request.client.host if request.client else "?"
+        return ChangedBy(f"{client} via {sources.actor}"[:128], SOURCE_CONSOLE)
 
     # --- rules --------------------------------------------------------------------------
 
@@ -168,6 +172,9 @@ def make_app(sources: Sources) -> Starlette:
         fields.setdefault("status", 0)  # a new row starts disabled, as with conf set
         fields.setdefault("period_seconds", 1)
         fields.setdefault("per_caller", 0)
+        channel_cap = fields["interface_url"] == CHANNEL_URL
+        if channel_cap and not fields.get("channel_type"):
+            raise FieldError("channelType", "a channel cap (interfaceUrl '*') names its channel")
         rows = read_rows(sources.engine)
         same = [
             r
@@ -179,6 +186,8 @@ def make_app(sources: Sources) -> Starlette:
                 fields["per_caller"],
                 fields.get("caller_key"),
             )
+            # each channel has its own cap row
+            and (not channel_cap or r.channel_type == fields["channel_type"])
         ]
         if same:
             raise ApiError(

@@ -146,9 +146,42 @@ def test_a_console_without_a_token_is_read_only(read_only_console: Served) -> No
         assert refused.status_code == 403
         assert "read only" in refused.json()["error"]
         assert http.put("/api/switch", json={"enabled": False}).status_code == 403
-    with served.client(None) as http:
-        assert http.delete(f"/api/rules/{config_id}").status_code == 401
+    with served.client(None) as http:  # no token could make it: 403, not a missing one
+        refused = http.delete(f"/api/rules/{config_id}")
+        assert refused.status_code == 403 and "read only" in refused.json()["error"]
     assert row_of(served.engine, config_id)["rateLimit"] == 10  # type: ignore[index]
+
+
+def test_each_channel_gets_its_own_cap_row(console: Served) -> None:
+    with console.client() as http:
+        cap = {"interfaceUrl": "*", "rateLimit": 30, "status": 1}
+        missing = http.post("/api/rules", json=cap)
+        assert missing.status_code == 422 and missing.json()["field"] == "channelType"
+        first = http.post("/api/rules", json=cap | {"channelType": "IBE+"})
+        second = http.post("/api/rules", json=cap | {"channelType": "GDS", "rateLimit": 8})
+        assert (first.status_code, second.status_code) == (201, 201), second.text
+        again = http.post("/api/rules", json=cap | {"channelType": "GDS"})
+        assert again.status_code == 409
+    with console.engine.connect() as conn:
+        caps = conn.execute(
+            text("select channelType, rateLimit from t_ratelimite_conf order by configId")
+        ).all()
+    assert [tuple(c) for c in caps] == [("IBE+", 30), ("GDS", 8)]
+
+
+def test_an_unnamed_console_change_says_where_it_came_from(console: Served) -> None:
+    config_id = write_row(console.engine, URL, rateLimit=10)
+    with console.client() as http:
+        assert http.patch(f"/api/rules/{config_id}", json={"rateLimit": 11}).status_code == 200
+    assert read_audit(console.engine)[0]["actor"].startswith("127.0.0.1 via ")
+
+
+def test_a_too_long_caller_key_is_measured_in_its_own_characters(console: Served) -> None:
+    config_id = write_row(console.engine, URL, rateLimit=10, perCaller=1)
+    with console.client() as http:
+        refused = http.patch(f"/api/rules/{config_id}", json={"callerKey": "y" * 65})
+    assert refused.status_code == 422 and refused.json()["field"] == "callerKey"
+    assert "(65 characters)" in refused.json()["error"]
 
 
 def test_no_answer_shows_the_token(console: Served) -> None:
@@ -188,17 +221,20 @@ def test_status_shows_slots_in_use_and_what_a_pushback_left(console: Served) -> 
     """A gateway holding a slot and pushed back: the console reads both from Redis."""
     write_row(console.engine, URL, rateLimit=10, cache=0.5, maxConcurrent=3)
     settings = console.settings
-    with GatewayLimiter(
-        database_url=settings.database_url,
-        redis_url=settings.redis_url,
-        key_prefix=settings.key_prefix,
-        redis_timeout=2.0,
-        redis_timeout_ceiling=2.0,
-    ) as gateway:
-        with gateway.slot(URL, timeout=5), console.client() as http:
-            gateway.pushback(URL)  # halves the effective rate
-            gateway.pushback(URL, retry_after=30)  # and holds every call for 30 s
-            status = http.get("/api/status").json()
+    with (
+        GatewayLimiter(
+            database_url=settings.database_url,
+            redis_url=settings.redis_url,
+            key_prefix=settings.key_prefix,
+            redis_timeout=2.0,
+            redis_timeout_ceiling=2.0,
+        ) as gateway,
+        gateway.slot(URL, timeout=5),
+        console.client() as http,
+    ):
+        gateway.pushback(URL)  # halves the effective rate
+        gateway.pushback(URL, retry_after=30)  # and holds every call for 30 s
+        status = http.get("/api/status").json()
     (bucket,) = status["buckets"]
     assert (bucket["inFlight"], bucket["maxConcurrent"]) == (1, 3)
     assert bucket["effectiveRate"] == pytest.approx(5.0, rel=0.05)

@@ -123,3 +123,25 @@ def test_conf_set_says_what_a_named_caller_and_a_channel_cap_do(
     assert "'*' rows are channel caps: configId 3: channel cap of 'C' over /a: 30/s" in ran.out
     listed = cli(capsys, db, "conf", "list").out
     assert "channel cap of 'C' over /a: 30/s" in listed
+
+
+def test_each_channel_keeps_its_own_cap_row(
+    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+) -> None:
+    """``conf set '*' --channel C`` picks (or makes) C's row alone: setting a second
+    channel's cap leaves the first one's as it was, and enable/disable/delete take
+    ``--channel`` to pick one cap."""
+    db, engine = migrated_any_db
+    for channel, rate in (("IBE+", "30"), ("GDS", "8"), ("IBE+", "31")):
+        ran = cli(capsys, db, "conf", "set", "*", "--rate", rate, "--channel", channel, "--enable")
+        assert ran.code == 0, ran.err
+    assert rows(engine) == [("*", "IBE+", 31, 0, None, 1), ("*", "GDS", 8, 0, None, 1)]
+    ran = cli(capsys, db, "conf", "disable", "*", "--channel", "GDS")
+    assert ran.code == 0, ran.err
+    assert rows(engine) == [("*", "IBE+", 31, 0, None, 1), ("*", "GDS", 8, 0, None, 0)]
+    ran = cli(capsys, db, "conf", "delete", "*", "--channel", "GDS")
+    assert ran.code == 0, ran.err
+    assert rows(engine) == [("*", "IBE+", 31, 0, None, 1)]
+    ran = cli(capsys, db, "conf", "disable", "/ibe/search", "--channel", "IBE+")
+    assert ran.code == 2 and "--channel" in ran.err and "/ibe/search" in ran.err
+    assert rows(engine) == [("*", "IBE+", 31, 0, None, 1)]
