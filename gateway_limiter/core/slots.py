@@ -222,13 +222,21 @@ class Held:
     local: bool = False
 
 
+#: The most a refused ``slot()`` tells a caller to wait before trying again (s).
+BUSY_RETRY_AFTER_S = 1.0
+
+
 def busy(rule: Rule, in_flight: int | None, lapses_s: float | None) -> Decision:
-    """The Decision of a ``slot()`` that found no slot free within its wait budget:
-    ``retry_after`` is when the first lease lapses, where known."""
+    """The Decision of a ``slot()`` that found no slot free within its wait budget.
+
+    A slot frees when a call in flight ends, which nobody can foresee; the first lease's
+    lapse is only the latest moment a crashed holder's slot comes back (``slot_lease``
+    away, 10 s by default). So ``retry_after`` says "soon": that moment, but at most
+    ``BUSY_RETRY_AFTER_S``, never a lease's length for a slot that frees in 50 ms."""
     return Decision(
         False,
         Reason.LIMITED,
-        retry_after=lapses_s or None,
+        retry_after=None if not lapses_s else min(lapses_s, BUSY_RETRY_AFTER_S),
         limit=rule.rate,
         effective_rate=float(rule.rate),
         in_flight=in_flight,

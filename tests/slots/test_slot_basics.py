@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.slots import slot_keys
+from gateway_limiter.core.slots import BUSY_RETRY_AFTER_S
 from gateway_limiter.errors import Refused
 from tests.support.limiting import evalsha_calls, write_row
 
@@ -47,6 +48,9 @@ def test_no_free_slot_within_the_timeout_is_refused_with_the_decision(lim: Gatew
     assert refused.value.decision.reason == "limited"
     assert refused.value.decision.in_flight == 2
     assert 0.09 <= waited < 2.0  # it waited its timeout, and no more than a loaded box adds
+    # "soon", not the 10 s lease: a slot frees when a call ends, which nobody foresees
+    retry_after = refused.value.decision.retry_after
+    assert retry_after is not None and 0 < retry_after <= BUSY_RETRY_AFTER_S
 
 
 def test_the_slot_is_given_back_when_the_block_raises(
