@@ -284,6 +284,9 @@ def make_app(sources: Sources) -> Starlette:
                     "perSecond": round(rule.per_second, 6),
                     "algorithm": str(rule.algorithm),
                     "perCaller": rule.per_caller,
+                    # a channel cap ("*") and the channel it caps; a named caller's row
+                    "channelType": rule.channel if rule.url == CHANNEL_URL else None,
+                    "callerKey": rule.caller,
                     "shadow": rule.shadow,
                     "stored": None if b.stored is None else round(b.stored, 3),
                     "debtMs": round(b.debt_ms, 3),

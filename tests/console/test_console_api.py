@@ -217,6 +217,20 @@ def test_status_shows_each_limit_and_its_bucket(console: Served) -> None:
     assert (bucket["inFlight"], bucket["maxConcurrent"], bucket["heldMs"]) == (None, None, 0.0)
 
 
+def test_status_names_the_channel_of_a_cap_and_the_caller_of_a_named_row(
+    console: Served,
+) -> None:
+    write_row(console.engine, "/ibe/a", rateLimit=25, channelType="IBE+")
+    write_row(console.engine, "*", rateLimit=30, channelType="IBE+")
+    write_row(console.engine, "/p", rateLimit=10, perCaller=1)
+    write_row(console.engine, "/p", add=True, rateLimit=50, perCaller=1, callerKey="partner-a")
+    with console.client() as http:
+        buckets = http.get("/api/status").json()["buckets"]
+    shown = {(b["url"], b["channelType"], b["callerKey"]) for b in buckets}
+    assert ("*", "IBE+", None) in shown
+    assert ("/p", None, "partner-a") in shown and ("/p", None, None) in shown
+
+
 def test_status_shows_slots_in_use_and_what_a_pushback_left(console: Served) -> None:
     """A gateway holding a slot and pushed back: the console reads both from Redis."""
     write_row(console.engine, URL, rateLimit=10, cache=0.5, maxConcurrent=3)

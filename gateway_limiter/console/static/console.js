@@ -229,7 +229,10 @@ async function loadLive() {
     const t = tallies[b.url] || {};
     const tr = el("tr");
     tr.dataset.url = b.url;
-    cell(tr, b.url, "url");
+    // a channel cap shows its channel, a named caller's row its caller
+    const who = b.channelType ? " (channel " + b.channelType + ")"
+      : b.callerKey ? " (caller " + b.callerKey + ")" : "";
+    cell(tr, b.url + who, "url");
     cell(tr, b.configId, "num");
     cell(tr, b.rate + " / " + b.periodSeconds + " s " + b.algorithm);
     // After pushback the fleet runs at factor x the row's rate (the lowest any member saw).
