@@ -38,7 +38,12 @@ def change_text(entry: dict[str, Any]) -> str:
     before, after = entry["beforeRow"] or {}, entry["afterRow"] or {}
     if entry["action"] in ("insert", "delete"):
         row = after if entry["action"] == "insert" else before
-        return f"{row.get('interfaceUrl')} rateLimit {row.get('rateLimit')}"
+        url = row.get("interfaceUrl")
+        if url == "*":  # a channel cap: say whose
+            url = f"* (channel {row.get('channelType')})"
+        elif row.get("callerKey") is not None:
+            url = f"{url} (caller {row.get('callerKey')})"
+        return f"{url} rateLimit {row.get('rateLimit')}"
     keys = sorted(set(before) | set(after))
     return ", ".join(
         f"{k} {json.dumps(before.get(k))} -> {json.dumps(after.get(k))}"

@@ -161,7 +161,12 @@ def url_effect(url: str, rows: Sequence[ConfRow], ruleset: RuleSet) -> str:
     rule = ruleset.rules.get(url)
     if rule is not None:
         ids = ", ".join(str(r.config_id) for r in rule.limits)
-        return f"{url} is {rule_text(rule)} (configId {ids})"
+        text = f"{url} is {rule_text(rule)} (configId {ids})"
+        for (u, key), named_rule in sorted(ruleset.named.items()):
+            if u == url:  # a named caller's limits, in place of the unnamed per-caller row
+                named_ids = ", ".join(str(r.config_id) for r in named_rule.limits)
+                text += f"; caller {key!r}: {rule_text(named_rule)} (configId {named_ids})"
+        return text
     if url == CHANNEL_URL:  # not an interface: each row caps its channel
         caps = [
             f"configId {r.config_id}: {row_effect(r, ruleset)}"

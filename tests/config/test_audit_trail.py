@@ -188,6 +188,21 @@ def test_the_audit_command_lists_the_changes(
     assert "rateLimit 5 -> 9" in lines[1]
 
 
+def test_the_audit_command_names_a_channel_cap_and_a_named_caller(
+    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+) -> None:
+    db, _ = migrated_any_db
+    for argv in (
+        ("*", "--rate", "30", "--channel", "IBE+"),
+        (URL, "--rate", "50", "--per-caller", "--caller", "partner-a"),
+    ):
+        assert cli(capsys, "--database-url", db, "conf", "set", *argv).code == 0
+    ran = cli(capsys, "--database-url", db, "audit")
+    assert ran.code == 0, ran.err
+    assert "* (channel IBE+) rateLimit 30" in ran.out
+    assert f"{URL} (caller partner-a) rateLimit 50" in ran.out
+
+
 def test_a_reload_that_finds_the_lock_taken_records_at_its_next_reload(
     migrated_db: tuple[str, Engine],
 ) -> None:

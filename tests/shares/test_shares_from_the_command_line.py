@@ -51,6 +51,8 @@ def test_channel_caps_and_named_callers_are_written_listed_and_shown(
     ran = cli(capsys, db, "conf", "set", "/p", *named)
     assert ran.code == 0, ran.err
     assert "callerKey partner-a" in ran.out
+    # what the row just written does, not only the unnamed per-caller row
+    assert "caller 'partner-a': " in ran.out and "50/s" in ran.out
     assert rows(engine) == [
         ("/ibe/search", "IBE+", 25, 0, None, 1),
         ("/ibe/book", "IBE+", 25, 0, None, 1),
