@@ -33,6 +33,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("reload_cost.py", ["--rows", "50", "--repeats", "2"], ["1. One reload of 50 rows"]),
         ("fleet_outage.py", ["--quick"], ["Fleet outage:", "local, even demand"]),
         ("fleet_membership.py", ["--quick"], ["Fleet membership:", "EVAL per heartbeat"]),
+        ("failover_loss.py", ["--quick"], ["Failover loss:", "1. sentinel", "lost bytes"]),
     ],
 )
 def test_benchmark_runs_to_its_tables(script: str, args: list[str], expected: list[str]) -> None:
