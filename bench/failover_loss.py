@@ -23,7 +23,13 @@ admitted over the failover period T (1 s before the kill to 2 s after Redis deci
 again) against R x T + C, and the excess (negative: headroom); the most admitted in
 any 1 s window of T (10 ms steps; a call counts if it began and ended in the window);
 the replication lag seen (median / max bytes, and in decisions and ms at the rate
-Redis decided). Table 2: admitted per 1 s window from 2 s before the kill.
+Redis admitted); the bytes the promoted replica never received (the master's offset
+just before the kill less the replica's just after) and the admitted decisions they
+held. The ``--cut-runs`` rows write the row with ``maxPermits`` = 10 x R and cut the
+replica off 300 ms before the kill, so that writes are surely lost. Table 2: admitted
+per 1 s window from 2 s before the kill. Table 3: the price of making the replica
+acknowledge each decision (``WAIT 1 100`` pipelined after it) against the decision
+alone and under ``min-replicas-to-write``.
 """
 
 from __future__ import annotations
@@ -31,8 +37,9 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 # Run as a script from anywhere: the checkout's package wins over any installed copy.
@@ -69,12 +76,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=1,
         help="Sentinel runs with C = 10 x R and the replica's link cut 300 ms before the kill",
     )
+    parser.add_argument(
+        "--write-calls", type=int, default=5000, help="calls per row of table 3 (default 5000)"
+    )
     args = parser.parse_args(argv)
+    if args.write_calls < 1:
+        parser.error(f"--write-calls {args.write_calls}: not >= 1")
     for name in ("runs", "cluster_runs", "cut_runs"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: not >= 0")
     if args.quick:
-        args.runs, args.cluster_runs, args.cut_runs = 1, 0, 0
+        args.runs, args.cluster_runs, args.cut_runs, args.write_calls = 1, 0, 0, 500
     return args
 
 
@@ -106,6 +118,59 @@ def cluster_run(database_url: str) -> FailoverReport:
         return run_failover(database_url, cluster_topology(cluster, prefix), "cluster", prefix)
     finally:
         cluster.stop()
+
+
+#: A write like a decision's: one script call that changes one key.
+WRITE = "redis.call('INCR', KEYS[1]) return 1"
+
+
+def write_cost(calls: int) -> list[list[str]]:
+    """Round trip of one scripted write on a fresh Sentinel group's master: alone,
+    followed by ``WAIT 1 100`` in the same pipeline (one round trip, held until the
+    replica acknowledges), and alone under ``min-replicas-to-write 1`` /
+    ``min-replicas-max-lag 1``. Rows: median and 99th percentile in µs, calls/s."""
+    group = LocalSentinel().start()
+    rows = []
+    try:
+        client = group.server_on(group.master_port()).client()
+
+        def alone() -> None:
+            client.eval(WRITE, 1, "gwl-bench:wait")
+
+        def waited() -> None:
+            pipe = client.pipeline(transaction=False)
+            pipe.eval(WRITE, 1, "gwl-bench:wait")
+            pipe.execute_command("WAIT", 1, 100)  # type: ignore[no-untyped-call]
+            _, acked = pipe.execute()
+            if int(acked) < 1:
+                raise RuntimeError(f"WAIT 1 100 returned {acked}: the replica did not ack")
+
+        cases: list[tuple[str, Callable[[], None]]] = [
+            ("decision alone", alone),
+            ("decision + WAIT 1 100 (pipelined)", waited),
+        ]
+        for label, call in cases:
+            rows.append(timed(label, call, calls))
+        client.config_set("min-replicas-to-write", 1)
+        client.config_set("min-replicas-max-lag", 1)
+        rows.append(timed("decision, min-replicas-to-write 1", alone, calls))
+    finally:
+        group.stop()
+    return rows
+
+
+def timed(label: str, call: Callable[[], None], calls: int) -> list[str]:
+    """``calls`` calls of ``call``: the row of ``write_cost``."""
+    for _ in range(min(100, calls)):
+        call()
+    took = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        call()
+        took.append(time.perf_counter() - t0)
+    took.sort()
+    median, p99 = took[len(took) // 2], took[int(len(took) * 0.99)]
+    return [label, f"{median * 1e6:.0f}", f"{p99 * 1e6:.0f}", f"{len(took) / sum(took):,.0f}"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -168,6 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for n, report in enumerate(reports, 1):
         cells = " ".join(f"{count:4d}" for _, count in report.windows())
         print(f"  {n}. {cells}")
+    print()
+    print(f"Price of waiting for the replica: one client, {args.write_calls:,} calls each")
+    print(table(["write", "median µs", "p99 µs", "calls/s"], write_cost(args.write_calls)))
     return 0
 
 

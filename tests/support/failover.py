@@ -303,6 +303,14 @@ def run_failover(
         settings=settings or {},
     )
     master, replica = topology.master(), topology.replica()
+
+    def in_sync() -> bool:
+        # a fresh cluster says ok before its replicas finish their first sync
+        info = replica.client().info("replication")
+        ahead = int(master.client().info("replication")["master_repl_offset"])
+        return info["master_link_status"] == "up" and int(info["slave_repl_offset"]) == ahead
+
+    wait_for("the replica to be in sync", in_sync, 30)
     fleet = Fleet(config, PROCESSES)
     sampler = LagSampler(master, replica)
     try:
