@@ -63,6 +63,7 @@ def test_a_failover_admits_at_most_the_rule_plus_what_was_lost(
 
     assert report.errors == []
     assert report.resumed_s() < 8.0, f
+    assert report.bytes_per_decision > 0, f  # the sampler saw the master's writes
     start, end = report.period()
     lost = report.lost_bytes / report.bytes_per_decision
     admitted = report.admitted_within(start, end)
