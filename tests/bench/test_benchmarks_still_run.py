@@ -35,6 +35,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("fleet_outage.py", ["--quick"], ["Fleet outage:", "local, even demand"]),
         ("fleet_membership.py", ["--quick"], ["Fleet membership:", "EVAL per heartbeat"]),
         ("console_tally_cost.py", [], ["tally on (as shipped)", "Tallies.add alone"]),
+        ("failover_loss.py", ["--quick"], ["Failover loss:", "1. sentinel", "lost bytes"]),
     ],
 )
 def test_benchmark_runs_to_its_tables(script: str, args: list[str], expected: list[str]) -> None:
