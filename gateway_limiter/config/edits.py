@@ -132,6 +132,8 @@ def _check(column: str, value: Any) -> Any:
     if column in ("maxPermits", "maxConcurrent"):
         if value is None:
             return None
+        if column == "maxConcurrent" and value == 0 and _whole(value):
+            return None  # 0 clears the cap, as `conf set --max-concurrent 0` does
         if not _whole(value) or not 1 <= value <= MAX_INT11:
             raise bad(f"must be a whole number from 1 to {MAX_INT11}, or null")
         return value

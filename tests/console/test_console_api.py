@@ -253,3 +253,13 @@ def test_status_shows_slots_in_use_and_what_a_pushback_left(console: Served) -> 
     assert (bucket["inFlight"], bucket["maxConcurrent"]) == (1, 3)
     assert bucket["effectiveRate"] == pytest.approx(5.0, rel=0.05)
     assert 20_000 < bucket["heldMs"] <= 30_000
+
+
+def test_max_concurrent_zero_clears_the_cap_as_conf_set_does(console: Served) -> None:
+    config_id = write_row(console.engine, URL, rateLimit=10, maxConcurrent=4)
+    with console.client() as http:
+        cleared = http.patch(f"/api/rules/{config_id}", json={"maxConcurrent": 0})
+        assert cleared.status_code == 200, cleared.text
+        negative = http.patch(f"/api/rules/{config_id}", json={"maxConcurrent": -1})
+        assert negative.status_code == 422 and negative.json()["field"] == "maxConcurrent"
+    assert row_of(console.engine, config_id)["maxConcurrent"] is None  # type: ignore[index]
