@@ -8,6 +8,7 @@ started, even when starting fails half-way. Under CI=true a missing binary fails
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import time
@@ -85,10 +86,35 @@ class LocalCluster:
                 check=True, capture_output=True, timeout=60,
             )  # fmt: skip
             self.wait_healthy()
+            self.wait_replicas_synced()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def wait_replicas_synced(self, seconds: float = 30.0) -> None:
+        """Until every replica has its master's data (``master_link_status:up``): the
+        cluster says ok before that, and a test that kills a master at once would meet a
+        replica still loading its first sync."""
+
+        def synced() -> bool:
+            for node in self.running():
+                info = node.client().info("replication")
+                if info.get("role") == "slave" and info.get("master_link_status") != "up":
+                    return False
+            return True
+
+        wait_for("every replica in sync with its master", synced, seconds)
+
+    def force_failover_of(self, master: RedisServer) -> None:
+        """Make ``master``'s replica take over now (``CLUSTER FAILOVER FORCE``), for a
+        test about what clients do across a failover rather than about Redis' election,
+        which a starved host can delay past any bound. A no-op once a replica has."""
+        for node in self.running():
+            role = node.client().execute_command("ROLE")  # type: ignore[no-untyped-call]
+            if role[0] in (b"slave", "slave") and int(role[2]) == master.port:
+                with contextlib.suppress(redis.ResponseError):  # promoted meanwhile
+                    node.client().execute_command("CLUSTER", "FAILOVER", "FORCE")  # type: ignore[no-untyped-call]
 
     def wait_healthy(self, seconds: float = 30.0) -> None:
         """Until every running node reports cluster_state:ok and all masters serve slots."""
