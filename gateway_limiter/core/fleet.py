@@ -11,8 +11,9 @@ Each heartbeat also reports this process's recent demand on every interface it
 limits (calls per second, smoothed over a few heartbeats, with a floor of
 ``DEMAND_FLOOR`` so an idle interface still gets its part), and Redis answers its
 claim on each: its demand's part of the fleet's, never more than what the other live
-members' claims leave of 1 (``backends/fleet.py``). Counting the demand is one dict
-update per decision; the rest happens on the heartbeat.
+members' claims leave of 1 (``backends/fleet.py``). The demand is read off ``Tallies``,
+the one counter the decision path keeps per interface (also the console's live
+numbers); the rest happens on the heartbeat.
 
 While Redis cannot be asked, ``share`` decides each rule in this process at its last
 claim on it (``shared_by``), or at 1/N of it, with N the last count seen, for an
@@ -135,10 +136,10 @@ class Fleet:
     __slots__ = (
         "_admitted",
         "_beat_at",
+        "_counted",
         "_estimate",
         "_scaled",
         "_warned",
-        "calls",
         "charged",
         "charges_due",
         "claims",
@@ -162,9 +163,9 @@ class Fleet:
         )
         self._scaled: dict[Rule, tuple[float, Rule]] = {}
         self._warned = False
-        #: Permits asked per interface since the last heartbeat (the decision path adds;
-        #: the heartbeat swaps the dict: a racing add may be lost, an estimate is fine).
-        self.calls: dict[str, int] = {}
+        #: url -> decisions counted by ``tallies`` as of the last heartbeat: the demand
+        #: is read off the one counter the decision path keeps.
+        self._counted: dict[str, int] = {}
         #: url -> calls per second, smoothed (the heartbeat's own).
         self._estimate: dict[str, float] = {}
         self._beat_at = time.monotonic()
@@ -215,16 +216,18 @@ class Fleet:
 
     def demand(self, urls: Iterable[str]) -> str:
         """This process's demand on ``urls`` (the interfaces it limits now), as the next
-        heartbeat reports it: calls per second since the last one, smoothed, at least
+        heartbeat reports it: decisions per second since the last one (read off
+        ``tallies``, the one counter on the decision path), smoothed, at least
         ``DEMAND_FLOOR``. Called by the one heartbeat thread or task."""
         now = time.monotonic()
         elapsed = max(now - self._beat_at, 1e-3)
         self._beat_at = now
-        counted, self.calls = self.calls, {}
+        counted = self.tallies.decided()
+        before_counted, self._counted = self._counted, counted
         before = self._estimate
         estimate = {}
         for url in urls:
-            rate = counted.get(url, 0) / elapsed
+            rate = (counted.get(url, 0) - before_counted.get(url, 0)) / elapsed
             old = before.get(url)
             smoothed = rate if old is None else old + DEMAND_WEIGHT * (rate - old)
             estimate[url] = max(DEMAND_FLOOR, smoothed)
@@ -306,6 +309,10 @@ class Tallies:
             counts[0] += 1
             if waited:
                 counts[1] += 1
+
+    def decided(self) -> dict[str, int]:
+        """Decisions per interface so far (admitted and refused): the fleet's demand."""
+        return {url: c[0] + c[2] for url, c in list(self.counts.items())}
 
     def since_last(self, factors: dict[str, float]) -> str:
         """The rates per second since the last call (``encode_tallies``), with the

@@ -428,9 +428,6 @@ class LimiterCore:
             return self._outcomes.unlimited(snapshot, url)
         if rule.closed:
             return self._settled(rule, REFUSE, Reason.CLOSED)
-        if self._shared:  # the demand the heartbeat reports (core/fleet.py)
-            calls = self._fleet.calls
-            calls[url] = calls.get(url, 0) + permits
         budget_s = None if forever else rule.cache if timeout_s is None else timeout_s
         asked, refused = self._refused_here(rule, key, budget_s)
         if refused is not None:  # the backend would refuse too: no round trip
@@ -479,7 +476,8 @@ class LimiterCore:
         return acquired_wait_s(verdict, rule, permits)
 
     def _settled(self, rule: Rule, verdict: Verdict, reason: Reason) -> Outcome:
-        # What the limit decided (a shadow rule's refusals count as refusals here).
+        # What the limit decided (a shadow rule's refusals count as refusals here): the
+        # console's live numbers and the demand the heartbeat reports (core/fleet.py).
         self._fleet.tallies.add(rule.url, verdict.allowed, verdict.wait_us > 0)
         if rule.shadow or self._metrics is not None:
             return self._outcomes.settle(rule, verdict, reason)
