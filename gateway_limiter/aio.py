@@ -203,6 +203,8 @@ class AsyncGatewayLimiter(LimiterCore):
                 charged = await attempt_async(self.backend.reserve, rule, permits, None)
                 if not isinstance(charged, BackendError):
                     fleet.charged += permits
+            for call in self._lease_returns():  # leases a reload ended
+                await attempt_async(self.backend.script, call)  # type: ignore[attr-defined]
 
     async def _stop_heartbeats(self) -> None:
         """Stop beating and leave the fleet at once (best effort), so N drops now."""
@@ -221,6 +223,8 @@ class AsyncGatewayLimiter(LimiterCore):
     async def aclose(self) -> None:
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
         self._stopping()
+        for call in self._lease_returns(closing=True):  # best effort: else they expire
+            await attempt_async(self.backend.script, call)  # type: ignore[attr-defined]
         await self._stop_heartbeats()
         await self._stop_renewer()
         await asyncio.to_thread(self.registry.close)  # disposing the engine is database I/O
@@ -251,6 +255,9 @@ class AsyncGatewayLimiter(LimiterCore):
         # A decision's one backend round trip, awaited (when ``_begin`` left one to make).
         if not isinstance(step, Ask):
             return step
+        if step.lease is not None:  # a lease row's lease call (core/leases.py)
+            script = self.backend.script  # type: ignore[attr-defined]
+            return self._finish_lease(step, await attempt_async(script, step.lease))
         reserve = self.backend.reserve
         reply = await attempt_async(reserve, step.rule, step.permits, step.budget_s, step.key)
         return self._finish(step, reply)

@@ -1,0 +1,120 @@
+"""A lease row through the limiter, on real MariaDB and Redis: far fewer round trips,
+the same decisions where a lease cannot apply, and what a reload, a pushback and
+closing do to a lease."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+import redis
+from sqlalchemy import Engine
+
+from gateway_limiter import GatewayLimiter
+from gateway_limiter.backends.scripts import STATE
+from gateway_limiter.backends.state import bucket_key
+from tests.support.limiting import evalsha_calls, limiter, write_row
+from tests.support.services import RedisServer
+
+
+@pytest.fixture
+def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    engine = limiter_db[1]
+    write_row(engine, "/hot", rateLimit=1000, cache=0.0, leaseMs=100)
+    write_row(engine, "/plain", rateLimit=1000, cache=0.0)
+    write_row(engine, "/window", rateLimit=1000, cache=0.0, leaseMs=100, algorithm="sliding_window")
+    return limiter_db
+
+
+@pytest.fixture
+def limiter_settings() -> dict[str, float]:
+    return {"reload_interval": 3600}
+
+
+def _stored(client: redis.Redis, prefix: str, url: str) -> float:
+    raw = client.get(bucket_key(prefix, url))
+    assert isinstance(raw, bytes)
+    return float(STATE.unpack_from(raw)[0])
+
+
+def test_a_lease_row_admits_its_burst_with_one_round_trip_per_lease(
+    lim: GatewayLimiter, redis_client: redis.Redis
+) -> None:
+    before = evalsha_calls(redis_client)
+    admitted = sum(lim.try_acquire("/hot", timeout=0) for _ in range(500))
+    assert admitted == 500  # half the burst: leases of 100 (100 ms of 1000/s)
+    assert evalsha_calls(redis_client) - before == 5
+
+
+def test_a_row_without_a_lease_still_asks_redis_for_every_call(
+    lim: GatewayLimiter, redis_client: redis.Redis
+) -> None:
+    before = evalsha_calls(redis_client)
+    assert all(lim.try_acquire("/plain", timeout=0) for _ in range(50))
+    assert evalsha_calls(redis_client) - before == 50
+
+
+def test_a_lease_where_it_cannot_apply_is_ignored_with_a_warning(
+    lim: GatewayLimiter, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert lim.registry.snapshot.rules["/window"].lease_ms == 0
+    said = [r.getMessage() for r in caplog.get_records("setup") if r.levelno == logging.WARNING]
+    assert any("leaseMs of configId 3 ignored" in m and "sliding_window" in m for m in said)
+    before = evalsha_calls(redis_client)
+    assert all(lim.try_acquire("/window", timeout=0) for _ in range(20))
+    assert evalsha_calls(redis_client) - before == 20
+
+
+def test_the_lease_does_not_outlast_leasems(
+    lim: GatewayLimiter, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    assert lim.try_acquire("/hot", timeout=0)  # a lease of 100, 99 left in it
+    time.sleep(0.15)  # older than leaseMs: its 99 go back with the next lease
+    before = evalsha_calls(redis_client)
+    assert lim.try_acquire("/hot", timeout=0)
+    assert evalsha_calls(redis_client) - before == 1
+    # 1000 - 100 (first lease) + 99 back + ~150 refilled (capped at 1000) - 100 (second)
+    assert 995 - 100 <= _stored(redis_client, key_prefix, "/hot") <= 1000 - 100
+
+
+def test_closing_hands_the_lease_back(
+    limiter_db: tuple[str, Engine],
+    redis_server: RedisServer,
+    redis_client: redis.Redis,
+    key_prefix: str,
+) -> None:
+    url = redis_server.url
+    own = limiter(limiter_db[0], url, key_prefix, reload_interval=3600)
+    assert own.try_acquire("/hot", timeout=0)
+    assert _stored(redis_client, key_prefix, "/hot") <= 900.0 + 1  # the lease is out
+    own.close()
+    assert _stored(redis_client, key_prefix, "/hot") >= 999.0  # 99 back, 1 spent
+
+
+def test_a_reload_that_changes_the_row_carries_the_lease_back(
+    lim: GatewayLimiter, limiter_db: tuple[str, Engine], redis_client: redis.Redis, key_prefix: str
+) -> None:
+    assert lim.try_acquire("/hot", timeout=0)
+    write_row(limiter_db[1], "/hot", rateLimit=2000)
+    lim.reload()
+    stored = _stored(redis_client, key_prefix, "/hot")
+    assert lim.try_acquire("/hot", timeout=0)  # the new lease hands the 99 back first
+    # 99 back and rescaled to the new capacity, then a lease of 200 taken
+    after = _stored(redis_client, key_prefix, "/hot")
+    assert after >= (stored + 99) * 2 - 200 - 1
+
+
+def test_a_pushback_drops_the_lease_at_once(lim: GatewayLimiter, redis_client: redis.Redis) -> None:
+    assert lim.try_acquire("/hot", timeout=0)
+    lim.pushback("/hot", retry_after=5.0)
+    before = evalsha_calls(redis_client)
+    assert not lim.try_acquire("/hot", timeout=0)  # not from the lease: Redis holds it
+    assert evalsha_calls(redis_client) - before == 1
+
+
+def test_a_lease_serves_the_decision_headers(lim: GatewayLimiter) -> None:
+    first = lim.decide("/hot", timeout=0)
+    second = lim.decide("/hot", timeout=0)
+    assert first.allowed and second.allowed
+    assert (first.remaining, second.remaining) == (99, 98)  # what is left in the lease
