@@ -80,7 +80,7 @@ def parse_lease(reply: Any) -> tuple[Verdict, int]:
 class Lease:
     """One interface's lease in this process."""
 
-    __slots__ = ("factor", "left", "refilling", "rule", "since")
+    __slots__ = ("dry_until", "factor", "left", "refilling", "rule", "since")
 
     def __init__(self, rule: Rule, since: float) -> None:
         self.rule = rule
@@ -88,6 +88,9 @@ class Lease:
         self.since = since  # monotonic s when the request for it left
         self.refilling = True  # a lease.lua call is in flight for it
         self.factor = 1.0  # the effective rate's factor its reply said
+        #: monotonic s before which the bucket cannot have refilled what the last lease
+        #: lacked (it came back short: the bucket ran dry); 0.0: it came back full
+        self.dry_until = 0.0
 
 
 class Leases:
@@ -108,11 +111,19 @@ class Leases:
         self.refills = 0
         self.handed_back = 0
 
-    def take(self, rule: Rule, permits: int, now_s: float) -> Verdict | None:
-        """``permits`` from the lease of ``rule`` (admitted, no wait), or None: too few
-        left, too old, or none."""
+    def take(
+        self, rule: Rule, permits: int, budget_s: float | None, now_s: float
+    ) -> Verdict | None:
+        """``permits`` from the lease of ``rule`` (admitted, no wait); a refusal when the
+        last lease came back short and the caller cannot wait for the bucket to refill
+        it; or None: ask Redis (too few left, too old, or none)."""
         lease = self._held.get(rule.url)
-        if lease is None or lease.rule is not rule or lease.left < permits:
+        if lease is None or lease.rule is not rule:
+            return None
+        if lease.left < permits:
+            dry_s = lease.dry_until - now_s
+            if dry_s > 0.0 and budget_s is not None and budget_s < dry_s:
+                return Verdict(False, dry_s * US_PER_S, 0.0, dry_s * US_PER_S, lease.factor, 0.0)
             return None
         if now_s - lease.since > rule.lease_ms / 1000.0:
             return None
@@ -155,12 +166,16 @@ class Leases:
             self.failed(rule)
             raise
         left = max(0, granted - permits) if verdict.allowed else 0
+        size = lease_size(rule, permits)
         with self._lock:
             lease = self._held.get(rule.url)
             if lease is not None and lease.rule is rule and lease.refilling:
                 lease.left = left
                 lease.factor = verdict.factor
                 lease.refilling = False
+                if granted < size:  # the bucket ran dry: refill what it lacked first
+                    short_s = (size - granted) / (rule.per_second * verdict.factor)
+                    lease.dry_until = lease.since + max(short_s, verdict.next_free_us / US_PER_S)
             else:  # dropped meanwhile (a pushback, a reload): the rest expires unspent
                 left = 0
         return verdict._replace(stored=float(left)) if verdict.allowed else verdict

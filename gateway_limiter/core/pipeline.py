@@ -457,17 +457,20 @@ class LimiterCore:
         return self._settled(rule, *self._fall_back(rule, permits, budget_s, key))
 
     def _leased(self, rule: Rule, permits: int, budget_s: float | None) -> Outcome | Ask:
-        """A lease row (``core.leases``): from this process's lease, or the lease call.
+        """A lease row (``core.leases``): from this process's lease, refused in-process
+        while the bucket refills what the last lease lacked, or the lease call.
 
-        No local refusals here: another process handing back its lease makes the
-        interface free sooner than a reply said, so a reply's "next free" is no promise.
+        The local refusals of plain rows do not apply: another process handing back its
+        lease makes the interface free sooner than a reply said.
         """
         leases = self._leases
         assert leases is not None
         now_s = time.monotonic()
-        verdict = leases.take(rule, permits, now_s)
+        verdict = leases.take(rule, permits, budget_s, now_s)
         if verdict is not None:
-            return self._settled(rule, verdict, Reason.ADMITTED)
+            return self._settled(
+                rule, verdict, Reason.ADMITTED if verdict.allowed else Reason.LIMITED
+            )
         if not self._breaker.allows():  # the lease is spent: the failure policy decides
             return self._settled(rule, *self._fall_back(rule, permits, budget_s, None))
         return Ask(

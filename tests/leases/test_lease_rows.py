@@ -118,3 +118,19 @@ def test_a_lease_serves_the_decision_headers(lim: GatewayLimiter) -> None:
     second = lim.decide("/hot", timeout=0)
     assert first.allowed and second.allowed
     assert (first.remaining, second.remaining) == (99, 98)  # what is left in the lease
+
+
+def test_a_short_lease_refuses_in_process_until_the_bucket_can_have_refilled(
+    lim: GatewayLimiter, redis_client: redis.Redis
+) -> None:
+    admitted = 0
+    while lim.try_acquire("/hot", timeout=0):  # all of C, and what refills meanwhile
+        admitted += 1
+    assert 1000 <= admitted < 1200
+    before = evalsha_calls(redis_client)  # the last lease call found the bucket dry
+    assert not any(lim.try_acquire("/hot", timeout=0) for _ in range(50))
+    assert evalsha_calls(redis_client) == before  # the 50: refused without a round trip
+    time.sleep(0.12)  # a lease's worth (100 ms of the rate) refilled meanwhile
+    assert sum(lim.try_acquire("/hot", timeout=0) for _ in range(100)) == 100
+    assert evalsha_calls(redis_client) - before == 1
+    assert lim.try_acquire("/hot", timeout=0.5)  # a caller who can wait goes to Redis
