@@ -10,7 +10,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway_limiter.backends.scripts import SCRIPTS, STATE, parse_reply
+from gateway_limiter.backends.scripts import SCRIPTS, STATE, Commands, ScriptCall, parse_reply
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.leases import lease_call, lease_size, parse_lease
 
@@ -170,3 +170,8 @@ def test_the_callers_own_permits_are_decided_as_a_plain_row_would(
         assert granted == permits or wait_us == 0.0  # more only from stored permits
     else:
         assert granted == 0
+
+
+def test_a_row_without_a_lease_sends_the_plain_bucket_call() -> None:
+    call = Commands("p")(Rule("/plain", 5, 0.0, 1), 1, 0.0, None, None)
+    assert call == ScriptCall("bucket", [1, "p:{/plain}:tb", "5", "5", "1", "0.0"])
