@@ -97,7 +97,9 @@ def worker(
         merged: Counter[int] = Counter()
         for b in bins:
             merged.update(b)
-        results.put((sum(calls), dict(merged), max(slowest)))
+        leases = limiter._leases
+        refills = 0 if leases is None else leases.refills
+        results.put((sum(calls), dict(merged), max(slowest), refills))
         done.wait()
 
 
@@ -141,12 +143,13 @@ def run(
         before = _redis_counters(client)
         done.wait(timeout=seconds + 120)
         after = _redis_counters(client)
-        decisions, bins, late = 0, Counter[int](), 0.0
+        decisions, bins, late, refills = 0, Counter[int](), 0.0, 0
         for _ in procs:
-            n, b, slowest = results.get(timeout=60)
+            n, b, slowest, renewed = results.get(timeout=60)
             decisions += n
             bins.update(b)
             late = max(late, slowest)
+            refills += renewed
         done.wait(timeout=60)
     finally:
         for p in procs:
@@ -160,6 +163,7 @@ def run(
         "cpu us/admitted": (after[1] - before[1]) * 1e6 / max(admitted, 1),
         "peak": float(_peak(bins)),
         "late": late,
+        "lease calls/admitted": refills / max(admitted, 1),
     }
 
 
@@ -198,6 +202,7 @@ def main() -> None:
                 f"{figures['decisions/s']:,.0f}",
                 f"{figures['admitted/s']:,.0f}",
                 f"{figures['evalsha/admitted']:.4f}",
+                f"{figures['lease calls/admitted']:.4f}",
                 f"{figures['cpu us/admitted']:.2f}",
                 f"{figures['peak']:,.0f}",
                 f"{figures['late'] * 1000:.1f}",
@@ -216,6 +221,7 @@ def main() -> None:
                 "decisions/s",
                 "admitted/s",
                 "EVALSHA/admitted",
+                "of which lease.lua",
                 "Redis CPU us/admitted",
                 "peak in 1 s",
                 "late ms",

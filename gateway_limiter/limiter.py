@@ -159,6 +159,16 @@ class GatewayLimiter(LimiterCore):
         # A decision's one backend round trip (when ``_begin`` left one to make).
         if not isinstance(step, Ask):
             return step
+        waited = 0
+        while step.renewing:  # another thread renews the lease: wait (core/leases.py)
+            renewed = threading.Event()
+            wait_s = self._lease_wait(step, renewed.set)
+            if wait_s is not None:
+                renewed.wait(wait_s)
+            waited += 1
+            step = self._lease_again(step, waited)
+            if not isinstance(step, Ask):
+                return step
         if step.lease is not None:  # a lease row's lease call (core/leases.py)
             script = self.backend.script  # type: ignore[attr-defined]
             return self._finish_lease(step, attempt(script, step.lease))

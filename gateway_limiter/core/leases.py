@@ -9,7 +9,9 @@ the lease has too few left or is older than ``leaseMs``, one ``lease.lua`` call 
 back what is left of it, decides the caller's permits as a plain call would (wait
 budget, debt, pushback), and only if that took stored permits without a wait takes up
 to ``n`` in all. Threads and coroutines of a process share its leases: one of them
-refills while the others are decided the plain way (``bucket.lua``), never waiting.
+renews it while the others wait for that renewal (``wait``; at most
+``redis_timeout_ceiling`` twice over), then take from it; one that finds it renewing
+again after its wait is decided the plain way (``bucket.lua``).
 
 What happens to a lease besides being spent:
 
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from gateway_limiter.backends.base import BackendError
@@ -80,7 +82,7 @@ def parse_lease(reply: Any) -> tuple[Verdict, int]:
 class Lease:
     """One interface's lease in this process."""
 
-    __slots__ = ("dry_until", "factor", "left", "refilling", "rule", "since")
+    __slots__ = ("dry_until", "factor", "left", "refilling", "rule", "since", "waiters")
 
     def __init__(self, rule: Rule, since: float) -> None:
         self.rule = rule
@@ -91,6 +93,8 @@ class Lease:
         #: monotonic s before which the bucket cannot have refilled what the last lease
         #: lacked (it came back short: the bucket ran dry); 0.0: it came back full
         self.dry_until = 0.0
+        #: what wakes the callers waiting for the renewal in flight
+        self.waiters: list[Callable[[], None]] = []
 
 
 class Leases:
@@ -133,13 +137,29 @@ class Leases:
             lease.left -= permits
             return Verdict(True, 0.0, float(lease.left), 0.0, lease.factor, 0.0)
 
+    def wait(self, rule: Rule, wake: Callable[[], None]) -> bool:
+        """Call ``wake`` (from any thread) once the renewal of ``rule``'s lease in flight
+        ends; False when none is in flight any more (then do not wait)."""
+        with self._lock:
+            lease = self._held.get(rule.url)
+            if lease is None or lease.rule is not rule or not lease.refilling:
+                return False
+            lease.waiters.append(wake)
+            return True
+
+    @staticmethod
+    def _wake(waiters: list[Callable[[], None]]) -> None:
+        for wake in waiters:
+            wake()
+
     def refill(
         self, rule: Rule, permits: int, budget_s: float | None, now_s: float
     ) -> ScriptCall | None:
         """The ``lease.lua`` call that renews ``rule``'s lease for a caller wanting
         ``permits``, or None when another thread or coroutine is renewing it (then the
-        caller is decided the plain way)."""
+        caller waits for that, ``wait``, or is decided the plain way)."""
         url = rule.url
+        woken: list[Callable[[], None]] = []
         with self._lock:
             lease = self._held.get(url)
             if (
@@ -151,9 +171,12 @@ class Leases:
                 return None
             unused = lease.left if lease is not None and lease.rule is rule else 0
             unused += self._carried.pop(url, (rule, 0))[1]
+            if lease is not None:  # a renewal forgotten (REFILL_FORGOTTEN_S): its waiters go
+                woken = lease.waiters
             self._held[url] = Lease(rule, now_s)
             self.refills += 1
             self.handed_back += unused
+        self._wake(woken)
         key = state_key(self._prefix, rule)
         return lease_call(key, rule, permits, budget_s, lease_size(rule, permits), unused)
 
@@ -167,26 +190,32 @@ class Leases:
             raise
         left = max(0, granted - permits) if verdict.allowed else 0
         size = lease_size(rule, permits)
+        woken: list[Callable[[], None]] = []
         with self._lock:
             lease = self._held.get(rule.url)
             if lease is not None and lease.rule is rule and lease.refilling:
                 lease.left = left
                 lease.factor = verdict.factor
                 lease.refilling = False
+                woken, lease.waiters = lease.waiters, []
                 if granted < size:  # the bucket ran dry: refill what it lacked first
                     short_s = (size - granted) / (rule.per_second * verdict.factor)
                     lease.dry_until = lease.since + max(short_s, verdict.next_free_us / US_PER_S)
             else:  # dropped meanwhile (a pushback, a reload): the rest expires unspent
                 left = 0
+        self._wake(woken)
         return verdict._replace(stored=float(left)) if verdict.allowed else verdict
 
     def failed(self, rule: Rule) -> None:
         """The lease call for ``rule`` failed: what it handed back is lost (under-admits)."""
+        woken: list[Callable[[], None]] = []
         with self._lock:
             lease = self._held.get(rule.url)
             if lease is not None and lease.rule is rule:
                 lease.refilling = False
                 lease.left = 0
+                woken, lease.waiters = lease.waiters, []
+        self._wake(woken)
 
     def drop(self, url: str) -> None:
         """The supplier pushed back on ``url``: this process stops spending its lease now."""
@@ -198,12 +227,14 @@ class Leases:
     def reloaded(self, snapshot: Snapshot) -> None:
         """A reload: leases of rules it replaced are carried to the next lease of the
         same bucket, or queued to be handed back."""
+        woken: list[Callable[[], None]] = []
         with self._lock:
             for url, lease in list(self._held.items()):
                 new = snapshot.rules.get(url) if snapshot.switch else None
                 if new is lease.rule:
                     continue
                 del self._held[url]
+                woken.extend(lease.waiters)
                 if lease.left <= 0:
                     continue
                 old_key = state_key(self._prefix, lease.rule)
@@ -212,18 +243,23 @@ class Leases:
                     self._carried[url] = (new, carried + lease.left)
                 else:
                     self._returns.append((lease.rule, lease.left))
+        self._wake(woken)
 
     def returns(self, closing: bool = False) -> Sequence[ScriptCall]:
         """The ``lease.lua`` calls that hand back what is waiting to be (``closing``:
         every lease held too, which ends them)."""
+        woken: list[Callable[[], None]] = []
         with self._lock:
             due, self._returns = self._returns, []
             if closing:
                 due.extend((lease.rule, lease.left) for lease in self._held.values() if lease.left)
                 due.extend(self._carried.values())
+                for lease in self._held.values():
+                    woken.extend(lease.waiters)
                 self._held.clear()
                 self._carried.clear()
             self.handed_back += sum(left for _, left in due)
+        self._wake(woken)
         return [
             lease_call(state_key(self._prefix, rule), rule, 0, 0.0, 0, left) for rule, left in due
         ]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
@@ -44,6 +45,9 @@ from gateway_limiter.observe.metrics import ProcessMetrics, Source, interface_la
 #: The most permits one call may ask for: a row's rateLimit is an INT(11), and beyond
 #: this a reservation's debt stops being exact in the script's doubles.
 MAX_PERMITS = 2**31 - 1
+#: How many renewals of a lease a caller waits for, one after another, before it is
+#: decided the plain way (each wait: at most twice ``redis_timeout_ceiling``).
+LEASE_WAITS = 3
 #: The largest timeout: a finite float (an int beyond it would overflow converting).
 _MAX_TIMEOUT_S = sys.float_info.max
 
@@ -230,7 +234,7 @@ class Ask:
     """What ``LimiterCore._begin`` leaves to the shell: ask the backend to ``reserve``
     ``permits`` of ``rule`` within ``budget_s`` (None: however long), for ``key``."""
 
-    __slots__ = ("asked", "budget_s", "key", "lease", "permits", "rule")
+    __slots__ = ("asked", "budget_s", "key", "lease", "permits", "renewing", "rule")
 
     def __init__(
         self,
@@ -250,6 +254,9 @@ class Ask:
         self.asked = asked
         #: A lease row's ``lease.lua`` call, sent instead of ``reserve`` (``core.leases``)
         self.lease = lease
+        #: A lease row whose lease another caller is renewing: the shell waits for that
+        #: (``LimiterCore._lease_wait``), then asks again (``_lease_again``)
+        self.renewing = False
 
 
 def settings_from(settings: Settings | str | Path | None, overrides: dict[str, Any]) -> Settings:
@@ -463,6 +470,11 @@ class LimiterCore:
         The local refusals of plain rows do not apply: another process handing back its
         lease makes the interface free sooner than a reply said.
         """
+        return self._from_lease(rule, permits, budget_s, wait=True)
+
+    def _from_lease(
+        self, rule: Rule, permits: int, budget_s: float | None, *, wait: bool
+    ) -> Outcome | Ask:
         leases = self._leases
         assert leases is not None
         now_s = time.monotonic()
@@ -473,9 +485,24 @@ class LimiterCore:
             )
         if not self._breaker.allows():  # the lease is spent: the failure policy decides
             return self._settled(rule, *self._fall_back(rule, permits, budget_s, None))
-        return Ask(
-            rule, permits, budget_s, None, None, leases.refill(rule, permits, budget_s, now_s)
-        )
+        call = leases.refill(rule, permits, budget_s, now_s)
+        ask = Ask(rule, permits, budget_s, None, None, call)
+        ask.renewing = call is None and wait  # else: the plain way (``bucket.lua``)
+        return ask
+
+    def _lease_wait(self, ask: Ask, wake: Callable[[], None]) -> float | None:
+        """How long to wait for the renewal ``ask`` waits for, ``wake`` called when it
+        ends; None: it has ended already (ask again at once)."""
+        leases = self._leases
+        assert leases is not None
+        if not leases.wait(ask.rule, wake):
+            return None
+        return 2 * self.settings.redis_timeout_ceiling
+
+    def _lease_again(self, ask: Ask, waited: int) -> Outcome | Ask:
+        """After ``waited`` waits for renewals: from the lease, a renewal of its own, a
+        wait for the next renewal (at most ``LEASE_WAITS`` in all), or the plain way."""
+        return self._from_lease(ask.rule, ask.permits, ask.budget_s, wait=waited < LEASE_WAITS)
 
     def _finish_lease(self, ask: Ask, reply: Any) -> Outcome:
         """The lease call of ``ask`` answered (or failed): the Outcome."""
