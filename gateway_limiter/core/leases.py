@@ -9,9 +9,9 @@ the lease has too few left or is older than ``leaseMs``, one ``lease.lua`` call 
 back what is left of it, decides the caller's permits as a plain call would (wait
 budget, debt, pushback), and only if that took stored permits without a wait takes up
 to ``n`` in all. Threads and coroutines of a process share its leases: one of them
-renews it while the others wait for that renewal (``wait``; at most
-``redis_timeout_ceiling`` twice over), then take from it; one that finds it renewing
-again after its wait is decided the plain way (``bucket.lua``).
+renews it while the others wait for that renewal (``wait``; each wait at most
+``redis_timeout_ceiling`` twice over), then take from it; one that has waited for
+``pipeline.LEASE_WAITS`` renewals in a row is decided the plain way (``bucket.lua``).
 
 What happens to a lease besides being spent:
 
