@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import dataclasses
 import threading
 import time
@@ -203,6 +204,8 @@ class AsyncGatewayLimiter(LimiterCore):
                 charged = await attempt_async(self.backend.reserve, rule, permits, None)
                 if not isinstance(charged, BackendError):
                     fleet.charged += permits
+            for call in self._lease_returns():  # leases a reload ended
+                await attempt_async(self.backend.script, call)  # type: ignore[attr-defined]
 
     async def _stop_heartbeats(self) -> None:
         """Stop beating and leave the fleet at once (best effort), so N drops now."""
@@ -221,6 +224,8 @@ class AsyncGatewayLimiter(LimiterCore):
     async def aclose(self) -> None:
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
         self._stopping()
+        for call in self._lease_returns(closing=True):  # best effort: else they expire
+            await attempt_async(self.backend.script, call)  # type: ignore[attr-defined]
         await self._stop_heartbeats()
         await self._stop_renewer()
         await asyncio.to_thread(self.registry.close)  # disposing the engine is database I/O
@@ -251,9 +256,36 @@ class AsyncGatewayLimiter(LimiterCore):
         # A decision's one backend round trip, awaited (when ``_begin`` left one to make).
         if not isinstance(step, Ask):
             return step
+        waited = 0
+        while step.renewing:  # another coroutine renews the lease: wait (core/leases.py)
+            waited += 1
+            step = await self._renewed(step, waited)
+            if not isinstance(step, Ask):
+                return step
+        if step.lease is not None:  # a lease row's lease call (core/leases.py)
+            script = self.backend.script  # type: ignore[attr-defined]
+            return self._finish_lease(step, await attempt_async(script, step.lease))
         reserve = self.backend.reserve
         reply = await attempt_async(reserve, step.rule, step.permits, step.budget_s, step.key)
         return self._finish(step, reply)
+
+    async def _renewed(self, step: Ask, waited: int) -> Outcome | Ask:
+        """Wait for the lease renewal another coroutine (or thread) has in flight."""
+        loop = asyncio.get_running_loop()
+        renewed: asyncio.Future[None] = loop.create_future()
+
+        def done() -> None:
+            if not renewed.done():
+                renewed.set_result(None)
+
+        def wake() -> None:  # from whichever thread ends the renewal
+            loop.call_soon_threadsafe(done)
+
+        wait_s = self._lease_wait(step, wake)
+        if wait_s is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(renewed, wait_s)
+        return self._lease_again(step, waited)
 
     async def pushback(
         self, url: str, retry_after: float | None = None, key: str | None = None

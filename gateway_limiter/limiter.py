@@ -112,6 +112,8 @@ class GatewayLimiter(LimiterCore):
                 for rule, permits in self._charges():  # after an outage, off the decision path
                     if not isinstance(attempt(backend.reserve, rule, permits, None), BackendError):
                         fleet.charged += permits
+                for call in self._lease_returns():  # leases a reload ended
+                    attempt(backend.script, call)  # type: ignore[attr-defined]
 
         self._heartbeats = threading.Thread(target=beat, name="gateway-limiter-fleet", daemon=True)
         self._heartbeats.start()
@@ -134,6 +136,8 @@ class GatewayLimiter(LimiterCore):
     def close(self) -> None:
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
         self._stopping()
+        for call in self._lease_returns(closing=True):  # best effort: else they expire
+            attempt(self.backend.script, call)  # type: ignore[attr-defined]
         self._stop_heartbeats()
         self._stop_renewer()
         self.registry.close()
@@ -155,6 +159,19 @@ class GatewayLimiter(LimiterCore):
         # A decision's one backend round trip (when ``_begin`` left one to make).
         if not isinstance(step, Ask):
             return step
+        waited = 0
+        while step.renewing:  # another thread renews the lease: wait (core/leases.py)
+            renewed = threading.Event()
+            wait_s = self._lease_wait(step, renewed.set)
+            if wait_s is not None:
+                renewed.wait(wait_s)
+            waited += 1
+            step = self._lease_again(step, waited)
+            if not isinstance(step, Ask):
+                return step
+        if step.lease is not None:  # a lease row's lease call (core/leases.py)
+            script = self.backend.script  # type: ignore[attr-defined]
+            return self._finish_lease(step, attempt(script, step.lease))
         reply = attempt(self.backend.reserve, step.rule, step.permits, step.budget_s, step.key)
         return self._finish(step, reply)
 

@@ -34,6 +34,10 @@ alter table t_ratelimite_conf
     add column maxConcurrent INT(11)     NULL,  -- at most this many calls in flight, fleet-wide; NULL = no limit
     add column callerKey     VARCHAR(64) NULL;  -- perCaller rows: this caller alone; NULL = every other caller
 
+-- Revision 0007: leases for hot interfaces (docs/algorithms.md, "Leases").
+alter table t_ratelimite_conf
+    add column leaseMs INT(11) NULL;  -- ms of the rate one process takes per round trip; NULL/0 = off
+
 -- Every change to a limit or the switch: through the command line or the console,
 -- or found by the reload after plain SQL (source = 'sql').
 create table t_ratelimite_audit (

@@ -60,6 +60,12 @@ def with_slot(decision_source: str) -> str:
     return f"local function rate_decision(KEYS, ARGV)\n{decision_source}\nend\n{_lua('slot.lua')}"
 
 
+def with_lease(bucket_source: str) -> str:
+    """``lease.lua`` composed after ``bucket.lua`` wrapped as the function it calls
+    (``core/leases.py`` sends it)."""
+    return f"local function bucket_decision(KEYS, ARGV)\n{bucket_source}\nend\n{_lua('lease.lua')}"
+
+
 #: Script name -> source; a backend registers each once. The ``slot_`` ones are
 #: ``limiter.slot``'s (``backends/slots.py``).
 SCRIPTS = {
@@ -70,6 +76,7 @@ SCRIPTS = {
     "slot_limits": with_slot(LIMITS_LUA),
     "slot_release": _lua("slot_release.lua"),
     "slot_renew": _lua("slot_renew.lua"),
+    "lease": with_lease(BUCKET_LUA),
 }
 #: Script name -> SHA1 of its source (what EVALSHA names).
 SHAS = {name: sha1(source.encode()).hexdigest() for name, source in SCRIPTS.items()}

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 MAX_RATE = 2**31 - 1
 #: channelType and interfaceNo are VARCHAR(24).
 MAX_LABEL_LENGTH = 24
+#: The longest ``--lease-ms``: ``config.rules.MAX_LEASE_MS`` (not imported: the parser
+#: loads no SQLAlchemy).
+MAX_LEASE_MS = 60_000
 #: How ``--max-permits`` and ``--warmup`` say "clear the column to NULL".
 NONE_WORD = "none"
 
@@ -120,6 +123,19 @@ def max_permits_arg(text: str) -> int | None:
             f"{MAX_RATE}) or '{NONE_WORD}'"
         )
     return int(text)
+
+
+def lease_ms_arg(text: str) -> int | None:
+    """``--lease-ms``: the ms of the rate one process takes per round trip (leaseMs, 1 to
+    MAX_LEASE_MS); ``0`` or ``none`` clear it to NULL (no lease)."""
+    if text.strip().lower() == NONE_WORD:
+        return None
+    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) > MAX_LEASE_MS:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {_shown(text)}: must be a whole number of milliseconds "
+            f"(1 to {MAX_LEASE_MS}), or 0 or '{NONE_WORD}' for no lease"
+        )
+    return int(text) or None
 
 
 def max_concurrent_arg(text: str) -> int | None:

@@ -18,6 +18,7 @@ from gateway_limiter.cli.arguments import (
     caller_arg,
     label_arg,
     leaf,
+    lease_ms_arg,
     max_concurrent_arg,
     max_permits_arg,
     period_arg,
@@ -192,6 +193,16 @@ def _register_set(conf: Any) -> None:
         help="at most N calls to the URL in flight across the fleet (maxConcurrent; "
         f"limiter.slot); 0 or '{NONE_WORD}': NULL, no concurrency limit",
     )
+    setp.add_argument(
+        "--lease-ms",
+        dest="lease_ms",
+        type=lease_ms_arg,
+        default=argparse.SUPPRESS,
+        metavar="MS",
+        help="lease mode: each process takes up to MS ms of the rate in one round trip "
+        "and spends it in-process (leaseMs; one shared token_bucket row only); "
+        f"0 or '{NONE_WORD}': NULL, every call decided in Redis",
+    )
     onoff = setp.add_mutually_exclusive_group()
     onoff.add_argument("--enable", dest="status", action="store_const", const=1, help="status 1")
     onoff.add_argument("--disable", dest="status", action="store_const", const=0, help="status 0")
@@ -231,6 +242,8 @@ CONF_COLUMNS = (
 )
 #: Shown before ``effect`` when some row has a ``maxConcurrent`` (schema 0006).
 MAX_CONCURRENT_COLUMN = Column("maxConcurrent", numeric=True)
+#: Shown before ``effect`` when some row has a ``leaseMs`` (schema 0007).
+LEASE_MS_COLUMN = Column("leaseMs", numeric=True)
 
 
 def cmd_conf_list(ctx: Context) -> int:
@@ -246,8 +259,12 @@ def cmd_conf_list(ctx: Context) -> int:
         )
         return 0
     caps = any(r.max_concurrent is not None for r in rows)
+    leases = any(r.lease_ms is not None for r in rows)
     columns = (
-        (*CONF_COLUMNS[:-1], MAX_CONCURRENT_COLUMN, CONF_COLUMNS[-1]) if caps else CONF_COLUMNS
+        *CONF_COLUMNS[:-1],
+        *([MAX_CONCURRENT_COLUMN] if caps else []),
+        *([LEASE_MS_COLUMN] if leases else []),
+        CONF_COLUMNS[-1],
     )
     ctx.out.table(
         columns,
@@ -269,6 +286,7 @@ def cmd_conf_list(ctx: Context) -> int:
                 fmt_opt(r.per_caller),
                 fmt_opt(r.caller_key),
                 *([fmt_opt(r.max_concurrent)] if caps else []),
+                *([fmt_opt(r.lease_ms)] if leases else []),
                 row_effect(r, ruleset),
             ]
             for r in rows
@@ -320,6 +338,7 @@ _CONF_FIELDS = (
     ("caller_key", "callerKey"),
     ("shadow", "shadow"),
     ("max_concurrent", "maxConcurrent"),
+    ("lease_ms", "leaseMs"),
 )
 
 #: The algorithm columns: model attribute -> (column, the ``conf set`` flag that sets it).
@@ -463,6 +482,8 @@ def cmd_conf_set(ctx: Context) -> int:
         fields["shadow"] = a.shadow
     if hasattr(a, "max_concurrent"):  # SUPPRESS: absent unless given (None: clear it)
         fields["max_concurrent"] = a.max_concurrent
+    if hasattr(a, "lease_ms"):  # SUPPRESS: absent unless given (None: clear it)
+        fields["lease_ms"] = a.lease_ms
     rows = read_rows(engine)
     if old is None:
         target = ConfRow(

@@ -210,6 +210,8 @@ def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
     url = f"* (channel {rule.channel})" if rule.caps_channel else rule.url
     head = [url, str(rule.config_id), rate, f"{rule.cache:g}", f"{cap:g}"]
     shadow = "; shadow: counted, not enforced" if rule.shadow else ""
+    if rule.lease_ms:  # stored permits exclude what processes hold in leases
+        shadow += f"; leases of {rule.lease_ms} ms"
 
     def row(stored: str, debt: str, state: str) -> list[str]:
         free = "-" if s.next_free_ms is None else f"{s.next_free_ms:.1f}"

@@ -74,6 +74,7 @@ RECORDED_COLUMNS: Final = {
     "shadow": "shadow",
     "max_concurrent": "maxConcurrent",
     "caller_key": "callerKey",
+    "lease_ms": "leaseMs",
 }
 
 
@@ -102,9 +103,18 @@ def _value(name: str, value: Any) -> Any:
     return value
 
 
+#: Columns recorded only when set: rows recorded before the column existed still compare
+#: equal to the same rows read after ``db upgrade`` (no spurious ``sql`` updates).
+_RECORDED_WHEN_SET: Final = frozenset({"lease_ms"})
+
+
 def row_record(row: ConfRow | RateLimitConf) -> dict[str, Any]:
     """A row as the audit records it: column name -> value (no lastModifyTime)."""
-    return {col: _value(attr, getattr(row, attr, None)) for attr, col in RECORDED_COLUMNS.items()}
+    return {
+        col: _value(attr, value)
+        for attr, col in RECORDED_COLUMNS.items()
+        if (value := getattr(row, attr, None)) is not None or attr not in _RECORDED_WHEN_SET
+    }
 
 
 def _dump(record: Mapping[str, Any] | None) -> str | None:

@@ -25,6 +25,7 @@ from gateway_limiter.config.audit import ChangedBy, record_change, row_record
 from gateway_limiter.config.rules import (
     ALGORITHMS,
     MAX_CACHE,
+    MAX_LEASE_MS,
     MAX_PERIOD,
     MAX_URL_LENGTH,
     Skipped,
@@ -58,6 +59,7 @@ EDITABLE: Final = {
     "perCaller": "per_caller",
     "maxConcurrent": "max_concurrent",
     "callerKey": "caller_key",
+    "leaseMs": "lease_ms",
 }
 #: Model attribute -> column name.
 COLUMN_OF: Final = {attr: col for col, attr in EDITABLE.items()}
@@ -136,6 +138,12 @@ def _check(column: str, value: Any) -> Any:
             return None  # 0 clears the cap, as `conf set --max-concurrent 0` does
         if not _whole(value) or not 1 <= value <= MAX_INT11:
             raise bad(f"must be a whole number from 1 to {MAX_INT11}, or null")
+        return value
+    if column == "leaseMs":
+        if value is None or (value == 0 and _whole(value)):
+            return None  # 0 clears it, as `conf set --lease-ms 0` does
+        if not _whole(value) or not 1 <= value <= MAX_LEASE_MS:
+            raise bad(f"must be a whole number of milliseconds from 1 to {MAX_LEASE_MS}, or null")
         return value
     if column == "warmupPeriod":
         if value is None:

@@ -42,6 +42,12 @@ row always limits a rate too (``rateLimit`` stays required): a cap on concurrenc
 is a row with a rate the supplier never reaches, so every row keeps one meaning for
 ``try_acquire``.
 
+``leaseMs`` (docs/algorithms.md, "Leases") lets each process take up to that many ms of
+the rate in one round trip and spend it in-process: NULL or 0 off, negative or more
+than ``MAX_LEASE_MS`` a skipped row. It applies only where the interface is one shared
+token bucket, enforced (``lease_problem``); elsewhere it is ignored with a warning
+naming the configId, and the row applies without a lease.
+
 Disabled rows make no rule, but their URLs are kept (``RuleSet.disabled``) so that a
 decision can say "disabled" rather than "not configured".
 """
@@ -68,6 +74,8 @@ MAX_CALLER_KEY = 64
 MAX_CHANNEL = 24
 #: The longest ``periodSeconds``: a day (suppliers sell daily quotas; no longer ones).
 MAX_PERIOD = 86_400
+#: The longest ``leaseMs``: a minute (a longer lease is no longer a rate limit).
+MAX_LEASE_MS = 60_000
 
 
 class Algorithm(StrEnum):
@@ -113,6 +121,9 @@ class Rule:
     channel: str | None = None
     #: A named caller's row (``callerKey``): it applies to that caller alone.
     caller: str | None = None
+    #: ``leaseMs``: the ms of the rate one process may take at a time (0: no lease); only
+    #: ever set where ``lease_problem`` finds nothing against it.
+    lease_ms: int = 0
     #: ``rateLimit = 0`` here or in any of ``also`` (a closed channel closes its
     #: interfaces): every call refused. Computed, so the decision path reads a field.
     closed: bool = field(init=False, compare=False)
@@ -136,6 +147,7 @@ class Rule:
             max_concurrent: int | None = None,
             channel: str | None = None,
             caller: str | None = None,
+            lease_ms: int = 0,
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -232,6 +244,8 @@ def type_problem(row: ConfRow) -> str:
         return f"warmupPeriod {row.warmup_period!r} is not a number"
     if not (row.max_concurrent is None or _is_whole(row.max_concurrent)):
         return f"maxConcurrent {row.max_concurrent!r} is not a whole number"
+    if not (row.lease_ms is None or _is_whole(row.lease_ms)):
+        return f"leaseMs {row.lease_ms!r} is not a whole number"
     return ""
 
 
@@ -279,6 +293,8 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         return Skipped(row.config_id, problem)
     if row.max_concurrent is not None and row.max_concurrent < 0:
         return Skipped(row.config_id, f"maxConcurrent {row.max_concurrent} is negative")
+    if row.lease_ms is not None and not 0 <= row.lease_ms <= MAX_LEASE_MS:
+        return Skipped(row.config_id, f"leaseMs {row.lease_ms} is not from 0 to {MAX_LEASE_MS} ms")
     return Rule(
         url=url,
         rate=int(row.rate_limit),
@@ -294,6 +310,7 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         max_concurrent=row.max_concurrent or None,
         channel=row.channel_type if url == CHANNEL_URL else None,
         caller=row.caller_key,
+        lease_ms=int(row.lease_ms or 0),
     )
 
 
@@ -517,6 +534,38 @@ def _capped(
     return [replace(r, channel=channel) for r in own] + list(cap)
 
 
+def lease_problem(rule: Rule) -> str:
+    """Why an interface's Rule cannot be leased ("" when it can): a lease is permits
+    taken ahead from one shared token bucket, so the interface must be exactly that."""
+    if rule.also:
+        return "the interface has several limits (or a channel cap)"
+    if rule.algorithm is not Algorithm.TOKEN_BUCKET:
+        return f"{rule.algorithm} is not token_bucket"
+    if rule.per_caller:
+        return "the row is perCaller"
+    if rule.shadow:
+        return "the row is shadow"
+    if rule.channel is not None:
+        return "the row is a channel cap"
+    return ""
+
+
+def _leased(rule: Rule, warnings: list[str]) -> Rule:
+    """``rule`` with its lease, or without it and a warning naming the rows that ask."""
+    asking = [r for r in rule.limits if r.lease_ms]
+    if not asking:
+        return rule
+    problem = lease_problem(rule)
+    if not problem:
+        return rule
+    ids = ", ".join(str(r.config_id) for r in asking)
+    warnings.append(
+        f"leaseMs of configId {ids} ignored on {rule.url!r}: {problem} (a lease needs one "
+        "shared, enforced token_bucket row)"
+    )
+    return replace(rule, lease_ms=0, also=tuple(replace(r, lease_ms=0) for r in rule.also))
+
+
 def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
     """Turn rows into rules: skip bad rows, resolve duplicate limits (stricter wins),
     gather each URL's limits into one Rule, with its channel's cap and named callers."""
@@ -525,6 +574,7 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
     channels: dict[str, dict[str, list[int]]] = {}  # url -> channelType -> configIds
     skipped: list[Skipped] = []
     disabled: set[str] = set()
+    leases = False
     for row in rows:
         outcome = rule_from_row(row, default_cache)
         if outcome is None:
@@ -534,6 +584,7 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
         if isinstance(outcome, Skipped):
             skipped.append(outcome)
             continue
+        leases = leases or outcome.lease_ms != 0
         if outcome.channel is not None:  # a channel row
             _place(
                 caps.setdefault(outcome.channel, {}),
@@ -582,6 +633,9 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
                 rule = interface_rule(mine)
                 if rule != rules.get(url):
                     named[(url, name)] = rule
+    if leases:  # some row asks for a lease: only then look closer
+        rules = {url: _leased(rule, warnings) for url, rule in rules.items()}
+        named = {k: _leased(rule, warnings) for k, rule in named.items()}
     return RuleSet(
         MappingProxyType(rules),
         tuple(dict.fromkeys(skipped)),  # a row left out for several callers: said once

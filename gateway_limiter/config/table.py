@@ -128,6 +128,8 @@ class RateLimitConf(Base):
     # Revision 0006
     max_concurrent: Mapped[int | None] = mapped_column("maxConcurrent", _INT11)
     caller_key: Mapped[str | None] = mapped_column("callerKey", String(64))
+    # Revision 0007
+    lease_ms: Mapped[int | None] = mapped_column("leaseMs", _INT11)
 
 
 class LimiterSwitch(Base):
@@ -236,6 +238,7 @@ class ConfRow:
     shadow: int | None = None
     max_concurrent: int | None = None
     caller_key: str | None = None
+    lease_ms: int | None = None
 
 
 _ROW_FIELDS = {
@@ -255,6 +258,7 @@ _ROW_FIELDS = {
     "shadow": "shadow",
     "maxConcurrent": "max_concurrent",
     "callerKey": "caller_key",
+    "leaseMs": "lease_ms",
 }
 
 

@@ -299,6 +299,8 @@ def make_app(sources: Sources) -> Starlette:
                     # slots: calls in flight fleet-wide, where the row has maxConcurrent
                     "inFlight": b.in_flight,
                     "maxConcurrent": rule.max_concurrent,
+                    # leases: ms of the rate each process takes per round trip (0: none)
+                    "leaseMs": rule.lease_ms,
                     "shared": b.shared,
                     "error": b.error,
                 }

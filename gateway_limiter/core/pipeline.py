@@ -2,9 +2,11 @@
 
 A call goes: arguments checked -> snapshot read (no lock) -> switch off, no rule, or a
 disabled row: admitted at once, no backend traffic -> a closed rule (rateLimit 0):
-refused at once -> an earlier reply said the interface is not free within the
-caller's timeout: refused at once, no round trip (``core.local_refusal``) -> otherwise
-one backend decision -> a shadow rule lets the call go whatever was decided -> the
+refused at once -> a lease row (``leaseMs``) with permits left in this process's
+lease: admitted from it, no round trip (``core.leases``) -> an earlier reply said the
+interface is not free within the caller's timeout: refused at once, no round trip
+(``core.local_refusal``; not for lease rows) -> otherwise one backend decision (a lease
+row's: ``lease.lua``) -> a shadow rule lets the call go whatever was decided -> the
 metrics count it -> the wait, outside any lock.
 
 ``GatewayLimiter`` and ``AsyncGatewayLimiter`` are two I/O shells around this core. A
@@ -19,17 +21,20 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.fleet import Heartbeat
+from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.config.reload import Registry, ReloadSummary, Snapshot
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings, load_settings
 from gateway_limiter.core.decision import ADMIT, REFUSE, Decision, Reason, decision_of
 from gateway_limiter.core.failure import Breaker, FailurePolicy, Policy
 from gateway_limiter.core.fleet import Fleet
+from gateway_limiter.core.leases import Leases
 from gateway_limiter.core.local_refusal import LocalRefusals
 from gateway_limiter.core.status import WINDOWS
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
@@ -40,6 +45,9 @@ from gateway_limiter.observe.metrics import ProcessMetrics, Source, interface_la
 #: The most permits one call may ask for: a row's rateLimit is an INT(11), and beyond
 #: this a reservation's debt stops being exact in the script's doubles.
 MAX_PERMITS = 2**31 - 1
+#: How many renewals of a lease a caller waits for, one after another, before it is
+#: decided the plain way (each wait: at most twice ``redis_timeout_ceiling``).
+LEASE_WAITS = 3
 #: The largest timeout: a finite float (an int beyond it would overflow converting).
 _MAX_TIMEOUT_S = sys.float_info.max
 
@@ -226,7 +234,7 @@ class Ask:
     """What ``LimiterCore._begin`` leaves to the shell: ask the backend to ``reserve``
     ``permits`` of ``rule`` within ``budget_s`` (None: however long), for ``key``."""
 
-    __slots__ = ("asked", "budget_s", "key", "permits", "rule")
+    __slots__ = ("asked", "budget_s", "key", "lease", "permits", "renewing", "rule")
 
     def __init__(
         self,
@@ -235,6 +243,7 @@ class Ask:
         budget_s: float | None,
         key: str | None,
         asked: tuple[float, int] | None,
+        lease: ScriptCall | None = None,
     ) -> None:
         self.rule = rule
         self.permits = permits
@@ -243,6 +252,11 @@ class Ask:
         #: When the request left (monotonic s) and the local refusals' generation then;
         #: None without local refusals.
         self.asked = asked
+        #: A lease row's ``lease.lua`` call, sent instead of ``reserve`` (``core.leases``)
+        self.lease = lease
+        #: A lease row whose lease another caller is renewing: the shell waits for that
+        #: (``LimiterCore._lease_wait``), then asks again (``_lease_again``)
+        self.renewing = False
 
 
 def settings_from(settings: Settings | str | Path | None, overrides: dict[str, Any]) -> Settings:
@@ -279,6 +293,7 @@ class LimiterCore:
         "_factors",
         "_fallbacks",
         "_fleet",
+        "_leases",
         "_local_refusals",
         "_metrics",
         "_outcomes",
@@ -318,6 +333,11 @@ class LimiterCore:
                 in_flight=self._in_flight_seen,
             )
         self._local_refusals = local_refusals_for(shared, self.registry)
+        #: leases of lease rows; memory:// decides in-process already and takes none
+        self._leases: Leases | None = None
+        if shared:
+            leases = self._leases = Leases(chosen.key_prefix)
+            self.registry.listeners.append(lambda _: leases.reloaded(self.registry.snapshot))
 
     @classmethod
     def from_settings(cls, path: str | Path | None = None, **overrides: Any) -> Self:
@@ -429,6 +449,8 @@ class LimiterCore:
         if rule.closed:
             return self._settled(rule, REFUSE, Reason.CLOSED)
         budget_s = None if forever else rule.cache if timeout_s is None else timeout_s
+        if rule.lease_ms and self._leases is not None:
+            return self._leased(rule, permits, budget_s)
         asked, refused = self._refused_here(rule, key, budget_s)
         if refused is not None:  # the backend would refuse too: no round trip
             if self._factors and (factor := self._factors.get(url)) is not None:
@@ -437,6 +459,64 @@ class LimiterCore:
         if self._breaker.allows():
             return Ask(rule, permits, budget_s, key, asked)
         return self._settled(rule, *self._fall_back(rule, permits, budget_s, key))
+
+    def _leased(self, rule: Rule, permits: int, budget_s: float | None) -> Outcome | Ask:
+        """A lease row (``core.leases``): from this process's lease, refused in-process
+        while the bucket refills what the last lease lacked, or the lease call.
+
+        The local refusals of plain rows do not apply: another process handing back its
+        lease makes the interface free sooner than a reply said.
+        """
+        return self._from_lease(rule, permits, budget_s, wait=True)
+
+    def _from_lease(
+        self, rule: Rule, permits: int, budget_s: float | None, *, wait: bool
+    ) -> Outcome | Ask:
+        leases = self._leases
+        assert leases is not None
+        now_s = time.monotonic()
+        verdict = leases.take(rule, permits, budget_s, now_s)
+        if verdict is not None:
+            return self._settled(
+                rule, verdict, Reason.ADMITTED if verdict.allowed else Reason.LIMITED
+            )
+        if not self._breaker.allows():  # the lease is spent: the failure policy decides
+            return self._settled(rule, *self._fall_back(rule, permits, budget_s, None))
+        call = leases.refill(rule, permits, budget_s, now_s)
+        ask = Ask(rule, permits, budget_s, None, None, call)
+        ask.renewing = call is None and wait  # else: the plain way (``bucket.lua``)
+        return ask
+
+    def _lease_wait(self, ask: Ask, wake: Callable[[], None]) -> float | None:
+        """How long to wait for the renewal ``ask`` waits for, ``wake`` called when it
+        ends; None: it has ended already (ask again at once)."""
+        leases = self._leases
+        assert leases is not None
+        if not leases.wait(ask.rule, wake):
+            return None
+        return 2 * self.settings.redis_timeout_ceiling
+
+    def _lease_again(self, ask: Ask, waited: int) -> Outcome | Ask:
+        """After ``waited`` waits for renewals: from the lease, a renewal of its own, a
+        wait for the next renewal (at most ``LEASE_WAITS`` in all), or the plain way."""
+        return self._from_lease(ask.rule, ask.permits, ask.budget_s, wait=waited < LEASE_WAITS)
+
+    def _finish_lease(self, ask: Ask, reply: Any) -> Outcome:
+        """The lease call of ``ask`` answered (or failed): the Outcome."""
+        leases = self._leases
+        assert leases is not None
+        if isinstance(reply, BackendError):
+            leases.failed(ask.rule)
+            return self._finish(ask, reply)
+        try:
+            verdict = leases.filled(ask.rule, ask.permits, reply)
+        except BackendError as e:
+            return self._finish(ask, e)
+        return self._finish(ask, verdict)
+
+    def _lease_returns(self, closing: bool = False) -> list[ScriptCall]:
+        """The calls that hand back leases (on the heartbeat; every lease when closing)."""
+        return [] if self._leases is None else list(self._leases.returns(closing))
 
     def _finish(self, ask: Ask, reply: Verdict | BackendError) -> Outcome:
         """The backend answered ``ask`` (or failed): the Outcome."""
@@ -532,6 +612,8 @@ class LimiterCore:
         rule = route(self.registry.snapshot, url, key)
         if rule is None or rule.closed or not self._breaker.allows():
             return None
+        if rule.lease_ms and self._leases is not None:
+            self._leases.drop(url)  # the supplier said stop: this process stops now
         refusals = self._local_refusals
         asked = None if refusals is None else (time.monotonic(), refusals.generation)
         return Push(rule, retry_after, key, asked)

@@ -36,6 +36,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("fleet_membership.py", ["--quick"], ["Fleet membership:", "EVAL per heartbeat"]),
         ("console_tally_cost.py", [], ["tally on (as shipped)", "Tallies.add alone"]),
         ("failover_loss.py", ["--quick"], ["Failover loss:", "1. sentinel", "lost bytes"]),
+        ("lease_cost.py", ["--quick"], ["Lease cost:", "without leases", "leaseMs 20"]),
     ],
 )
 def test_benchmark_runs_to_its_tables(script: str, args: list[str], expected: list[str]) -> None:

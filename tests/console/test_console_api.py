@@ -263,3 +263,18 @@ def test_max_concurrent_zero_clears_the_cap_as_conf_set_does(console: Served) ->
         negative = http.patch(f"/api/rules/{config_id}", json={"maxConcurrent": -1})
         assert negative.status_code == 422 and negative.json()["field"] == "maxConcurrent"
     assert row_of(console.engine, config_id)["maxConcurrent"] is None  # type: ignore[index]
+
+
+def test_lease_ms_is_a_row_field_and_status_shows_it(console: Served) -> None:
+    config_id = write_row(console.engine, URL, rateLimit=10, leaseMs=40)
+    with console.client() as http:
+        listed = http.get("/api/rules").json()
+        assert next(r for r in listed["rows"] if r["configId"] == config_id)["leaseMs"] == 40
+        cleared = http.patch(f"/api/rules/{config_id}", json={"leaseMs": 0})
+        assert cleared.status_code == 200, cleared.text
+        absurd = http.patch(f"/api/rules/{config_id}", json={"leaseMs": 60_001})
+        assert absurd.status_code == 422 and absurd.json()["field"] == "leaseMs"
+        http.patch(f"/api/rules/{config_id}", json={"leaseMs": 25})
+        bucket = next(b for b in http.get("/api/status").json()["buckets"] if b["url"] == URL)
+        assert bucket["leaseMs"] == 25
+    assert row_of(console.engine, config_id)["leaseMs"] == 25  # type: ignore[index]

@@ -101,6 +101,7 @@ function drawRules() {
     cell(tr, row.perCaller, "num");
     cell(tr, row.callerKey);
     cell(tr, row.maxConcurrent, "num");
+    cell(tr, row.leaseMs, "num");
     cell(tr, row.skipped ? "skipped: " + row.skipped : (row.status === 1 ? "in force" : "disabled"),
       row.skipped ? "skip" : "");
     const actions = el("td");
@@ -146,8 +147,8 @@ async function patch(configId, fields) {
 
 // The columns "edit…" offers, as name=value pairs the operator changes in place.
 const EDITABLE = ["rateLimit", "periodSeconds", "cache", "status", "shadow", "algorithm",
-  "maxPermits", "warmupPeriod", "perCaller", "callerKey", "maxConcurrent", "channelType",
-  "interfaceNo"];
+  "maxPermits", "warmupPeriod", "perCaller", "callerKey", "maxConcurrent", "leaseMs",
+  "channelType", "interfaceNo"];
 
 function parseValue(text) {
   if (text === "null" || text === "") return null;

@@ -1,0 +1,243 @@
+#!/usr/bin/env python
+"""One hot interface at R = 50,000/s across 4 processes, with and without leases.
+
+Run from the checkout, with the venv's Python::
+
+    python bench/lease_cost.py            # about 30 s
+    python bench/lease_cost.py --quick    # smoke run, a few seconds
+
+One private ``redis-server`` (no persistence) and a SQLite table with two rows of the
+same rate and capacity: one plain, one with ``leaseMs``. For each row in turn,
+``--processes`` processes (spawned) with ``--threads`` threads each call
+``try_acquire(url, timeout=0)`` as fast as they can for ``--seconds``. Printed side by
+side, from the same run:
+
+- decisions/s and admitted/s over the whole fleet;
+- EVALSHA per admitted call (``INFO commandstats``: every decision script call the
+  server ran while the fleet measured);
+- Redis CPU per admitted call (``INFO cpu``, user + system, over the same span);
+- the peak admitted in any 1 s (10 ms bins of wall clock, merged over the processes;
+  each admission counted when its call returned) against the bounds of
+  docs/algorithms.md ("Leases"), C the capacity (here R), L the row's leaseMs, n = R x
+  L/1000 a lease, P the processes: C + R x (1 + L/1000) while every process keeps
+  spending its leases, C + R + P x n for any traffic (a lease idle longer than L is
+  handed back late: here, each process's first lease, taken before the start line).
+  An admission happened at most "late" (the slowest admitted call) before it was
+  counted, so a window of counts may hold up to R x late more than the bound.
+
+Without leases the bound is C + R (a token bucket).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+# Run as a script from anywhere: the checkout's package wins over any installed copy.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis
+
+from bench.harness.limiters import sqlite_table, started_limiter
+from bench.harness.report import load_average, table
+from bench.harness.servers import private_redis
+
+RATE = 50_000
+PLAIN_URL = "/bench/hot/plain"
+LEASE_URL = "/bench/hot/lease"
+BIN_S = 0.01  # admissions are counted per 10 ms of wall clock
+
+
+def worker(
+    db: str,
+    redis_url: str,
+    prefix: str,
+    url: str,
+    threads: int,
+    seconds: float,
+    start: Any,
+    done: Any,
+    results: Any,
+) -> None:
+    """One process of the fleet: ``threads`` threads hammering ``url``."""
+    with ExitStack() as stack:
+        limiter = started_limiter(stack, db, redis_url, prefix, fleet_heartbeat=1.0)
+        limiter.try_acquire(url, timeout=0)  # connections and scripts ready
+        bins: list[Counter[int]] = [Counter() for _ in range(threads)]
+        calls = [0] * threads
+        slowest = [0.0] * threads
+
+        def hammer(i: int, until: float) -> None:
+            mine, n, most = bins[i], 0, 0.0
+            acquire = limiter.try_acquire
+            while (began := time.time()) < until:
+                n += 1
+                if acquire(url, timeout=0):
+                    now = time.time()  # admitted between began and now: counted at now
+                    mine[int(now / BIN_S)] += 1
+                    most = max(most, now - began)
+            calls[i], slowest[i] = n, most
+
+        start.wait()
+        until = time.time() + seconds
+        pool = [threading.Thread(target=hammer, args=(i, until)) for i in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        done.wait()  # the parent reads Redis' counters before anyone closes
+        merged: Counter[int] = Counter()
+        for b in bins:
+            merged.update(b)
+        leases = limiter._leases
+        refills = 0 if leases is None else leases.refills
+        results.put((sum(calls), dict(merged), max(slowest), refills))
+        done.wait()
+
+
+def _redis_counters(client: redis.Redis) -> tuple[int, float]:
+    stats: dict[str, Any] = client.info("commandstats")
+    calls = int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+    cpu: dict[str, Any] = client.info("cpu")
+    return calls, float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def _peak(bins: Counter[int]) -> int:
+    """The most admitted in any 1 s (100 consecutive 10 ms bins)."""
+    if not bins:
+        return 0
+    first, last = min(bins), max(bins)
+    width = round(1.0 / BIN_S)
+    counts = [bins.get(i, 0) for i in range(first, last + 1)]
+    window = sum(counts[:width])
+    most = window
+    for i in range(width, len(counts)):
+        window += counts[i] - counts[i - width]
+        most = max(most, window)
+    return most
+
+
+def run(
+    db: str, redis_url: str, url: str, processes: int, threads: int, seconds: float
+) -> dict[str, float]:
+    """One fleet on ``url``: its figures."""
+    ctx = mp.get_context("spawn")
+    start, done = ctx.Barrier(processes + 1), ctx.Barrier(processes + 1)
+    results = ctx.Queue()
+    prefix = f"gwl-bench-lease-{uuid.uuid4().hex[:8]}"
+    args = (db, redis_url, prefix, url, threads, seconds, start, done, results)
+    procs = [ctx.Process(target=worker, args=args) for _ in range(processes)]
+    client = redis.Redis.from_url(redis_url)
+    for p in procs:
+        p.start()
+    try:
+        start.wait(timeout=120)
+        before = _redis_counters(client)
+        done.wait(timeout=seconds + 120)
+        after = _redis_counters(client)
+        decisions, bins, late, refills = 0, Counter[int](), 0.0, 0
+        for _ in procs:
+            n, b, slowest, renewed = results.get(timeout=60)
+            decisions += n
+            bins.update(b)
+            late = max(late, slowest)
+            refills += renewed
+        done.wait(timeout=60)
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+        client.close()
+    admitted = sum(bins.values())
+    return {
+        "decisions/s": decisions / seconds,
+        "admitted/s": admitted / seconds,
+        "evalsha/admitted": (after[0] - before[0]) / max(admitted, 1),
+        "cpu us/admitted": (after[1] - before[1]) * 1e6 / max(admitted, 1),
+        "peak": float(_peak(bins)),
+        "late": late,
+        "lease calls/admitted": refills / max(admitted, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run, a few seconds")
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--lease-ms", type=int, default=20)
+    a = parser.parse_args()
+    seconds = 2.0 if a.quick else a.seconds
+    lease_ms = a.lease_ms
+    with ExitStack() as stack:
+        redis_url = stack.enter_context(private_redis())
+        db = sqlite_table(
+            stack,
+            {
+                PLAIN_URL: {"rate_limit": RATE, "cache": 0.0},
+                LEASE_URL: {"rate_limit": RATE, "cache": 0.0, "lease_ms": lease_ms},
+            },
+        )
+        load = load_average()
+        plain = run(db, redis_url, PLAIN_URL, a.processes, a.threads, seconds)
+        leased = run(db, redis_url, LEASE_URL, a.processes, a.threads, seconds)
+    size = RATE * lease_ms // 1000
+    bounds = {
+        "without leases": f"{2 * RATE:,}",
+        f"leaseMs {lease_ms}": (f"{RATE + RATE + size:,} / {RATE + RATE + a.processes * size:,}"),
+    }
+    rows = []
+    for (name, bound), figures in zip(bounds.items(), (plain, leased), strict=True):
+        rows.append(
+            [
+                name,
+                f"{figures['decisions/s']:,.0f}",
+                f"{figures['admitted/s']:,.0f}",
+                f"{figures['evalsha/admitted']:.4f}",
+                f"{figures['lease calls/admitted']:.4f}",
+                f"{figures['cpu us/admitted']:.2f}",
+                f"{figures['peak']:,.0f}",
+                f"{figures['late'] * 1000:.1f}",
+                bound,
+            ]
+        )
+    print(
+        f"Lease cost: one interface at R = {RATE:,}/s (capacity R), {a.processes} processes x "
+        f"{a.threads} threads, {seconds:g} s each, try_acquire(timeout=0)"
+    )
+    print(f"load average before: {load}")
+    print(
+        table(
+            [
+                "row",
+                "decisions/s",
+                "admitted/s",
+                "EVALSHA/admitted",
+                "of which lease.lua",
+                "Redis CPU us/admitted",
+                "peak in 1 s",
+                "late ms",
+                "bound (steady / any)",
+            ],
+            rows,
+        )
+    )
+    ratio = plain["evalsha/admitted"] / max(leased["evalsha/admitted"], 1e-12)
+    cpu = plain["cpu us/admitted"] / max(leased["cpu us/admitted"], 1e-12)
+    print(
+        f"Redis calls per admitted call: {ratio:,.1f}x fewer with leases; "
+        f"Redis CPU per admitted call: {cpu:,.1f}x less"
+    )
+    print(f"load average after: {load_average()}")
+
+
+if __name__ == "__main__":
+    main()

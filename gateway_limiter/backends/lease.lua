@@ -1,0 +1,93 @@
+--[[
+A lease: permits of one token bucket taken ahead in one round trip, spent by one process
+in-process (docs/algorithms.md, "Leases"; core/leases.py is the process's side). It is
+composed after bucket.lua, wrapped as the function bucket_decision (scripts.py,
+with_lease), so the bucket's semantics stay in bucket.lua and its state format
+(five doubles, plus four of pushback) is read and written as bucket.lua does.
+
+  1. hand back: the previous lease's unused permits return to the stored ones, never
+     beyond the capacity the state was built with (stored = min(capacity, stored +
+     unused), after the refill due). Nothing returns into a bucket that has no state
+     (a full one), nor while a pushback's hold is unabsorbed (the hold empties the
+     bucket anyway): what cannot return is dropped, which only under-admits.
+  2. the caller's own permits, decided by bucket.lua as a plain call would be (its
+     wait budget, debt, pushback), so a lease row never refuses what a plain row would
+     admit in the same state;
+  3. only if that took stored permits with no wait: up to lease - permits more stored
+     permits (whole ones, without debt and without waiting), in one more decision at
+     the same moment.
+
+KEYS[1]  the bucket's state (bucket.lua's key)
+ARGV[1]  rate (permits per second, > 0)
+ARGV[2]  capacity (> 0)
+ARGV[3]  permits the caller wants now (>= 1; 0: hand back only)
+ARGV[4]  the caller's timeout in microseconds; negative = wait as long as it takes
+ARGV[5]  now in microseconds; "" = the server's TIME (tests drive the clock)
+ARGV[6]  lease: the most permits to take in all, the caller's included (>= ARGV[3])
+ARGV[7]  unused permits of the previous lease to hand back (>= 0)
+
+Returns bucket.lua's six numbers for the caller's decision (the stored and next free
+ones as left after the lease), and a seventh: the permits granted in all (0 when the
+caller was refused; the caller's included).
+]]
+
+if redis.replicate_commands then
+  pcall(redis.replicate_commands)
+end
+
+local now
+if ARGV[5] == nil or ARGV[5] == "" then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[5])
+end
+local at = string.format("%.17g", now)  -- one moment for the hand back and both decisions
+
+-- 1. hand back
+local unused = tonumber(ARGV[7])
+if unused > 0 then
+  local saved = redis.pcall("GET", KEYS[1])
+  if type(saved) == "string" and (#saved == 40 or #saved == 72) then
+    local stored, balance, r, c, k = struct.unpack("<ddddd", saved)
+    local tail, unabsorbed = "", false
+    if #saved == 72 then
+      tail = string.sub(saved, 41)
+      local pushed_until = struct.unpack("<d", tail)
+      unabsorbed = pushed_until > 0 and balance < pushed_until
+    end
+    if stored >= 0 and not unabsorbed then
+      if now > balance then
+        stored = math.min(c, stored + (now - balance) / k)
+        balance = now
+      end
+      stored = math.min(c, stored + unused)
+      local px = math.ceil((math.max(balance, now) + (c - stored) * k - now) / 1000) + 1000
+      px = math.max(px, redis.call("PTTL", KEYS[1]))  -- a pushback's part may need longer
+      redis.call("SET", KEYS[1], struct.pack("<ddddd", stored, balance, r, c, k) .. tail, "PX", px)
+    end
+  end
+end
+
+local permits = tonumber(ARGV[3])
+if permits <= 0 then
+  return {1, "0", "0", "0", "1", "0", "0"}
+end
+
+-- 2. the caller's permits, as a plain call
+local reply = bucket_decision({KEYS[1]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4], at})
+local granted = 0
+if reply[1] == 1 then
+  granted = permits
+  -- 3. the rest of the lease, from stored permits only
+  local more = math.min(tonumber(ARGV[6]) - permits, math.floor(tonumber(reply[3])))
+  if tonumber(reply[2]) == 0 and more >= 1 then
+    local taken = bucket_decision({KEYS[1]}, {ARGV[1], ARGV[2], tostring(more), "0", at})
+    if taken[1] == 1 then
+      granted = granted + more
+      reply[3], reply[4] = taken[3], taken[4]
+    end
+  end
+end
+reply[7] = tostring(granted)
+return reply

@@ -1,0 +1,142 @@
+"""``leaseMs`` from the table to the limiter: the reload's checks (a skipped row, or a
+lease ignored where it cannot apply), ``conf set``, ``conf list``, ``status``, and the
+checks the console shares with ``conf set`` (``config/edits.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from gateway_limiter.cli.arguments import MAX_LEASE_MS as CLI_MAX_LEASE_MS
+from gateway_limiter.config.edits import FieldError, check_values
+from gateway_limiter.config.rules import MAX_LEASE_MS, build_rules
+from gateway_limiter.config.table import find_rows, make_engine, read_rows
+from tests.support.commandline import cli
+from tests.support.limiting import write_row
+from tests.support.services import RedisServer
+
+pytestmark = pytest.mark.usefixtures("no_local_settings")
+
+
+def test_the_reload_reads_lease_ms_and_skips_a_row_out_of_range_naming_it(
+    migrated_any_db: tuple[str, Engine],
+) -> None:
+    _db, engine = migrated_any_db
+    write_row(engine, "/hot", rateLimit=50_000, cache=0.1, leaseMs=20)
+    write_row(engine, "/zero", rateLimit=10, cache=0.1, leaseMs=0)
+    negative = write_row(engine, "/negative", rateLimit=10, cache=0.1, leaseMs=-1)
+    absurd = write_row(engine, "/absurd", rateLimit=10, cache=0.1, leaseMs=MAX_LEASE_MS + 1)
+    ruleset = build_rules(read_rows(engine), 0.5)
+    assert ruleset.rules["/hot"].lease_ms == 20
+    assert ruleset.rules["/zero"].lease_ms == 0  # 0: no lease, as NULL
+    assert "/negative" not in ruleset.rules and "/absurd" not in ruleset.rules
+    assert [str(s) for s in ruleset.skipped] == [
+        f"configId {negative}: leaseMs -1 is not from 0 to 60000 ms",
+        f"configId {absurd}: leaseMs 60001 is not from 0 to 60000 ms",
+    ]
+    assert ruleset.warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("columns", "why"),
+    [
+        ({"algorithm": "warm_up", "warmupPeriod": 2.0}, "warm_up is not token_bucket"),
+        ({"algorithm": "fixed_window"}, "fixed_window is not token_bucket"),
+        ({"perCaller": 1}, "the row is perCaller"),
+        ({"shadow": 1}, "the row is shadow"),
+    ],
+)
+def test_a_lease_where_it_cannot_apply_is_ignored_with_a_warning_naming_the_row(
+    migrated_any_db: tuple[str, Engine], columns: dict[str, object], why: str
+) -> None:
+    _db, engine = migrated_any_db
+    row = write_row(engine, "/x", rateLimit=10, cache=0.1, leaseMs=50, **columns)
+    ruleset = build_rules(read_rows(engine), 0.5)
+    rules = [*ruleset.rules.values(), *ruleset.named.values()]
+    assert [r.lease_ms for r in rules] == [0]  # the row applies, without a lease
+    assert ruleset.warnings == (
+        f"leaseMs of configId {row} ignored on '/x': {why} (a lease needs one shared, "
+        "enforced token_bucket row)",
+    )
+
+
+def test_a_lease_on_an_interface_of_several_limits_or_under_a_channel_cap_is_ignored(
+    migrated_any_db: tuple[str, Engine],
+) -> None:
+    _db, engine = migrated_any_db
+    first = write_row(engine, "/two", rateLimit=10, cache=0.1, leaseMs=50)
+    write_row(engine, "/two", add=True, rateLimit=100, periodSeconds=60)
+    capped = write_row(engine, "/capped", rateLimit=10, leaseMs=50, channelType="IBE")
+    write_row(engine, "*", rateLimit=15, channelType="IBE")
+    ruleset = build_rules(read_rows(engine), 0.5)
+    assert ruleset.rules["/two"].lease_ms == 0 and ruleset.rules["/capped"].lease_ms == 0
+    assert sorted(ruleset.warnings) == sorted(
+        f"leaseMs of configId {row} ignored on {url!r}: the interface has several limits "
+        "(or a channel cap) (a lease needs one shared, enforced token_bucket row)"
+        for row, url in ((first, "/two"), (capped, "/capped"))
+    )
+
+
+def test_the_console_and_conf_set_share_the_check_of_lease_ms() -> None:
+    assert check_values({"leaseMs": 20}) == {"lease_ms": 20}
+    assert check_values({"leaseMs": 0}) == {"lease_ms": None}  # 0 clears it
+    assert check_values({"leaseMs": None}) == {"lease_ms": None}
+    for bad in (-1, MAX_LEASE_MS + 1, 2.5, "20", True):
+        with pytest.raises(FieldError, match="leaseMs"):
+            check_values({"leaseMs": bad})
+    assert CLI_MAX_LEASE_MS == MAX_LEASE_MS
+
+
+def test_conf_set_writes_and_clears_lease_ms_and_conf_list_shows_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    db = f"sqlite:///{tmp_path / 'limits.db'}"
+    assert cli(capsys, "--database-url", db, "db", "upgrade").code == 0
+    ran = cli(capsys, "--database-url", db, "conf", "set", "/x", "--rate", "5", "--enable")
+    assert ran.code == 0, ran.err
+    assert "leaseMs" not in cli(capsys, "--database-url", db, "conf", "list").out
+    ran = cli(capsys, "--database-url", db, "conf", "set", "/x", "--lease-ms", "20")
+    assert ran.code == 0, ran.err
+    assert "leaseMs NULL -> 20" in ran.out
+    listed = cli(capsys, "--database-url", db, "conf", "list")
+    header = listed.out.splitlines()[1].split()
+    assert header[-2:] == ["leaseMs", "effect"]
+    row = next(line for line in listed.out.splitlines() if " /x " in line).split()
+    assert row[header.index("leaseMs") + 1] == "20"  # the date takes two words
+    for cleared in ("0", "none"):
+        cli(capsys, "--database-url", db, "conf", "set", "/x", "--lease-ms", "30")
+        ran = cli(capsys, "--database-url", db, "conf", "set", "/x", "--lease-ms", cleared)
+        assert ran.code == 0, ran.err
+        assert "leaseMs 30 -> NULL" in ran.out
+    for bad in ("-2", "60001", "1.5"):
+        ran = cli(capsys, "--database-url", db, "conf", "set", "/x", "--lease-ms", bad)
+        assert ran.code == 2
+        assert repr(bad) in ran.err and "--lease-ms" in ran.err
+    engine = make_engine(db)
+    try:
+        assert [r.lease_ms for r in find_rows(engine, "/x")] == [None]
+    finally:
+        engine.dispose()
+
+
+def test_status_says_a_row_is_leased(
+    capsys: pytest.CaptureFixture[str],
+    migrated_any_db: tuple[str, Engine],
+    redis_server: RedisServer,
+    key_prefix: str,
+    tmp_path: Path,
+) -> None:
+    db, engine = migrated_any_db
+    write_row(engine, "/hot", rateLimit=100, cache=0.1, leaseMs=40)
+    write_row(engine, "/plain", rateLimit=100, cache=0.1)
+    settings = tmp_path / "settings.toml"
+    settings.write_text(
+        f'database_url = "{db}"\nredis_url = "{redis_server.url}"\nkey_prefix = "{key_prefix}"\n'
+    )
+    ran = cli(capsys, "--settings", str(settings), "status")
+    assert ran.code == 0, ran.err
+    lines = ran.out.splitlines()
+    assert "leases of 40 ms" in next(line for line in lines if line.startswith("/hot "))
+    assert "lease" not in next(line for line in lines if line.startswith("/plain "))

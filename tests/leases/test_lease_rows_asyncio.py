@@ -1,0 +1,54 @@
+"""A lease row under ``AsyncGatewayLimiter``: coroutines share the process's lease (one
+renews it while the others wait for that), and closing hands it back."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+from sqlalchemy import Engine
+
+from gateway_limiter.aio import AsyncGatewayLimiter
+from gateway_limiter.backends.scripts import STATE
+from gateway_limiter.backends.state import bucket_key
+from tests.support.limiting import evalsha_calls, write_row
+from tests.support.services import RedisServer
+
+
+@pytest.fixture
+def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    write_row(limiter_db[1], "/hot", rateLimit=1000, cache=0.0, leaseMs=100)
+    # refills 100/s only: what comes back is seen before time could have refilled it
+    write_row(limiter_db[1], "/slow", rateLimit=100, maxPermits=1000, cache=0.0, leaseMs=10_000)
+    return limiter_db
+
+
+async def test_coroutines_share_the_lease(
+    alim: AsyncGatewayLimiter, redis_client: redis.Redis
+) -> None:
+    before = evalsha_calls(redis_client)
+    admitted = 0
+    for _ in range(5):  # 5 rounds of 100 concurrent callers
+        got = await asyncio.gather(*(alim.try_acquire("/hot", timeout=0) for _ in range(100)))
+        admitted += sum(got)
+    assert admitted == 500  # half the burst
+    # Each round: one coroutine renews the lease (100 permits), the 99 others wait for
+    # that renewal and take from it.
+    assert evalsha_calls(redis_client) - before == 5
+
+
+async def test_closing_hands_the_lease_back(
+    limiter_db: tuple[str, Engine],
+    redis_server: RedisServer,
+    redis_client: redis.Redis,
+    key_prefix: str,
+) -> None:
+    async with AsyncGatewayLimiter(
+        database_url=limiter_db[0], redis_url=redis_server.url, key_prefix=key_prefix
+    ) as own:
+        assert await own.try_acquire("/slow", timeout=0)  # 999 left in the lease
+        raw = redis_client.get(bucket_key(key_prefix, "/slow"))
+        assert isinstance(raw, bytes) and STATE.unpack_from(raw)[0] < 10.0
+    raw = redis_client.get(bucket_key(key_prefix, "/slow"))
+    assert isinstance(raw, bytes) and STATE.unpack_from(raw)[0] >= 999.0  # 999 back
