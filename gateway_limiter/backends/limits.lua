@@ -45,7 +45,7 @@ closer). A window that can never hold the permits wanted refuses with an infinit
 (and next free 0: not every limit was read).
 
 Like bucket.lua, it runs as few Lua steps as it can (server time caps one Redis core):
-no closures, one table per field rather than one per limit, and each limit's state read
+no closures, one flat table for every limit's fields, and each limit's state read
 once (a sliding window's next free comes from what step 1 read and step 3 wrote).
 ]]
 
@@ -85,10 +85,12 @@ end
 -- rate and size (after pushback), and what step 3 and next free need of its state:
 -- a bucket's stored permits and balance, a fixed window's k and permits used, a sliding
 -- window's length and last admission time (and whether the key held something else).
-local kinds, rates, sizes, first, second, foreign = {}, {}, {}, {}, {}, {}
-local at = max(now, pushed_until)
+local lim = {"", 0, 0, 0, 0, false}  -- six per limit: sized for one, the common case
+local at = now
+if pushed_until > now then at = pushed_until end
 local own = tonumber(ARGV[3 * nlimits + 4]) or nlimits  -- capacity shares: see ARGV[3n+4]
 for i = 1, nlimits do
+  local b = 6 * i - 6
   local factor, pushed_until = factor, pushed_until  -- capacity shares: a channel's limit
   if i > own then factor, pushed_until = 1, 0 end    -- is not this interface's to push
   local kind, rate, size = ARGV[3 * i + 1], tonumber(ARGV[3 * i + 2]), tonumber(ARGV[3 * i + 3])
@@ -103,7 +105,7 @@ for i = 1, nlimits do
       cap = max(permits, floor(rate * factor))
     end
   end
-  kinds[i], rates[i], sizes[i] = kind, rate, size
+  lim[b + 1], lim[b + 2], lim[b + 3] = kind, rate, size
   local earliest
   if kind == "tb" then
     local stable = 1000000 / rate
@@ -119,7 +121,8 @@ for i = 1, nlimits do
       stored, balance = 0, pushed_until  -- a hold drains the bucket (bucket.lua)
     end
     if now > balance then  -- resync at the refill rate the state was built with
-      stored = min(old_capacity, stored + (now - balance) / old_refill)
+      stored = stored + (now - balance) / old_refill
+      if not (stored < old_capacity) then stored = old_capacity end
       balance = now
     end
     if old_rate ~= rate or old_capacity ~= size or old_refill ~= stable then
@@ -129,16 +132,17 @@ for i = 1, nlimits do
         stored = size
       end
     end
-    local spend = min(permits, stored)
-    earliest = max(balance, now) + (permits - spend) * stable
-    first[i], second[i] = stored, balance
+    local spend = permits
+    if stored < permits then spend = stored end
+    earliest = balance + (permits - spend) * stable  -- balance >= now after the resync
+    lim[b + 4], lim[b + 5] = stored, balance
   elseif permits > rate then
     return pack("<dddddd", 0, math.huge, 0, 0, factor, held)
   elseif kind == "sw" then
     earliest = now
     local count = pcall_("LLEN", KEYS[i])
     if type(count) ~= "number" then  -- not a list: an empty window, the key replaced
-      count, foreign[i] = 0, true
+      count, lim[b + 6] = 0, true
     end
     local last = 0
     if count > 0 then
@@ -149,7 +153,7 @@ for i = 1, nlimits do
     if need > 0 then
       earliest = max(earliest, tonumber(call("LINDEX", KEYS[i], need - 1)) + size)
     end
-    first[i], second[i] = count, last
+    lim[b + 4], lim[b + 5] = count, last
   else  -- "fw"
     local window, used = floor(now / size), 0
     local saved = pcall_("GET", KEYS[i])
@@ -159,8 +163,9 @@ for i = 1, nlimits do
     end
     local next_window = window
     if used + permits > cap then next_window = window + 1 end
-    earliest = max(now, next_window * size)
-    first[i], second[i] = window, used  -- not moved on: step 3 does that, and a refusal keeps it
+    earliest = next_window * size
+    if now > earliest then earliest = now end
+    lim[b + 4], lim[b + 5] = window, used  -- not moved on: step 3 does that, and a refusal keeps it
   end
   if earliest > at then at = earliest end
 end
@@ -172,41 +177,45 @@ local least = nil
 if timeout >= 0 and wait > timeout then
   allowed = 0
   for i = 1, nlimits do
-    if kinds[i] == "tb" and (least == nil or first[i] < least) then least = first[i] end
+    local b = 6 * i - 6
+    if lim[b + 1] == "tb" and (least == nil or lim[b + 4] < least) then least = lim[b + 4] end
   end
 else
   -- 3. ... record the call at T in every limit
   for i = 1, nlimits do
-    local kind, rate, size = kinds[i], rates[i], sizes[i]
+    local b = 6 * i - 6
+    local kind, rate, size = lim[b + 1], lim[b + 2], lim[b + 3]
     if kind == "tb" then
       local stable = 1000000 / rate
-      local stored, balance = first[i], second[i]
+      local stored, balance = lim[b + 4], lim[b + 5]
       if at > balance then
-        stored = min(size, stored + (at - balance) / stable)
+        stored = stored + (at - balance) / stable
+        if not (stored < size) then stored = size end
       end
-      stored = max(0, stored - permits)
-      local full_at = max(at, now) + (size - stored) * stable
+      stored = stored - permits
+      if not (stored > 0) then stored = 0 end
+      local full_at = at + (size - stored) * stable  -- at >= now
       call("SET", KEYS[i], pack("<ddddd", stored, at, rate, size, stable),
         "PX", ceil((full_at - now) / 1000) + 1000)
       if least == nil or stored < least then least = stored end
-      first[i], second[i] = stored, at
+      lim[b + 4], lim[b + 5] = stored, at
     elseif kind == "sw" then
-      local count = first[i]
-      if foreign[i] then call("DEL", KEYS[i]) end
+      local count = lim[b + 4]
+      if lim[b + 6] then call("DEL", KEYS[i]) end
       for _ = 1, permits do  -- a number: Redis writes it with 17 significant digits
         call("RPUSH", KEYS[i], at)
       end
       call("LTRIM", KEYS[i], -rate, -1)
       call("PEXPIRE", KEYS[i], ceil((at + size - now) / 1000) + 1000)
-      first[i], second[i] = min(count + permits, rate), at
+      lim[b + 4], lim[b + 5] = min(count + permits, rate), at
     else
-      local window, used = first[i], second[i]
+      local window, used = lim[b + 4], lim[b + 5]
       local w = floor(at / size)
       if w > window then window, used = w, 0 end
       used = used + permits
       call("SET", KEYS[i], pack("<dd", window, used),
         "PX", ceil(((window + 1) * size - now) / 1000) + 1000)
-      first[i], second[i] = window, used
+      lim[b + 4], lim[b + 5] = window, used
     end
   end
 end
@@ -214,25 +223,31 @@ end
 -- The earliest moment (from now) any call could go, after the decision: every limit's
 -- earliest time for one permit (a sliding window's oldest admission still counted is
 -- read here: the only read a decision makes twice of a key).
-local free = max(now, pushed_until)
+local free = now
+if pushed_until > now then free = pushed_until end
 for i = 1, nlimits do
-  local kind, rate, size, earliest = kinds[i], rates[i], sizes[i], now
+  local b = 6 * i - 6
+  local kind, rate, size, earliest = lim[b + 1], lim[b + 2], lim[b + 3], now
   if kind == "tb" then
-    earliest = max(second[i], now) + max(0, 1 - first[i]) * (1000000 / rate)
+    local balance, lack = lim[b + 5], 1 - lim[b + 4]
+    if now > balance then balance = now end
+    if not (lack > 0) then lack = 0 end
+    earliest = balance + lack * (1000000 / rate)
   elseif kind == "sw" then
-    local count = first[i]
+    local count = lim[b + 4]
     if count > 0 then
-      earliest = max(earliest, second[i])
+      if lim[b + 5] > earliest then earliest = lim[b + 5] end
     end
     if count + 1 > rate then
       earliest = max(earliest, tonumber(call("LINDEX", KEYS[i], count - rate)) + size)
     end
   else
-    local window, used = first[i], second[i]
+    local window, used = lim[b + 4], lim[b + 5]
     if used + 1 > rate then
       earliest = (window + 1) * size
     else
-      earliest = max(now, window * size)
+      earliest = window * size
+      if now > earliest then earliest = now end
     end
   end
   if earliest > free then free = earliest end
