@@ -196,6 +196,38 @@ class Commands:
         return ScriptCall("pushback", [1, key, rate, retry_us, now_us, "0"])
 
 
+class Packer:
+    """Commands in the Redis protocol, for the backends that write their own round trips
+    (threads' and coroutines' shared pipelines). Script calls hold only str and int, so
+    this is redis-py's ``pack_command`` without its general cases; and decisions repeat
+    (the same rule, permits and budget make the same EVALSHA), so packed commands are
+    kept, up to ``LIMIT`` (~150 bytes each; past it the cache starts over)."""
+
+    __slots__ = ("_encoding", "_errors", "_kept")
+
+    LIMIT = 4096
+
+    def __init__(self, encoding: str = "utf-8", errors: str = "strict") -> None:
+        self._encoding = encoding
+        self._errors = errors
+        self._kept: dict[tuple[Any, ...], bytes] = {}
+
+    def __call__(self, command: tuple[Any, ...]) -> bytes:
+        """``command`` packed."""
+        packed = self._kept.get(command)
+        if packed is None:
+            if len(self._kept) >= self.LIMIT:
+                self._kept.clear()
+            parts = [b"*%d\r\n" % len(command)]
+            for arg in command:
+                data = (arg if isinstance(arg, str) else str(arg)).encode(
+                    self._encoding, self._errors
+                )
+                parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
+            packed = self._kept[command] = b"".join(parts)
+        return packed
+
+
 #: A decision script's reply: allowed (1/0), wait µs, stored, next free µs, factor, held
 #: µs, as six little-endian doubles in one bulk string (bucket.lua says why).
 REPLY = struct.Struct("<6d")
