@@ -205,9 +205,13 @@ else
       for _ = 1, permits do  -- a number: Redis writes it with 17 significant digits
         call("RPUSH", KEYS[i], at)
       end
-      call("LTRIM", KEYS[i], -rate, -1)
+      count = count + permits
+      if count > rate then  -- only a full window has admissions to drop
+        call("LTRIM", KEYS[i], -rate, -1)
+        count = rate
+      end
       call("PEXPIRE", KEYS[i], ceil((at + size - now) / 1000) + 1000)
-      lim[b + 4], lim[b + 5] = min(count + permits, rate), at
+      lim[b + 4], lim[b + 5] = count, at
     else
       local window, used = lim[b + 4], lim[b + 5]
       local w = floor(at / size)
