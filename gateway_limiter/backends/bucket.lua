@@ -53,8 +53,8 @@ until then the process refuses a caller whose timeout cannot reach it without as
 ]]
 
 -- Server time is what caps one Redis core (docs/scaling.md), so this runs as few Lua
--- steps as it can: no closures, no table but the reply, library functions as locals,
--- the warm-up arithmetic only for warm-up. No redis.replicate_commands: Redis >= 5
+-- steps as it can: no closures, no tables built, library functions as locals, the
+-- warm-up arithmetic only for warm-up, and a packed reply rather than formatted numbers. No redis.replicate_commands: Redis >= 5
 -- replicates a script's writes, not the script, so a write after TIME is allowed
 -- (docs/design.md, "Services it needs").
 local max, min, pack, unpack = math.max, math.min, struct.pack, struct.unpack
@@ -73,9 +73,9 @@ end
 local warmup = tonumber(ARGV[6]) or 0
 
 -- pcall: a key of another type (WRONGTYPE) is not ours either; SET below replaces it.
+-- Anything but 40 or 72 bytes: start afresh, as if lost.
 local saved = redis.pcall("GET", KEYS[1])
-local size = type(saved) == "string" and #saved or 0  -- anything but 40 or 72 bytes:
--- start afresh, as if lost
+local size = type(saved) == "string" and #saved or 0
 
 -- Pushback: the effective rate, and the moment before which no call goes (pushback.lua;
 -- a factor recorded under another rate is void: the row changed).

@@ -45,8 +45,10 @@ closer). A window that can never hold the permits wanted refuses with an infinit
 (and next free 0: not every limit was read).
 
 Like bucket.lua, it runs as few Lua steps as it can (server time caps one Redis core):
-no closures, one flat table for every limit's fields, and each limit's state read
-once (a sliding window's next free comes from what step 1 read and step 3 wrote).
+no closures, one flat table for every limit's fields, each limit's state read once
+(a sliding window's next free comes from what step 1 read and step 3 wrote; only a
+full window reads its oldest admission again), and a sliding window's list trimmed only
+when a call fills it past the rate.
 ]]
 
 local max, min, floor, ceil = math.max, math.min, math.floor, math.ceil
