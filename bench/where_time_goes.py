@@ -10,7 +10,7 @@ It splits the gap between ``try_acquire`` and the floor of ``decision_cost.py`` 
 1. Redis server time per EVALSHA (``INFO commandstats`` usec_per_call): ``return 1``,
    ``TIME`` alone, the bare state commands (TIME, GET, SET with PX), and
    ``bucket.lua`` as shipped. What bucket.lua costs beyond the state commands is the
-   script's own logic (arithmetic, closures, ``string.format``).
+   script's own logic (arithmetic, packing the state and the reply).
 2. Wall and client CPU per call (``time.thread_time``), layer by layer: the floor,
    the shipped script called through redis-py with the limiter's own ARGV, the
    backend's ``reserve`` (adds building ARGV and parsing the reply), ``try_acquire``
@@ -51,7 +51,7 @@ from bench.harness.limiters import (
 )
 from bench.harness.report import machine_facts, table
 from bench.harness.servers import private_redis
-from gateway_limiter.backends.scripts import BUCKET_LUA, Commands
+from gateway_limiter.backends.scripts import BUCKET_LUA, REPLY, Commands
 
 REPEATS = 5
 
@@ -199,7 +199,8 @@ def main() -> int:
         print()
 
         # Redis stubbed out below: nothing after this may talk to Redis.
-        canned = [1, b"0", b"9999999", b"0", b"1", b"0"]  # what bucket.lua answers: 6 numbers
+        # what bucket.lua answers: six packed doubles
+        canned = REPLY.pack(1.0, 0.0, 9999999.0, 0.0, 1.0, 0.0)
         client.evalsha = lambda *a, **k: canned  # type: ignore[method-assign]
         limiter.backend._sharing = Canned(canned)  # type: ignore[attr-defined]
         quiet.backend._sharing = Canned(canned)  # type: ignore[attr-defined]

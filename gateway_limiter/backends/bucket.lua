@@ -42,59 +42,58 @@ so a decision still touches one key, and Redis Cluster moves both together (a se
 key could be split from the first mid-resharding, and every call would get TRYAGAIN).
 A stored value of -1 permits means pushback state alone: no bucket state (full).
 
-Returns {allowed (1/0), wait in microseconds, stored permits left, next free, factor,
-held (microseconds from now until a pushback's retry_after ends; 0: none)}, numbers
-as strings with 17 significant digits so the caller reads back exactly the doubles
-computed here. Next free: microseconds from now before which no call can go (the
+Returns one string of six little-endian doubles (struct "<6d"): allowed (1/0), wait in
+microseconds, stored permits left, next free, factor, held (microseconds from now until
+a pushback's retry_after ends; 0: none). Packed, the caller reads back exactly the
+doubles computed here, and neither side formats or parses a number as text (six
+"%.17g" strings cost more server time than the bucket's arithmetic). Next free: microseconds from now before which no call can go (the
 balance time, plus what the stored permits lack of one permit, at one stable interval
 each; in warm-up, plus one stable interval). Only time passing brings it closer, so
 until then the process refuses a caller whose timeout cannot reach it without asking.
 ]]
 
-if redis.replicate_commands then
-  -- Redis < 5 needs this before a write that follows TIME; later versions ignore it.
-  pcall(redis.replicate_commands)
-end
+-- Server time is what caps one Redis core (docs/scaling.md), so this runs as few Lua
+-- steps as it can: no closures, no tables built, library functions as locals, the
+-- warm-up arithmetic only for warm-up, and a packed reply rather than formatted numbers. No redis.replicate_commands: Redis >= 5
+-- replicates a script's writes, not the script, so a write after TIME is allowed
+-- (docs/design.md, "Services it needs").
+local max, min, pack, unpack = math.max, math.min, struct.pack, struct.unpack
 
 local rate = tonumber(ARGV[1])
 local capacity = tonumber(ARGV[2])
 local permits = tonumber(ARGV[3])
 local timeout = tonumber(ARGV[4])
-local warmup = tonumber(ARGV[6] or "0")
-local now
-if ARGV[5] == nil or ARGV[5] == "" then
+local now = ARGV[5]
+if now == nil or now == "" then
   local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = t[1] * 1000000 + t[2]
 else
-  now = tonumber(ARGV[5])
+  now = tonumber(now)
 end
-
-local function num(x) return string.format("%.17g", x) end
+local warmup = tonumber(ARGV[6]) or 0
 
 -- pcall: a key of another type (WRONGTYPE) is not ours either; SET below replaces it.
+-- Anything but 40 or 72 bytes: start afresh, as if lost.
 local saved = redis.pcall("GET", KEYS[1])
-if type(saved) ~= "string" or (#saved ~= 40 and #saved ~= 72) then
-  saved = nil  -- anything else: start afresh, as if lost
-end
+local size = type(saved) == "string" and #saved or 0
 
 -- Pushback: the effective rate, and the moment before which no call goes (pushback.lua;
 -- a factor recorded under another rate is void: the row changed).
-local RECOVERY_PER_US = 0.05 / 1000000
-local factor, pushed_until, pushed, pushed_px = 1, 0, nil, 0
-if saved and #saved == 72 then
+local factor, pushed_until, pushed, pushed_px, held = 1, 0, nil, 0, 0
+if size == 72 then
+  local RECOVERY_PER_US = 0.05 / 1000000
   pushed = string.sub(saved, 41)
   local f, since, pushed_rate
-  pushed_until, f, since, pushed_rate = struct.unpack("<dddd", pushed)
+  pushed_until, f, since, pushed_rate = unpack("<dddd", pushed)
   if pushed_rate == rate then
-    factor = math.min(1, f + math.max(0, now - since) * RECOVERY_PER_US)
+    factor = min(1, f + max(0, now - since) * RECOVERY_PER_US)
+    rate = rate * factor
+    capacity = capacity * factor
   end
   local recovered = since + (1 - f) / RECOVERY_PER_US
-  pushed_px = math.ceil((math.max(pushed_until, recovered) - now) / 1000) + 1000
+  pushed_px = math.ceil((max(pushed_until, recovered) - now) / 1000) + 1000
+  if pushed_until > now then held = pushed_until - now end  -- how long the hold lasts
 end
-rate = rate * factor
-capacity = capacity * factor
-local held = "0"  -- the reply says how long a pushback's hold lasts
-if pushed_until > now then held = num(pushed_until - now) end
 
 -- The shape of the bucket: how fast stored permits come back, and what they cost.
 local stable = 1000000 / rate
@@ -107,24 +106,11 @@ if warmup > 0 then
   refill = warmup / capacity
 end
 
-local function stored_cost(stored, take)
-  if warmup <= 0 then return 0 end
-  local micros = 0
-  local above = stored - threshold
-  if above > 0 then
-    local part = math.min(above, take)
-    local length = (stable + above * slope) + (stable + (above - part) * slope)
-    micros = part * length / 2
-    take = take - part
-  end
-  return micros + stable * take
+local stored, balance, old_rate, old_capacity, old_refill = -1
+if size == 40 or size == 72 then
+  stored, balance, old_rate, old_capacity, old_refill = unpack("<ddddd", saved)
 end
-
-local stored, balance, old_rate, old_capacity, old_refill
-if saved then
-  stored, balance, old_rate, old_capacity, old_refill = struct.unpack("<ddddd", saved)
-end
-local fresh = saved == nil or stored < 0
+local fresh = stored < 0
 if fresh then
   -- No state: a bucket left alone for long, full and in balance.
   stored, balance = capacity, now
@@ -139,7 +125,7 @@ end
 
 -- 1. resync at the refill rate the state was built with
 if now > balance then
-  stored = math.min(old_capacity, stored + (now - balance) / old_refill)
+  stored = min(old_capacity, stored + (now - balance) / old_refill)
   balance = now
 end
 
@@ -152,30 +138,42 @@ if old_rate ~= rate or old_capacity ~= capacity or old_refill ~= refill then
   end
 end
 
--- 3. spend stored permits first; the shortfall becomes debt
-local spend = math.min(permits, stored)
-local shortfall = permits - spend
-local cost = stored_cost(stored, spend) + shortfall * stable
-local new_balance = math.max(balance, now) + cost
+-- 3. spend stored permits first (free in a token bucket; in warm-up, the area under
+-- the cost line above the threshold, one stable interval each below it); the
+-- shortfall becomes debt
+local spend = min(permits, stored)
+local cost = (permits - spend) * stable
+if warmup > 0 then
+  local micros, take, above = 0, spend, stored - threshold
+  if above > 0 then
+    local part = min(above, take)
+    local length = (stable + above * slope) + (stable + (above - part) * slope)
+    micros = part * length / 2
+    take = take - part
+  end
+  cost = (micros + stable * take) + cost
+end
+local start = balance
+if now > start then start = now end
+local new_balance = start + cost
 local wait = new_balance - now
 
--- the earliest moment (from now) any call could go after this decision
-local function next_free(s, b)
-  local owed
-  if warmup > 0 then owed = stable else owed = math.max(0, 1 - s) * stable end
-  return num(math.max(b, now) + owed - now)  -- in the order the wait is computed
-end
-
+-- the earliest moment (from now) any call could go after this decision, in the order
+-- the wait is computed: the balance, plus what the stored permits lack of one permit
+-- (in warm-up, one stable interval)
+local owed = stable
 -- 4. refuse without reserving, or reserve
 if timeout >= 0 and wait > timeout then
-  return {0, num(wait), num(stored), next_free(stored, balance), num(factor), held}
+  if warmup <= 0 then owed = max(0, 1 - stored) * stable end
+  return pack("<dddddd", 0, wait, stored, start + owed - now, factor, held)
 end
 stored = stored - spend
-local full_at = math.max(new_balance, now) + (capacity - stored) * refill
-local value = struct.pack("<ddddd", stored, new_balance, rate, capacity, refill)
-local px = math.ceil((full_at - now) / 1000) + 1000
+if warmup <= 0 then owed = max(0, 1 - stored) * stable end
+local px = math.ceil((new_balance + (capacity - stored) * refill - now) / 1000) + 1000
+local value = pack("<ddddd", stored, new_balance, rate, capacity, refill)
 if pushed then  -- kept as long as either part matters
-  value, px = value .. pushed, math.max(px, pushed_px)
+  value = value .. pushed
+  if pushed_px > px then px = pushed_px end
 end
 redis.call("SET", KEYS[1], value, "PX", px)
-return {1, num(wait), num(stored), next_free(stored, new_balance), num(factor), held}
+return pack("<dddddd", 1, wait, stored, new_balance + owed - now, factor, held)

@@ -26,14 +26,11 @@ ARGV[5]  now in microseconds; "" = the server's TIME (tests drive the clock)
 ARGV[6]  lease: the most permits to take in all, the caller's included (>= ARGV[3])
 ARGV[7]  unused permits of the previous lease to hand back (>= 0)
 
-Returns bucket.lua's six numbers for the caller's decision (the stored and next free
-ones as left after the lease), and a seventh: the permits granted in all (0 when the
-caller was refused; the caller's included).
+Returns seven packed doubles (one bulk string, as bucket.lua's six): bucket.lua's six
+for the caller's decision (the stored and next free ones as left after the lease), and
+a seventh: the permits granted in all (0 when the caller was refused; the caller's
+included).
 ]]
-
-if redis.replicate_commands then
-  pcall(redis.replicate_commands)
-end
 
 local now
 if ARGV[5] == nil or ARGV[5] == "" then
@@ -71,23 +68,24 @@ end
 
 local permits = tonumber(ARGV[3])
 if permits <= 0 then
-  return {1, "0", "0", "0", "1", "0", "0"}
+  return struct.pack("<ddddddd", 1, 0, 0, 0, 1, 0, 0)
 end
 
--- 2. the caller's permits, as a plain call
+-- 2. the caller's permits, as a plain call (bucket.lua's reply: six packed doubles)
 local reply = bucket_decision({KEYS[1]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4], at})
+local allowed, wait, stored, next_free, factor, held = struct.unpack("<dddddd", reply)
 local granted = 0
-if reply[1] == 1 then
+if allowed == 1 then
   granted = permits
   -- 3. the rest of the lease, from stored permits only
-  local more = math.min(tonumber(ARGV[6]) - permits, math.floor(tonumber(reply[3])))
-  if tonumber(reply[2]) == 0 and more >= 1 then
+  local more = math.min(tonumber(ARGV[6]) - permits, math.floor(stored))
+  if wait == 0 and more >= 1 then
     local taken = bucket_decision({KEYS[1]}, {ARGV[1], ARGV[2], tostring(more), "0", at})
-    if taken[1] == 1 then
+    local took, _, left, free = struct.unpack("<dddd", taken)
+    if took == 1 then
       granted = granted + more
-      reply[3], reply[4] = taken[3], taken[4]
+      stored, next_free = left, free
     end
   end
 end
-reply[7] = tostring(granted)
-return reply
+return struct.pack("<ddddddd", allowed, wait, stored, next_free, factor, held, granted)

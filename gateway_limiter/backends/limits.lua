@@ -36,57 +36,63 @@ ARGV[3n+4] (optional) how many limits are the interface's own; the rest are its 
          (a channel cap, shared with other interfaces: the interface's pushback neither
          scales nor delays them, though the call still goes no sooner than its moment)
 
-Returns {allowed (1/0), wait in microseconds, the least stored permits of the buckets
-(0 without one), next free, the pushback factor, held (microseconds from now until a
-pushback's retry_after ends; 0: none)}, numbers with 17 significant digits, like bucket.lua. Next
-free: microseconds from now before which no call can go, the latest of each limit's
-earliest time for one permit after this decision (only time passing brings it
-closer). A window that can never hold the permits wanted refuses with wait "inf"
+Returns one string of six little-endian doubles, like bucket.lua: allowed (1/0), wait in
+microseconds, the least stored permits of the buckets (0 without one), next free, the
+pushback factor, held (microseconds from now until a pushback's retry_after ends; 0:
+none). Next free: microseconds from now before which no call can go, the latest of each
+limit's earliest time for one permit after this decision (only time passing brings it
+closer). A window that can never hold the permits wanted refuses with an infinite wait
 (and next free 0: not every limit was read).
+
+Like bucket.lua, it runs as few Lua steps as it can (server time caps one Redis core):
+no closures, one flat table for every limit's fields, each limit's state read once
+(a sliding window's next free comes from what step 1 read and step 3 wrote; only a
+full window reads its oldest admission again), and a sliding window's list trimmed only
+when a call fills it past the rate.
 ]]
 
-if redis.replicate_commands then
-  -- Redis < 5 needs this before a write that follows TIME; later versions ignore it.
-  pcall(redis.replicate_commands)
-end
+local max, min, floor, ceil = math.max, math.min, math.floor, math.ceil
+local pack, unpack = struct.pack, struct.unpack
+local call, pcall_ = redis.call, redis.pcall
 
 local permits = tonumber(ARGV[1])
 local timeout = tonumber(ARGV[2])
-local now
-if ARGV[3] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = ARGV[3]
+if now == "" then
+  local t = call("TIME")
+  now = t[1] * 1000000 + t[2]
 else
-  now = tonumber(ARGV[3])
+  now = tonumber(now)
 end
-
-local function num(x) return string.format("%.17g", x) end
 
 -- Pushback, as in bucket.lua: the last key; its factor is void under another rate than
 -- the first limit's (the row changed).
-local RECOVERY_PER_US = 0.05 / 1000000
 local nlimits = #KEYS - 1
-local factor, pushed_until = 1, 0
-local pushed = redis.pcall("GET", KEYS[#KEYS])
+local factor, pushed_until, held = 1, 0, 0
+local pushed = pcall_("GET", KEYS[nlimits + 1])
 if type(pushed) == "string" and #pushed == 32 then
+  local RECOVERY_PER_US = 0.05 / 1000000
   local f, since, pushed_rate
-  pushed_until, f, since, pushed_rate = struct.unpack("<dddd", pushed)
+  pushed_until, f, since, pushed_rate = unpack("<dddd", pushed)
   if pushed_rate == tonumber(ARGV[5]) then
-    factor = math.min(1, f + math.max(0, now - since) * RECOVERY_PER_US)
+    factor = min(1, f + max(0, now - since) * RECOVERY_PER_US)
   end
+  if pushed_until > now then held = pushed_until - now end  -- how long the hold lasts
 end
-
-local held = "0"  -- the reply says how long a pushback's hold lasts
-if pushed_until > now then held = num(pushed_until - now) end
 
 -- A key holding anything else than its kind's state (another type, another length) is
 -- lost state, as in bucket.lua: read with pcall, start afresh, replace it on a write.
 
--- 1. each limit's earliest time; T (at) is the latest of them
-local kinds, rates, sizes, states, foreign = {}, {}, {}, {}, {}
-local at = math.max(now, pushed_until)
+-- 1. each limit's earliest time; T (at) is the latest of them. Per limit: its kind,
+-- rate and size (after pushback), and what step 3 and next free need of its state:
+-- a bucket's stored permits and balance, a fixed window's k and permits used, a sliding
+-- window's length and last admission time (and whether the key held something else).
+local lim = {"", 0, 0, 0, 0, false}  -- six per limit: sized for one, the common case
+local at = now
+if pushed_until > now then at = pushed_until end
 local own = tonumber(ARGV[3 * nlimits + 4]) or nlimits  -- capacity shares: see ARGV[3n+4]
 for i = 1, nlimits do
+  local b = 6 * i - 6
   local factor, pushed_until = factor, pushed_until  -- capacity shares: a channel's limit
   if i > own then factor, pushed_until = 1, 0 end    -- is not this interface's to push
   local kind, rate, size = ARGV[3 * i + 1], tonumber(ARGV[3 * i + 2]), tonumber(ARGV[3 * i + 3])
@@ -98,17 +104,17 @@ for i = 1, nlimits do
     if kind == "tb" then
       rate, size = rate * factor, size * factor
     else
-      cap = math.max(permits, math.floor(rate * factor))
+      cap = max(permits, floor(rate * factor))
     end
   end
-  kinds[i], rates[i], sizes[i] = kind, rate, size
+  lim[b + 1], lim[b + 2], lim[b + 3] = kind, rate, size
   local earliest
   if kind == "tb" then
     local stable = 1000000 / rate
-    local saved = redis.pcall("GET", KEYS[i])
+    local saved = pcall_("GET", KEYS[i])
     local stored, balance, old_rate, old_capacity, old_refill
     if type(saved) == "string" and #saved == 40 then
-      stored, balance, old_rate, old_capacity, old_refill = struct.unpack("<ddddd", saved)
+      stored, balance, old_rate, old_capacity, old_refill = unpack("<ddddd", saved)
     else  -- no state: full and in balance
       stored, balance, old_rate, old_capacity, old_refill = size, now, rate, size, stable
       saved = nil
@@ -117,7 +123,8 @@ for i = 1, nlimits do
       stored, balance = 0, pushed_until  -- a hold drains the bucket (bucket.lua)
     end
     if now > balance then  -- resync at the refill rate the state was built with
-      stored = math.min(old_capacity, stored + (now - balance) / old_refill)
+      stored = stored + (now - balance) / old_refill
+      if not (stored < old_capacity) then stored = old_capacity end
       balance = now
     end
     if old_rate ~= rate or old_capacity ~= size or old_refill ~= stable then
@@ -127,111 +134,128 @@ for i = 1, nlimits do
         stored = size
       end
     end
-    local spend = math.min(permits, stored)
-    earliest = math.max(balance, now) + (permits - spend) * stable
-    states[i] = {stored, balance}
+    local spend = permits
+    if stored < permits then spend = stored end
+    earliest = balance + (permits - spend) * stable  -- balance >= now after the resync
+    lim[b + 4], lim[b + 5] = stored, balance
   elseif permits > rate then
-    return {0, "inf", "0", "0", num(factor), held}
+    return pack("<dddddd", 0, math.huge, 0, 0, factor, held)
   elseif kind == "sw" then
     earliest = now
-    local count = redis.pcall("LLEN", KEYS[i])
+    local count = pcall_("LLEN", KEYS[i])
     if type(count) ~= "number" then  -- not a list: an empty window, the key replaced
-      count, foreign[i] = 0, true
+      count, lim[b + 6] = 0, true
     end
+    local last = 0
     if count > 0 then
-      earliest = math.max(earliest, tonumber(redis.call("LINDEX", KEYS[i], -1)))
+      last = tonumber(call("LINDEX", KEYS[i], -1))
+      earliest = max(earliest, last)
     end
     local need = count + permits - cap  -- admissions that must have left the window
     if need > 0 then
-      earliest = math.max(earliest, tonumber(redis.call("LINDEX", KEYS[i], need - 1)) + size)
+      earliest = max(earliest, tonumber(call("LINDEX", KEYS[i], need - 1)) + size)
     end
+    lim[b + 4], lim[b + 5] = count, last
   else  -- "fw"
-    local window, used = math.floor(now / size), 0
-    local saved = redis.pcall("GET", KEYS[i])
+    local window, used = floor(now / size), 0
+    local saved = pcall_("GET", KEYS[i])
     if type(saved) == "string" and #saved == 16 then
-      local w, u = struct.unpack("<dd", saved)
+      local w, u = unpack("<dd", saved)
       if w >= window then window, used = w, u end
     end
-    local first = window
-    if used + permits > cap then first = window + 1 end
-    earliest = math.max(now, first * size)
-    states[i] = {window, used}  -- not moved on: step 3 does that, and a refusal keeps it
+    local next_window = window
+    if used + permits > cap then next_window = window + 1 end
+    earliest = next_window * size
+    if now > earliest then earliest = now end
+    lim[b + 4], lim[b + 5] = window, used  -- not moved on: step 3 does that, and a refusal keeps it
   end
-  at = math.max(at, earliest)
-end
-
--- The earliest moment (from now) any call could go, after the decision: every limit's
--- earliest time for one permit (sliding windows: their admission times, in KEYS).
-local function next_free()
-  local free = math.max(now, pushed_until)
-  for i = 1, nlimits do
-    local kind, rate, size, earliest = kinds[i], rates[i], sizes[i], now
-    if kind == "tb" then
-      local stored, balance = states[i][1], states[i][2]
-      earliest = math.max(balance, now) + math.max(0, 1 - stored) * (1000000 / rate)
-    elseif kind == "sw" then
-      local count = redis.pcall("LLEN", KEYS[i])
-      if type(count) ~= "number" then count = 0 end
-      if count > 0 then
-        earliest = math.max(earliest, tonumber(redis.call("LINDEX", KEYS[i], -1)))
-      end
-      if count + 1 > rate then
-        earliest = math.max(earliest, tonumber(redis.call("LINDEX", KEYS[i], count - rate)) + size)
-      end
-    else
-      local window, used = states[i][1], states[i][2]
-      if used + 1 > rate then
-        earliest = (window + 1) * size
-      else
-        earliest = math.max(now, window * size)
-      end
-    end
-    free = math.max(free, earliest)
-  end
-  return num(free - now)
+  if earliest > at then at = earliest end
 end
 
 -- 2. refuse without writing anything, or ...
 local wait = at - now
+local allowed = 1
 local least = nil
 if timeout >= 0 and wait > timeout then
+  allowed = 0
   for i = 1, nlimits do
-    if kinds[i] == "tb" and (least == nil or states[i][1] < least) then least = states[i][1] end
+    local b = 6 * i - 6
+    if lim[b + 1] == "tb" and (least == nil or lim[b + 4] < least) then least = lim[b + 4] end
   end
-  return {0, num(wait), num(least or 0), next_free(), num(factor), held}
+else
+  -- 3. ... record the call at T in every limit
+  for i = 1, nlimits do
+    local b = 6 * i - 6
+    local kind, rate, size = lim[b + 1], lim[b + 2], lim[b + 3]
+    if kind == "tb" then
+      local stable = 1000000 / rate
+      local stored, balance = lim[b + 4], lim[b + 5]
+      if at > balance then
+        stored = stored + (at - balance) / stable
+        if not (stored < size) then stored = size end
+      end
+      stored = stored - permits
+      if not (stored > 0) then stored = 0 end
+      local full_at = at + (size - stored) * stable  -- at >= now
+      call("SET", KEYS[i], pack("<ddddd", stored, at, rate, size, stable),
+        "PX", ceil((full_at - now) / 1000) + 1000)
+      if least == nil or stored < least then least = stored end
+      lim[b + 4], lim[b + 5] = stored, at
+    elseif kind == "sw" then
+      local count = lim[b + 4]
+      if lim[b + 6] then call("DEL", KEYS[i]) end
+      for _ = 1, permits do  -- a number: Redis writes it with 17 significant digits
+        call("RPUSH", KEYS[i], at)
+      end
+      count = count + permits
+      if count > rate then  -- only a full window has admissions to drop
+        call("LTRIM", KEYS[i], -rate, -1)
+        count = rate
+      end
+      call("PEXPIRE", KEYS[i], ceil((at + size - now) / 1000) + 1000)
+      lim[b + 4], lim[b + 5] = count, at
+    else
+      local window, used = lim[b + 4], lim[b + 5]
+      local w = floor(at / size)
+      if w > window then window, used = w, 0 end
+      used = used + permits
+      call("SET", KEYS[i], pack("<dd", window, used),
+        "PX", ceil(((window + 1) * size - now) / 1000) + 1000)
+      lim[b + 4], lim[b + 5] = window, used
+    end
+  end
 end
 
--- 3. ... record the call at T in every limit
+-- The earliest moment (from now) any call could go, after the decision: every limit's
+-- earliest time for one permit (a sliding window's oldest admission still counted is
+-- read here: the only read a decision makes twice of a key).
+local free = now
+if pushed_until > now then free = pushed_until end
 for i = 1, nlimits do
-  local kind, rate, size = kinds[i], rates[i], sizes[i]
+  local b = 6 * i - 6
+  local kind, rate, size, earliest = lim[b + 1], lim[b + 2], lim[b + 3], now
   if kind == "tb" then
-    local stable = 1000000 / rate
-    local stored, balance = states[i][1], states[i][2]
-    if at > balance then
-      stored = math.min(size, stored + (at - balance) / stable)
-    end
-    stored = math.max(0, stored - permits)
-    local full_at = math.max(at, now) + (size - stored) * stable
-    redis.call("SET", KEYS[i], struct.pack("<ddddd", stored, at, rate, size, stable),
-      "PX", math.ceil((full_at - now) / 1000) + 1000)
-    if least == nil or stored < least then least = stored end
-    states[i] = {stored, at}
+    local balance, lack = lim[b + 5], 1 - lim[b + 4]
+    if now > balance then balance = now end
+    if not (lack > 0) then lack = 0 end
+    earliest = balance + lack * (1000000 / rate)
   elseif kind == "sw" then
-    local slot = num(at)
-    if foreign[i] then redis.call("DEL", KEYS[i]) end
-    for _ = 1, permits do
-      redis.call("RPUSH", KEYS[i], slot)
+    local count = lim[b + 4]
+    if count > 0 then
+      if lim[b + 5] > earliest then earliest = lim[b + 5] end
     end
-    redis.call("LTRIM", KEYS[i], -rate, -1)
-    redis.call("PEXPIRE", KEYS[i], math.ceil((at + size - now) / 1000) + 1000)
+    if count + 1 > rate then
+      earliest = max(earliest, tonumber(call("LINDEX", KEYS[i], count - rate)) + size)
+    end
   else
-    local window, used = states[i][1], states[i][2]
-    local w = math.floor(at / size)
-    if w > window then window, used = w, 0 end
-    used = used + permits
-    redis.call("SET", KEYS[i], struct.pack("<dd", window, used),
-      "PX", math.ceil(((window + 1) * size - now) / 1000) + 1000)
-    states[i] = {window, used}
+    local window, used = lim[b + 4], lim[b + 5]
+    if used + 1 > rate then
+      earliest = (window + 1) * size
+    else
+      earliest = window * size
+      if now > earliest then earliest = now end
+    end
   end
+  if earliest > free then free = earliest end
 end
-return {1, num(wait), num(least or 0), next_free(), num(factor), held}
+return pack("<dddddd", allowed, wait, least or 0, free - now, factor, held)

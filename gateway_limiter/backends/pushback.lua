@@ -18,13 +18,9 @@ ARGV[2]  retry_after in microseconds, or "" for none (a multiplicative decrease)
 ARGV[3]  now in microseconds, or "" for the server's TIME (tests drive the clock)
 ARGV[4]  "1": KEYS[1] is a bucket's key; "0": a key of its own
 
-Returns {factor after it, next free (µs from now before which no call goes; 0: none)},
-numbers with 17 significant digits.
+Returns one string of two little-endian doubles (as bucket.lua's reply): the factor
+after it, and next free (µs from now before which no call goes; 0: none).
 ]]
-
-if redis.replicate_commands then
-  pcall(redis.replicate_commands)  -- Redis < 5: before a write that follows TIME
-end
 
 local DECREASE, FLOOR, WINDOW_US = 0.5, 0.1, 1000000
 local RECOVERY_PER_US = 0.05 / 1000000
@@ -37,8 +33,6 @@ if ARGV[3] == "" then
 else
   now = tonumber(ARGV[3])
 end
-
-local function num(x) return string.format("%.17g", x) end
 
 local in_bucket = ARGV[4] == "1"
 local until_at, f, since, old_rate = 0, 1, now, rate
@@ -71,4 +65,4 @@ if in_bucket then  -- no bucket state: -1 stored permits says so (a full bucket)
   value = (bucket or struct.pack("<ddddd", -1, 0, 0, 0, 0)) .. value
 end
 redis.call("SET", KEYS[1], value, "PX", px)
-return {num(current), num(math.max(0, until_at - now))}
+return struct.pack("<dd", current, math.max(0, until_at - now))

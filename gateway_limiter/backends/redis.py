@@ -46,6 +46,7 @@ from gateway_limiter.backends.schemes import register
 from gateway_limiter.backends.scripts import (
     SCRIPTS,
     Commands,
+    Packer,
     ScriptCall,
     clock_us,
     describe,
@@ -58,7 +59,6 @@ from gateway_limiter.backends.scripts import (
 from gateway_limiter.backends.shared_trips import (
     Queued,
     RoundTripSharing,
-    pack_command,
     stamp,
 )
 from gateway_limiter.backends.state import state_key
@@ -430,6 +430,14 @@ def following(connection_class: type[Any], trips: RoundTrips) -> type[Any]:
     return Following
 
 
+def packer(connection_kwargs: dict[str, Any]) -> Packer:
+    """The packer of a pool's commands, in the encoding its connections use."""
+    return Packer(
+        connection_kwargs.get("encoding", "utf-8"),
+        connection_kwargs.get("encoding_errors", "strict"),
+    )
+
+
 def redis_url(settings: Settings) -> str:
     """The URL redis-py understands for this backend."""
     return settings.redis_url
@@ -461,7 +469,7 @@ class RedisBackend(ScriptBackend):
     __slots__ = (
         "_client",
         "_commands",
-        "_packed",
+        "_pack",
         "_prefix",
         "_readiness",
         "_round_trips",
@@ -472,8 +480,6 @@ class RedisBackend(ScriptBackend):
     #: NOSCRIPT rounds of a batch before its calls give up (a SCRIPT FLUSH between the
     #: LOAD and the EVALSHAs, again and again).
     RELOADS = 3
-    #: Packed commands kept at most (~150 bytes each); past this the cache starts over.
-    PACKED = 4096
 
     def __init__(self, settings: Settings, client: redis.Redis | None = None) -> None:
         if client is None:
@@ -491,7 +497,7 @@ class RedisBackend(ScriptBackend):
         self._prefix = settings.key_prefix
         self._commands = Commands(settings.key_prefix)
         self._readiness = Readiness()
-        self._packed: dict[tuple[Any, ...], bytes] = {}
+        self._pack = packer(connections.connection_kwargs)
         # A follower waits for the round trip in flight, then for its own: each may
         # wait for a pooled connection (redis_timeout), open one and read replies.
         self._wait_base_s = settings.redis_timeout + settings.redis_connect_timeout
@@ -512,10 +518,30 @@ class RedisBackend(ScriptBackend):
         return self._sharing.run(call)
 
     def _send_alone(self, call: ScriptCall) -> Any:
-        """One call with no other thread's: the batch path with a batch of one. It is
-        cheaper than redis-py's ``evalsha`` (a packed command kept, no command parsing
-        or response callbacks), and the same on the wire: one EVALSHA, and after
-        NOSCRIPT a SCRIPT LOAD and the EVALSHA again in one write."""
+        """One call with no other thread's: its EVALSHA written on a pooled connection
+        and its reply read, cheaper than redis-py's ``evalsha`` (a packed command kept,
+        no command parsing or response callbacks) and than a batch of one (no
+        ``Queued``, no lock). After NOSCRIPT, the batch path: a SCRIPT LOAD and the
+        EVALSHA again in one write."""
+        pool = self._client.connection_pool
+        with backend_errors():
+            conn: Any = pool.get_connection(*_POOL_ARGS)
+            try:
+                conn.send_packed_command(
+                    [self._pack(("EVALSHA", *call.evalsha))], check_health=False
+                )
+                return conn.read_response()
+            except NoScriptError:  # flushed or restarted: load, ask again (below)
+                pass
+            except ResponseError as e:  # the script failed for this call only
+                error = BackendError(describe(e))
+                error.__cause__ = e  # connection_failed reads it: not a failure
+                raise error from e
+            except BaseException:
+                conn.disconnect()
+                raise
+            finally:
+                pool.release(conn)
         alone = Queued(call)
         self._send_batch([alone])
         if alone.error is not None:
@@ -545,8 +571,8 @@ class RedisBackend(ScriptBackend):
         calls: list[Queued] = batch
         names: tuple[str, ...] = ()
         for _attempt in range(self.RELOADS + 1):
-            packed = [self._pack(conn, ("SCRIPT", "LOAD", SCRIPTS[n])) for n in names]
-            packed += [self._pack(conn, ("EVALSHA", *w.call.evalsha)) for w in calls]
+            packed = [self._pack(("SCRIPT", "LOAD", SCRIPTS[n])) for n in names]
+            packed += [self._pack(("EVALSHA", *w.call.evalsha)) for w in calls]
             stamp(calls)
             conn.send_packed_command([b"".join(packed)], check_health=False)
             for _ in names:
@@ -567,18 +593,6 @@ class RedisBackend(ScriptBackend):
         error = BackendError("NOSCRIPT: Redis keeps losing the script")
         for waiting in calls:
             waiting.answer(error=error)
-
-    def _pack(self, conn: Any, command: tuple[Any, ...]) -> bytes:
-        """``command`` in the Redis protocol. Decisions repeat (the same rule, permits
-        and budget make the same EVALSHA), so packed commands are kept."""
-        packed = self._packed.get(command)
-        if packed is None:
-            if len(self._packed) >= self.PACKED:
-                self._packed.clear()
-            encoder = conn.encoder
-            packed = pack_command(command, encoder.encoding, encoder.encoding_errors)
-            self._packed[command] = packed
-        return packed
 
     def close(self) -> None:
         """Close every pooled connection."""

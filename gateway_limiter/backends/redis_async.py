@@ -85,6 +85,7 @@ from gateway_limiter.backends.redis import (
     check_query_options,
     decision_path_options,
     eviction_policy,
+    packer,
     round_trips,
 )
 from gateway_limiter.backends.schemes import register_async
@@ -231,7 +232,7 @@ class AsyncRedisBackend:
         "_lanes",
         "_max_lanes",
         "_others",
-        "_packed",
+        "_pack",
         "_pool",
         "_prefix",
         "_queue",
@@ -245,8 +246,6 @@ class AsyncRedisBackend:
     BATCH = 128
     #: NOSCRIPT rounds before a call gives up (a SCRIPT FLUSH between LOAD and EVALSHA).
     RELOADS = 3
-    #: Packed commands kept at most (~150 bytes each); past this the cache starts over.
-    PACKED = 4096
 
     def __init__(self, settings: Settings, pool: ConnectionPool | None = None) -> None:
         """``pool``: connections to the master made elsewhere (Sentinel's), instead of
@@ -271,7 +270,7 @@ class AsyncRedisBackend:
         self._max_lanes = settings.redis_pool_size
         self._active = 0  # lanes not yet ended
         self._collecting = 0  # lanes on their way to take the queue (0 or 1)
-        self._packed: dict[tuple[Any, ...], bytes] = {}
+        self._pack = packer(pool.connection_kwargs)
         self._others = 0  # peek/prepare calls waiting for a connection
         self._readiness = Readiness()
         self._round_trips = round_trips(settings)  # a lane's read deadline
@@ -443,7 +442,7 @@ class AsyncRedisBackend:
             calls = [c for c in reload if not c.future.done()] if reload else batch
             commands += [("EVALSHA", *c.script.evalsha) for c in calls]
             reload = []
-            packed = b"".join([self._pack(conn, command) for command in commands])
+            packed = b"".join([self._pack(command) for command in commands])
             sent = time.monotonic()
             for call in calls:
                 call.sent = sent
@@ -467,18 +466,6 @@ class AsyncRedisBackend:
         error = BackendError("NOSCRIPT: Redis keeps losing the script")
         for call in reload:
             _resolve(call.future, error=error)
-
-    def _pack(self, conn: AbstractConnection, command: tuple[Any, ...]) -> bytes:
-        """``command`` in the Redis protocol. Decisions repeat (the same rule, permits
-        and budget make the same EVALSHA), so packed commands are kept."""
-        packed = self._packed.get(command)
-        if packed is None:
-            if len(self._packed) >= self.PACKED:
-                self._packed.clear()
-            encoder = conn.encoder
-            packed = _pack(command, encoder.encoding, encoder.encoding_errors)
-            self._packed[command] = packed
-        return packed
 
     async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """GET and TIME in one pipeline."""
@@ -566,17 +553,6 @@ class AsyncRedisBackend:
         await asyncio.gather(*lanes, return_exceptions=True)
         await self._client.aclose()
         await self._pool.disconnect()
-
-
-def _pack(command: tuple[Any, ...], encoding: str, errors: str) -> bytes:
-    """One command in the Redis protocol. Our commands hold only str and int: this is
-    redis-py's ``pack_command`` without its general cases, which made packing a batch
-    cost more CPU than everything else a decision does."""
-    parts = [b"*%d\r\n" % len(command)]
-    for arg in command:
-        data = (arg if isinstance(arg, str) else str(arg)).encode(encoding, errors)
-        parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
-    return b"".join(parts)
 
 
 def _resolve(

@@ -40,7 +40,7 @@ from typing import Any
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.scripts import ScriptCall
 
-__all__ = ["Queued", "RoundTripSharing", "pack_command"]
+__all__ = ["Queued", "RoundTripSharing"]
 
 
 class Queued:
@@ -222,16 +222,6 @@ class RoundTripSharing:
                 waiting.answer(error=failure)
         if batch is not None:
             batch[0].wake()
-
-
-def pack_command(command: tuple[Any, ...], encoding: str, errors: str) -> bytes:
-    """One command in the Redis protocol. Script calls hold only str and int: this is
-    redis-py's ``pack_command`` without its general cases."""
-    parts = [b"*%d\r\n" % len(command)]
-    for arg in command:
-        data = (arg if isinstance(arg, str) else str(arg)).encode(encoding, errors)
-        parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
-    return b"".join(parts)
 
 
 def stamp(batch: list[Queued]) -> None:

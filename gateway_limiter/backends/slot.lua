@@ -70,14 +70,15 @@ if held + ahead < max then
   local reply = rate_decision(keys, argv)
   redis.call("ZREM", KEYS[2], id)
   redis.call("ZREM", KEYS[3], id)
-  if reply[1] == 1 then
+  local allowed, wait = struct.unpack("<dd", reply)  -- its first doubles (bucket.lua)
+  if allowed == 1 then
     -- the lease runs from when the call goes (after its rate wait)
-    local until_ms = now_ms + math.ceil(tonumber(reply[2]) / 1000) + lease_ms
+    local until_ms = now_ms + math.ceil(wait / 1000) + lease_ms
     redis.call("ZADD", KEYS[1], until_ms, id)
     keep(KEYS[1], until_ms - now_ms + 1000)
-    return {1, held + 1, 0, 0, unpack(reply)}
+    return {1, held + 1, 0, 0, reply}
   end
-  return {0, held, 0, 0, unpack(reply)}
+  return {0, held, 0, 0, reply}
 end
 
 if place_ms > 0 then  -- 0: the caller will not wait, so it takes no place

@@ -114,7 +114,7 @@ def parse_take(reply: Any) -> SlotReply:
     """``slot.lua``'s reply (BackendError when it is not one)."""
     try:
         state, in_flight, lapses_ms, ahead, *decision = reply
-        verdict = parse_reply(decision) if decision else None
+        verdict = parse_reply(*decision) if decision else None
         if state not in (TAKEN, REFUSED, QUEUED) or (verdict is None) != (state == QUEUED):
             raise ValueError(state)
         return SlotReply(int(state), int(in_flight), float(lapses_ms) / 1000, int(ahead), verdict)

@@ -29,12 +29,13 @@ What happens to a lease besides being spent:
 from __future__ import annotations
 
 import math
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from gateway_limiter.backends.base import BackendError
-from gateway_limiter.backends.scripts import ScriptCall, parse_reply
+from gateway_limiter.backends.scripts import REPLY, ScriptCall, parse_reply
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule
@@ -70,13 +71,19 @@ def lease_call(
     )
 
 
+#: ``lease.lua``'s seventh double, after a decision's six: the permits granted in all.
+GRANTED: Final = struct.Struct("<d")
+
+
 def parse_lease(reply: Any) -> tuple[Verdict, int]:
     """``lease.lua``'s reply: the caller's Verdict and the permits granted in all."""
     try:
-        granted = int(float(reply[6]))
-    except (TypeError, ValueError, IndexError) as e:
+        (granted,) = GRANTED.unpack_from(reply, REPLY.size)
+    except (TypeError, struct.error) as e:
         raise BackendError(f"unexpected reply from the lease script: {reply!r}") from e
-    return parse_reply(reply[:6]), granted
+    if len(reply) != REPLY.size + GRANTED.size:
+        raise BackendError(f"unexpected reply from the lease script: {reply!r}")
+    return parse_reply(reply[: REPLY.size]), int(granted)
 
 
 class Lease:
