@@ -166,6 +166,7 @@ class RoundTripSharing:
             with self._lock:
                 if waiting.queued:  # never sent: leave the queue, nothing reserved
                     self._queue.remove(waiting)
+                    waiting.queued = False  # out of it: _abandon has nothing to remove
                     raise BackendError(
                         f"TimeoutError: no round trip to Redis within {wait_s:.3f} s"
                     )

@@ -22,6 +22,7 @@ from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.redis import RedisBackend
 from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.backends.sentinel import SentinelBackend
+from gateway_limiter.backends.shared_trips import RoundTripSharing
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import Verdict
@@ -250,3 +251,38 @@ def test_sentinel_backend_shares_round_trips_exactly(
         assert sum(v for r in results for v in r) == 200
     finally:
         backend.close()
+
+
+def test_a_follower_whose_wait_runs_out_while_queued_gets_a_backend_error() -> None:
+    """A round trip held in flight past a follower's whole wait: the follower leaves the
+    queue with BackendError (it once raised ValueError, removed from the queue twice),
+    is never sent, and the queue is empty for the next caller."""
+    release = threading.Event()
+    sent: list[ScriptCall] = []
+
+    def send_one(call: ScriptCall) -> str:
+        sent.append(call)
+        release.wait(10)  # the leader's round trip, held
+        return "leader's reply"
+
+    def send_batch(batch: list[Any]) -> None:
+        for queued in batch:
+            sent.append(queued.call)
+            queued.answer("batched reply")
+
+    sharing = RoundTripSharing(send_one, send_batch, lambda: 0.1, lambda e: True)
+    leader_call, follower_call = ScriptCall("bucket", [1, "a"]), ScriptCall("bucket", [1, "b"])
+    leader = threading.Thread(target=sharing.run, args=(leader_call,))
+    leader.start()
+    deadline = time.monotonic() + 5
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.005)
+    try:
+        with pytest.raises(BackendError, match="no round trip to Redis within"):
+            sharing.run(follower_call)
+        assert follower_call not in sent  # never sent
+        assert not sharing._queue
+    finally:
+        release.set()
+        leader.join(5)
+    assert sharing.run(ScriptCall("bucket", [1, "c"])) == ("leader's reply", 0.0)
