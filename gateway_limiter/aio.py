@@ -101,10 +101,12 @@ from gateway_limiter.core.slots import (
     ASK_AGAIN_S,
     Held,
     SlotState,
+    Waiter,
     busy,
     count_refusal,
     count_wait,
     fallback_cap,
+    given_up,
     pause_s,
 )
 from gateway_limiter.core.status import (
@@ -382,17 +384,24 @@ class AsyncGatewayLimiter(LimiterCore):
     async def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
         lease_id = self._slotting.leases.new_id()
         placed = [False]  # a place in the queue (or a slot) is held in Redis
+        waiter = self._slotting.waiter(lease_id, asyncio.get_running_loop())
         try:
-            return await self._taking(rule, budget_s, key, lease_id, placed)
+            return await self._taking(rule, budget_s, key, waiter, lease_id, placed)
         except BaseException:
             if placed[0]:  # refused after waiting, or interrupted: give the place up now
-                await asyncio.shield(
-                    self._give_back(Held(rule.url, busy(rule, None, None), lease_id=lease_id))
-                )
+                await asyncio.shield(self._give_back(given_up(rule, lease_id)))
             raise
+        finally:
+            self._slotting.forget(lease_id)
 
     async def _taking(
-        self, rule: Rule, budget_s: float, key: str | None, lease_id: str, placed: list[bool]
+        self,
+        rule: Rule,
+        budget_s: float,
+        key: str | None,
+        waiter: Waiter,
+        lease_id: str,
+        placed: list[bool],
     ) -> Held:
         state, url = self._slotting, rule.url
         deadline = time.monotonic() + budget_s
@@ -404,27 +413,30 @@ class AsyncGatewayLimiter(LimiterCore):
                 if not state.subscribed:  # once: connecting blocks, so in a thread
                     client = self.backend.client  # type: ignore[attr-defined]
                     await asyncio.to_thread(state.subscribe, self.settings, client)
-                call = take_call(
-                    state.commands,
-                    self.settings.key_prefix,
-                    rule,
-                    remaining,
-                    key,
-                    lease_id,
-                    self.settings.slot_lease,
-                    2 * ASK_AGAIN_S if remaining > 0 else 0.0,  # 0: no place, no wait
-                )
-                try:
-                    reply = await attempt_async(self._slot_script, call, parse_take)
-                except asyncio.CancelledError:
-                    # the script may have run: give back what it may have taken (a lease
-                    # Redis does not hold is removed as nothing)
-                    self._background_release(url, lease_id)
-                    raise
-                if isinstance(reply, BackendError):
-                    self._backend_failed(reply)
-                    failed = True  # the failure policy decides this attempt
-                    continue
+                reply = waiter.claim()  # a release handed this caller a slot: go
+                if reply is None:
+                    call = take_call(
+                        state.commands,
+                        self.settings.key_prefix,
+                        rule,
+                        remaining,
+                        key,
+                        lease_id,
+                        self.settings.slot_lease,
+                        2 * ASK_AGAIN_S if remaining > 0 else 0.0,  # 0: no place, no wait
+                    )
+                    try:
+                        asked = await attempt_async(self._slot_script, call, parse_take)
+                    except asyncio.CancelledError:
+                        # the script may have run: give back what it may have taken (a
+                        # lease Redis does not hold is removed as nothing)
+                        self._background_release(rule, lease_id)
+                        raise
+                    if isinstance(asked, BackendError):
+                        self._backend_failed(asked)
+                        failed = True  # the failure policy decides this attempt
+                        continue
+                    reply = asked
                 state.seen[url] = reply.in_flight
                 # the script gives a place only to a caller with time to wait, and keeps
                 # it until the caller takes a slot or gives up
@@ -437,9 +449,7 @@ class AsyncGatewayLimiter(LimiterCore):
                     if not waited:
                         waited = True
                         count_wait(self._metrics, url)
-                    pause = pause_s(remaining, reply.lapses_s, state.heard)
-                    need = reply.releases_needed(rule.max_concurrent)
-                    await state.wakeups.wait_async(url, seen, pause, need)
+                    await waiter.wait_async(pause_s(remaining, reply.lapses_s, state.listening))
                     continue
                 assert reply.verdict is not None
                 outcome = self._finish(Ask(rule, 1, remaining, key, None), reply.verdict)
@@ -451,7 +461,9 @@ class AsyncGatewayLimiter(LimiterCore):
                 self._start_renewer()
                 if (wait_s := allowed_wait_s(outcome[0])) > 0:
                     await asyncio.sleep(wait_s)  # cancelled: _take_slot gives the slot back
-                return Held(url, decision, lease_id=lease_id)
+                return Held(
+                    url, decision, lease_id=lease_id, max_concurrent=rule.max_concurrent or 0
+                )
             # memory://: the whole cap here; Redis away: the failure policy's share of it
             if self._shared:
                 cap = fallback_cap(self.policy.kind, rule, self._fleet.size)
@@ -500,15 +512,19 @@ class AsyncGatewayLimiter(LimiterCore):
         if held.lease_id is None:
             return
         state.leases.remove(held.url, held.lease_id)
-        call = release_call(self.settings.key_prefix, held.url, held.lease_id)
+        call = release_call(
+            self.settings.key_prefix,
+            held.url,
+            held.lease_id,
+            held.max_concurrent,
+            self.settings.slot_lease,
+        )
         reply = await attempt_async(self._slot_script, call, parse_counts)
         if not isinstance(reply, BackendError):
             state.seen[held.url] = reply[1]
 
-    def _background_release(self, url: str, lease_id: str) -> None:
-        task = asyncio.get_running_loop().create_task(
-            self._give_back(Held(url, Decision(False, "limited"), lease_id=lease_id))
-        )
+    def _background_release(self, rule: Rule, lease_id: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._give_back(given_up(rule, lease_id)))
         _RELEASES.add(task)
         task.add_done_callback(_RELEASES.discard)
 

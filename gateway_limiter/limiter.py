@@ -46,10 +46,12 @@ from gateway_limiter.core.slots import (
     ASK_AGAIN_S,
     Held,
     SlotState,
+    Waiter,
     busy,
     count_refusal,
     count_wait,
     fallback_cap,
+    given_up,
     pause_s,
 )
 from gateway_limiter.core.status import BucketStatus, chosen, describe_interface
@@ -277,15 +279,24 @@ class GatewayLimiter(LimiterCore):
     def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
         lease_id = self._slotting.leases.new_id()
         placed = [False]  # a place in the queue (or a slot) is held in Redis
+        waiter = self._slotting.waiter(lease_id)
         try:
-            return self._taking(rule, budget_s, key, lease_id, placed)
+            return self._taking(rule, budget_s, key, waiter, lease_id, placed)
         except BaseException:
             if placed[0]:  # refused after waiting, or interrupted: give the place up now
-                self._give_back(Held(rule.url, busy(rule, None, None), lease_id=lease_id))
+                self._give_back(given_up(rule, lease_id))
             raise
+        finally:
+            self._slotting.forget(lease_id)
 
     def _taking(
-        self, rule: Rule, budget_s: float, key: str | None, lease_id: str, placed: list[bool]
+        self,
+        rule: Rule,
+        budget_s: float,
+        key: str | None,
+        waiter: Waiter,
+        lease_id: str,
+        placed: list[bool],
     ) -> Held:
         state, url = self._slotting, rule.url
         deadline = time.monotonic() + budget_s
@@ -295,21 +306,24 @@ class GatewayLimiter(LimiterCore):
             remaining = max(0.0, deadline - time.monotonic())
             if self._shared and not failed and self._breaker.allows():
                 state.subscribe(self.settings, self.backend.client)  # type: ignore[attr-defined]
-                call = take_call(
-                    state.commands,
-                    self.settings.key_prefix,
-                    rule,
-                    remaining,
-                    key,
-                    lease_id,
-                    self.settings.slot_lease,
-                    2 * ASK_AGAIN_S if remaining > 0 else 0.0,  # 0: no place, no wait
-                )
-                reply = attempt(self._slot_script, call, parse_take)
-                if isinstance(reply, BackendError):
-                    self._backend_failed(reply)
-                    failed = True  # the failure policy decides this attempt
-                    continue
+                reply = waiter.claim()  # a release handed this caller a slot: go
+                if reply is None:
+                    call = take_call(
+                        state.commands,
+                        self.settings.key_prefix,
+                        rule,
+                        remaining,
+                        key,
+                        lease_id,
+                        self.settings.slot_lease,
+                        2 * ASK_AGAIN_S if remaining > 0 else 0.0,  # 0: no place, no wait
+                    )
+                    asked = attempt(self._slot_script, call, parse_take)
+                    if isinstance(asked, BackendError):
+                        self._backend_failed(asked)
+                        failed = True  # the failure policy decides this attempt
+                        continue
+                    reply = asked
                 state.seen[url] = reply.in_flight
                 # the script gives a place only to a caller with time to wait, and keeps
                 # it until the caller takes a slot or gives up
@@ -322,9 +336,7 @@ class GatewayLimiter(LimiterCore):
                     if not waited:
                         waited = True
                         count_wait(self._metrics, url)
-                    pause = pause_s(remaining, reply.lapses_s, state.heard)
-                    need = reply.releases_needed(rule.max_concurrent)
-                    state.wakeups.wait(url, seen, pause, need)
+                    waiter.wait(pause_s(remaining, reply.lapses_s, state.listening))
                     continue
                 assert reply.verdict is not None
                 outcome = self._finish(Ask(rule, 1, remaining, key, None), reply.verdict)
@@ -336,7 +348,9 @@ class GatewayLimiter(LimiterCore):
                 self._start_renewer()
                 if (wait_s := allowed_wait_s(outcome[0])) > 0:
                     time.sleep(wait_s)
-                return Held(url, decision, lease_id=lease_id)
+                return Held(
+                    url, decision, lease_id=lease_id, max_concurrent=rule.max_concurrent or 0
+                )
             # memory://: the whole cap here; Redis away: the failure policy's share of it
             if self._shared:
                 cap = fallback_cap(self.policy.kind, rule, self._fleet.size)
@@ -387,7 +401,13 @@ class GatewayLimiter(LimiterCore):
         if held.lease_id is None:
             return
         state.leases.remove(held.url, held.lease_id)
-        call = release_call(self.settings.key_prefix, held.url, held.lease_id)
+        call = release_call(
+            self.settings.key_prefix,
+            held.url,
+            held.lease_id,
+            held.max_concurrent,
+            self.settings.slot_lease,
+        )
         reply = attempt(self._slot_script, call, parse_counts)
         if not isinstance(reply, BackendError):
             state.seen[held.url] = reply[1]
