@@ -121,7 +121,8 @@ def release_call(
 
 def renew_call(prefix: str, url: str, lease_ids: list[str], lease_s: float) -> ScriptCall:
     """Renew ``lease_ids`` of ``url`` for ``lease_s`` (none: count the live leases)."""
-    return ScriptCall("slot_renew", [1, slot_keys(prefix, url)[0], _ms(lease_s), *lease_ids])
+    keys = slot_keys(prefix, url)
+    return ScriptCall("slot_renew", [2, keys[0], keys[5], _ms(lease_s), *lease_ids])
 
 
 class SlotReply(NamedTuple):
