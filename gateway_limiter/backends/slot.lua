@@ -97,10 +97,13 @@ local function leave_queue(who)
   redis.call("HDEL", ASKS, who)
 end
 
+-- lease a slot to `who` for `ms` from when its call goes (after the rate's wait);
+-- returns the ms from now until it lapses
 local function lease(who, reply, ms)
-  local until_ms = now_ms + math.ceil(wait_us(reply) / 1000) + ms  -- from when it goes
-  redis.call("ZADD", LEASES, until_ms, who)
-  keep(LEASES, until_ms - now_ms + 1000)
+  local lapses_ms = math.ceil(wait_us(reply) / 1000) + ms
+  redis.call("ZADD", LEASES, now_ms + lapses_ms, who)
+  keep(LEASES, lapses_ms + 1000)
+  return lapses_ms
 end
 
 -- drop lapsed leases (and their unclaimed grants) and lapsed places
@@ -133,9 +136,9 @@ if op == "release" then
       local state = 0
       if admitted(reply) then
         state, held = 1, held + 1
-        lease(head, reply, ask[6])
+        local lapses_ms = lease(head, reply, ask[6])
         redis.call("HSET", GRANTS, head, cmsgpack.pack(reply))
-        keep(GRANTS, ask[6] + 1000)
+        keep(GRANTS, lapses_ms + 1000)
       end
       redis.call("PUBLISH", ARGV[5], head .. "\n" .. state .. "\n" .. held .. "\n" .. wire(reply))
     end
