@@ -35,13 +35,15 @@ import uuid
 from dataclasses import dataclass
 
 from gateway_limiter.backends.base import BackendError
-from gateway_limiter.backends.scripts import Commands
+from gateway_limiter.backends.scripts import Commands, ScriptCall
 from gateway_limiter.backends.slot_wakeups import Subscriber, subscriber_client
-from gateway_limiter.backends.slots import SlotReply, parse_grant
+from gateway_limiter.backends.slots import QUEUED, TAKEN, SlotReply, parse_grant, take_call
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.decision import Decision, Reason
 from gateway_limiter.core.failure import FailurePolicy
+from gateway_limiter.core.pipeline import Ask, LimiterCore, Outcome, allowed_wait_s
+from gateway_limiter.errors import Refused
 from gateway_limiter.observe.logs import log
 from gateway_limiter.observe.metrics import ProcessMetrics
 
@@ -268,6 +270,8 @@ class Held:
     local: bool = False
     #: the interface's cap as the slot was taken (a release hands slots on up to it)
     max_concurrent: int = 0
+    #: seconds to wait for the rate permit before the call goes
+    wait_s: float = 0.0
 
 
 #: The most a refused ``slot()`` tells a caller to wait before trying again (s).
@@ -289,6 +293,102 @@ def busy(rule: Rule, in_flight: int | None, lapses_s: float | None) -> Decision:
         effective_rate=float(rule.rate),
         in_flight=in_flight,
     )
+
+
+@dataclass(slots=True)
+class Taking:
+    """One ``slot()`` call on a capped interface while it takes its slot: what the
+    threaded and asyncio limiters' loops share (they only do the I/O and the waits)."""
+
+    rule: Rule
+    key: str | None
+    lease_id: str
+    #: when the wait budget ends (monotonic s)
+    deadline: float
+    #: a place in the queue (or a slot) is held in Redis: give it up when leaving early
+    placed: bool = False
+    #: counted in the metrics as a call that had to wait
+    waited: bool = False
+
+    def remaining(self) -> float:
+        """Seconds left of the wait budget."""
+        return max(0.0, self.deadline - time.monotonic())
+
+    def call(self, state: SlotState, settings: Settings, remaining: float) -> ScriptCall:
+        """The take to send now: a place in the queue only with time left to wait."""
+        return take_call(
+            state.commands,
+            settings.key_prefix,
+            self.rule,
+            remaining,
+            self.key,
+            self.lease_id,
+            settings.slot_lease,
+            2 * ASK_AGAIN_S if remaining > 0 else 0.0,  # 0: no place, no wait
+        )
+
+    def must_wait(self, metrics: ProcessMetrics | None) -> None:
+        """No slot now: count the wait (once)."""
+        if not self.waited:
+            self.waited = True
+            count_wait(metrics, self.rule.url)
+
+    def answered(
+        self, core: LimiterCore, state: SlotState, reply: SlotReply, remaining: float
+    ) -> Held | None:
+        """A take's reply (or a grant heard): the slot, leased and to be renewed (sleep
+        its ``wait_s`` before the call), or None when queued (wait for a grant for
+        ``pause_s``). Raises ``Refused`` when the rate refused, or when queued with no
+        time left."""
+        url = self.rule.url
+        state.seen[url] = reply.in_flight
+        # the script gives a place only to a caller with time to wait, and keeps it
+        # until the caller takes a slot or gives up
+        queued = reply.state == QUEUED and (remaining > 0 or self.placed)
+        self.placed = reply.state == TAKEN or queued
+        if reply.state == QUEUED:
+            if remaining <= 0:
+                count_refusal(core._metrics, url)
+                raise Refused(busy(self.rule, reply.in_flight, reply.lapses_s))
+            self.must_wait(core._metrics)
+            return None
+        assert reply.verdict is not None
+        outcome = core._finish(Ask(self.rule, 1, remaining, self.key, None), reply.verdict)
+        decision = core._decision(outcome, remaining)._replace(in_flight=reply.in_flight)
+        if not outcome[0].allowed:
+            count_refusal(core._metrics, url)
+            raise Refused(decision)
+        state.leases.add(url, self.lease_id)
+        cap = self.rule.max_concurrent or 0
+        wait_s = allowed_wait_s(outcome[0])
+        return Held(url, decision, lease_id=self.lease_id, max_concurrent=cap, wait_s=wait_s)
+
+    def no_local_slot(self, core: LimiterCore, state: SlotState, remaining: float) -> None:
+        """No slot free in this process: ``Refused`` when no time is left, else count
+        the wait (a local release, or the breaker's next probe, wakes the caller)."""
+        if remaining <= 0:
+            count_refusal(core._metrics, self.rule.url)
+            raise Refused(busy(self.rule, state.local.in_flight(self.rule.url), None))
+        self.must_wait(core._metrics)
+
+    def local_answered(
+        self,
+        core: LimiterCore,
+        state: SlotState,
+        outcome: Outcome,
+        remaining: float,
+        cap: int | None,
+    ) -> Held:
+        """The rate's outcome for a slot taken in this process (``cap`` None: no cap,
+        none taken); ``Refused`` gives the slot back."""
+        url = self.rule.url
+        decision = core._decision(outcome, remaining)._replace(in_flight=state.local.in_flight(url))
+        if not outcome[0].allowed:
+            if cap is not None:
+                state.local.give_back(url)
+            count_refusal(core._metrics, url)
+            raise Refused(decision)
+        return Held(url, decision, local=cap is not None, wait_s=allowed_wait_s(outcome[0]))
 
 
 def given_up(rule: Rule, lease_id: str) -> Held:
