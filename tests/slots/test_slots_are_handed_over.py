@@ -5,6 +5,7 @@ passed on."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import redis
 from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
+from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.scripts import Commands
 from gateway_limiter.backends.slots import (
     QUEUED,
@@ -237,3 +239,20 @@ def test_a_refused_hand_over_takes_nothing_and_tells_the_waiter(
     again = _take(lim, key_prefix, "w")
     assert again.state == TAKEN and again.verdict is not None
     assert 1.5e6 < again.verdict.wait_us <= 2.0e6  # what the rate owed, still owed
+
+
+async def test_a_caller_cancelled_in_the_rate_s_wait_gives_its_slot_back(
+    alim: AsyncGatewayLimiter, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    leases = slot_keys(key_prefix, SLOW)[0]
+    async with alim.slot(SLOW):  # spends the one permit: the next waits ~1 s for the rate
+        pass
+    task = asyncio.create_task(alim.slot(SLOW, timeout=5.0).__aenter__())
+    deadline = time.monotonic() + 5
+    while redis_client.zcard(leases) != 1:  # the slot is held through the rate's wait
+        assert time.monotonic() < deadline and not task.done()
+        await asyncio.sleep(0.005)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert redis_client.zcard(leases) == 0
