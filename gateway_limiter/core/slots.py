@@ -20,6 +20,10 @@ Redis for it).
 
 While Redis cannot be asked, ``on_backend_error`` decides the slots as it decides the
 rate (``fallback_cap``), in this process (``LocalSlots``).
+
+``Taking`` is one ``slot()`` call while it takes its slot: reading the replies,
+refusing, counting; the threaded and asyncio limiters' loops only add the round trips
+and the waits.
 """
 
 from __future__ import annotations
