@@ -256,3 +256,39 @@ async def test_a_caller_cancelled_in_the_rate_s_wait_gives_its_slot_back(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert redis_client.zcard(leases) == 0
+
+
+def test_without_a_subscription_a_waiter_finds_its_grant_by_asking(
+    limiter_db: tuple[str, Engine],
+    limiter_redis_url: str,
+    redis_client: redis.Redis,
+    key_prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # as on the asyncio Sentinel client: no subscriber can be made, so waiters ask often
+    monkeypatch.setattr("gateway_limiter.core.slots.subscriber_client", lambda *_: None)
+    unheard = limiter(limiter_db[0], limiter_redis_url, key_prefix, reload_interval=3600)
+    try:
+        order: list[int] = []
+
+        def wait(n: int) -> None:
+            with unheard.slot(URL, timeout=5.0):
+                order.append(n)
+
+        waiters = [threading.Thread(target=wait, args=(n,)) for n in range(3)]
+        with unheard.slot(URL):
+            assert not unheard._slotting.listening
+            for n, t in enumerate(waiters, start=1):
+                t.start()
+                deadline = time.monotonic() + 5
+                while redis_client.zcard(slot_keys(key_prefix, URL)[1]) != n:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.005)
+            released = time.monotonic()
+        for t in waiters:
+            t.join(5)
+        took = time.monotonic() - released
+        assert order == [0, 1, 2]  # each handed the slot in turn, found on its next ask
+        assert took < 2.0  # asks every 20 ms, not once a second
+    finally:
+        unheard.close()
