@@ -452,13 +452,14 @@ class AsyncGatewayLimiter(LimiterCore):
             return
         if held.lease_id is None:
             return
-        state.leases.remove(held.url, held.lease_id)
+        state.leases.remove((held.url, held.channel), held.lease_id)
         call = release_call(
             self.settings.key_prefix,
             held.url,
             held.lease_id,
             held.max_concurrent,
             self.settings.slot_lease,
+            held.channel,
         )
         reply = await attempt_async(self._slot_script, call, parse_counts)
         if not isinstance(reply, BackendError):
@@ -479,8 +480,8 @@ class AsyncGatewayLimiter(LimiterCore):
         lease_s, state = self.settings.slot_lease, self._slotting
         while True:
             await asyncio.sleep(lease_s / 3)
-            for url, ids in state.leases.held().items():
-                call = renew_call(self.settings.key_prefix, url, ids, lease_s)
+            for (url, channel), ids in state.leases.held().items():
+                call = renew_call(self.settings.key_prefix, url, ids, lease_s, channel)
                 await attempt_async(self._slot_script, call, parse_counts)
 
     async def _stop_renewer(self) -> None:
@@ -497,7 +498,7 @@ class AsyncGatewayLimiter(LimiterCore):
             return None
         if not self._shared:
             return self._slotting.local.in_flight(url)
-        call = renew_call(self.settings.key_prefix, url, [], self.settings.slot_lease)
+        call = renew_call(self.settings.key_prefix, url, [], self.settings.slot_lease, rule.channel)
         reply = await attempt_async(self._slot_script, call, parse_counts)
         if isinstance(reply, BackendError):
             return self._slotting.local.in_flight(url)

@@ -346,13 +346,14 @@ class GatewayLimiter(LimiterCore):
             return
         if held.lease_id is None:
             return
-        state.leases.remove(held.url, held.lease_id)
+        state.leases.remove((held.url, held.channel), held.lease_id)
         call = release_call(
             self.settings.key_prefix,
             held.url,
             held.lease_id,
             held.max_concurrent,
             self.settings.slot_lease,
+            held.channel,
         )
         reply = attempt(self._slot_script, call, parse_counts)
         if not isinstance(reply, BackendError):
@@ -370,8 +371,8 @@ class GatewayLimiter(LimiterCore):
 
             def renew() -> None:
                 while not stop.wait(lease_s / 3):
-                    for url, ids in state.leases.held().items():
-                        call = renew_call(self.settings.key_prefix, url, ids, lease_s)
+                    for (url, channel), ids in state.leases.held().items():
+                        call = renew_call(self.settings.key_prefix, url, ids, lease_s, channel)
                         attempt(self._slot_script, call, parse_counts)
 
             self._renewer = threading.Thread(
@@ -395,7 +396,7 @@ class GatewayLimiter(LimiterCore):
             return None
         if not self._shared:
             return self._slotting.local.in_flight(url)
-        call = renew_call(self.settings.key_prefix, url, [], self.settings.slot_lease)
+        call = renew_call(self.settings.key_prefix, url, [], self.settings.slot_lease, rule.channel)
         reply = attempt(self._slot_script, call, parse_counts)
         if isinstance(reply, BackendError):
             return self._slotting.local.in_flight(url)

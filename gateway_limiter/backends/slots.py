@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.scripts import Commands, ScriptCall, parse_reply
+from gateway_limiter.backends.state import channel_tag
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import Verdict
 
@@ -45,10 +46,15 @@ TIMEOUT_ARG = {"bucket": 4, "limits": 2}
 SLOT_KEYS = 6
 
 
-def slot_keys(prefix: str, url: str) -> list[str]:
+def slot_keys(prefix: str, url: str, channel: str | None = None) -> list[str]:
     """The leases, the queue, its lapses, the ticket counter, the queued callers' asks
-    of the rate and the unclaimed grants of ``url``."""
-    base = f"{prefix}:{{{url}}}:"
+    of the rate and the unclaimed grants of ``url``: under the hash tag of its limits
+    (its capped ``channel``'s where one caps it), so one script call touches one
+    Cluster slot."""
+    if channel is None:
+        base = f"{prefix}:{{{url}}}:"
+    else:
+        base = f"{prefix}:{{{channel_tag(channel)}}}:{url}:"
     return [base + suffix for suffix in ("slots", "slotq", "slotl", "slotn", "slota", "slotg")]
 
 
@@ -86,7 +92,7 @@ def take_call(
         "slot",
         [
             numkeys + SLOT_KEYS,
-            *slot_keys(prefix, rule.url),
+            *slot_keys(prefix, rule.url, rule.channel),
             *keys,
             "take",
             str(rule.max_concurrent),
@@ -101,15 +107,21 @@ def take_call(
 
 
 def release_call(
-    prefix: str, url: str, lease_id: str, max_concurrent: int, lease_s: float
+    prefix: str,
+    url: str,
+    lease_id: str,
+    max_concurrent: int,
+    lease_s: float,
+    capped: str | None = None,
 ) -> ScriptCall:
     """Give back the slot ``lease_id`` of ``url`` (or its place in the queue), handing
-    it to the first caller queued while fewer than ``max_concurrent`` are held."""
+    it to the first caller queued while fewer than ``max_concurrent`` are held
+    (``capped``: the channel whose hash tag its keys carry, as in ``slot_keys``)."""
     return ScriptCall(
         "slot",
         [
             SLOT_KEYS,
-            *slot_keys(prefix, url),
+            *slot_keys(prefix, url, capped),
             "release",
             str(max_concurrent),
             _ms(lease_s),
@@ -119,9 +131,11 @@ def release_call(
     )
 
 
-def renew_call(prefix: str, url: str, lease_ids: list[str], lease_s: float) -> ScriptCall:
+def renew_call(
+    prefix: str, url: str, lease_ids: list[str], lease_s: float, channel: str | None = None
+) -> ScriptCall:
     """Renew ``lease_ids`` of ``url`` for ``lease_s`` (none: count the live leases)."""
-    keys = slot_keys(prefix, url)
+    keys = slot_keys(prefix, url, channel)
     return ScriptCall("slot_renew", [2, keys[0], keys[5], _ms(lease_s), *lease_ids])
 
 

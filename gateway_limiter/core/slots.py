@@ -210,6 +210,11 @@ class LocalSlots:
         return self._held.get(url, 0)
 
 
+#: Where a lease lives: the interface, and the capped channel whose hash tag its keys
+#: carry (``backends/slots.slot_keys``; None: the interface's own).
+Where = tuple[str, str | None]
+
+
 class Leases:
     """The leases this process holds in Redis, per interface: what the renewer renews."""
 
@@ -217,7 +222,7 @@ class Leases:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._held: dict[str, set[str]] = {}
+        self._held: dict[Where, set[str]] = {}
         # unique across the fleet: the host's pid may repeat on another host
         self._process = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._ids = itertools.count(1)
@@ -226,24 +231,24 @@ class Leases:
         """A lease id no other call in the fleet has."""
         return f"{self._process}-{next(self._ids)}"
 
-    def add(self, url: str, lease_id: str) -> None:
-        """``lease_id`` of ``url`` is held: renew it until ``remove``."""
+    def add(self, where: Where, lease_id: str) -> None:
+        """``lease_id`` is held ``where``: renew it until ``remove``."""
         with self._lock:
-            self._held.setdefault(url, set()).add(lease_id)
+            self._held.setdefault(where, set()).add(lease_id)
 
-    def remove(self, url: str, lease_id: str) -> None:
+    def remove(self, where: Where, lease_id: str) -> None:
         """``lease_id`` is given back (or abandoned): stop renewing it."""
         with self._lock:
-            held = self._held.get(url)
+            held = self._held.get(where)
             if held is not None:
                 held.discard(lease_id)
                 if not held:
-                    del self._held[url]
+                    del self._held[where]
 
-    def held(self) -> dict[str, list[str]]:
+    def held(self) -> dict[Where, list[str]]:
         """Every interface's leases held now (a copy, for one round of renewals)."""
         with self._lock:
-            return {url: sorted(ids) for url, ids in self._held.items()}
+            return {where: sorted(ids) for where, ids in self._held.items()}
 
 
 def fallback_cap(policy: FailurePolicy, rule: Rule, fleet_size: int) -> int | None:
@@ -276,6 +281,8 @@ class Held:
     max_concurrent: int = 0
     #: seconds to wait for the rate permit before the call goes
     wait_s: float = 0.0
+    #: the capped channel whose hash tag the slot's keys carry (None: the interface's)
+    channel: str | None = None
 
 
 #: The most a refused ``slot()`` tells a caller to wait before trying again (s).
@@ -362,10 +369,11 @@ class Taking:
         if not outcome[0].allowed:
             count_refusal(core._metrics, url)
             raise Refused(decision)
-        state.leases.add(url, self.lease_id)
+        channel = self.rule.channel
+        state.leases.add((url, channel), self.lease_id)
         cap = self.rule.max_concurrent or 0
         wait_s = allowed_wait_s(outcome[0])
-        return Held(url, decision, lease_id=self.lease_id, max_concurrent=cap, wait_s=wait_s)
+        return Held(url, decision, self.lease_id, False, cap, wait_s, channel)
 
     def no_local_slot(self, core: LimiterCore, state: SlotState, remaining: float) -> None:
         """No slot free in this process: ``Refused`` when no time is left, else count
@@ -398,9 +406,8 @@ class Taking:
 def given_up(rule: Rule, lease_id: str) -> Held:
     """What a caller that gave up waiting gives back: its place in the queue, or the slot
     a release may have just handed it (passed on to the next caller)."""
-    return Held(
-        rule.url, busy(rule, None, None), lease_id=lease_id, max_concurrent=rule.max_concurrent or 0
-    )
+    refusal = busy(rule, None, None)
+    return Held(rule.url, refusal, lease_id, False, rule.max_concurrent or 0, 0.0, rule.channel)
 
 
 def count_wait(metrics: ProcessMetrics | None, url: str) -> None:
