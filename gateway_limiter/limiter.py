@@ -21,13 +21,10 @@ from gateway_limiter.backends.base import Backend, BackendError
 from gateway_limiter.backends.schemes import open_backend
 from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.backends.slots import (
-    QUEUED,
-    TAKEN,
     parse_counts,
     parse_take,
     release_call,
     renew_call,
-    take_call,
 )
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
@@ -43,13 +40,12 @@ from gateway_limiter.core.pipeline import (
     route,
 )
 from gateway_limiter.core.slots import (
-    ASK_AGAIN_S,
     Held,
     SlotState,
-    busy,
-    count_refusal,
-    count_wait,
+    Taking,
+    Waiter,
     fallback_cap,
+    given_up,
     pause_s,
 )
 from gateway_limiter.core.status import BucketStatus, chosen, describe_interface
@@ -293,79 +289,54 @@ class GatewayLimiter(LimiterCore):
 
     def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
         lease_id = self._slotting.leases.new_id()
-        placed = [False]  # a place in the queue (or a slot) is held in Redis
+        taking = Taking(rule, key, lease_id, time.monotonic() + budget_s)
+        waiter = self._slotting.waiter(lease_id)
+        held: Held | None = None
         try:
-            return self._taking(rule, budget_s, key, lease_id, placed)
+            held = self._taking(taking, waiter)
+            if held.wait_s > 0:  # the rate permit's wait, the slot held
+                time.sleep(held.wait_s)
+            return held
         except BaseException:
-            if placed[0]:  # refused after waiting, or interrupted: give the place up now
-                self._give_back(Held(rule.url, busy(rule, None, None), lease_id=lease_id))
+            if held is not None:  # interrupted in the rate's wait: give the slot back
+                self._give_back(held)
+            elif taking.placed:  # refused after waiting, or interrupted: give the place up
+                self._give_back(given_up(rule, lease_id))
             raise
+        finally:
+            self._slotting.forget(lease_id)
 
-    def _taking(
-        self, rule: Rule, budget_s: float, key: str | None, lease_id: str, placed: list[bool]
-    ) -> Held:
-        state, url = self._slotting, rule.url
-        deadline = time.monotonic() + budget_s
-        waited = failed = False
+    def _taking(self, taking: Taking, waiter: Waiter) -> Held:
+        state, rule = self._slotting, taking.rule
+        url = rule.url
+        failed = False
         while True:
             seen = state.wakeups.generation(url)
-            remaining = max(0.0, deadline - time.monotonic())
+            remaining = taking.remaining()
             if self._shared and not failed and self._breaker.allows():
                 state.subscribe(self.settings, self.backend.client)  # type: ignore[attr-defined]
-                call = take_call(
-                    state.commands,
-                    self.settings.key_prefix,
-                    rule,
-                    remaining,
-                    key,
-                    lease_id,
-                    self.settings.slot_lease,
-                    2 * ASK_AGAIN_S if remaining > 0 else 0.0,  # 0: no place, no wait
-                )
-                reply = attempt(self._slot_script, call, parse_take)
-                if isinstance(reply, BackendError):
-                    self._backend_failed(reply)
-                    failed = True  # the failure policy decides this attempt
+                reply = waiter.claim()  # a release handed this caller a slot: go
+                if reply is None:
+                    call = taking.call(state, self.settings, remaining)
+                    asked = attempt(self._slot_script, call, parse_take)
+                    if isinstance(asked, BackendError):
+                        self._backend_failed(asked)
+                        failed = True  # the failure policy decides this attempt
+                        continue
+                    reply = asked
+                held = taking.answered(self, state, reply, remaining)
+                if held is None:
+                    waiter.wait(pause_s(remaining, reply.lapses_s, state.listening))
                     continue
-                state.seen[url] = reply.in_flight
-                # the script gives a place only to a caller with time to wait, and keeps
-                # it until the caller takes a slot or gives up
-                queued = reply.state == QUEUED and (remaining > 0 or placed[0])
-                placed[0] = reply.state == TAKEN or queued
-                if reply.state == QUEUED:
-                    if remaining <= 0:
-                        count_refusal(self._metrics, url)
-                        raise Refused(busy(rule, reply.in_flight, reply.lapses_s))
-                    if not waited:
-                        waited = True
-                        count_wait(self._metrics, url)
-                    pause = pause_s(remaining, reply.lapses_s, state.heard)
-                    need = reply.releases_needed(rule.max_concurrent)
-                    state.wakeups.wait(url, seen, pause, need)
-                    continue
-                assert reply.verdict is not None
-                outcome = self._finish(Ask(rule, 1, remaining, key, None), reply.verdict)
-                decision = self._decision(outcome, remaining)._replace(in_flight=reply.in_flight)
-                if not outcome[0].allowed:
-                    count_refusal(self._metrics, url)
-                    raise Refused(decision)
-                state.leases.add(url, lease_id)
                 self._start_renewer()
-                if (wait_s := allowed_wait_s(outcome[0])) > 0:
-                    time.sleep(wait_s)
-                return Held(url, decision, lease_id=lease_id)
+                return held
             # memory://: the whole cap here; Redis away: the failure policy's share of it
             if self._shared:
                 cap = fallback_cap(self.policy.kind, rule, self._fleet.size)
             else:
                 cap = rule.max_concurrent
             if cap is not None and not state.local.take(url, cap):
-                if remaining <= 0:
-                    count_refusal(self._metrics, url)
-                    raise Refused(busy(rule, state.local.in_flight(url), None))
-                if not waited:
-                    waited = True
-                    count_wait(self._metrics, url)
+                taking.no_local_slot(self, state, remaining)
                 # a local release wakes this; so does the breaker's next probe
                 state.wakeups.wait(
                     url, seen, min(remaining, max(0.01, self.settings.breaker_seconds))
@@ -373,21 +344,10 @@ class GatewayLimiter(LimiterCore):
                 failed = False  # Redis may be asked again, once the breaker allows
                 continue
             if self._shared:
-                outcome = self._settled(rule, *self._fall_back(rule, 1, remaining, key))
+                outcome = self._settled(rule, *self._fall_back(rule, 1, remaining, taking.key))
             else:
-                outcome = self._ask_backend(Ask(rule, 1, remaining, key, None))
-            verdict = outcome[0]
-            decision = self._decision(outcome, remaining)._replace(
-                in_flight=state.local.in_flight(url)
-            )
-            if not verdict.allowed:
-                if cap is not None:
-                    state.local.give_back(url)
-                count_refusal(self._metrics, url)
-                raise Refused(decision)
-            if (wait_s := allowed_wait_s(verdict)) > 0:
-                time.sleep(wait_s)
-            return Held(url, decision, local=cap is not None)
+                outcome = self._ask_backend(Ask(rule, 1, remaining, taking.key, None))
+            return taking.local_answered(self, state, outcome, remaining, cap)
 
     def _slot_script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
         return parse(self.backend.script(call))  # type: ignore[attr-defined]
@@ -403,8 +363,15 @@ class GatewayLimiter(LimiterCore):
             return
         if held.lease_id is None:
             return
-        state.leases.remove(held.url, held.lease_id)
-        call = release_call(self.settings.key_prefix, held.url, held.lease_id)
+        state.leases.remove((held.url, held.channel), held.lease_id)
+        call = release_call(
+            self.settings.key_prefix,
+            held.url,
+            held.lease_id,
+            held.max_concurrent,
+            self.settings.slot_lease,
+            held.channel,
+        )
         reply = attempt(self._slot_script, call, parse_counts)
         if not isinstance(reply, BackendError):
             state.seen[held.url] = reply[1]
@@ -421,8 +388,8 @@ class GatewayLimiter(LimiterCore):
 
             def renew() -> None:
                 while not stop.wait(lease_s / 3):
-                    for url, ids in state.leases.held().items():
-                        call = renew_call(self.settings.key_prefix, url, ids, lease_s)
+                    for (url, channel), ids in state.leases.held().items():
+                        call = renew_call(self.settings.key_prefix, url, ids, lease_s, channel)
                         attempt(self._slot_script, call, parse_counts)
 
             self._renewer = threading.Thread(
@@ -446,7 +413,7 @@ class GatewayLimiter(LimiterCore):
             return None
         if not self._shared:
             return self._slotting.local.in_flight(url)
-        call = renew_call(self.settings.key_prefix, url, [], self.settings.slot_lease)
+        call = renew_call(self.settings.key_prefix, url, [], self.settings.slot_lease, rule.channel)
         reply = attempt(self._slot_script, call, parse_counts)
         if isinstance(reply, BackendError):
             return self._slotting.local.in_flight(url)

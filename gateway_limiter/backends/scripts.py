@@ -54,11 +54,15 @@ def _lua(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
-def with_slot(decision_source: str) -> str:
-    """``slot.lua`` composed after a decision script (``bucket.lua`` or ``limits.lua``)
-    wrapped as the function it calls: one script that takes a slot and the rate permit
-    together, while the rate's semantics stay in the decision script's own file."""
-    return f"local function rate_decision(KEYS, ARGV)\n{decision_source}\nend\n{_lua('slot.lua')}"
+def with_slot() -> str:
+    """``slot.lua`` composed after both decision scripts (``bucket.lua``, ``limits.lua``)
+    wrapped as the functions it calls: one script that takes a slot and the rate permit
+    together, and that gives a slot back by handing it (and a permit) to the first
+    caller queued, while the rate's semantics stay in the decision scripts' own files."""
+    return (
+        f"local function rate_bucket(KEYS, ARGV)\n{BUCKET_LUA}\nend\n"
+        f"local function rate_limits(KEYS, ARGV)\n{LIMITS_LUA}\nend\n{_lua('slot.lua')}"
+    )
 
 
 def with_lease(bucket_source: str) -> str:
@@ -73,9 +77,7 @@ SCRIPTS = {
     "bucket": BUCKET_LUA,
     "limits": LIMITS_LUA,
     "pushback": PUSHBACK_LUA,
-    "slot_bucket": with_slot(BUCKET_LUA),
-    "slot_limits": with_slot(LIMITS_LUA),
-    "slot_release": _lua("slot_release.lua"),
+    "slot": with_slot(),
     "slot_renew": _lua("slot_renew.lua"),
     "lease": with_lease(BUCKET_LUA),
 }

@@ -1,11 +1,12 @@
 """The one subscriber per process that hears slots being given back.
 
-``slot_release.lua`` announces a freed slot on ``slots.channel(prefix)`` (the message is
-the interface URL) whenever callers are queued for it. A daemon thread holds one
-subscription on its own connection (a blocking read must not sit on the decision
-path's pool, whose read timeout is milliseconds) and hands each URL to ``on_free``;
-``core/slots.py`` wakes that interface's local waiters. After a lost connection it
-subscribes again and calls ``on_free(None)`` (wake every waiter: an announcement may
+A release (``slot.lua``) hands a freed slot to the first caller queued and announces the
+grant on ``slots.channel(prefix)``: the message names the lease it went to
+(``slots.parse_grant``). A daemon thread holds one subscription on its own connection
+(a blocking read must not sit on the decision path's pool, whose read timeout is
+milliseconds) and hands each message to ``on_grant``; ``core/slots.py`` wakes the one
+waiter it names, if that waiter is in this process. After a lost connection it
+subscribes again and calls ``on_grant(None)`` (wake every waiter to ask: a grant may
 have been missed meanwhile). Works for ``redis://``, ``rediss://``, ``unix://``,
 Sentinel (the master's address from the sentinels) and Cluster (PUBLISH reaches every
 node, so any node will do).
@@ -59,17 +60,20 @@ def subscriber_client(settings: Settings, decisions_client: Any) -> Any | None:
 
 
 class Subscriber:
-    """One thread subscribed to the slots channel, calling ``on_free(url)`` per message
-    (``on_free(None)`` after a reconnection)."""
+    """One thread subscribed to the slots channel, calling ``on_grant(message)`` per
+    message (``on_grant(None)`` after a reconnection)."""
 
-    __slots__ = ("_channel", "_connect", "_on_free", "_ready", "_stop", "_thread", "listening")
+    __slots__ = ("_channel", "_connect", "_on_grant", "_ready", "_stop", "_thread", "listening")
 
     def __init__(
-        self, settings: Settings, connect: Callable[[], Any], on_free: Callable[[str | None], None]
+        self,
+        settings: Settings,
+        connect: Callable[[], Any],
+        on_grant: Callable[[bytes | None], None],
     ) -> None:
         self._channel = channel(settings.key_prefix)
         self._connect = connect
-        self._on_free = on_free
+        self._on_grant = on_grant
         self._stop = threading.Event()
         self._ready = threading.Event()
         #: True while subscribed (False before, and after a lost connection)
@@ -100,15 +104,15 @@ class Subscriber:
                 self._ready.set()
                 if failed:
                     failed = False
-                    self._on_free(None)
+                    self._on_grant(None)
                 while not self._stop.is_set():
                     message = pubsub.get_message(timeout=POLL_S)
                     if message is not None and message.get("type") == "message":
                         data = message["data"]
-                        self._on_free(
-                            data.decode("utf-8", "surrogateescape")
+                        self._on_grant(
+                            data
                             if isinstance(data, bytes)
-                            else str(data)
+                            else str(data).encode("utf-8", "surrogateescape")
                         )
                 pubsub.close()
                 self.listening = False
@@ -116,12 +120,11 @@ class Subscriber:
                 self.listening = False
                 if not failed:
                     log.warning(
-                        "slot announcements not heard (%s); waiters fall back to "
-                        "asking again when a lease lapses",
+                        "slot grants not heard (%s); waiters fall back to asking again",
                         e,
                     )
                 failed = True
-                self._on_free(None)
+                self._on_grant(None)
                 self._stop.wait(RESUBSCRIBE_S)
             finally:
                 if client is not None:

@@ -86,7 +86,9 @@ class RedisView:
             or script is None
         ):
             return state
-        call = renew_call(self.settings.key_prefix, rule.url, [], self.settings.slot_lease)
+        call = renew_call(
+            self.settings.key_prefix, rule.url, [], self.settings.slot_lease, rule.channel
+        )
         reply = attempt(lambda: parse_counts(script(call)))
         if isinstance(reply, BackendError):
             return state

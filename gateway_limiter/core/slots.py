@@ -10,14 +10,20 @@ one background renewer per limiter), so a process that dies loses its slots with
 lease.
 
 Waiting: a caller that finds no slot free is queued in Redis (a ticket: slots go in
-arrival order across the fleet) and waits here until its interface's generation moves
-(``Wakeups``): the process's one subscriber hears each release announced and moves it,
-so a waiter asks again within a round trip of the release. A waiter also asks again
-when the first lease would lapse (a crashed holder announces nothing) and before its
-place in the queue lapses.
+arrival order across the fleet) and waits here (``Waiter``) for its grant: a release
+hands the freed slot, with the rate permit, straight to the first caller queued and
+announces who got it; the process's one subscriber hears it and wakes that one waiter
+(``SlotState.heard``), which goes at once, without asking again. A waiter also asks
+again when the first lease would lapse (a crashed holder announces nothing), before its
+place in the queue lapses, and often while no subscriber listens (the grant is kept in
+Redis for it).
 
 While Redis cannot be asked, ``on_backend_error`` decides the slots as it decides the
 rate (``fallback_cap``), in this process (``LocalSlots``).
+
+``Taking`` is one ``slot()`` call while it takes its slot: reading the replies,
+refusing, counting; the threaded and asyncio limiters' loops only add the round trips
+and the waits.
 """
 
 from __future__ import annotations
@@ -32,12 +38,17 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from gateway_limiter.backends.scripts import Commands
+from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.scripts import Commands, ScriptCall
 from gateway_limiter.backends.slot_wakeups import Subscriber, subscriber_client
+from gateway_limiter.backends.slots import QUEUED, TAKEN, SlotReply, parse_grant, take_call
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.decision import Decision, Reason
 from gateway_limiter.core.failure import FailurePolicy
+from gateway_limiter.core.pipeline import Ask, LimiterCore, Outcome, allowed_wait_s
+from gateway_limiter.errors import Refused
+from gateway_limiter.observe.logs import log
 from gateway_limiter.observe.metrics import ProcessMetrics
 
 #: The longest a waiter goes without asking Redis again: its place in the queue lapses
@@ -48,7 +59,8 @@ UNHEARD_ASK_S = 0.02
 
 
 class Wakeups:
-    """A generation per interface: a waiter notes it, asks, and waits for it to move.
+    """A generation per interface, for slots counted in this process (``LocalSlots``): a
+    waiter notes it, tries, and waits for it to move.
 
     Noting it before asking means a release announced between the reply and the wait
     is never missed. ``notify(None)`` moves every interface's (a reconnection).
@@ -81,34 +93,31 @@ class Wakeups:
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there
                 loop.call_soon_threadsafe(event.set)
 
-    def _moved(self, url: str, seen: tuple[int, int], need: int) -> bool:
-        releases, everything = self.generation(url)
-        return releases - seen[0] >= need or everything != seen[1]
+    def _moved(self, url: str, seen: tuple[int, int]) -> bool:
+        return self.generation(url) != seen
 
-    def wait(self, url: str, seen: tuple[int, int], timeout_s: float, need: int = 1) -> None:
-        """Block until ``need`` releases of ``url`` were heard since ``seen`` (or every
-        interface's generation moved), at most ``timeout_s``."""
+    def wait(self, url: str, seen: tuple[int, int], timeout_s: float) -> None:
+        """Block until ``url``'s generation moved since ``seen`` (or every interface's
+        did), at most ``timeout_s``."""
         with self._changed:
-            self._changed.wait_for(lambda: self._moved(url, seen, need), timeout_s)
+            self._changed.wait_for(lambda: self._moved(url, seen), timeout_s)
 
-    async def wait_async(
-        self, url: str, seen: tuple[int, int], timeout_s: float, need: int = 1
-    ) -> None:
+    async def wait_async(self, url: str, seen: tuple[int, int], timeout_s: float) -> None:
         """``wait``, awaited on the running loop."""
         deadline = time.monotonic() + timeout_s
         event = asyncio.Event()
         waiter = (asyncio.get_running_loop(), event)
         with self._changed:
-            if self._moved(url, seen, need):
+            if self._moved(url, seen):
                 return
             self._loops.setdefault(url, set()).add(waiter)
         try:
-            while not self._moved(url, seen, need):
+            while not self._moved(url, seen):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return
                 event.clear()
-                if self._moved(url, seen, need):
+                if self._moved(url, seen):
                     return
                 try:
                     await asyncio.wait_for(event.wait(), remaining)
@@ -121,6 +130,49 @@ class Wakeups:
                     waiters.discard(waiter)
                     if not waiters:
                         del self._loops[url]
+
+
+class Waiter:
+    """One caller queued for a slot in Redis: woken by the grant that names it (a release
+    handed it the slot and a permit, or the rate refused it: ``granted``), or to ask
+    again (the subscription was lost: a grant may have gone unheard)."""
+
+    __slots__ = ("_event", "_loop", "_woken", "granted")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
+        self._event = threading.Event()
+        self._woken = asyncio.Event() if loop is not None else None
+        #: what the grant said (the caller's take, answered by a release)
+        self.granted: SlotReply | None = None
+
+    def wake(self, granted: SlotReply | None) -> None:
+        """From the subscriber's thread: ``granted`` (None: only ask again)."""
+        if granted is not None:
+            self.granted = granted
+        if self._woken is None:
+            self._event.set()
+        else:
+            assert self._loop is not None
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there
+                self._loop.call_soon_threadsafe(self._woken.set)
+
+    def claim(self) -> SlotReply | None:
+        """The grant heard for this caller, once (None: none yet)."""
+        granted, self.granted = self.granted, None
+        return granted
+
+    def wait(self, timeout_s: float) -> None:
+        """Block until woken, at most ``timeout_s`` (a wake before this is not lost)."""
+        self._event.wait(timeout_s)
+        self._event.clear()
+
+    async def wait_async(self, timeout_s: float) -> None:
+        """``wait``, awaited on the waiter's loop."""
+        assert self._woken is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._woken.wait(), timeout_s)
+        self._woken.clear()
 
 
 class LocalSlots:
@@ -158,6 +210,11 @@ class LocalSlots:
         return self._held.get(url, 0)
 
 
+#: Where a lease lives: the interface, and the capped channel whose hash tag its keys
+#: carry (``backends/slots.slot_keys``; None: the interface's own).
+Where = tuple[str, str | None]
+
+
 class Leases:
     """The leases this process holds in Redis, per interface: what the renewer renews."""
 
@@ -165,7 +222,7 @@ class Leases:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._held: dict[str, set[str]] = {}
+        self._held: dict[Where, set[str]] = {}
         # unique across the fleet: the host's pid may repeat on another host
         self._process = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._ids = itertools.count(1)
@@ -174,24 +231,24 @@ class Leases:
         """A lease id no other call in the fleet has."""
         return f"{self._process}-{next(self._ids)}"
 
-    def add(self, url: str, lease_id: str) -> None:
-        """``lease_id`` of ``url`` is held: renew it until ``remove``."""
+    def add(self, where: Where, lease_id: str) -> None:
+        """``lease_id`` is held ``where``: renew it until ``remove``."""
         with self._lock:
-            self._held.setdefault(url, set()).add(lease_id)
+            self._held.setdefault(where, set()).add(lease_id)
 
-    def remove(self, url: str, lease_id: str) -> None:
+    def remove(self, where: Where, lease_id: str) -> None:
         """``lease_id`` is given back (or abandoned): stop renewing it."""
         with self._lock:
-            held = self._held.get(url)
+            held = self._held.get(where)
             if held is not None:
                 held.discard(lease_id)
                 if not held:
-                    del self._held[url]
+                    del self._held[where]
 
-    def held(self) -> dict[str, list[str]]:
+    def held(self) -> dict[Where, list[str]]:
         """Every interface's leases held now (a copy, for one round of renewals)."""
         with self._lock:
-            return {url: sorted(ids) for url, ids in self._held.items()}
+            return {where: sorted(ids) for where, ids in self._held.items()}
 
 
 def fallback_cap(policy: FailurePolicy, rule: Rule, fleet_size: int) -> int | None:
@@ -220,6 +277,12 @@ class Held:
     #: the lease in Redis (None: held locally, or no slot at all)
     lease_id: str | None = None
     local: bool = False
+    #: the interface's cap as the slot was taken (a release hands slots on up to it)
+    max_concurrent: int = 0
+    #: seconds to wait for the rate permit before the call goes
+    wait_s: float = 0.0
+    #: the capped channel whose hash tag the slot's keys carry (None: the interface's)
+    channel: str | None = None
 
 
 #: The most a refused ``slot()`` tells a caller to wait before trying again (s).
@@ -243,6 +306,110 @@ def busy(rule: Rule, in_flight: int | None, lapses_s: float | None) -> Decision:
     )
 
 
+@dataclass(slots=True)
+class Taking:
+    """One ``slot()`` call on a capped interface while it takes its slot: what the
+    threaded and asyncio limiters' loops share (they only do the I/O and the waits)."""
+
+    rule: Rule
+    key: str | None
+    lease_id: str
+    #: when the wait budget ends (monotonic s)
+    deadline: float
+    #: a place in the queue (or a slot) is held in Redis: give it up when leaving early
+    placed: bool = False
+    #: counted in the metrics as a call that had to wait
+    waited: bool = False
+
+    def remaining(self) -> float:
+        """Seconds left of the wait budget."""
+        return max(0.0, self.deadline - time.monotonic())
+
+    def call(self, state: SlotState, settings: Settings, remaining: float) -> ScriptCall:
+        """The take to send now: a place in the queue only with time left to wait."""
+        return take_call(
+            state.commands,
+            settings.key_prefix,
+            self.rule,
+            remaining,
+            self.key,
+            self.lease_id,
+            settings.slot_lease,
+            2 * ASK_AGAIN_S if remaining > 0 else 0.0,  # 0: no place, no wait
+        )
+
+    def must_wait(self, metrics: ProcessMetrics | None) -> None:
+        """No slot now: count the wait (once)."""
+        if not self.waited:
+            self.waited = True
+            count_wait(metrics, self.rule.url)
+
+    def answered(
+        self, core: LimiterCore, state: SlotState, reply: SlotReply, remaining: float
+    ) -> Held | None:
+        """A take's reply (or a grant heard): the slot, leased and to be renewed (sleep
+        its ``wait_s`` before the call), or None when queued (wait for a grant for
+        ``pause_s``). Raises ``Refused`` when the rate refused, or when queued with no
+        time left."""
+        url = self.rule.url
+        state.seen[url] = reply.in_flight
+        # the script gives a place only to a caller with time to wait, and keeps it
+        # until the caller takes a slot or gives up
+        queued = reply.state == QUEUED and (remaining > 0 or self.placed)
+        self.placed = reply.state == TAKEN or queued
+        if reply.state == QUEUED:
+            if remaining <= 0:
+                count_refusal(core._metrics, url)
+                raise Refused(busy(self.rule, reply.in_flight, reply.lapses_s))
+            self.must_wait(core._metrics)
+            return None
+        assert reply.verdict is not None
+        outcome = core._finish(Ask(self.rule, 1, remaining, self.key, None), reply.verdict)
+        decision = core._decision(outcome, remaining)._replace(in_flight=reply.in_flight)
+        if not outcome[0].allowed:
+            count_refusal(core._metrics, url)
+            raise Refused(decision)
+        channel = self.rule.channel
+        state.leases.add((url, channel), self.lease_id)
+        cap = self.rule.max_concurrent or 0
+        wait_s = allowed_wait_s(outcome[0])
+        return Held(url, decision, self.lease_id, False, cap, wait_s, channel)
+
+    def no_local_slot(self, core: LimiterCore, state: SlotState, remaining: float) -> None:
+        """No slot free in this process: ``Refused`` when no time is left, else count
+        the wait (a local release, or the breaker's next probe, wakes the caller)."""
+        if remaining <= 0:
+            count_refusal(core._metrics, self.rule.url)
+            raise Refused(busy(self.rule, state.local.in_flight(self.rule.url), None))
+        self.must_wait(core._metrics)
+
+    def local_answered(
+        self,
+        core: LimiterCore,
+        state: SlotState,
+        outcome: Outcome,
+        remaining: float,
+        cap: int | None,
+    ) -> Held:
+        """The rate's outcome for a slot taken in this process (``cap`` None: no cap,
+        none taken); ``Refused`` gives the slot back."""
+        url = self.rule.url
+        decision = core._decision(outcome, remaining)._replace(in_flight=state.local.in_flight(url))
+        if not outcome[0].allowed:
+            if cap is not None:
+                state.local.give_back(url)
+            count_refusal(core._metrics, url)
+            raise Refused(decision)
+        return Held(url, decision, local=cap is not None, wait_s=allowed_wait_s(outcome[0]))
+
+
+def given_up(rule: Rule, lease_id: str) -> Held:
+    """What a caller that gave up waiting gives back: its place in the queue, or the slot
+    a release may have just handed it (passed on to the next caller)."""
+    refusal = busy(rule, None, None)
+    return Held(rule.url, refusal, lease_id, False, rule.max_concurrent or 0, 0.0, rule.channel)
+
+
 def count_wait(metrics: ProcessMetrics | None, url: str) -> None:
     """A ``slot()`` call on ``url`` had to queue for a slot."""
     if metrics is not None:
@@ -255,9 +422,9 @@ def count_refusal(metrics: ProcessMetrics | None, url: str) -> None:
         metrics.slot_refusals.labels(interface=url).inc()
 
 
-def pause_s(remaining_s: float, lapses_s: float, heard: bool) -> float:
-    """How long a queued waiter waits for an announcement before asking again."""
-    pause = min(remaining_s, ASK_AGAIN_S if heard else UNHEARD_ASK_S)
+def pause_s(remaining_s: float, lapses_s: float, listening: bool) -> float:
+    """How long a queued waiter waits for its grant before asking again."""
+    pause = min(remaining_s, ASK_AGAIN_S if listening else UNHEARD_ASK_S)
     if lapses_s > 0:
         pause = min(pause, lapses_s + 0.002)  # just past the lapse, on a loaded host
     return max(0.0, pause)
@@ -271,6 +438,7 @@ class SlotState:
         "_lock",
         "_subscribed",
         "_subscriber",
+        "_waiters",
         "commands",
         "leases",
         "local",
@@ -289,6 +457,35 @@ class SlotState:
         self._lock = threading.Lock()
         self._subscriber: Subscriber | None = None
         self._subscribed = False
+        #: lease id -> this process's caller queued under it
+        self._waiters: dict[str, Waiter] = {}
+
+    def waiter(self, lease_id: str, loop: asyncio.AbstractEventLoop | None = None) -> Waiter:
+        """Listen for grants to ``lease_id`` (before its first take: a grant may follow
+        the take's reply at once) until ``forget``."""
+        listening = self._waiters[lease_id] = Waiter(loop)
+        return listening
+
+    def forget(self, lease_id: str) -> None:
+        """``lease_id``'s caller has its slot, or gave up: stop listening for it."""
+        self._waiters.pop(lease_id, None)
+
+    def heard(self, message: bytes | None) -> None:
+        """From the subscriber: a grant (wake the one waiter it names, when it is here),
+        or None after a lost subscription (wake every waiter to ask again)."""
+        if message is None:
+            self.wakeups.notify(None)
+            for waiter in list(self._waiters.values()):
+                waiter.wake(None)
+            return
+        named = self._waiters.get(message.partition(b"\n")[0].decode("utf-8", "replace"))
+        if named is None:  # another process's caller, or one that gave up
+            return
+        try:
+            named.wake(parse_grant(message)[1])
+        except BackendError as e:
+            log.warning("%s", e)
+            named.wake(None)
 
     @property
     def subscribed(self) -> bool:
@@ -296,8 +493,8 @@ class SlotState:
         return self._subscribed
 
     @property
-    def heard(self) -> bool:
-        """True while the subscriber hears announcements (waiters need not ask often)."""
+    def listening(self) -> bool:
+        """True while the subscriber hears grants (waiters need not ask often)."""
         return self._subscriber is not None and self._subscriber.listening
 
     def subscribe(self, settings: Settings, decisions_client: object) -> None:
@@ -314,7 +511,7 @@ class SlotState:
                 client = None
             if client is None:  # waiters ask again every UNHEARD_ASK_S instead
                 return
-            self._subscriber = Subscriber(settings, lambda: client, self.wakeups.notify)
+            self._subscriber = Subscriber(settings, lambda: client, self.heard)
             self._subscriber.start(settings.redis_connect_timeout + settings.redis_timeout)
 
     def close(self) -> None:

@@ -100,11 +100,12 @@ def test_a_fleet_never_has_more_than_max_concurrent_calls_at_the_supplier(
         calls_by_process=[c["calls"] for c in counts],
     )
     assert stats["most_in_flight"] == MAX  # the slots were all used, not just never exceeded
-    # The issue's target is 0.85 x 80/s = 68/s. This box has 2 cores shared by several
-    # engineers' test runs: four gateway processes, the supplier and Redis compete for
-    # them, so the bound here is what holds under that load (see docs/concurrency.md
-    # for the figure measured).
-    assert per_s >= 0.5 * MAX / DELAY_S
+    # The issue's target is 0.85 x 80/s = 68/s, measured at 69-74/s at load 2-5 on this
+    # 2-core box (docs/concurrency.md). Four gateway processes, the supplier and Redis
+    # compete for those cores with other test runs, so the bound here leaves a margin
+    # for a busier box; the limiter before the hand-over (and the supplier before
+    # TCP_NODELAY): 48-53/s, which fails it.
+    assert per_s >= 0.7 * MAX / DELAY_S
 
 
 def test_a_killed_process_s_slots_come_back_within_a_lease(

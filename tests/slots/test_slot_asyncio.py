@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.slots import slot_keys
 from gateway_limiter.errors import Refused
-from tests.support.limiting import write_row
+from tests.support.limiting import evalsha_calls, write_row
 
 URL = "/supplier/book"
 
@@ -94,3 +94,27 @@ async def test_waiters_are_woken_by_a_release_in_arrival_order(alim: AsyncGatewa
     await asyncio.gather(*tasks)
     assert sorted(order[:2]) == [0, 1]  # the holders went in together
     assert order[2:] == [2, 3, 4, 5]
+
+
+async def test_an_asyncio_waiter_is_handed_the_slot_without_asking_again(
+    alim: AsyncGatewayLimiter, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    inside, leave = asyncio.Event(), asyncio.Event()
+
+    async def wait() -> None:
+        async with alim.slot(URL, timeout=5.0) as decision:
+            assert decision.allowed and decision.in_flight == 2
+            inside.set()
+            await leave.wait()
+
+    async with alim.slot(URL):
+        async with alim.slot(URL):
+            before = evalsha_calls(redis_client)
+            waiter = asyncio.create_task(wait())
+            while redis_client.zcard(slot_keys(key_prefix, URL)[1]) != 1:
+                await asyncio.sleep(0.005)
+        await asyncio.wait_for(inside.wait(), 5)
+        # the waiter's take (queued) and the release that handed it the slot
+        assert evalsha_calls(redis_client) - before == 2
+        leave.set()
+        await waiter

@@ -13,11 +13,14 @@ from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
+from gateway_limiter.backends.slots import slot_keys
 from gateway_limiter.errors import Refused
 from tests.support.clusters import LocalCluster, LocalSentinel
 from tests.support.limiting import write_row
 
 URL = "/supplier/observed"
+#: an interface under a channel cap: its keys carry the channel's hash tag
+CAPPED = "/supplier/capped"
 
 
 def _sample(name: str) -> float:
@@ -27,6 +30,8 @@ def _sample(name: str) -> float:
 @pytest.fixture
 def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
     write_row(limiter_db[1], URL, rateLimit=1000, cache=0.5, maxConcurrent=1)
+    write_row(limiter_db[1], CAPPED, rateLimit=1000, cache=0.5, maxConcurrent=1, channelType="B2B")
+    write_row(limiter_db[1], "*", rateLimit=1000, cache=0.5, channelType="B2B")
     return limiter_db
 
 
@@ -42,15 +47,15 @@ def test_in_flight_waits_and_refusals_are_in_the_metrics(lim: GatewayLimiter) ->
     assert _sample("gateway_limiter_in_flight") == 0
 
 
-def _one_at_a_time(lim: GatewayLimiter) -> None:
+def _one_at_a_time(lim: GatewayLimiter, url: str = URL) -> None:
     """Two callers on a cap of 1: the second gets the slot when the first gives it back."""
     got: list[float] = []
 
     def second() -> None:
-        with lim.slot(URL, timeout=5.0):
+        with lim.slot(url, timeout=5.0):
             got.append(time.monotonic())
 
-    with lim.slot(URL) as first:
+    with lim.slot(url) as first:
         assert first.in_flight == 1
         waiter = threading.Thread(target=second)
         waiter.start()
@@ -73,6 +78,29 @@ def test_slots_on_redis_cluster(
         reload_interval=3600,
     ) as lim:
         _one_at_a_time(lim)
+
+
+@pytest.mark.slow
+def test_slots_of_a_channel_capped_interface_on_redis_cluster(
+    limiter_db: tuple[str, Engine], redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    leases = slot_keys(key_prefix, CAPPED, "B2B")[0]
+    # under the channel's hash tag, beside the interface's limits: one Cluster slot
+    assert leases == f"{key_prefix}:{{=B2B}}:{CAPPED}:slots"
+    with GatewayLimiter(
+        database_url=limiter_db[0],
+        redis_url=redis_cluster.url,
+        key_prefix=key_prefix,
+        reload_interval=3600,
+        on_backend_error="deny",  # a call Redis refused would fail, not fall back
+    ) as lim:
+        client = lim.backend.client  # type: ignore[attr-defined]
+        with lim.slot(CAPPED) as decision:
+            assert decision.allowed and decision.in_flight == 1
+            assert client.zcard(leases) == 1
+        assert client.zcard(leases) == 0
+        _one_at_a_time(lim, CAPPED)
+        assert lim.in_flight(CAPPED) == 0
 
 
 @pytest.mark.slow
