@@ -543,7 +543,7 @@ class RedisBackend(ScriptBackend):
             finally:
                 pool.release(conn)
         alone = Queued(call)
-        self._send_batch([alone])
+        self._send_batch([alone], (call.name,))  # the script loaded first: one round trip
         if alone.error is not None:
             raise alone.error
         return alone.reply
@@ -551,25 +551,25 @@ class RedisBackend(ScriptBackend):
     def _follower_wait_s(self) -> float:
         return self._wait_base_s + self._round_trips.timeout_s
 
-    def _send_batch(self, batch: list[Queued]) -> None:
-        """The batch's EVALSHAs in one write on one pooled connection; each caller
-        answered from its own reply as it is read. NOSCRIPT: SCRIPT LOAD, and the calls
-        it hit asked again in the next write. The connection is dropped when the round
+    def _send_batch(self, batch: list[Queued], load: tuple[str, ...] = ()) -> None:
+        """The batch's EVALSHAs in one write on one pooled connection (after SCRIPT LOAD
+        of the scripts named in ``load``); each caller answered from its own reply as it
+        is read. NOSCRIPT: SCRIPT LOAD, and the calls it hit asked again in the next
+        write. The connection is dropped when the round
         trip fails (replies may be unread: never read them later)."""
         pool = self._client.connection_pool
         with backend_errors():
             conn = pool.get_connection(*_POOL_ARGS)
             try:
-                self._pipeline(conn, batch)
+                self._pipeline(conn, batch, load)
             except BaseException:
                 conn.disconnect()  # type: ignore[no-untyped-call]
                 raise
             finally:
                 pool.release(conn)
 
-    def _pipeline(self, conn: Any, batch: list[Queued]) -> None:
+    def _pipeline(self, conn: Any, batch: list[Queued], names: tuple[str, ...]) -> None:
         calls: list[Queued] = batch
-        names: tuple[str, ...] = ()
         for _attempt in range(self.RELOADS + 1):
             packed = [self._pack(("SCRIPT", "LOAD", SCRIPTS[n])) for n in names]
             packed += [self._pack(("EVALSHA", *w.call.evalsha)) for w in calls]
