@@ -221,19 +221,20 @@ class Leases:
         self, rule: Rule, permits: int, budget_s: float | None, now_s: float
     ) -> ScriptCall | None:
         """The ``lease.lua`` call that renews ``rule``'s lease for a caller wanting
-        ``permits``, or None when another thread or coroutine is renewing it (then the
-        caller waits for that, ``wait``, or is decided the plain way)."""
+        ``permits``, or None when another thread or coroutine is renewing it, or has
+        renewed it since the caller looked (then the caller waits for that, ``wait``,
+        at once when it is done, and takes from the lease; or is decided the plain
+        way): a fresh lease is not handed back for a new one."""
         url = rule.url
         woken: list[Callable[[], None]] = []
         with self._lock:
             lease = self._held.get(url)
-            if (
-                lease is not None
-                and lease.refilling
-                and now_s - lease.since < REFILL_FORGOTTEN_S
-                and lease.rule is rule
-            ):
-                return None
+            if lease is not None and lease.rule is rule:
+                age_s = now_s - lease.since
+                if lease.refilling and age_s < REFILL_FORGOTTEN_S:
+                    return None
+                if not lease.refilling and lease.left >= permits and age_s <= rule.lease_ms / 1e3:
+                    return None
             own = None
             if lease is not None and lease.rule is rule:
                 own = Unused(rule, lease.left, lease.since, lease.taken_us)

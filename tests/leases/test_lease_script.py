@@ -6,6 +6,7 @@ permits exactly as a plain row would in the same state."""
 from __future__ import annotations
 
 import itertools
+import time
 
 import redis
 from hypothesis import HealthCheck, given, settings
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from gateway_limiter.backends.scripts import SCRIPTS, STATE, Commands, ScriptCall, parse_reply
 from gateway_limiter.config.rules import Rule
-from gateway_limiter.core.leases import lease_call, lease_size, parse_lease
+from gateway_limiter.core.leases import Leases, lease_call, lease_size, parse_lease
 
 T0 = 1_700_000_000_000_000.0  # µs: a driven clock
 _keys = itertools.count()
@@ -269,3 +270,24 @@ def test_the_callers_own_permits_are_decided_as_a_plain_row_would(
 def test_a_row_without_a_lease_sends_the_plain_bucket_call() -> None:
     call = Commands("p")(Rule("/plain", 5, 0.0, 1), 1, 0.0, None, None)
     assert call == ScriptCall("bucket", [1, "p:{/plain}:tb", "5", "5", "1", "0.0"])
+
+
+def test_a_caller_that_looked_before_a_renewal_takes_from_it_rather_than_renew_again(
+    redis_client: redis.Redis, key_prefix: str
+) -> None:
+    leases = Leases(key_prefix)
+    now_s = time.monotonic()
+    assert leases.take(RULE, 1, 0.0, now_s) is None  # no lease yet: ask Redis
+    call = leases.refill(RULE, 1, 0.0, now_s)
+    assert call is not None
+    assert leases.filled(RULE, 1, redis_client.eval(SCRIPTS["lease"], *call.args)).allowed
+    # a caller that found no lease before that renewal came back, asking to renew: it
+    # is told to wait, which ends at once, and takes from the fresh lease
+    assert leases.refill(RULE, 1, 0.0, now_s + 0.001) is None
+    assert not leases.wait(RULE, lambda: None)
+    verdict = leases.take(RULE, 1, 0.0, now_s + 0.001)
+    assert verdict is not None and verdict.allowed and verdict.stored == 98.0
+    assert (leases.refills, leases.handed_back) == (1, 0)
+    # once the lease is older than leaseMs, a renewal goes, and what is left is dropped
+    call = leases.refill(RULE, 1, 0.0, now_s + 0.101)
+    assert call is not None and (leases.refills, leases.dropped) == (2, 98)
