@@ -21,9 +21,9 @@ What happens to a lease besides being spent:
   refilled since it was taken (``lease.lua`` judges that on the Redis clock, from the
   moment its reply gave): u unused permits a seconds old return max(0, u - R x a), so
   that no hand-back, however late, lets the fleet exceed C + R x (1 + leaseMs/1000) in
-  a second. A lease this process already knows returns nothing (R x a >= u counted
-  from when its request left, which is no later than when Redis took it) is dropped
-  in-process instead, without a call: a lease older than ``leaseMs`` always is;
+  a second. A lease that by this process's count returns nothing (R x a >= u, a from
+  when its request left) is dropped in-process instead, not sent: a lease older than
+  ``leaseMs`` always is. Dropping never admits more, so that count needs no margin;
 - a reload that changes the row (same bucket key, still leased): what is left is handed
   back with the next lease of the interface; the switch turning off, the lease turned
   off, the row going shadow or moving to another key: handed back by the next heartbeat;
@@ -107,9 +107,9 @@ class Unused(NamedTuple):
     taken_us: float
 
     def returns_some(self, now_s: float) -> bool:
-        """Whether a hand-back sent now can return any of it: not when what the bucket
-        refilled since the request left, at the rule's rate, covers it (the take came
-        no earlier, so on Redis it is older still)."""
+        """Whether a hand-back sent now may return any of it: not when what the bucket
+        can refill at the rule's rate since the request left covers it. An estimate
+        (Redis judges the age on its own clock), and dropping never admits more."""
         return self.left > self.rule.per_second * (now_s - self.since)
 
 
