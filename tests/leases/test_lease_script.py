@@ -176,7 +176,7 @@ def _stored_at(client: redis.Redis, key: str, rule: Rule, now: float) -> float:
 
 
 @settings(
-    max_examples=60,
+    max_examples=200,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
