@@ -5,11 +5,17 @@ composed after bucket.lua, wrapped as the function bucket_decision (scripts.py,
 with_lease), so the bucket's semantics stay in bucket.lua and its state format
 (five doubles, plus four of pushback) is read and written as bucket.lua does.
 
-  1. hand back: the previous lease's unused permits return to the stored ones, never
-     beyond the capacity the state was built with (stored = min(capacity, stored +
-     unused), after the refill due). Nothing returns into a bucket that has no state
-     (a full one), nor while a pushback's hold is unabsorbed (the hold empties the
-     bucket anyway): what cannot return is dropped, which only under-admits.
+  1. hand back: what the previous lease left unused returns to the stored ones, less
+     what the bucket can have refilled since that lease was taken (its age on this
+     server's clock, at the faster of the rate the state holds and the caller's): a
+     lease of u unused permits taken a µs ago returns max(0, u - a x rate), so one
+     older than leaseMs returns nothing, and a hand-back never leaves the bucket
+     holding more than it would had those permits never been taken (docs/algorithms.md,
+     "Leases": the bound this keeps for any traffic). Never beyond the capacity the
+     state was built with, after the refill due. Nothing returns into a bucket that
+     has no state (a full one), nor while a pushback's hold is unabsorbed (the hold
+     empties the bucket anyway), nor without the take's moment: what cannot return is
+     dropped, which only under-admits.
   2. the caller's own permits, decided by bucket.lua as a plain call would be (its
      wait budget, debt, pushback), so a lease row never refuses what a plain row would
      admit in the same state;
@@ -25,11 +31,13 @@ ARGV[4]  the caller's timeout in microseconds; negative = wait as long as it tak
 ARGV[5]  now in microseconds; "" = the server's TIME (tests drive the clock)
 ARGV[6]  lease: the most permits to take in all, the caller's included (>= ARGV[3])
 ARGV[7]  unused permits of the previous lease to hand back (>= 0)
+ARGV[8]  when that lease was taken: the eighth double of its reply (µs on this clock)
 
-Returns seven packed doubles (one bulk string, as bucket.lua's six): bucket.lua's six
-for the caller's decision (the stored and next free ones as left after the lease), and
-a seventh: the permits granted in all (0 when the caller was refused; the caller's
-included).
+Returns eight packed doubles (one bulk string, as bucket.lua's six): bucket.lua's six
+for the caller's decision (the stored and next free ones as left after the lease), a
+seventh: the permits granted in all (0 when the caller was refused; the caller's
+included), and an eighth: now (µs), the moment of this lease, which its hand-back
+sends back as ARGV[8].
 ]]
 
 local now
@@ -43,7 +51,8 @@ local at = string.format("%.17g", now)  -- one moment for the hand back and both
 
 -- 1. hand back
 local unused = tonumber(ARGV[7])
-if unused > 0 then
+local taken_at = tonumber(ARGV[8] or "")
+if unused > 0 and taken_at ~= nil and taken_at <= now then
   local saved = redis.pcall("GET", KEYS[1])
   if type(saved) == "string" and (#saved == 40 or #saved == 72) then
     local stored, balance, r, c, k = struct.unpack("<ddddd", saved)
@@ -53,12 +62,14 @@ if unused > 0 then
       local pushed_until = struct.unpack("<d", tail)
       unabsorbed = pushed_until > 0 and balance < pushed_until
     end
-    if stored >= 0 and not unabsorbed then
+    -- less what can have refilled since the take: never more than had it not been taken
+    local back = unused - (now - taken_at) / math.min(k, 1000000 / tonumber(ARGV[1]))
+    if stored >= 0 and not unabsorbed and back > 0 then
       if now > balance then
         stored = math.min(c, stored + (now - balance) / k)
         balance = now
       end
-      stored = math.min(c, stored + unused)
+      stored = math.min(c, stored + back)
       local px = math.ceil((math.max(balance, now) + (c - stored) * k - now) / 1000) + 1000
       px = math.max(px, redis.call("PTTL", KEYS[1]))  -- a pushback's part may need longer
       redis.call("SET", KEYS[1], struct.pack("<ddddd", stored, balance, r, c, k) .. tail, "PX", px)
@@ -68,7 +79,7 @@ end
 
 local permits = tonumber(ARGV[3])
 if permits <= 0 then
-  return struct.pack("<ddddddd", 1, 0, 0, 0, 1, 0, 0)
+  return struct.pack("<dddddddd", 1, 0, 0, 0, 1, 0, 0, now)
 end
 
 -- 2. the caller's permits, as a plain call (bucket.lua's reply: six packed doubles)
@@ -88,4 +99,4 @@ if allowed == 1 then
     end
   end
 end
-return struct.pack("<ddddddd", allowed, wait, stored, next_free, factor, held, granted)
+return struct.pack("<dddddddd", allowed, wait, stored, next_free, factor, held, granted, now)

@@ -17,6 +17,13 @@ What happens to a lease besides being spent:
 
 - a pushback on the interface drops this process's lease at once (not handed back: the
   supplier just said stop); other processes' leases end within ``leaseMs``;
+- handed back, what is left of it returns to the bucket less what the bucket can have
+  refilled since it was taken (``lease.lua`` judges that on the Redis clock, from the
+  moment its reply gave): u unused permits a seconds old return max(0, u - R x a), so
+  that no hand-back, however late, lets the fleet exceed C + R x (1 + leaseMs/1000) in
+  a second. A lease that by this process's count returns nothing (R x a >= u, a from
+  when its request left) is dropped in-process instead, not sent: a lease older than
+  ``leaseMs`` always is. Dropping never admits more, so that count needs no margin;
 - a reload that changes the row (same bucket key, still leased): what is left is handed
   back with the next lease of the interface; the switch turning off, the lease turned
   off, the row going shadow or moving to another key: handed back by the next heartbeat;
@@ -31,8 +38,9 @@ from __future__ import annotations
 import math
 import struct
 import threading
+import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.scripts import REPLY, ScriptCall, parse_reply
@@ -59,42 +67,71 @@ def lease_call(
     size: int,
     unused: int,
     now_us: float | None = None,
+    taken_us: float = 0.0,
 ) -> ScriptCall:
-    """``lease.lua``'s call: hand back ``unused``, decide ``permits`` within ``budget_s``
-    (None: any wait), take up to ``size`` in all (``permits`` 0: hand back only)."""
+    """``lease.lua``'s call: hand back ``unused`` of a lease taken at ``taken_us`` (its
+    reply's moment), decide ``permits`` within ``budget_s`` (None: any wait), take up to
+    ``size`` in all (``permits`` 0: hand back only)."""
     rate = str(rule.rate) if rule.period == 1 else repr(rule.per_second)
     timeout_us = "-1" if budget_s is None else repr(budget_s * US_PER_S)
     now = "" if now_us is None else repr(now_us)
-    return ScriptCall(
-        "lease",
-        [1, key, rate, str(rule.burst), str(permits), timeout_us, now, str(size), str(unused)],
-    )
+    args: list[str | int] = [1, key, rate, str(rule.burst), str(permits), timeout_us, now]
+    args += [str(size), str(unused), repr(taken_us)]
+    return ScriptCall("lease", args)
 
 
-#: ``lease.lua``'s seventh double, after a decision's six: the permits granted in all.
-GRANTED: Final = struct.Struct("<d")
+#: ``lease.lua``'s seventh and eighth doubles, after a decision's six: the permits
+#: granted in all, and the moment of the lease (µs, Redis's clock), for its hand-back.
+GRANTED: Final = struct.Struct("<dd")
 
 
-def parse_lease(reply: Any) -> tuple[Verdict, int]:
-    """``lease.lua``'s reply: the caller's Verdict and the permits granted in all."""
+def parse_lease(reply: Any) -> tuple[Verdict, int, float]:
+    """``lease.lua``'s reply: the caller's Verdict, the permits granted in all and the
+    lease's moment."""
     try:
-        (granted,) = GRANTED.unpack_from(reply, REPLY.size)
+        granted, taken_us = GRANTED.unpack_from(reply, REPLY.size)
     except (TypeError, struct.error) as e:
         raise BackendError(f"unexpected reply from the lease script: {reply!r}") from e
     if len(reply) != REPLY.size + GRANTED.size:
         raise BackendError(f"unexpected reply from the lease script: {reply!r}")
-    return parse_reply(reply[: REPLY.size]), int(granted)
+    return parse_reply(reply[: REPLY.size]), int(granted), taken_us
+
+
+class Unused(NamedTuple):
+    """What a lease left unused, to hand back: its rule, the permits, when its request
+    left (monotonic s) and when Redis took it (µs, Redis's clock)."""
+
+    rule: Rule
+    left: int
+    since: float
+    taken_us: float
+
+    def returns_some(self, now_s: float) -> bool:
+        """Whether a hand-back sent now may return any of it: not when what the bucket
+        can refill at the rule's rate since the request left covers it. An estimate
+        (Redis judges the age on its own clock), and dropping never admits more."""
+        return self.left > self.rule.per_second * (now_s - self.since)
 
 
 class Lease:
     """One interface's lease in this process."""
 
-    __slots__ = ("dry_until", "factor", "left", "refilling", "rule", "since", "waiters")
+    __slots__ = (
+        "dry_until",
+        "factor",
+        "left",
+        "refilling",
+        "rule",
+        "since",
+        "taken_us",
+        "waiters",
+    )
 
     def __init__(self, rule: Rule, since: float) -> None:
         self.rule = rule
         self.left = 0  # permits not yet spent
         self.since = since  # monotonic s when the request for it left
+        self.taken_us = 0.0  # when Redis took it (µs, Redis's clock; its reply says)
         self.refilling = True  # a lease.lua call is in flight for it
         self.factor = 1.0  # the effective rate's factor its reply said
         #: monotonic s before which the bucket cannot have refilled what the last lease
@@ -107,20 +144,41 @@ class Lease:
 class Leases:
     """This process's leases, shared by its threads (one lock) and coroutines."""
 
-    __slots__ = ("_carried", "_held", "_lock", "_prefix", "_returns", "handed_back", "refills")
+    __slots__ = (
+        "_carried",
+        "_held",
+        "_lock",
+        "_prefix",
+        "_returns",
+        "dropped",
+        "handed_back",
+        "refills",
+    )
 
     def __init__(self, prefix: str) -> None:
         self._prefix = prefix
         self._lock = threading.Lock()
         self._held: dict[str, Lease] = {}
-        #: url -> (its new rule, permits left by the lease a reload replaced): handed back
-        #: with the next lease of the url (the same bucket key)
-        self._carried: dict[str, tuple[Rule, int]] = {}
-        #: (rule, permits) to hand back off the decision path (the heartbeat, close)
-        self._returns: list[tuple[Rule, int]] = []
-        #: lease.lua calls sent, and permits handed back in them (for tests and benches)
+        #: url -> (its new rule, what the lease a reload replaced left): handed back with
+        #: the next lease of the url (the same bucket key)
+        self._carried: dict[str, tuple[Rule, Unused]] = {}
+        #: what to hand back off the decision path (the heartbeat, close)
+        self._returns: list[Unused] = []
+        #: lease.lua calls sent, permits handed back in them, and permits dropped
+        #: in-process as too old to return any (for tests and benches)
         self.refills = 0
         self.handed_back = 0
+        self.dropped = 0
+
+    def _due(self, unused: Unused | None, now_s: float) -> Unused | None:
+        """``unused`` if a hand-back sent now can return some of it, else None (counted
+        as dropped). Under the lock."""
+        if unused is None or unused.left <= 0:
+            return None
+        if unused.returns_some(now_s):
+            return unused
+        self.dropped += unused.left
+        return None
 
     def take(
         self, rule: Rule, permits: int, budget_s: float | None, now_s: float
@@ -163,35 +221,45 @@ class Leases:
         self, rule: Rule, permits: int, budget_s: float | None, now_s: float
     ) -> ScriptCall | None:
         """The ``lease.lua`` call that renews ``rule``'s lease for a caller wanting
-        ``permits``, or None when another thread or coroutine is renewing it (then the
-        caller waits for that, ``wait``, or is decided the plain way)."""
+        ``permits``, or None when another thread or coroutine is renewing it, or has
+        renewed it since the caller looked (then the caller waits for that, ``wait``,
+        at once when it is done, and takes from the lease; or is decided the plain
+        way): a fresh lease is not handed back for a new one."""
         url = rule.url
         woken: list[Callable[[], None]] = []
         with self._lock:
             lease = self._held.get(url)
-            if (
-                lease is not None
-                and lease.refilling
-                and now_s - lease.since < REFILL_FORGOTTEN_S
-                and lease.rule is rule
-            ):
-                return None
-            unused = lease.left if lease is not None and lease.rule is rule else 0
-            unused += self._carried.pop(url, (rule, 0))[1]
+            if lease is not None and lease.rule is rule:
+                age_s = now_s - lease.since
+                if lease.refilling and age_s < REFILL_FORGOTTEN_S:
+                    return None
+                if not lease.refilling and lease.left >= permits and age_s <= rule.lease_ms / 1e3:
+                    return None
+            own = None
+            if lease is not None and lease.rule is rule:
+                own = Unused(rule, lease.left, lease.since, lease.taken_us)
+            back = self._due(own, now_s)
+            carried = self._due(self._carried.pop(url, (rule, None))[1], now_s)
+            if back is None:
+                back = carried
+            elif carried is not None:  # one lease per call: the other on the heartbeat
+                self._returns.append(carried)
             if lease is not None:  # a renewal forgotten (REFILL_FORGOTTEN_S): its waiters go
                 woken = lease.waiters
             self._held[url] = Lease(rule, now_s)
             self.refills += 1
+            unused, taken_us = (0, 0.0) if back is None else (back.left, back.taken_us)
             self.handed_back += unused
         self._wake(woken)
         key = state_key(self._prefix, rule)
-        return lease_call(key, rule, permits, budget_s, lease_size(rule, permits), unused)
+        size = lease_size(rule, permits)
+        return lease_call(key, rule, permits, budget_s, size, unused, None, taken_us)
 
     def filled(self, rule: Rule, permits: int, reply: Any) -> Verdict:
         """The lease call for ``rule`` answered: the caller's Verdict (its ``stored``:
         the permits left in the lease). BackendError when the reply is not one."""
         try:
-            verdict, granted = parse_lease(reply)
+            verdict, granted, taken_us = parse_lease(reply)
         except BackendError:
             self.failed(rule)
             raise
@@ -202,6 +270,7 @@ class Leases:
             lease = self._held.get(rule.url)
             if lease is not None and lease.rule is rule and lease.refilling:
                 lease.left = left
+                lease.taken_us = taken_us
                 lease.factor = verdict.factor
                 lease.refilling = False
                 woken, lease.waiters = lease.waiters, []
@@ -231,9 +300,10 @@ class Leases:
             if lease is not None:
                 lease.left = 0
 
-    def reloaded(self, snapshot: Snapshot) -> None:
+    def reloaded(self, snapshot: Snapshot, now_s: float | None = None) -> None:
         """A reload: leases of rules it replaced are carried to the next lease of the
-        same bucket, or queued to be handed back."""
+        same bucket, or queued to be handed back (dropped when too old for either)."""
+        now_s = time.monotonic() if now_s is None else now_s
         woken: list[Callable[[], None]] = []
         with self._lock:
             for url, lease in list(self._held.items()):
@@ -242,31 +312,40 @@ class Leases:
                     continue
                 del self._held[url]
                 woken.extend(lease.waiters)
-                if lease.left <= 0:
+                unused = Unused(lease.rule, lease.left, lease.since, lease.taken_us)
+                if self._due(unused, now_s) is None:
                     continue
                 old_key = state_key(self._prefix, lease.rule)
                 if new is not None and new.lease_ms and state_key(self._prefix, new) == old_key:
-                    carried = self._carried.get(url, (new, 0))[1]
-                    self._carried[url] = (new, carried + lease.left)
+                    earlier = self._carried.get(url)
+                    if earlier is not None:  # one lease per call: that one on the heartbeat
+                        self._returns.append(earlier[1])
+                    self._carried[url] = (new, unused)
                 else:
-                    self._returns.append((lease.rule, lease.left))
+                    self._returns.append(unused)
         self._wake(woken)
 
-    def returns(self, closing: bool = False) -> Sequence[ScriptCall]:
+    def returns(self, closing: bool = False, now_s: float | None = None) -> Sequence[ScriptCall]:
         """The ``lease.lua`` calls that hand back what is waiting to be (``closing``:
-        every lease held too, which ends them)."""
+        every lease held too, which ends them); what is too old by now is dropped."""
+        now_s = time.monotonic() if now_s is None else now_s
         woken: list[Callable[[], None]] = []
         with self._lock:
-            due, self._returns = self._returns, []
+            waiting, self._returns = self._returns, []
             if closing:
-                due.extend((lease.rule, lease.left) for lease in self._held.values() if lease.left)
-                due.extend(self._carried.values())
+                waiting.extend(
+                    Unused(lease.rule, lease.left, lease.since, lease.taken_us)
+                    for lease in self._held.values()
+                )
+                waiting.extend(unused for _, unused in self._carried.values())
                 for lease in self._held.values():
                     woken.extend(lease.waiters)
                 self._held.clear()
                 self._carried.clear()
-            self.handed_back += sum(left for _, left in due)
+            due = [back for unused in waiting if (back := self._due(unused, now_s))]
+            self.handed_back += sum(back.left for back in due)
         self._wake(woken)
         return [
-            lease_call(state_key(self._prefix, rule), rule, 0, 0.0, 0, left) for rule, left in due
+            lease_call(state_key(self._prefix, b.rule), b.rule, 0, 0.0, 0, b.left, None, b.taken_us)
+            for b in due
         ]

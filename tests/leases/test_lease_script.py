@@ -1,10 +1,12 @@
 """lease.lua on a real Redis, with the clock driven: what a lease takes, what a hand
-back returns (never beyond the capacity), and that a lease row decides the caller's own
+back returns (what was unused less what refilled since the take, never beyond the
+capacity; nothing from a lease older than leaseMs), and that a lease row decides the caller's own
 permits exactly as a plain row would in the same state."""
 
 from __future__ import annotations
 
 import itertools
+import time
 
 import redis
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 
 from gateway_limiter.backends.scripts import SCRIPTS, STATE, Commands, ScriptCall, parse_reply
 from gateway_limiter.config.rules import Rule
-from gateway_limiter.core.leases import lease_call, lease_size, parse_lease
+from gateway_limiter.core.leases import Leases, lease_call, lease_size, parse_lease
 
 T0 = 1_700_000_000_000_000.0  # µs: a driven clock
 _keys = itertools.count()
@@ -30,9 +32,13 @@ def _lease(
     budget_s: float | None,
     unused: int,
     now: float,
+    taken: float = T0,
 ) -> tuple[bool, float, float, int]:
-    call = lease_call(key, rule, permits, budget_s, lease_size(rule, permits), unused, now)
-    verdict, granted = parse_lease(client.eval(SCRIPTS["lease"], *call.args))
+    """A lease call at ``now``, handing back ``unused`` of a lease taken at ``taken``."""
+    size = lease_size(rule, permits)
+    call = lease_call(key, rule, permits, budget_s, size, unused, now, taken)
+    verdict, granted, moment = parse_lease(client.eval(SCRIPTS["lease"], *call.args))
+    assert moment == now  # what the next hand-back of this lease sends back
     return verdict.allowed, verdict.wait_us, verdict.stored, granted
 
 
@@ -67,9 +73,31 @@ def test_unused_permits_come_back_before_the_next_lease(
 ) -> None:
     key = _key(key_prefix)
     _lease(redis_client, key, RULE, 1, 0.0, 0, T0)  # stored 900
-    # 10 ms later: 10 refilled, 60 handed back, then 100 taken
+    # 10 ms later: 10 refilled, 60 handed back less those 10, then 100 taken
     assert _lease(redis_client, key, RULE, 1, 0.0, 60, T0 + 10_000)[3] == 100
-    assert _stored(redis_client, key) == 900 + 10 + 60 - 100
+    assert _stored(redis_client, key) == 900 + 10 + (60 - 10) - 100
+
+
+def test_a_young_lease_is_handed_back_less_what_refilled_and_an_old_one_not_at_all(
+    redis_client: redis.Redis, key_prefix: str
+) -> None:
+    key = _key(key_prefix)
+    _lease(redis_client, key, RULE, 1, 0.0, 0, T0)  # stored 900, 99 left in the lease
+    # 40 ms on: 40 refilled; of the 99, 99 - 40 come back (hand back only)
+    _lease(redis_client, key, RULE, 0, 0.0, 99, T0 + 40_000)
+    assert _stored(redis_client, key) == 900 + 40 + (99 - 40)
+    # a lease of the same moment handed back at 100 ms (leaseMs): nothing comes back,
+    # nothing is written
+    other = _key(key_prefix)
+    _lease(redis_client, other, RULE, 1, 0.0, 0, T0)
+    state = redis_client.get(other)
+    _lease(redis_client, other, RULE, 0, 0.0, 99, T0 + 100_000)
+    assert redis_client.get(other) == state
+    # without the take's moment (or one ahead of the clock), nothing comes back either
+    call = lease_call(other, RULE, 0, 0.0, 0, 99, T0 + 1_000)
+    redis_client.eval(SCRIPTS["lease"], *call.args[:-1])
+    _lease(redis_client, other, RULE, 0, 0.0, 99, T0 + 1_000, taken=T0 + 2_000)
+    assert redis_client.get(other) == state
 
 
 def test_a_lease_takes_only_what_is_stored(redis_client: redis.Redis, key_prefix: str) -> None:
@@ -94,10 +122,10 @@ def test_hand_back_into_a_full_bucket_or_none_is_dropped(
     redis_client: redis.Redis, key_prefix: str
 ) -> None:
     key = _key(key_prefix)
-    _lease(redis_client, key, RULE, 1, 0.0, 0, T0)  # stored 900
-    # a second later the bucket is full again: the 99 unused have nowhere to go
-    _lease(redis_client, key, RULE, 0, 0.0, 99, T0 + 1_000_000)
-    assert _stored(redis_client, key) == 1000.0
+    _plain(redis_client, key, RULE, 100, 0.0, T0)  # stored 900
+    # 95 ms later the bucket is full but for 5 (a plain take of 100 at T0, 95 refilled)
+    _lease(redis_client, key, RULE, 0, 0.0, 99, T0 + 95_000, taken=T0 + 90_000)
+    assert _stored(redis_client, key) == 1000.0  # 94 to hand back, room for 5
     other = _key(key_prefix)
     _lease(redis_client, other, RULE, 0, 0.0, 99, T0)  # no state: a full bucket
     assert redis_client.get(other) is None
@@ -127,11 +155,78 @@ def test_hand_back_never_makes_more_than_the_capacity(
     taken = max(1, int(rate * spent))
     assert _plain(redis_client, key, rule, taken, -1.0, T0)[0]
     before = _stored(redis_client, key)
-    _lease(redis_client, key, rule, 0, 0.0, unused, T0 + elapsed_us)
+    _lease(redis_client, key, rule, 0, 0.0, unused, T0 + elapsed_us)  # a lease of T0
     after = _stored(redis_client, key)
     assert after <= rate  # never more than the capacity
-    refilled = min(float(rate), before + elapsed_us * rate / 1e6)  # no debt: taken <= rate
-    assert abs(after - min(float(rate), refilled + unused)) <= 1e-6 * max(1, rate)
+    back = unused - elapsed_us * rate / 1e6  # less what refilled since the take
+    if back > 0:
+        refilled = min(float(rate), before + elapsed_us * rate / 1e6)  # no debt: taken <= rate
+        assert abs(after - min(float(rate), refilled + back)) <= 1e-6 * max(1, rate)
+    else:
+        assert after == before  # nothing written
+
+
+def _stored_at(client: redis.Redis, key: str, rule: Rule, now: float) -> float:
+    """The stored permits of ``key`` at ``now``, refilled as bucket.lua would."""
+    raw = client.get(key)
+    if raw is None:
+        return float(rule.burst)  # no state: a full bucket
+    stored, balance, _, capacity, interval = STATE.unpack_from(raw)[:5]
+    return float(min(capacity, stored + max(0.0, now - balance) / interval))
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    rate=st.integers(10, 5_000),
+    steps=st.lists(
+        st.tuples(
+            st.floats(0.0, 250_000.0),  # µs since the step before
+            st.integers(0, 3),  # which of four processes renews its lease
+            st.floats(0.0, 1.0),  # the share of its lease it spent
+            st.booleans(),  # whether it hands the rest back (else drops it)
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+)
+def test_hand_backs_never_leave_more_than_a_bucket_that_never_gave_them_out(
+    redis_client: redis.Redis,
+    key_prefix: str,
+    rate: int,
+    steps: list[tuple[float, int, float, bool]],
+) -> None:
+    """The exactness argument (docs/algorithms.md, "Leases"): at every moment the bucket
+    holds no more than a plain bucket whose takes were only what the leases did not
+    hand back, however late the hand-backs (four processes, any ages)."""
+    rule = Rule("/lease", rate, 0.0, 1, lease_ms=100)
+    leased, plain = _key(key_prefix), _key(key_prefix)
+    now = T0
+    held: dict[int, tuple[int, float, int]] = {}  # process -> (lease index, moment, left)
+    takes: list[tuple[float, int]] = []  # per lease: its moment, permits granted
+    kept: list[int] = []  # per lease: what it handed back (filled in as it is)
+    real: list[tuple[float, float]] = []  # (moment, stored then)
+    for gap_us, process, spent, hand_back in steps:
+        now += gap_us
+        unused, taken = 0, T0
+        if process in held:
+            index, taken, left = held.pop(process)
+            unused = left - int(left * spent) if hand_back else 0
+            kept[index] = unused
+        granted = _lease(redis_client, leased, rule, 1, 0.0, unused, now, taken)[3]
+        takes.append((now, granted))
+        kept.append(0)
+        if granted:
+            held[process] = (len(takes) - 1, now, granted - 1)
+        real.append((now, _stored_at(redis_client, leased, rule, now)))
+    for (moment, granted), back, (_, stored) in zip(takes, kept, real, strict=True):
+        if granted - back > 0:  # the plain twin takes only what was not handed back
+            assert _plain(redis_client, plain, rule, granted - back, 0.0, moment)[0]
+        twin = _stored_at(redis_client, plain, rule, moment)
+        assert stored <= twin + 1e-6 * rate, f"at {moment - T0:.0f} µs: {stored} > {twin}"
 
 
 @settings(
@@ -175,3 +270,24 @@ def test_the_callers_own_permits_are_decided_as_a_plain_row_would(
 def test_a_row_without_a_lease_sends_the_plain_bucket_call() -> None:
     call = Commands("p")(Rule("/plain", 5, 0.0, 1), 1, 0.0, None, None)
     assert call == ScriptCall("bucket", [1, "p:{/plain}:tb", "5", "5", "1", "0.0"])
+
+
+def test_a_caller_that_looked_before_a_renewal_takes_from_it_rather_than_renew_again(
+    redis_client: redis.Redis, key_prefix: str
+) -> None:
+    leases = Leases(key_prefix)
+    now_s = time.monotonic()
+    assert leases.take(RULE, 1, 0.0, now_s) is None  # no lease yet: ask Redis
+    call = leases.refill(RULE, 1, 0.0, now_s)
+    assert call is not None
+    assert leases.filled(RULE, 1, redis_client.eval(SCRIPTS["lease"], *call.args)).allowed
+    # a caller that found no lease before that renewal came back, asking to renew: it
+    # is told to wait, which ends at once, and takes from the fresh lease
+    assert leases.refill(RULE, 1, 0.0, now_s + 0.001) is None
+    assert not leases.wait(RULE, lambda: None)
+    verdict = leases.take(RULE, 1, 0.0, now_s + 0.001)
+    assert verdict is not None and verdict.allowed and verdict.stored == 98.0
+    assert (leases.refills, leases.handed_back) == (1, 0)
+    # once the lease is older than leaseMs, a renewal goes, and what is left is dropped
+    call = leases.refill(RULE, 1, 0.0, now_s + 0.101)
+    assert call is not None and (leases.refills, leases.dropped) == (2, 98)
