@@ -136,6 +136,7 @@ def test_status_says_a_row_is_leased(
     db, engine = migrated_any_db
     write_row(engine, "/hot", rateLimit=100, cache=0.1, leaseMs=40)
     write_row(engine, "/plain", rateLimit=100, cache=0.1)
+    write_row(engine, "/minute", rateLimit=100_000, periodSeconds=60, cache=0.1)
     settings = tmp_path / "settings.toml"
     settings.write_text(
         f'database_url = "{db}"\nredis_url = "{redis_server.url}"\nkey_prefix = "{key_prefix}"\n'
@@ -143,8 +144,13 @@ def test_status_says_a_row_is_leased(
     ran = cli(capsys, "--settings", str(settings), "status")
     assert ran.code == 0, ran.err
     lines = ran.out.splitlines()
-    assert "leases of 40 ms" in next(line for line in lines if line.startswith("/hot "))
+    assert "; rate leases of 40 ms" in next(line for line in lines if line.startswith("/hot "))
     assert "lease" not in next(line for line in lines if line.startswith("/plain "))
+    # numbers as a person writes them, never 1e+05: rate, capacity, effective rate
+    minute = next(line for line in lines if line.startswith("/minute ")).split()
+    assert (minute[2], minute[4]) == ("100,000/60s", "100,000")
+    assert minute[8] == "100,000/60s"  # the effective rate: no pushback, the rate
+    assert "e+" not in " ".join(minute)
 
 
 def test_conf_set_and_enable_say_on_stderr_that_the_reload_ignores_the_lease(
@@ -175,3 +181,31 @@ def test_conf_set_and_enable_say_on_stderr_that_the_reload_ignores_the_lease(
     ran = cli(capsys, "--database-url", db, "conf", "set", "/x", "--algorithm", "token_bucket")
     assert ran.code == 0, ran.err
     assert "warning" not in ran.err
+
+
+def test_summaries_and_conf_list_name_the_concurrency_cap_and_the_rate_lease(
+    capsys: pytest.CaptureFixture[str], migrated_db: tuple[str, Engine]
+) -> None:
+    db, _engine = migrated_db
+    ran = cli(
+        capsys, "--database-url", db, "conf", "set", "/hot", "--rate", "5000", "--lease-ms", "20",
+        "--max-concurrent", "2", "--enable",
+    )  # fmt: skip
+    assert ran.code == 0, ran.err
+    flat = " ".join(ran.out.split())
+    assert "at most 2 in flight" in flat
+    assert "rate leases of 20 ms: up to 100 permits per process at a time" in flat
+    ran = cli(capsys, "--database-url", db, "conf", "enable", "/hot")
+    assert ran.code == 0, ran.err
+    flat = " ".join(ran.out.split())
+    assert "callers wait up to 0.5 s, at most 2 in flight, rate leases of 20 ms: up to 100" in flat
+    listed = " ".join(cli(capsys, "--database-url", db, "conf", "list").out.split())
+    assert "wait <= 0.5 s, at most 2 in flight, rate leases of 20 ms: up to 100 permits" in listed
+    # a tiny rate still leases one permit at a time: n = max(1, floor(R x L / 1000))
+    cli(
+        capsys, "--database-url", db, "conf", "set", "/hot", "--rate", "10", "--max-concurrent", "0"
+    )
+    ran = cli(capsys, "--database-url", db, "conf", "set", "/hot", "--cache", "0.2")
+    flat = " ".join(ran.out.split())
+    assert "rate leases of 20 ms: up to 1 permit per process at a time" in flat
+    assert "in flight" not in flat
