@@ -203,7 +203,7 @@ def _register_set(conf: Any) -> None:
         type=lease_ms_arg,
         default=argparse.SUPPRESS,
         metavar="MS",
-        help="lease mode: each process takes up to MS ms of the rate in one round trip "
+        help="rate leases: each process takes up to MS ms of the rate in one round trip "
         "and spends it in-process (leaseMs; one shared token_bucket row only); "
         f"0 or '{NONE_WORD}': NULL, every call decided in Redis",
     )
