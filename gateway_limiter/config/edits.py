@@ -224,18 +224,21 @@ def combination_problem(
 def written_warnings(
     rows: Sequence[ConfRow], config_ids: Sequence[int], default_cache: float
 ) -> list[str]:
-    """What the reload warns about the rows ``config_ids`` (just written), among ``rows``
-    (the table after the write): a disabled one is judged as if enabled, and its warning
-    says "once enabled"."""
-    written = set(config_ids)
-    disabled = {r.config_id for r in rows if r.config_id in written and r.status != 1}
-    judged = [replace(r, status=1) if r.config_id in disabled else r for r in rows]
-    said = []
-    for warning in build_rules(judged, default_cache).warnings:
-        if isinstance(warning, RowWarning) and written & set(warning.config_ids):
-            later = "once enabled, " if disabled & set(warning.config_ids) else ""
-            said.append(f"{later}{warning}")
-    return said
+    """What the reload warns about the rows ``config_ids`` (just written) and the other
+    rows of their URLs (a row added beside a leased one makes its lease ignored), among
+    ``rows``, the table after the write. A disabled row written is judged as if enabled:
+    a warning it would cause only then begins "once enabled"."""
+    urls = {r.interface_url for r in rows if r.config_id in config_ids}
+    concerned = {r.config_id for r in rows if r.interface_url in urls}
+    now = set(build_rules(rows, default_cache).warnings)
+    enabled = [
+        replace(r, status=1) if r.config_id in config_ids and r.status != 1 else r for r in rows
+    ]
+    return [
+        warning if warning in now else f"once enabled, {warning}"
+        for warning in build_rules(enabled, default_cache).warnings
+        if isinstance(warning, RowWarning) and concerned & set(warning.config_ids)
+    ]
 
 
 def insert_row(engine: Engine, fields: Mapping[str, Any], by: ChangedBy) -> dict[str, Any]:

@@ -181,6 +181,18 @@ def test_conf_set_and_enable_say_on_stderr_that_the_reload_ignores_the_lease(
     ran = cli(capsys, "--database-url", db, "conf", "set", "/x", "--algorithm", "token_bucket")
     assert ran.code == 0, ran.err
     assert "warning" not in ran.err
+    # a row of another period beside the leased one: its lease will be ignored
+    ran = cli(capsys, "--database-url", db, "conf", "set", "/x", "--rate", "100", "--period", "60")
+    assert ran.code == 0, ran.err
+    several = (
+        f"leaseMs of configId {row.config_id} ignored on '/x': the interface has several "
+        "limits (or a channel cap)"
+    )
+    assert f"warning: once enabled, {several}" in " ".join(ran.err.split())
+    ran = cli(capsys, "--database-url", db, "conf", "enable", "/x", "--period", "60")
+    assert ran.code == 0, ran.err
+    assert f"warning: {several}" in " ".join(ran.err.split())
+    assert "once enabled" not in ran.err
 
 
 def test_summaries_and_conf_list_name_the_concurrency_cap_and_the_rate_lease(

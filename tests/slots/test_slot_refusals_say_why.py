@@ -36,6 +36,10 @@ def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
 def test_no_free_slot_names_the_url_the_timeout_and_the_calls_in_flight(
     lim: GatewayLimiter,
 ) -> None:
+    no_free_slot_is_said(lim)
+
+
+def no_free_slot_is_said(lim: GatewayLimiter) -> None:
     with lim.slot(URL), lim.slot(URL):
         with pytest.raises(Refused) as refused, lim.slot(URL, timeout=0.15):
             pytest.fail("a third call went in beside two")
@@ -84,6 +88,16 @@ def _hold_both(lim: GatewayLimiter, release: threading.Event) -> list[threading.
 
 
 def test_waited_counts_the_seconds_queued_for_a_slot(lim: GatewayLimiter) -> None:
+    waited_counts_the_queue(lim)
+
+
+@pytest.mark.parametrize("limiter_redis_url", ["memory://"])
+def test_slots_counted_in_the_process_say_the_same(lim: GatewayLimiter) -> None:
+    no_free_slot_is_said(lim)
+    waited_counts_the_queue(lim)
+
+
+def waited_counts_the_queue(lim: GatewayLimiter) -> None:
     with lim.slot(URL) as at_once:
         assert at_once.waited == 0.0  # a free slot and a permit: no wait at all
     release = threading.Event()
