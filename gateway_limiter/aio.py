@@ -103,6 +103,7 @@ from gateway_limiter.core.slots import (
     fallback_cap,
     given_up,
     pause_s,
+    refused,
 )
 from gateway_limiter.core.status import (
     BucketStatus,
@@ -116,7 +117,6 @@ from gateway_limiter.errors import (
     InterfaceClosed,
     LimiterError,
     NotStarted,
-    Refused,
 )
 from gateway_limiter.model.bucket import Verdict
 
@@ -392,7 +392,8 @@ class AsyncGatewayLimiter(LimiterCore):
         if rule is None or rule.max_concurrent is None or rule.shadow or rule.closed:
             decision = await self.decide(url, 1, timeout, key)
             if not decision.allowed:
-                raise Refused(decision)
+                budget = timeout if timeout is not None or rule is None else rule.cache
+                raise refused(url, None, decision, budget or 0.0)
             yield decision
             return
         held = await self._take_slot(rule, rule.cache if timeout is None else timeout, key)
@@ -409,7 +410,7 @@ class AsyncGatewayLimiter(LimiterCore):
 
     async def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
         lease_id = self._slotting.leases.new_id()
-        taking = Taking(rule, key, lease_id, time.monotonic() + budget_s)
+        taking = Taking(rule, key, lease_id, time.monotonic() + budget_s, budget_s)
         waiter = self._slotting.waiter(lease_id, asyncio.get_running_loop())
         held: Held | None = None
         try:

@@ -47,9 +47,10 @@ from gateway_limiter.core.slots import (
     fallback_cap,
     given_up,
     pause_s,
+    refused,
 )
 from gateway_limiter.core.status import BucketStatus, chosen, describe_interface
-from gateway_limiter.errors import NotStarted, Refused
+from gateway_limiter.errors import NotStarted
 from gateway_limiter.model.bucket import Verdict
 
 __all__ = ["GatewayLimiter"]
@@ -278,7 +279,8 @@ class GatewayLimiter(LimiterCore):
         if rule is None or rule.max_concurrent is None or rule.shadow or rule.closed:
             decision = self.decide(url, 1, timeout, key)
             if not decision.allowed:
-                raise Refused(decision)
+                budget = timeout if timeout is not None or rule is None else rule.cache
+                raise refused(url, None, decision, budget or 0.0)
             yield decision
             return
         held = self._take_slot(rule, rule.cache if timeout is None else timeout, key)
@@ -289,7 +291,7 @@ class GatewayLimiter(LimiterCore):
 
     def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
         lease_id = self._slotting.leases.new_id()
-        taking = Taking(rule, key, lease_id, time.monotonic() + budget_s)
+        taking = Taking(rule, key, lease_id, time.monotonic() + budget_s, budget_s)
         waiter = self._slotting.waiter(lease_id)
         held: Held | None = None
         try:

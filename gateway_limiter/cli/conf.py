@@ -26,7 +26,7 @@ from gateway_limiter.cli.arguments import (
     url_arg,
     warmup_arg,
 )
-from gateway_limiter.cli.context import PROG, CliError, Context
+from gateway_limiter.cli.context import PROG, CliError, Context, warning_line
 from gateway_limiter.cli.describe import (
     fmt_cache,
     fmt_field,
@@ -38,7 +38,11 @@ from gateway_limiter.cli.describe import (
     url_effect,
 )
 from gateway_limiter.cli.output import Column
-from gateway_limiter.config.edits import algorithm_culprit, combination_problem
+from gateway_limiter.config.edits import (
+    algorithm_culprit,
+    combination_problem,
+    written_warnings,
+)
 from gateway_limiter.config.rules import (
     ALGORITHMS,
     CHANNEL_URL,
@@ -199,7 +203,7 @@ def _register_set(conf: Any) -> None:
         type=lease_ms_arg,
         default=argparse.SUPPRESS,
         metavar="MS",
-        help="lease mode: each process takes up to MS ms of the rate in one round trip "
+        help="rate leases: each process takes up to MS ms of the rate in one round trip "
         "and spends it in-process (leaseMs; one shared token_bucket row only); "
         f"0 or '{NONE_WORD}': NULL, every call decided in Redis",
     )
@@ -527,6 +531,7 @@ def cmd_conf_set(ctx: Context) -> int:
         )
     rows = read_rows(engine)
     ctx.out.line(url_effect(a.url, rows, build_rules(rows, ctx.settings.default_cache)))
+    _warn_written(ctx, rows, [row.config_id])
     if row.algorithm == Algorithm.WARM_UP and row.rate_limit and row.warmup_period:
         cache = ctx.settings.default_cache if row.cache is None else round(row.cache, 2)
         warning = warm_up_cache_warning(row.rate_limit, cache, row.warmup_period)
@@ -538,6 +543,13 @@ def cmd_conf_set(ctx: Context) -> int:
         ctx.out.line(f"enable it with: {PROG} conf enable {a.url}{flags}")
     ctx.out.line(ctx.reload_note())
     return 0
+
+
+def _warn_written(ctx: Context, rows: Sequence[ConfRow], config_ids: Sequence[int]) -> None:
+    """On stderr, what the reload will warn about the rows just written (the exit code
+    stays 0: the rows apply, only not wholly as written)."""
+    for warning in written_warnings(rows, config_ids, ctx.settings.default_cache):
+        warning_line(warning)
 
 
 def _scope_flags(row: RateLimitConf) -> str:
@@ -661,6 +673,8 @@ def _cmd_conf_status(ctx: Context, status: int) -> int:
     ctx.out.line("; ".join(said))
     rows = read_rows(engine)
     ctx.out.line(url_effect(url, rows, build_rules(rows, ctx.settings.default_cache)))
+    if status:
+        _warn_written(ctx, rows, picked)
     if changed:
         ctx.out.line(ctx.reload_note())
     return 0

@@ -41,6 +41,16 @@ def fmt_seconds(value: float | None) -> str:
     return f"{value:.6g}"
 
 
+def fmt_amount(value: float) -> str:
+    """A count or rate as a person writes it: thousands grouped, never an exponent
+    ("100,000", "1,666.7", "0.25")."""
+    if abs(value) < 10 and value != int(value):
+        return f"{value:.3f}".rstrip("0").rstrip(".")
+    if value == int(value):
+        return f"{int(value):,}"
+    return f"{value:,.1f}"
+
+
 def fmt_field(name: str, value: Any) -> str:
     """A column's value as messages show it (model attribute ``name``)."""
     if name == "cache":
@@ -88,13 +98,32 @@ def _limit_text(rule: Rule) -> str:
     return f"{_per(rule)}{caller} ({_algorithm_text(rule)})"
 
 
+def lease_text(rule: Rule) -> str:
+    """A rate lease in words ("" without one): its length, and the permits one process
+    takes at a time (docs/algorithms.md, "Leases": n = max(1, floor(R x L / 1000)))."""
+    if not rule.lease_ms:
+        return ""
+    from gateway_limiter.core.leases import lease_size  # only for a leased row
+
+    n = lease_size(rule, 1)
+    return (
+        f"rate leases of {rule.lease_ms} ms: up to {n:,} permit{'' if n == 1 else 's'} "
+        "per process at a time"
+    )
+
+
 def rule_text(rule: Rule) -> str:
-    """An interface's rule in words: every limit, and the wait budget."""
+    """An interface's rule in words: every limit, the wait budget, the concurrency cap
+    and the rate lease."""
     if rule.closed:
         text = "closed: every call refused"
     else:
         limits = " and ".join(_limit_text(r) for r in rule.limits)
         text = f"limited to {limits}, callers wait up to {rule.cache:g} s"
+        if rule.max_concurrent is not None:
+            text += f", at most {rule.max_concurrent} in flight"
+        if rule.lease_ms:
+            text += f", {lease_text(rule)}"
     if rule.shadow:
         return f"{text}, IN SHADOW MODE: decided and counted, never enforced"
     return text
@@ -128,7 +157,14 @@ def row_effect(row: ConfRow, ruleset: RuleSet) -> str:
     for limit in rule.limits:
         if limit.config_id == row.config_id:
             # a closed limit closes its interface: the other rows say so too
-            return _rule_brief(rule if rule.closed else limit, rule.cache)
+            brief = _rule_brief(rule if rule.closed else limit, rule.cache)
+            if rule.closed:
+                return brief
+            if limit.max_concurrent is not None:
+                brief += f", at most {limit.max_concurrent} in flight"
+            if rule.lease_ms:  # set only where the interface is this one row
+                brief += f", {lease_text(rule)}"
+            return brief
     return "-"
 
 

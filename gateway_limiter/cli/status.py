@@ -18,7 +18,7 @@ from gateway_limiter.cli.context import (
     relaxed,
     sigterm_interrupts,
 )
-from gateway_limiter.cli.describe import capacity, on_off, url_effect
+from gateway_limiter.cli.describe import capacity, fmt_amount, on_off, url_effect
 from gateway_limiter.cli.output import Column, Report
 from gateway_limiter.config.rules import Algorithm, Rule, build_rules
 from gateway_limiter.model.bucket import US_PER_S, shape
@@ -206,16 +206,17 @@ def _for_each_caller(rule: Rule, state: str) -> str:
 def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
     rule = s.rule
     cap = capacity(rule)
-    rate = str(rule.rate) if rule.period == 1 else f"{rule.rate}/{rule.period}s"
+    per = "" if rule.period == 1 else f"/{rule.period}s"  # the rate's and the effective's
+    rate = f"{rule.rate:,}{per}"
     url = f"* (channel {rule.channel})" if rule.caps_channel else rule.url
-    head = [url, str(rule.config_id), rate, f"{rule.cache:g}", f"{cap:g}"]
+    head = [url, str(rule.config_id), rate, f"{rule.cache:g}", fmt_amount(cap)]
     shadow = "; shadow: counted, not enforced" if rule.shadow else ""
-    if rule.lease_ms:  # stored permits exclude what processes hold in leases
-        shadow += f"; leases of {rule.lease_ms} ms"
+    if rule.lease_ms:  # stored permits exclude what processes hold in rate leases
+        shadow += f"; rate leases of {rule.lease_ms} ms"
 
     def row(stored: str, debt: str, state: str) -> list[str]:
         free = "-" if s.next_free_ms is None else f"{s.next_free_ms:.1f}"
-        effective = "-" if s.effective_rate is None else f"{s.effective_rate:.4g}"
+        effective = "-" if s.effective_rate is None else fmt_amount(s.effective_rate) + per
         hold = f"{s.held_ms / 1000.0:.1f}" if s.held_ms > 0 else "-"
         cells = [
             *head,

@@ -9,6 +9,9 @@ Three kinds of check, each naming the column at fault:
   columns disagree, ``algorithm_culprit`` says which one the message is about;
 - the row beside the other rows of its URL (``combination_problem``): warm_up with
   other limits of the same URL, which the reload skips.
+
+A change the reload applies but not wholly (a ``leaseMs`` it ignores) is written; what
+the reload will warn about the rows written is said at once (``written_warnings``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from gateway_limiter.config.rules import (
     MAX_LEASE_MS,
     MAX_PERIOD,
     MAX_URL_LENGTH,
+    RowWarning,
     Skipped,
     algorithm_problem,
     build_rules,
@@ -215,6 +219,26 @@ def combination_problem(
 
 
 # --- writing a checked change, with its audit row, in one transaction ----------------------
+
+
+def written_warnings(
+    rows: Sequence[ConfRow], config_ids: Sequence[int], default_cache: float
+) -> list[str]:
+    """What the reload warns about the rows ``config_ids`` (just written) and the other
+    rows of their URLs (a row added beside a leased one makes its lease ignored), among
+    ``rows``, the table after the write. A disabled row written is judged as if enabled:
+    a warning it would cause only then begins "once enabled"."""
+    urls = {r.interface_url for r in rows if r.config_id in config_ids}
+    concerned = {r.config_id for r in rows if r.interface_url in urls}
+    now = set(build_rules(rows, default_cache).warnings)
+    enabled = [
+        replace(r, status=1) if r.config_id in config_ids and r.status != 1 else r for r in rows
+    ]
+    return [
+        warning if warning in now else f"once enabled, {warning}"
+        for warning in build_rules(enabled, default_cache).warnings
+        if isinstance(warning, RowWarning) and concerned & set(warning.config_ids)
+    ]
 
 
 def insert_row(engine: Engine, fields: Mapping[str, Any], by: ChangedBy) -> dict[str, Any]:

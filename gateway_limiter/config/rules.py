@@ -43,10 +43,12 @@ is a row with a rate the supplier never reaches, so every row keeps one meaning 
 ``try_acquire``.
 
 ``leaseMs`` (docs/algorithms.md, "Leases") lets each process take up to that many ms of
-the rate in one round trip and spend it in-process: NULL or 0 off, negative or more
-than ``MAX_LEASE_MS`` a skipped row. It applies only where the interface is one shared
-token bucket, enforced (``lease_problem``); elsewhere it is ignored with a warning
-naming the configId, and the row applies without a lease.
+the rate in one round trip and spend it in-process: NULL or 0 off. Negative or more
+than ``MAX_LEASE_MS`` is ignored with a warning naming the configId, and the row still
+limits (an optional performance setting must not leave its interface unlimited; the
+CLI and the console refuse such a value outright). It applies only where the interface
+is one shared token bucket, enforced (``lease_problem``); elsewhere it is ignored with
+a warning naming the configId, and the row applies without a lease.
 
 Disabled rows make no rule, but their URLs are kept (``RuleSet.disabled``) so that a
 decision can say "disabled" rather than "not configured".
@@ -293,8 +295,9 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         return Skipped(row.config_id, problem)
     if row.max_concurrent is not None and row.max_concurrent < 0:
         return Skipped(row.config_id, f"maxConcurrent {row.max_concurrent} is negative")
-    if row.lease_ms is not None and not 0 <= row.lease_ms <= MAX_LEASE_MS:
-        return Skipped(row.config_id, f"leaseMs {row.lease_ms} is not from 0 to {MAX_LEASE_MS} ms")
+    problem = lease_range_problem(row)
+    if problem:  # build_rules clears such a leaseMs first: only the edits' checks see this
+        return Skipped(row.config_id, problem)
     return Rule(
         url=url,
         rate=int(row.rate_limit),
@@ -312,6 +315,43 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         caller=row.caller_key,
         lease_ms=int(row.lease_ms or 0),
     )
+
+
+def lease_range_problem(row: ConfRow) -> str:
+    """Why the row's ``leaseMs`` is out of range ("" when it is not)."""
+    if row.lease_ms is not None and not 0 <= row.lease_ms <= MAX_LEASE_MS:
+        return f"leaseMs {row.lease_ms} is not from 0 to {MAX_LEASE_MS} ms"
+    return ""
+
+
+class RowWarning(str):
+    """A warning about rows the reload applies anyway, as text; ``config_ids`` names the
+    rows it is about (``conf set`` shows those of the rows it wrote)."""
+
+    config_ids: tuple[int, ...]
+
+    def __new__(cls, text: str, config_ids: Iterable[int]) -> RowWarning:
+        made = super().__new__(cls, text)
+        made.config_ids = tuple(config_ids)
+        return made
+
+
+def _without_bad_lease(row: ConfRow, warnings: list[str], default_cache: float) -> ConfRow:
+    """``row`` with an out-of-range ``leaseMs`` cleared, and a warning naming it when the
+    row applies: an optional performance setting must not unlimit its interface."""
+    problem = "" if type_problem(row) else lease_range_problem(row)
+    if not problem:
+        return row
+    cleared = replace(row, lease_ms=None)
+    if isinstance(rule_from_row(cleared, default_cache), Rule):
+        warnings.append(
+            RowWarning(
+                f"leaseMs of configId {row.config_id} ignored on {row.interface_url!r}: "
+                f"{problem} (the row applies without a lease)",
+                [row.config_id],
+            )
+        )
+    return cleared
 
 
 def caller_key_problem(key: str) -> str:
@@ -560,8 +600,11 @@ def _leased(rule: Rule, warnings: list[str]) -> Rule:
         return rule
     ids = ", ".join(str(r.config_id) for r in asking)
     warnings.append(
-        f"leaseMs of configId {ids} ignored on {rule.url!r}: {problem} (a lease needs one "
-        "shared, enforced token_bucket row)"
+        RowWarning(
+            f"leaseMs of configId {ids} ignored on {rule.url!r}: {problem} (a lease needs "
+            "one shared, enforced token_bucket row)",
+            [r.config_id for r in asking],
+        )
     )
     return replace(rule, lease_ms=0, also=tuple(replace(r, lease_ms=0) for r in rule.also))
 
@@ -575,7 +618,9 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
     skipped: list[Skipped] = []
     disabled: set[str] = set()
     leases = False
+    warnings: list[str] = []
     for row in rows:
+        row = _without_bad_lease(row, warnings, default_cache)  # noqa: PLW2901
         outcome = rule_from_row(row, default_cache)
         if outcome is None:
             if row.interface_url and row.interface_url != CHANNEL_URL:
@@ -598,7 +643,6 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
             channels.setdefault(outcome.url, {}).setdefault(row.channel_type, []).append(
                 row.config_id
             )
-    warnings: list[str] = []
     rules: dict[str, Rule] = {}
     named: dict[tuple[str, str], Rule] = {}
     for url, slots in limits.items():

@@ -46,6 +46,7 @@ from gateway_limiter.config.edits import (
     insert_row,
     row_problem,
     update_row,
+    written_warnings,
 )
 from gateway_limiter.config.rules import CHANNEL_URL, build_rules
 from gateway_limiter.config.table import ConfRow, read_rows, read_switch, write_switch
@@ -231,7 +232,9 @@ def make_app(sources: Sources) -> Starlette:
         done = update_row(sources.engine, config_id, fields, by)
         if done is None:
             raise ApiError(404, f"no row with configId {config_id}", "configId")
-        return {"before": done[0], "after": done[1]}
+        # what the reload will warn about this row (a leaseMs it ignores), as conf set says
+        warnings = written_warnings(read_rows(sources.engine), [config_id], settings.default_cache)
+        return {"before": done[0], "after": done[1], "warnings": warnings}
 
     async def patch_rule(request: Request) -> Response:
         config_id = config_id_of(request)

@@ -316,6 +316,8 @@ class Taking:
     lease_id: str
     #: when the wait budget ends (monotonic s)
     deadline: float
+    #: the wait budget (s): what a refusal says it waited for
+    budget_s: float
     #: a place in the queue (or a slot) is held in Redis: give it up when leaving early
     placed: bool = False
     #: counted in the metrics as a call that had to wait
@@ -324,6 +326,15 @@ class Taking:
     def remaining(self) -> float:
         """Seconds left of the wait budget."""
         return max(0.0, self.deadline - time.monotonic())
+
+    def _queued_s(self) -> float:
+        """Seconds this call has waited for its slot so far (0 when it never queued)."""
+        if not self.waited:
+            return 0.0
+        return max(0.0, time.monotonic() - (self.deadline - self.budget_s))
+
+    def _refused(self, decision: Decision, no_slot: bool) -> Refused:
+        return refused(self.rule.url, self.rule.max_concurrent, decision, self.budget_s, no_slot)
 
     def call(self, state: SlotState, settings: Settings, remaining: float) -> ScriptCall:
         """The take to send now: a place in the queue only with time left to wait."""
@@ -360,15 +371,19 @@ class Taking:
         if reply.state == QUEUED:
             if remaining <= 0:
                 count_refusal(core._metrics, url)
-                raise Refused(busy(self.rule, reply.in_flight, reply.lapses_s))
+                raise self._refused(busy(self.rule, reply.in_flight, reply.lapses_s), True)
             self.must_wait(core._metrics)
             return None
         assert reply.verdict is not None
         outcome = core._finish(Ask(self.rule, 1, remaining, self.key, None), reply.verdict)
-        decision = core._decision(outcome, remaining)._replace(in_flight=reply.in_flight)
+        decision = core._decision(outcome, remaining)
         if not outcome[0].allowed:
             count_refusal(core._metrics, url)
-            raise Refused(decision)
+            raise self._refused(decision._replace(in_flight=reply.in_flight), False)
+        # waited: the queue's seconds, then the rate's (slept before the call goes)
+        decision = decision._replace(
+            in_flight=reply.in_flight, waited=self._queued_s() + decision.waited
+        )
         channel = self.rule.channel
         state.leases.add((url, channel), self.lease_id)
         cap = self.rule.max_concurrent or 0
@@ -380,7 +395,8 @@ class Taking:
         the wait (a local release, or the breaker's next probe, wakes the caller)."""
         if remaining <= 0:
             count_refusal(core._metrics, self.rule.url)
-            raise Refused(busy(self.rule, state.local.in_flight(self.rule.url), None))
+            busy_now = busy(self.rule, state.local.in_flight(self.rule.url), None)
+            raise self._refused(busy_now, True)
         self.must_wait(core._metrics)
 
     def local_answered(
@@ -394,13 +410,41 @@ class Taking:
         """The rate's outcome for a slot taken in this process (``cap`` None: no cap,
         none taken); ``Refused`` gives the slot back."""
         url = self.rule.url
-        decision = core._decision(outcome, remaining)._replace(in_flight=state.local.in_flight(url))
+        decision = core._decision(outcome, remaining)
+        decision = decision._replace(
+            in_flight=state.local.in_flight(url), waited=self._queued_s() + decision.waited
+        )
         if not outcome[0].allowed:
             if cap is not None:
                 state.local.give_back(url)
             count_refusal(core._metrics, url)
-            raise Refused(decision)
+            raise self._refused(decision._replace(waited=0.0), False)
         return Held(url, decision, local=cap is not None, wait_s=allowed_wait_s(outcome[0]))
+
+
+def _seconds(value: float) -> str:
+    """Seconds as a message shows them: "0.15", "2" (to the ms)."""
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+def refused(
+    url: str, cap: int | None, decision: Decision, budget_s: float, no_slot: bool = False
+) -> Refused:
+    """The ``Refused`` of a ``slot()`` call on ``url``, saying why: no free slot, or no
+    rate permit, within the call's wait budget ``budget_s``, and (on an interface capped
+    at ``cap``) the calls in flight against it. E.g. "/slow/book: no free slot within
+    0.15 s (2/2 in flight)"."""
+    if no_slot:
+        why = f"no free slot within {_seconds(budget_s)} s"
+    elif decision.reason == Reason.LIMITED:
+        why = f"no rate permit within {_seconds(budget_s)} s"
+    elif decision.reason == Reason.CLOSED:
+        why = "closed (rateLimit 0)"
+    else:
+        why = f"refused ({decision.reason})"
+    if cap is not None and decision.in_flight is not None:
+        why += f" ({decision.in_flight}/{cap} in flight)"
+    return Refused(decision, f"{url}: {why}")
 
 
 def given_up(rule: Rule, lease_id: str) -> Held:

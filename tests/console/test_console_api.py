@@ -39,6 +39,19 @@ def test_rules_are_listed_as_the_reload_reads_them(console: Served) -> None:
     assert got.json()["total"] == 2
 
 
+def test_an_edit_says_what_the_reload_will_ignore_of_it(console: Served) -> None:
+    config_id = write_row(console.engine, URL, rateLimit=10, algorithm="sliding_window")
+    with console.client() as http:
+        leased = http.patch(f"/api/rules/{config_id}", json={"leaseMs": 20})
+        plain = http.patch(f"/api/rules/{config_id}", json={"rateLimit": 20, "leaseMs": 0})
+    assert leased.status_code == 200, leased.text
+    assert leased.json()["warnings"] == [
+        f"leaseMs of configId {config_id} ignored on {URL!r}: sliding_window is not "
+        "token_bucket (a lease needs one shared, enforced token_bucket row)"
+    ]
+    assert plain.json()["warnings"] == []
+
+
 def test_a_write_needs_the_token(console: Served) -> None:
     config_id = write_row(console.engine, URL, rateLimit=10)
     with console.client(None) as http:

@@ -20,7 +20,7 @@ from tests.support.services import RedisServer
 pytestmark = pytest.mark.usefixtures("no_local_settings")
 
 
-def test_the_reload_reads_lease_ms_and_skips_a_row_out_of_range_naming_it(
+def test_the_reload_reads_lease_ms_and_ignores_one_out_of_range_keeping_the_limit(
     migrated_any_db: tuple[str, Engine],
 ) -> None:
     _db, engine = migrated_any_db
@@ -28,15 +28,20 @@ def test_the_reload_reads_lease_ms_and_skips_a_row_out_of_range_naming_it(
     write_row(engine, "/zero", rateLimit=10, cache=0.1, leaseMs=0)
     negative = write_row(engine, "/negative", rateLimit=10, cache=0.1, leaseMs=-1)
     absurd = write_row(engine, "/absurd", rateLimit=10, cache=0.1, leaseMs=MAX_LEASE_MS + 1)
+    write_row(engine, "/off", rateLimit=10, cache=0.1, leaseMs=-5, status=0)
     ruleset = build_rules(read_rows(engine), 0.5)
     assert ruleset.rules["/hot"].lease_ms == 20
     assert ruleset.rules["/zero"].lease_ms == 0  # 0: no lease, as NULL
-    assert "/negative" not in ruleset.rules and "/absurd" not in ruleset.rules
-    assert [str(s) for s in ruleset.skipped] == [
-        f"configId {negative}: leaseMs -1 is not from 0 to 60000 ms",
-        f"configId {absurd}: leaseMs 60001 is not from 0 to 60000 ms",
-    ]
-    assert ruleset.warnings == ()
+    # a bad leaseMs (an optional performance setting) never unlimits the interface
+    for url in ("/negative", "/absurd"):
+        assert (ruleset.rules[url].rate, ruleset.rules[url].lease_ms) == (10, 0)
+    assert ruleset.skipped == ()
+    assert ruleset.warnings == (  # a disabled row's is not said: it does not apply
+        f"leaseMs of configId {negative} ignored on '/negative': leaseMs -1 is not from 0 "
+        "to 60000 ms (the row applies without a lease)",
+        f"leaseMs of configId {absurd} ignored on '/absurd': leaseMs 60001 is not from 0 "
+        "to 60000 ms (the row applies without a lease)",
+    )
 
 
 @pytest.mark.parametrize(
@@ -131,6 +136,7 @@ def test_status_says_a_row_is_leased(
     db, engine = migrated_any_db
     write_row(engine, "/hot", rateLimit=100, cache=0.1, leaseMs=40)
     write_row(engine, "/plain", rateLimit=100, cache=0.1)
+    write_row(engine, "/minute", rateLimit=100_000, periodSeconds=60, cache=0.1)
     settings = tmp_path / "settings.toml"
     settings.write_text(
         f'database_url = "{db}"\nredis_url = "{redis_server.url}"\nkey_prefix = "{key_prefix}"\n'
@@ -138,5 +144,80 @@ def test_status_says_a_row_is_leased(
     ran = cli(capsys, "--settings", str(settings), "status")
     assert ran.code == 0, ran.err
     lines = ran.out.splitlines()
-    assert "leases of 40 ms" in next(line for line in lines if line.startswith("/hot "))
+    assert "; rate leases of 40 ms" in next(line for line in lines if line.startswith("/hot "))
     assert "lease" not in next(line for line in lines if line.startswith("/plain "))
+    # numbers as a person writes them, never 1e+05: rate, capacity, effective rate
+    minute = next(line for line in lines if line.startswith("/minute ")).split()
+    assert (minute[2], minute[4]) == ("100,000/60s", "100,000")
+    assert minute[8] == "100,000/60s"  # the effective rate: no pushback, the rate
+    assert "e+" not in " ".join(minute)
+
+
+def test_conf_set_and_enable_say_on_stderr_that_the_reload_ignores_the_lease(
+    capsys: pytest.CaptureFixture[str], migrated_db: tuple[str, Engine]
+) -> None:
+    db, engine = migrated_db
+    ran = cli(capsys, "--database-url", db, "conf", "set", "/x", "--rate", "5")
+    assert ran.code == 0, ran.err
+    (row,) = find_rows(engine, "/x")
+    ignored = (
+        f"leaseMs of configId {row.config_id} ignored on '/x': sliding_window is not "
+        "token_bucket (a lease needs one shared, enforced token_bucket row)"
+    )
+    ran = cli(
+        capsys, "--database-url", db, "conf", "set", "/x", "--algorithm", "sliding_window",
+        "--lease-ms", "20",
+    )  # fmt: skip
+    assert ran.code == 0, ran.err
+    assert f"warning: once enabled, {ignored}" in " ".join(ran.err.split())
+    assert "warning" not in ran.out
+    ran = cli(capsys, "--database-url", db, "conf", "enable", "/x")
+    assert ran.code == 0, ran.err
+    assert f"warning: {ignored}" in " ".join(ran.err.split())
+    assert "once enabled" not in ran.err
+    ran = cli(capsys, "--database-url", db, "conf", "set", "/x", "--cache", "0.2")
+    assert ran.code == 0 and "warning" in ran.err  # every write of the row says it again
+    # a lease that applies: nothing to say
+    ran = cli(capsys, "--database-url", db, "conf", "set", "/x", "--algorithm", "token_bucket")
+    assert ran.code == 0, ran.err
+    assert "warning" not in ran.err
+    # a row of another period beside the leased one: its lease will be ignored
+    ran = cli(capsys, "--database-url", db, "conf", "set", "/x", "--rate", "100", "--period", "60")
+    assert ran.code == 0, ran.err
+    several = (
+        f"leaseMs of configId {row.config_id} ignored on '/x': the interface has several "
+        "limits (or a channel cap)"
+    )
+    assert f"warning: once enabled, {several}" in " ".join(ran.err.split())
+    ran = cli(capsys, "--database-url", db, "conf", "enable", "/x", "--period", "60")
+    assert ran.code == 0, ran.err
+    assert f"warning: {several}" in " ".join(ran.err.split())
+    assert "once enabled" not in ran.err
+
+
+def test_summaries_and_conf_list_name_the_concurrency_cap_and_the_rate_lease(
+    capsys: pytest.CaptureFixture[str], migrated_db: tuple[str, Engine]
+) -> None:
+    db, _engine = migrated_db
+    ran = cli(
+        capsys, "--database-url", db, "conf", "set", "/hot", "--rate", "5000", "--lease-ms", "20",
+        "--max-concurrent", "2", "--enable",
+    )  # fmt: skip
+    assert ran.code == 0, ran.err
+    flat = " ".join(ran.out.split())
+    assert "at most 2 in flight" in flat
+    assert "rate leases of 20 ms: up to 100 permits per process at a time" in flat
+    ran = cli(capsys, "--database-url", db, "conf", "enable", "/hot")
+    assert ran.code == 0, ran.err
+    flat = " ".join(ran.out.split())
+    assert "callers wait up to 0.5 s, at most 2 in flight, rate leases of 20 ms: up to 100" in flat
+    listed = " ".join(cli(capsys, "--database-url", db, "conf", "list").out.split())
+    assert "wait <= 0.5 s, at most 2 in flight, rate leases of 20 ms: up to 100 permits" in listed
+    # a tiny rate still leases one permit at a time: n = max(1, floor(R x L / 1000))
+    cli(
+        capsys, "--database-url", db, "conf", "set", "/hot", "--rate", "10", "--max-concurrent", "0"
+    )
+    ran = cli(capsys, "--database-url", db, "conf", "set", "/hot", "--cache", "0.2")
+    flat = " ".join(ran.out.split())
+    assert "rate leases of 20 ms: up to 1 permit per process at a time" in flat
+    assert "in flight" not in flat

@@ -238,7 +238,9 @@ def test_a_refused_hand_over_takes_nothing_and_tells_the_waiter(
     # not queued any more: it asks as a newcomer, with 5 s to wait for the rate this time
     again = _take(lim, key_prefix, "w")
     assert again.state == TAKEN and again.verdict is not None
-    assert 1.5e6 < again.verdict.wait_us <= 2.0e6  # what the rate owed, still owed
+    # what the rate owed, still owed: 2 s, plus up to the 1 ms the take's own permit had
+    # not yet refilled when the reserve ran (on a fast host, under 1 ms later)
+    assert 1.5e6 < again.verdict.wait_us <= 2.001e6
 
 
 async def test_a_caller_cancelled_in_the_rate_s_wait_gives_its_slot_back(

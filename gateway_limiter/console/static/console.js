@@ -140,7 +140,8 @@ async function patch(configId, fields) {
   try {
     const done = await api("PATCH", "/api/rules/" + configId, fields);
     const changed = Object.keys(fields).map((k) => k + " " + done.before[k] + " -> " + done.after[k]);
-    say("configId " + configId + ": " + changed.join(", "), true);
+    const warned = (done.warnings || []).map((w) => "; warning: " + w).join("");
+    say("configId " + configId + ": " + changed.join(", ") + warned, true);
     await Promise.all([loadRules(), loadAudit()]);
   } catch (e) { say(String(e.message), false); }
 }
