@@ -18,7 +18,9 @@ from tests.support.services import RedisServer
 
 @pytest.fixture
 def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
-    write_row(limiter_db[1], "/hot", rateLimit=1000, cache=0.0, leaseMs=100)
+    # leases of 100 permits that last 1 s: a round of 100 callers on a loaded host is
+    # well within that (with 100 ms leases one sometimes went stale mid-round)
+    write_row(limiter_db[1], "/hot", rateLimit=100, maxPermits=1000, cache=0.0, leaseMs=1000)
     # refills 100/s only: what comes back is seen before time could have refilled it
     write_row(limiter_db[1], "/slow", rateLimit=100, maxPermits=1000, cache=0.0, leaseMs=10_000)
     return limiter_db
