@@ -453,7 +453,7 @@ class LimiterCore:
         budget_s = None if forever else rule.cache if timeout_s is None else timeout_s
         if rule.lease_ms and self._leases is not None:
             return self._leased(rule, permits, budget_s)
-        # The local refusals (``_refused_here``), written out: this is every decision.
+        # The local refusals (``core.local_refusal``), inline: every decision passes here.
         refusals = self._local_refusals
         if refusals is None:
             asked = None
