@@ -551,7 +551,7 @@ class RedisBackend(ScriptBackend):
                 self._give_back(conn)
                 return reply
         alone = Queued(call)
-        self._send_batch([alone])
+        self._send_batch([alone], (call.name,))  # the LOAD and the EVALSHA in one write
         if alone.error is not None:
             raise alone.error
         return alone.reply
@@ -559,15 +559,16 @@ class RedisBackend(ScriptBackend):
     def _follower_wait_s(self) -> float:
         return self._wait_base_s + self._round_trips.timeout_s
 
-    def _send_batch(self, batch: list[Queued]) -> None:
+    def _send_batch(self, batch: list[Queued], load: tuple[str, ...] = ()) -> None:
         """The batch's EVALSHAs in one write on the decision connection; each caller
         answered from its own reply as it is read. NOSCRIPT: SCRIPT LOAD, and the calls
-        it hit asked again in the next write. The connection is dropped when the round
-        trip fails (replies may be unread: never read them later)."""
+        it hit asked again in the next write (``load``: scripts known to be missing,
+        loaded in the first write). The connection is dropped when the round trip fails
+        (replies may be unread: never read them later)."""
         with backend_errors():
             conn = self._checked_out()
             try:
-                self._pipeline(conn, batch)
+                self._pipeline(conn, batch, load)
             except BaseException:
                 self._drop(conn)
                 raise
@@ -616,9 +617,9 @@ class RedisBackend(ScriptBackend):
             self._held = None
         self._client.connection_pool.release(conn)
 
-    def _pipeline(self, conn: Any, batch: list[Queued]) -> None:
+    def _pipeline(self, conn: Any, batch: list[Queued], load: tuple[str, ...]) -> None:
         calls: list[Queued] = batch
-        names: tuple[str, ...] = ()
+        names = load  # scripts to SCRIPT LOAD first: known missing
         for _attempt in range(self.RELOADS + 1):
             packed = [self._pack(("SCRIPT", "LOAD", SCRIPTS[n])) for n in names]
             packed += [self._pack(("EVALSHA", *w.call.evalsha)) for w in calls]
