@@ -250,20 +250,31 @@ class AsyncGatewayLimiter(LimiterCore):
 
     async def _ask_backend(self, step: Outcome | Ask) -> Outcome:
         # A decision's one backend round trip, awaited (when ``_begin`` left one to make).
-        if not isinstance(step, Ask):
-            return step
+        if type(step) is not Ask:
+            return step  # type: ignore[return-value]
+        if step.lease is None and not step.renewing:  # a plain decision: bucket.lua
+            try:
+                reply: Verdict | BackendError = await self.backend.reserve(
+                    step.rule, step.permits, step.budget_s, step.key
+                )
+            except BackendError as e:
+                reply = e
+            return self._finish(step, reply)
+        return await self._ask_lease(step)
+
+    async def _ask_lease(self, step: Ask) -> Outcome:
+        # A lease row's round trip (core/leases.py), after any wait for a renewal.
         waited = 0
         while step.renewing:  # another coroutine renews the lease: wait (core/leases.py)
             waited += 1
-            step = await self._renewed(step, waited)
-            if not isinstance(step, Ask):
-                return step
-        if step.lease is not None:  # a lease row's lease call (core/leases.py)
-            script = self.backend.script  # type: ignore[attr-defined]
-            return self._finish_lease(step, await attempt_async(script, step.lease))
-        reserve = self.backend.reserve
-        reply = await attempt_async(reserve, step.rule, step.permits, step.budget_s, step.key)
-        return self._finish(step, reply)
+            again = await self._renewed(step, waited)
+            if not isinstance(again, Ask):
+                return again
+            step = again
+        if step.lease is None:  # the plain way after all (bucket.lua)
+            return await self._ask_backend(step)
+        script = self.backend.script  # type: ignore[attr-defined]
+        return self._finish_lease(step, await attempt_async(script, step.lease))
 
     async def _renewed(self, step: Ask, waited: int) -> Outcome | Ask:
         """Wait for the lease renewal another coroutine (or thread) has in flight."""

@@ -51,7 +51,7 @@ from gateway_limiter.core.slots import (
 )
 from gateway_limiter.core.status import BucketStatus, chosen, describe_interface
 from gateway_limiter.errors import NotStarted
-from gateway_limiter.model.bucket import Verdict
+from gateway_limiter.model.bucket import US_PER_S, Verdict
 
 __all__ = ["GatewayLimiter"]
 
@@ -154,8 +154,20 @@ class GatewayLimiter(LimiterCore):
 
     def _ask_backend(self, step: Outcome | Ask) -> Outcome:
         # A decision's one backend round trip (when ``_begin`` left one to make).
-        if not isinstance(step, Ask):
-            return step
+        if type(step) is not Ask:
+            return step  # type: ignore[return-value]
+        if step.lease is None and not step.renewing:  # a plain decision: bucket.lua
+            try:
+                reply: Verdict | BackendError = self.backend.reserve(
+                    step.rule, step.permits, step.budget_s, step.key
+                )
+            except BackendError as e:
+                reply = e
+            return self._finish(step, reply)
+        return self._ask_lease(step)
+
+    def _ask_lease(self, step: Ask) -> Outcome:
+        # A lease row's round trip (core/leases.py), after any wait for a renewal.
         waited = 0
         while step.renewing:  # another thread renews the lease: wait (core/leases.py)
             renewed = threading.Event()
@@ -163,14 +175,14 @@ class GatewayLimiter(LimiterCore):
             if wait_s is not None:
                 renewed.wait(wait_s)
             waited += 1
-            step = self._lease_again(step, waited)
-            if not isinstance(step, Ask):
-                return step
-        if step.lease is not None:  # a lease row's lease call (core/leases.py)
-            script = self.backend.script  # type: ignore[attr-defined]
-            return self._finish_lease(step, attempt(script, step.lease))
-        reply = attempt(self.backend.reserve, step.rule, step.permits, step.budget_s, step.key)
-        return self._finish(step, reply)
+            again = self._lease_again(step, waited)
+            if not isinstance(again, Ask):
+                return again
+            step = again
+        if step.lease is None:  # the plain way after all (bucket.lua)
+            return self._ask_backend(step)
+        script = self.backend.script  # type: ignore[attr-defined]
+        return self._finish_lease(step, attempt(script, step.lease))
 
     def reserve(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
@@ -193,8 +205,9 @@ class GatewayLimiter(LimiterCore):
         without building the Decision.
         """
         verdict = self._ask_backend(self._begin(url, permits, timeout, key))[0]
-        if (wait_s := allowed_wait_s(verdict)) > 0:
-            time.sleep(wait_s)
+        if verdict.allowed and verdict.wait_us > 0:
+            time.sleep(verdict.wait_us / US_PER_S)
+            return True
         return verdict.allowed
 
     def decide(

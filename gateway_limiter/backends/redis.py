@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -167,16 +168,14 @@ class ScriptBackend:
 
         ``now`` (µs) is for tests that drive the clock.
         """
-        entered_s = time.monotonic()
-        reply, sent_s = self._ask(self._commands(rule, permits, timeout, caller, now))
+        reply, queued_s = self._ask(self._commands(rule, permits, timeout, caller, now))
         verdict = parse_reply(reply)
-        if sent_s > entered_s and verdict.next_free_us > 0.0:
+        if queued_s and verdict.next_free_us > 0.0:
             # Queued behind another thread's round trip (backends/shared_trips.py):
             # next_free counts from when the script ran, after the call was written;
-            # counted from entering here (what the limiter goes by) it is that much later.
-            return verdict._replace(
-                next_free_us=verdict.next_free_us + (sent_s - entered_s) * US_PER_S
-            )
+            # counted from when it was asked for (what the limiter goes by) it is that
+            # much later.
+            return verdict._replace(next_free_us=verdict.next_free_us + queued_s * US_PER_S)
         return verdict
 
     def pushback(
@@ -191,8 +190,8 @@ class ScriptBackend:
         return parse_pushback(self._ask(self._commands.pushback(rule, retry_after, caller, now))[0])
 
     def _ask(self, call: ScriptCall) -> tuple[Any, float]:
-        """``call``'s reply, and when it was written if it waited for another thread's
-        round trip (monotonic s; 0.0: sent at once, by this thread)."""
+        """``call``'s reply, and how long it waited for another thread's round trip
+        before it was written (s; 0.0: sent at once, by this thread)."""
         return self._run(call), 0.0
 
     def script(self, call: ScriptCall) -> Any:
@@ -469,6 +468,9 @@ class RedisBackend(ScriptBackend):
     __slots__ = (
         "_client",
         "_commands",
+        "_held",
+        "_held_pid",
+        "_holds",
         "_pack",
         "_prefix",
         "_readiness",
@@ -504,6 +506,11 @@ class RedisBackend(ScriptBackend):
         self._sharing = RoundTripSharing(
             self._send_alone, self._send_batch, self._follower_wait_s, connection_failed
         )
+        # The decision connection (see ``_checked_out``): kept out of the pool between
+        # round trips, unless the pool has only the one connection to share.
+        self._holds = getattr(connections, "max_connections", 1) > 1
+        self._held: Any = None
+        self._held_pid = 0
 
     @property
     def client(self) -> redis.Redis:
@@ -518,32 +525,33 @@ class RedisBackend(ScriptBackend):
         return self._sharing.run(call)
 
     def _send_alone(self, call: ScriptCall) -> Any:
-        """One call with no other thread's: its EVALSHA written on a pooled connection
-        and its reply read, cheaper than redis-py's ``evalsha`` (a packed command kept,
-        no command parsing or response callbacks) and than a batch of one (no
-        ``Queued``, no lock). After NOSCRIPT, the batch path: a SCRIPT LOAD and the
-        EVALSHA again in one write."""
-        pool = self._client.connection_pool
+        """One call with no other thread's: its EVALSHA written on the decision
+        connection (``_checked_out``) and its reply read, cheaper than redis-py's
+        ``evalsha`` (a packed command kept, no pool check-out, no command parsing or
+        response callbacks) and than a batch of one (no ``Queued``, no lock). After
+        NOSCRIPT, the batch path: a SCRIPT LOAD and the EVALSHA again in one write."""
         with backend_errors():
-            conn: Any = pool.get_connection(*_POOL_ARGS)
+            conn = self._checked_out()
             try:
                 conn.send_packed_command(
                     [self._pack(("EVALSHA", *call.evalsha))], check_health=False
                 )
-                return conn.read_response()
+                reply = conn.read_response()
             except NoScriptError:  # flushed or restarted: load, ask again (below)
-                pass
+                self._give_back(conn)
             except ResponseError as e:  # the script failed for this call only
+                self._give_back(conn)
                 error = BackendError(describe(e))
                 error.__cause__ = e  # connection_failed reads it: not a failure
                 raise error from e
             except BaseException:
-                conn.disconnect()
+                self._drop(conn)
                 raise
-            finally:
-                pool.release(conn)
+            else:
+                self._give_back(conn)
+                return reply
         alone = Queued(call)
-        self._send_batch([alone], (call.name,))  # the script loaded first: one round trip
+        self._send_batch([alone], (call.name,))  # the LOAD and the EVALSHA in one write
         if alone.error is not None:
             raise alone.error
         return alone.reply
@@ -552,24 +560,66 @@ class RedisBackend(ScriptBackend):
         return self._wait_base_s + self._round_trips.timeout_s
 
     def _send_batch(self, batch: list[Queued], load: tuple[str, ...] = ()) -> None:
-        """The batch's EVALSHAs in one write on one pooled connection (after SCRIPT LOAD
-        of the scripts named in ``load``); each caller answered from its own reply as it
-        is read. NOSCRIPT: SCRIPT LOAD, and the calls it hit asked again in the next
-        write. The connection is dropped when the round
-        trip fails (replies may be unread: never read them later)."""
-        pool = self._client.connection_pool
+        """The batch's EVALSHAs in one write on the decision connection; each caller
+        answered from its own reply as it is read. NOSCRIPT: SCRIPT LOAD, and the calls
+        it hit asked again in the next write (``load``: scripts known to be missing,
+        loaded in the first write). The connection is dropped when the round trip fails
+        (replies may be unread: never read them later)."""
         with backend_errors():
-            conn = pool.get_connection(*_POOL_ARGS)
+            conn = self._checked_out()
             try:
                 self._pipeline(conn, batch, load)
             except BaseException:
-                conn.disconnect()  # type: ignore[no-untyped-call]
+                self._drop(conn)
                 raise
-            finally:
-                pool.release(conn)
+            self._give_back(conn)
 
-    def _pipeline(self, conn: Any, batch: list[Queued], names: tuple[str, ...]) -> None:
+    def _checked_out(self) -> Any:
+        """The connection of the round trip in flight (one at a time: ``shared_trips``).
+
+        The same one is kept from one round trip to the next, out of the pool: the
+        pool's check-out and check-in cost more Python than the rest of a decision. It
+        is checked as the pool checks a connection it hands out: connected, nothing
+        unread on it (a connection Redis closed, a restart, is opened again here), and
+        opened in this process (after a fork the child takes its own from the pool).
+        """
+        conn = self._held
+        if conn is None or self._held_pid != os.getpid():
+            conn = self._client.connection_pool.get_connection(*_POOL_ARGS)
+            if self._holds:
+                self._held, self._held_pid = conn, os.getpid()
+            return conn
+        try:
+            if not conn.can_read():  # connects first when it is not connected
+                return conn
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            pass
+        try:  # closed by Redis, or data nobody asked for: start afresh
+            conn.disconnect()
+            conn.connect()
+            if conn.can_read():
+                raise redis.ConnectionError("Connection not ready")
+        except BaseException:
+            self._drop(conn)
+            raise
+        return conn
+
+    def _give_back(self, conn: Any) -> None:
+        """The round trip on ``conn`` is over: back to the pool unless it is kept."""
+        if conn is not self._held:
+            self._client.connection_pool.release(conn)
+
+    def _drop(self, conn: Any) -> None:
+        """The round trip on ``conn`` failed: replies may be unread, so never read them
+        later; disconnected and back to the pool (kept no more)."""
+        conn.disconnect()
+        if conn is self._held:
+            self._held = None
+        self._client.connection_pool.release(conn)
+
+    def _pipeline(self, conn: Any, batch: list[Queued], load: tuple[str, ...]) -> None:
         calls: list[Queued] = batch
+        names = load  # scripts to SCRIPT LOAD first: known missing
         for _attempt in range(self.RELOADS + 1):
             packed = [self._pack(("SCRIPT", "LOAD", SCRIPTS[n])) for n in names]
             packed += [self._pack(("EVALSHA", *w.call.evalsha)) for w in calls]
@@ -595,6 +645,9 @@ class RedisBackend(ScriptBackend):
             waiting.answer(error=error)
 
     def close(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection (the decision connection back among them)."""
+        held, self._held = self._held, None
+        if held is not None and self._held_pid == os.getpid():
+            self._client.connection_pool.release(held)
         self._client.close()
         self._client.connection_pool.disconnect()

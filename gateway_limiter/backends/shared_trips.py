@@ -45,12 +45,24 @@ __all__ = ["Queued", "RoundTripSharing"]
 
 class Queued:
     """One call waiting for a round trip: its reply or error once answered, when it was
-    written (monotonic s; 0 until then), and whether it leads the next batch."""
+    queued and when written (monotonic s; 0 until then), and whether it leads the next
+    batch."""
 
-    __slots__ = ("_wake", "answered", "batch", "call", "error", "queued", "reply", "sent")
+    __slots__ = (
+        "_wake",
+        "answered",
+        "batch",
+        "call",
+        "entered",
+        "error",
+        "queued",
+        "reply",
+        "sent",
+    )
 
     def __init__(self, call: ScriptCall) -> None:
         self.call = call
+        self.entered = time.monotonic()
         self.reply: Any = None
         self.error: BaseException | None = None
         self.answered = False
@@ -117,24 +129,30 @@ class RoundTripSharing:
         self._queue: deque[Queued] = deque()
 
     def run(self, call: ScriptCall) -> tuple[Any, float]:
-        """``call``'s reply, and when it was written if it waited in the queue (monotonic
-        s; 0.0 when sent at once). Raises what ``send_one`` raises, or BackendError."""
-        with self._lock:
+        """``call``'s reply, and how long it waited in the queue before it was written
+        (s; 0.0 when sent at once). Raises what ``send_one`` raises, or BackendError."""
+        lock = self._lock
+        with lock:
             if not self._busy:
                 self._busy = True
                 waiting = None
             else:
                 waiting = Queued(call)
                 self._queue.append(waiting)
-        if waiting is None:  # the uncontended path: this thread sends its own call
-            try:
-                reply = self._send_one(call)
-            except BaseException as e:
-                self._done(e)
-                raise
-            self._done(None)
-            return reply, 0.0
-        return self._follow(waiting)
+        if waiting is not None:
+            return self._follow(waiting)
+        # The uncontended path: this thread sends its own call.
+        try:
+            reply = self._send_one(call)
+        except BaseException as e:
+            self._done(e)
+            raise
+        with lock:
+            if not self._queue:  # nobody came meanwhile: stand down (``_done``, in short)
+                self._busy = False
+                return reply, 0.0
+        self._done(None)
+        return reply, 0.0
 
     def _follow(self, waiting: Queued) -> tuple[Any, float]:
         try:
@@ -156,7 +174,7 @@ class RoundTripSharing:
                 self._done(None)
         if waiting.error is not None:
             raise waiting.error
-        return waiting.reply, waiting.sent
+        return waiting.reply, max(waiting.sent - waiting.entered, 0.0)
 
     def _wait_turn(self, waiting: Queued) -> None:
         """Sleep until ``waiting`` is answered or leads a batch; BackendError when its

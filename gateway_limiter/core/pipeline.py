@@ -175,8 +175,8 @@ class Outcomes:
     """How a decision ends, the same for the sync and asyncio limiters: a shadow rule
     lets the call go whatever the bucket said, and the metrics count every decision.
 
-    With metrics off and no shadow rule, the decision path never calls in here for a
-    limited interface (``LimiterCore._settled`` checks ``rule.shadow`` and ``metrics`` first).
+    A limited interface's decision calls in here only when its rule is a shadow rule
+    (``LimiterCore._settled`` counts the others' itself).
     """
 
     __slots__ = ("_shadow_log", "metrics")
@@ -197,13 +197,9 @@ class Outcomes:
             self.metrics.record(interface_label(snapshot, url), reason, True, None)
         return _UNLIMITED[reason]
 
-    def settle(self, rule: Rule, verdict: Verdict, reason: Reason) -> Outcome:
-        """The bucket (or the failure policy) decided: apply shadow mode, count it."""
-        if not rule.shadow:
-            if self.metrics is not None:
-                wait_us = verdict.wait_us if verdict.allowed else None
-                self.metrics.record(rule.url, reason, verdict.allowed, wait_us)
-            return verdict, reason, rule
+    def shadowed(self, rule: Rule, verdict: Verdict, reason: Reason) -> Outcome:
+        """A shadow rule's bucket (or the failure policy) decided: the call goes ahead at
+        once, counted (``LimiterCore._settled`` counts the other rules' decisions)."""
         # Shadow: counted as the limit decided (a wait it would impose is observed),
         # but the call goes ahead at once.
         if verdict.allowed:
@@ -300,6 +296,7 @@ class LimiterCore:
         "_shared",
         "_source",
         "_started",
+        "_tally",
         "policy",
         "registry",
         "settings",
@@ -318,6 +315,7 @@ class LimiterCore:
         self._started = False
         self._fallbacks = 0
         self._fleet = Fleet(chosen, shared)
+        self._tally = self._fleet.tallies.add  # every decision: bound once
         self._metrics = open_metrics(chosen)
         self._outcomes = Outcomes(self._metrics)
         self._source: Source | None = None
@@ -443,7 +441,11 @@ class LimiterCore:
         if not self._started:
             raise NotStarted(self._NOT_STARTED)
         snapshot = self.registry.snapshot
-        rule = route(snapshot, url, key)
+        rule = (
+            snapshot.rules.get(url)
+            if key is None and snapshot.switch
+            else route(snapshot, url, key)
+        )
         if rule is None:
             return self._outcomes.unlimited(snapshot, url)
         if rule.closed:
@@ -451,14 +453,28 @@ class LimiterCore:
         budget_s = None if forever else rule.cache if timeout_s is None else timeout_s
         if rule.lease_ms and self._leases is not None:
             return self._leased(rule, permits, budget_s)
-        asked, refused = self._refused_here(rule, key, budget_s)
-        if refused is not None:  # the backend would refuse too: no round trip
-            if self._factors and (factor := self._factors.get(url)) is not None:
-                refused = refused._replace(factor=factor)  # what the last reply said
-            return self._settled(rule, refused, Reason.LIMITED)
+        # The local refusals (``core.local_refusal``), inline: every decision passes here.
+        refusals = self._local_refusals
+        if refusals is None:
+            asked = None
+        else:
+            now_s = time.monotonic()
+            if budget_s is not None and not self._breaker.is_open:
+                refused = refusals.refusal(rule, key, budget_s, now_s)
+                if refused is not None:  # the backend would refuse too: no round trip
+                    return self._refused_locally(rule, refused)
+            asked = (now_s, refusals.generation)
         if self._breaker.allows():
             return Ask(rule, permits, budget_s, key, asked)
         return self._settled(rule, *self._fall_back(rule, permits, budget_s, key))
+
+    def _refused_locally(self, rule: Rule, refused: Verdict) -> Outcome:
+        """An earlier reply said ``rule``'s interface is not free in time: refused here."""
+        if self._metrics is not None:
+            self._metrics.local_refusal()
+        if self._factors and (factor := self._factors.get(rule.url)) is not None:
+            refused = refused._replace(factor=factor)  # what the last reply said
+        return self._settled(rule, refused, Reason.LIMITED)
 
     def _leased(self, rule: Rule, permits: int, budget_s: float | None) -> Outcome | Ask:
         """A lease row (``core.leases``): from this process's lease, refused in-process
@@ -523,9 +539,9 @@ class LimiterCore:
         if isinstance(reply, BackendError):
             self._backend_failed(reply)
             verdict, reason = self._fall_back(ask.rule, ask.permits, ask.budget_s, ask.key)
-        else:
-            verdict, reason = self._answered(ask, reply)
-        return self._settled(ask.rule, verdict, reason)
+            return self._settled(ask.rule, verdict, reason)
+        self._answered(ask, reply)
+        return self._settled(ask.rule, reply, Reason.ADMITTED if reply.allowed else Reason.LIMITED)
 
     def _decision(self, outcome: Outcome, timeout_s: float | None) -> Decision:
         """The Decision a ``decide`` answers, once its wait is slept."""
@@ -558,39 +574,24 @@ class LimiterCore:
     def _settled(self, rule: Rule, verdict: Verdict, reason: Reason) -> Outcome:
         # What the limit decided (a shadow rule's refusals count as refusals here): the
         # console's live numbers and the demand the heartbeat reports (core/fleet.py).
-        self._fleet.tallies.add(rule.url, verdict.allowed, verdict.wait_us > 0)
-        if rule.shadow or self._metrics is not None:
-            return self._outcomes.settle(rule, verdict, reason)
+        self._tally(rule.url, verdict.allowed, verdict.wait_us > 0)
+        if rule.shadow:
+            return self._outcomes.shadowed(rule, verdict, reason)
+        if self._metrics is not None:
+            self._metrics.record(
+                rule.url, reason, verdict.allowed, verdict.wait_us if verdict.allowed else None
+            )
         return verdict, reason, rule
 
-    def _refused_here(
-        self, rule: Rule, key: str | None, budget_s: float | None
-    ) -> tuple[tuple[float, int] | None, Verdict | None]:
-        """When the request leaves (monotonic s, with the local refusals' generation;
-        None without them), or a refusal in-process when an earlier reply said the
-        interface is not free within ``budget_s`` (None: ask the backend)."""
-        refusals = self._local_refusals
-        if refusals is None:
-            return None, None
-        now_s = time.monotonic()
-        if budget_s is not None and not self._breaker.is_open:
-            refused = refusals.refusal(rule, key, budget_s, now_s)
-            if refused is not None:
-                if self._metrics is not None:
-                    self._metrics.local_refusal()
-                return None, refused
-        return (now_s, refusals.generation), None
-
-    def _answered(self, ask: Ask, verdict: Verdict) -> tuple[Verdict, Reason]:
+    def _answered(self, ask: Ask, verdict: Verdict) -> None:
         """The backend decided: close the breaker, learn when the interface is next free."""
         if self._breaker.succeeded():  # after an outage: the heartbeat charges Redis
             self._fleet.charges_due = True
         refusals = self._local_refusals
-        if ask.asked is not None and refusals is not None and verdict.next_free_us > 0.0:
+        if verdict.next_free_us > 0.0 and ask.asked is not None and refusals is not None:
             refusals.learn(ask.rule, ask.key, ask.asked, verdict.next_free_us, verdict.held_us)
         if verdict.factor != 1.0 or self._factors:  # a pushback, now or before
             self._seen_factor(ask.rule, verdict.factor)
-        return verdict, Reason.ADMITTED if verdict.allowed else Reason.LIMITED
 
     def _seen_factor(self, rule: Rule, factor: float) -> None:
         if factor < 1.0:
