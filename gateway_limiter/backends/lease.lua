@@ -22,9 +22,9 @@ with_lease), so the bucket's semantics stay in bucket.lua and its state format
   3. only if that took stored permits with no wait: up to lease - permits more stored
      permits (whole ones, without debt and without waiting), in one more decision at
      the same moment;
-  4. otherwise (the bucket is dry), if the caller may wait (a budget B > 0, or none)
-     and the row is not held by a pushback: up to lease - permits more permits as
-     debt, in one more decision at the same moment, each scheduled as bucket.lua
+  4. if that left the lease short (the bucket ran dry), the caller may wait (a budget
+     B > 0, or none) and the row is not held by a pushback: the rest of the lease as
+     debt, in one more decision at the same moment, each permit scheduled as bucket.lua
      schedules one-permit calls made one after another (one effective stable interval
      apart, the factor included), the last no later than B from now and no more than
      leaseMs (ARGV[9]) after the first: what the caller's followers can wait for.
@@ -108,23 +108,23 @@ if allowed == 1 then
       stored, next_free = left, free
     end
   end
-  -- 4. or, the bucket dry, permits as debt for callers who wait: the k-th (k >= 1) is
+  -- 4. the rest, the bucket dry, as debt for callers who wait: the k-th (k >= 1) is
   -- due at next_free + (k - 1) x interval from now, as k one-permit calls would be
   local span = tonumber(ARGV[9] or "") or 0
   local timeout = tonumber(ARGV[4])
-  if granted == permits and held == 0 and span > 0 and timeout ~= 0 then
-    interval = 1000000 / (tonumber(ARGV[1]) * factor)  -- bucket.lua's effective stable
-    more = math.min(tonumber(ARGV[6]) - permits, math.floor(span / interval) + 1)
+  if held == 0 and span > 0 and timeout ~= 0 and stored < 1 then
+    local stable = 1000000 / (tonumber(ARGV[1]) * factor)  -- bucket.lua's effective one
+    more = math.min(tonumber(ARGV[6]) - granted, math.floor(span / stable) + 1)
     local limit = "-1"
     if timeout > 0 then  -- the last within the caller's budget
-      more = math.min(more, math.floor((timeout - next_free) / interval) + 1)
+      more = math.min(more, math.floor((timeout - next_free) / stable) + 1)
       limit = string.format("%.17g", timeout + 1)
     end
     if more >= 1 then
       local taken = bucket_decision({KEYS[1]}, {ARGV[1], ARGV[2], tostring(more), limit, at})
       local took, last, left, free = struct.unpack("<dddd", taken)
       if took == 1 then
-        owed, first = more, last - (more - 1) * interval
+        owed, first, interval = more, last - (more - 1) * stable, stable
         stored, next_free = left, free
       end
     end

@@ -8,9 +8,10 @@ request for it left. A decision takes its permits from the lease without any I/O
 the lease has too few left or is older than ``leaseMs``, one ``lease.lua`` call hands
 back what is left of it, decides the caller's permits as a plain call would (wait
 budget, debt, pushback), and only if that took stored permits without a wait takes up
-to ``n`` in all. If instead the bucket was dry and the caller may wait (a budget above
-0, the row not held by a pushback), the same call schedules up to ``n`` in all as debt,
-one effective stable interval apart, the last within ``min(budget, leaseMs)``: the
+to ``n`` in all. If that leaves the lease short of ``n`` (the bucket ran dry) and the
+caller may wait (a budget above 0, the row not held by a pushback), the same call
+schedules the rest as debt, one effective stable interval apart, the last within the
+caller's budget and spanning at most ``leaseMs``: the
 process hands those, in order, to its next callers who can wait for them, each
 sleeping until its permit's moment as it would after asking Redis itself. A scheduled
 permit is usable from its moment (judged from when the reply arrived, so never before

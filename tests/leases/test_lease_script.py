@@ -353,12 +353,15 @@ def test_a_dry_bucket_schedules_debt_for_callers_who_wait(
     assert _debt(redis_client, key, RULE, 1, None, T0)[3] == Debt(99, 108_000.0, 1000.0)
 
 
-def test_a_bucket_with_stored_permits_leases_them_and_takes_no_debt(
+def test_a_lease_short_of_stored_permits_takes_the_rest_as_debt(
     redis_client: redis.Redis, key_prefix: str
 ) -> None:
     key = _key(key_prefix)
     assert _plain(redis_client, key, RULE, 970, 0.0, T0) == (True, 0.0)  # 30 left
-    assert _debt(redis_client, key, RULE, 1, 0.5, T0) == (True, 0.0, 30, Debt(0, 0.0, 0.0))
+    # the 30 now, the other 70 of the lease 1, 2, ..., 70 ms from now
+    assert _debt(redis_client, key, RULE, 1, 0.5, T0) == (True, 0.0, 30, Debt(70, 1000.0, 1000.0))
+    full = _key(key_prefix)  # a full bucket: a whole lease of stored permits, no debt
+    assert _debt(redis_client, full, RULE, 1, 0.5, T0) == (True, 0.0, 100, Debt(0, 0.0, 0.0))
 
 
 def test_a_pushback_slows_the_debt_and_its_hold_stops_it(
@@ -401,11 +404,13 @@ def test_debt_is_scheduled_as_one_permit_calls_one_after_another_would_be(
     now = T0 + later_us
     allowed, wait_us, granted, debt = _debt(redis_client, leased, rule, 1, budget_s, now)
     assert (allowed, wait_us) == _plain(redis_client, plain, rule, 1, timeout_us, now)
-    if not allowed or granted > 1 or budget_s == 0.0:
+    size = lease_size(rule, 1)
+    if not allowed or granted == size or budget_s == 0.0:
         assert debt == Debt(0, 0.0, 0.0)
         return
-    size = lease_size(rule, 1)
-    assert debt.permits <= size - 1
+    if granted > 1:  # stored permits leased first, at the same moment, without a wait
+        assert _plain(redis_client, plain, rule, granted - 1, 0.0, now) == (True, 0.0)
+    assert debt.permits <= size - granted
     # µs on a clock near 1.7e15 µs: a double's step is 0.25, and each one-permit call
     # rounds the balance once more than one call of them all
     for k in range(debt.permits):
@@ -426,7 +431,7 @@ def test_debt_is_scheduled_as_one_permit_calls_one_after_another_would_be(
     assert stored == pytest.approx(twin_stored, abs=1e-6)
     assert balance == pytest.approx(twin_balance, abs=0.25 * (debt.permits + 2))
     # it took as many as it could: one more would be beyond the budget or the span
-    if 0 < debt.permits < size - 1:
+    if 0 < debt.permits < size - granted:
         after = _plain(redis_client, plain, rule, 1, -1.0, now)[1]
         beyond = budget_s is not None and after > budget_s * 1e6 - 1
         assert beyond or after - debt.first_us > lease_ms * 1000 - 1
