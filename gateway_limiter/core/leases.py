@@ -232,8 +232,9 @@ class Leases:
         lease = self._held.get(rule.url)
         if lease is None or lease.rule is not rule:
             return None
-        if lease.left < permits:
-            if lease.scheduled:
+        stale = now_s - lease.since > rule.lease_ms / 1000.0
+        if lease.left < permits or stale:
+            if lease.scheduled:  # the permits scheduled as debt, in order
                 with self._lock:
                     wait_s = self._owed_wait(lease, permits, budget_s, now_s)
                     if wait_s is not None:
@@ -241,10 +242,8 @@ class Leases:
                             lease.scheduled.popleft()
                         return Verdict(True, wait_s * US_PER_S, 0.0, 0.0, lease.factor, 0.0)
             dry_s = lease.dry_until - now_s
-            if dry_s > 0.0 and budget_s is not None and budget_s < dry_s:
+            if lease.left < permits and dry_s > 0.0 and budget_s is not None and budget_s < dry_s:
                 return Verdict(False, dry_s * US_PER_S, 0.0, dry_s * US_PER_S, lease.factor, 0.0)
-            return None
-        if now_s - lease.since > rule.lease_ms / 1000.0:
             return None
         with self._lock:
             if lease.left < permits or lease.refilling:

@@ -24,6 +24,7 @@ from gateway_limiter.core.leases import (
     parse_debt,
     parse_lease,
 )
+from gateway_limiter.model.bucket import Verdict
 
 T0 = 1_700_000_000_000_000.0  # µs: a driven clock
 _keys = itertools.count()
@@ -437,16 +438,24 @@ def test_debt_is_scheduled_as_one_permit_calls_one_after_another_would_be(
         assert beyond or after - debt.first_us > lease_ms * 1000 - 1
 
 
+def _leased_after(
+    client: redis.Redis, prefix: str, spent: int, budget_s: float
+) -> tuple[Leases, float, Verdict]:
+    """A process's first lease of RULE, asked with ``budget_s`` once ``spent`` permits
+    were taken on the server's clock: its Leases, when the request left, the Verdict."""
+    leases = Leases(prefix)
+    seconds, micros = client.time()
+    _plain(client, state_key(prefix, RULE), RULE, spent, 0.0, seconds * 1e6 + micros)
+    sent_s = time.monotonic()
+    call = leases.refill(RULE, 1, budget_s, sent_s)
+    assert call is not None
+    return leases, sent_s, leases.filled(RULE, 1, client.eval(SCRIPTS["lease"], *call.args))
+
+
 def test_scheduled_permits_go_to_waiting_callers_in_order_until_too_late(
     redis_client: redis.Redis, key_prefix: str
 ) -> None:
-    leases = Leases(key_prefix)
-    seconds, micros = redis_client.time()
-    _plain(redis_client, state_key(key_prefix, RULE), RULE, 1000, 0.0, seconds * 1e6 + micros)
-    sent_s = time.monotonic()
-    call = leases.refill(RULE, 1, 0.05, sent_s)
-    assert call is not None
-    verdict = leases.filled(RULE, 1, redis_client.eval(SCRIPTS["lease"], *call.args))
+    leases, sent_s, verdict = _leased_after(redis_client, key_prefix, 1000, 0.05)
     arrived_s = time.monotonic()
     assert verdict.allowed and 0.0 < verdict.wait_us <= 1000.0
     assert leases.owed == 49  # due 1, 2, ..., 49 ms after the caller's: within 50 ms
@@ -477,3 +486,17 @@ def test_scheduled_permits_go_to_waiting_callers_in_order_until_too_late(
     assert leases.take(RULE, 1, 0.0, arrived_s + 0.151) is None
     assert leases.owed_lost == 49 - 4
     assert leases.refills == 1
+
+
+def test_scheduled_permits_outlive_the_stored_ones_of_their_lease(
+    redis_client: redis.Redis, key_prefix: str
+) -> None:
+    leases, sent_s, verdict = _leased_after(redis_client, key_prefix, 970, 0.5)
+    # 30 stored (29 left in the lease; one more if one refilled meanwhile), the rest of
+    # the 100 scheduled
+    assert verdict.allowed and verdict.stored >= 29 and leases.owed == 99 - verdict.stored
+    # past leaseMs the 29 stored are not spent any more, but the scheduled permits due
+    # from 5 ms on still are, until leaseMs after their moments
+    late = leases.take(RULE, 1, 0.5, sent_s + 0.105)
+    assert late is not None and late.allowed and late.wait_us == 0.0
+    assert leases.owed_lost > 0 and leases.refills == 1  # those due before: too late
