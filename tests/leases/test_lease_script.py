@@ -432,10 +432,12 @@ def test_debt_is_scheduled_as_one_permit_calls_one_after_another_would_be(
     assert stored == pytest.approx(twin_stored, abs=1e-6)
     assert balance == pytest.approx(twin_balance, abs=0.25 * (debt.permits + 2))
     # it took as many as it could: one more would be beyond the budget or the span
+    # (the twin's one-permit calls drift by up to a double's step each)
     if 0 < debt.permits < size - granted:
         after = _plain(redis_client, plain, rule, 1, -1.0, now)[1]
-        beyond = budget_s is not None and after > budget_s * 1e6 - 1
-        assert beyond or after - debt.first_us > lease_ms * 1000 - 1
+        drift = 0.25 * (debt.permits + 2)
+        beyond = budget_s is not None and after > budget_s * 1e6 - drift
+        assert beyond or after - debt.first_us > lease_ms * 1000 - drift
 
 
 def _leased_after(
