@@ -9,22 +9,26 @@ Run from the checkout, with the venv's Python::
 One private ``redis-server`` (no persistence) and a SQLite table with two rows of the
 same rate and capacity: one plain, one with ``leaseMs``. For each row in turn,
 ``--processes`` processes (spawned) with ``--threads`` threads each call
-``try_acquire(url, timeout=0)`` as fast as they can for ``--seconds``. Printed side by
-side, from the same run:
+``try_acquire(url, timeout=0)`` as fast as they can for ``--seconds``; then the same
+with a wait budget, ``--timeout`` (0.05 s by default): each thread reserves with that
+budget and sleeps the wait it is given, so the fleet offers far more than R and is
+served at R, the bucket dry (a lease row then takes debt leases: docs/algorithms.md,
+"Rate leases"). Printed side by side, from the same run:
 
 - decisions/s and admitted/s over the whole fleet;
 - EVALSHA per admitted call (``INFO commandstats``: every decision script call the
   server ran while the fleet measured);
 - Redis CPU per admitted call (``INFO cpu``, user + system, over the same span);
 - the peak admitted in any 1 s (10 ms bins of wall clock, merged over the processes;
-  each admission counted when its call returned) against the bound of
+  each admission counted when its call returned, after its wait) against the bound of
   docs/algorithms.md ("Leases"), C the capacity (here R), L the row's leaseMs:
   C + R x (1 + L/1000) for any traffic, whatever the number of processes. An admission
-  happened at most "late" (the slowest admitted call) before it was counted, so a
-  window of counts may hold up to R x late more than the bound;
+  happened at most "late" (the slowest admitted call, beyond its wait) before it was
+  counted, so a window of counts may hold up to R x late more than the bound;
 - the permits the processes handed back, and those they dropped in-process as too old
   to return any (here, each process's first lease, taken before the start line, is
-  renewed seconds later).
+  renewed seconds later); with a wait budget, the permits scheduled as debt and those
+  of them never used.
 
 Without leases the bound is C + R (a token bucket).
 """
@@ -64,6 +68,7 @@ def worker(
     url: str,
     threads: int,
     seconds: float,
+    timeout: float,
     start: Any,
     done: Any,
     results: Any,
@@ -78,13 +83,21 @@ def worker(
 
         def hammer(i: int, until: float) -> None:
             mine, n, most = bins[i], 0, 0.0
-            acquire = limiter.try_acquire
+            acquire, reserve = limiter.try_acquire, limiter.reserve
             while (began := time.time()) < until:
                 n += 1
-                if acquire(url, timeout=0):
-                    now = time.time()  # admitted between began and now: counted at now
-                    mine[int(now / BIN_S)] += 1
-                    most = max(most, now - began)
+                wait_s = 0.0
+                if timeout > 0:  # the wait it is given, slept as try_acquire would
+                    verdict = reserve(url, timeout=timeout)
+                    if not verdict.allowed:
+                        continue
+                    if (wait_s := verdict.wait_us / 1e6) > 0:
+                        time.sleep(wait_s)
+                elif not acquire(url, timeout=0):
+                    continue
+                now = time.time()  # admitted between began and now: counted at now
+                mine[int(now / BIN_S)] += 1
+                most = max(most, now - began - wait_s)
             calls[i], slowest[i] = n, most
 
         start.wait()
@@ -100,7 +113,9 @@ def worker(
             merged.update(b)
         leases = limiter._leases
         counts = (
-            (0, 0, 0) if leases is None else (leases.refills, leases.handed_back, leases.dropped)
+            (0, 0, 0, 0, 0)
+            if leases is None
+            else (leases.refills, leases.handed_back, leases.dropped, leases.owed, leases.owed_lost)
         )
         results.put((sum(calls), dict(merged), max(slowest), counts))
         done.wait()
@@ -129,14 +144,14 @@ def _peak(bins: Counter[int]) -> int:
 
 
 def run(
-    db: str, redis_url: str, url: str, processes: int, threads: int, seconds: float
+    db: str, redis_url: str, url: str, processes: int, threads: int, seconds: float, timeout: float
 ) -> dict[str, float]:
-    """One fleet on ``url``: its figures."""
+    """One fleet on ``url``, its callers' budget ``timeout``: its figures."""
     ctx = mp.get_context("spawn")
     start, done = ctx.Barrier(processes + 1), ctx.Barrier(processes + 1)
     results = ctx.Queue()
     prefix = f"gwl-bench-lease-{uuid.uuid4().hex[:8]}"
-    args = (db, redis_url, prefix, url, threads, seconds, start, done, results)
+    args = (db, redis_url, prefix, url, threads, seconds, timeout, start, done, results)
     procs = [ctx.Process(target=worker, args=args) for _ in range(processes)]
     client = redis.Redis.from_url(redis_url)
     for p in procs:
@@ -146,13 +161,15 @@ def run(
         before = _redis_counters(client)
         done.wait(timeout=seconds + 120)
         after = _redis_counters(client)
-        decisions, bins, late, refills, back, dropped = 0, Counter[int](), 0.0, 0, 0, 0
+        decisions, bins, late = 0, Counter[int](), 0.0
+        refills, back, dropped, owed, unused = 0, 0, 0, 0, 0
         for _ in procs:
-            n, b, slowest, (renewed, handed, lost) = results.get(timeout=60)
+            n, b, slowest, (renewed, handed, lost, debt, never) = results.get(timeout=60)
             decisions += n
             bins.update(b)
             late = max(late, slowest)
             refills, back, dropped = refills + renewed, back + handed, dropped + lost
+            owed, unused = owed + debt, unused + never
         done.wait(timeout=60)
     finally:
         for p in procs:
@@ -169,6 +186,8 @@ def run(
         "lease calls/admitted": refills / max(admitted, 1),
         "handed back": float(back),
         "dropped": float(dropped),
+        "owed": float(owed),
+        "owed unused": float(unused),
     }
 
 
@@ -179,6 +198,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--lease-ms", type=int, default=20)
+    parser.add_argument(
+        "--timeout", type=float, default=0.05, help="the wait budget of the second pair (s)"
+    )
     a = parser.parse_args()
     seconds = 2.0 if a.quick else a.seconds
     lease_ms = a.lease_ms
@@ -192,12 +214,21 @@ def main() -> None:
             },
         )
         load = load_average()
-        plain = run(db, redis_url, PLAIN_URL, a.processes, a.threads, seconds)
-        leased = run(db, redis_url, LEASE_URL, a.processes, a.threads, seconds)
+        fleets = [
+            run(db, redis_url, url, a.processes, a.threads, seconds, timeout)
+            for timeout in (0.0, a.timeout)
+            for url in (PLAIN_URL, LEASE_URL)
+        ]
     size = RATE * lease_ms // 1000
-    bounds = {"without leases": f"{2 * RATE:,}", f"leaseMs {lease_ms}": f"{2 * RATE + size:,}"}
+    waits = f", timeout {a.timeout:g}"
+    bounds = {
+        "without leases": f"{2 * RATE:,}",
+        f"leaseMs {lease_ms}": f"{2 * RATE + size:,}",
+        "without leases" + waits: f"{2 * RATE:,}",
+        f"leaseMs {lease_ms}" + waits: f"{2 * RATE + size:,}",
+    }
     rows = []
-    for (name, bound), figures in zip(bounds.items(), (plain, leased), strict=True):
+    for (name, bound), figures in zip(bounds.items(), fleets, strict=True):
         rows.append(
             [
                 name,
@@ -213,7 +244,8 @@ def main() -> None:
         )
     print(
         f"Lease cost: one interface at R = {RATE:,}/s (capacity R), {a.processes} processes x "
-        f"{a.threads} threads, {seconds:g} s each, try_acquire(timeout=0)"
+        f"{a.threads} threads, {seconds:g} s each, try_acquire(timeout=0), then reserve("
+        f"timeout={a.timeout:g}) and its wait slept"
     )
     print(f"load average before: {load}")
     print(
@@ -232,16 +264,20 @@ def main() -> None:
             rows,
         )
     )
-    ratio = plain["evalsha/admitted"] / max(leased["evalsha/admitted"], 1e-12)
-    cpu = plain["cpu us/admitted"] / max(leased["cpu us/admitted"], 1e-12)
-    print(
-        f"Redis calls per admitted call: {ratio:,.1f}x fewer with leases; "
-        f"Redis CPU per admitted call: {cpu:,.1f}x less"
-    )
-    print(
-        f"leaseMs {lease_ms}: {leased['handed back']:,.0f} permits handed back, "
-        f"{leased['dropped']:,.0f} dropped in-process as too old to return any"
-    )
+    for (plain, leased), budget in zip(
+        (fleets[:2], fleets[2:]), ("0", f"{a.timeout:g}"), strict=True
+    ):
+        ratio = plain["evalsha/admitted"] / max(leased["evalsha/admitted"], 1e-12)
+        cpu = plain["cpu us/admitted"] / max(leased["cpu us/admitted"], 1e-12)
+        print(
+            f"timeout={budget}: Redis calls per admitted call: {ratio:,.1f}x fewer with "
+            f"leases; Redis CPU per admitted call: {cpu:,.1f}x less"
+        )
+        print(
+            f"  leaseMs {lease_ms}: {leased['handed back']:,.0f} permits handed back, "
+            f"{leased['dropped']:,.0f} dropped in-process as too old to return any, "
+            f"{leased['owed']:,.0f} scheduled as debt ({leased['owed unused']:,.0f} unused)"
+        )
     print(f"load average after: {load_average()}")
 
 

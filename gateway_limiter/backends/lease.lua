@@ -21,7 +21,15 @@ with_lease), so the bucket's semantics stay in bucket.lua and its state format
      admit in the same state;
   3. only if that took stored permits with no wait: up to lease - permits more stored
      permits (whole ones, without debt and without waiting), in one more decision at
-     the same moment.
+     the same moment;
+  4. if that left the lease short (the bucket ran dry), the caller may wait (a budget
+     B > 0, or none) and the row is not held by a pushback: the rest of the lease as
+     debt, in one more decision at the same moment, each permit scheduled as bucket.lua
+     schedules one-permit calls made one after another (one effective stable interval
+     apart, the factor included), the last no later than B from now and no more than
+     leaseMs (ARGV[9]) after the first: what the caller's followers can wait for.
+     The process hands them to its next waiting callers, each sleeping until its
+     permit's moment; debt is never handed back.
 
 KEYS[1]  the bucket's state (bucket.lua's key)
 ARGV[1]  rate (permits per second, > 0)
@@ -32,12 +40,14 @@ ARGV[5]  now in microseconds; "" = the server's TIME (tests drive the clock)
 ARGV[6]  lease: the most permits to take in all, the caller's included (>= ARGV[3])
 ARGV[7]  unused permits of the previous lease to hand back (>= 0)
 ARGV[8]  when that lease was taken: the eighth double of its reply (µs on this clock)
+ARGV[9]  leaseMs in microseconds: the longest a debt lease spans (absent or 0: no debt)
 
-Returns eight packed doubles (one bulk string, as bucket.lua's six): bucket.lua's six
+Returns eleven packed doubles (one bulk string, as bucket.lua's six): bucket.lua's six
 for the caller's decision (the stored and next free ones as left after the lease), a
-seventh: the permits granted in all (0 when the caller was refused; the caller's
-included), and an eighth: now (µs), the moment of this lease, which its hand-back
-sends back as ARGV[8].
+seventh: the permits granted from stored ones in all (0 when the caller was refused;
+the caller's included), an eighth: now (µs), the moment of this lease, which its
+hand-back sends back as ARGV[8]; then the debt lease (step 4): the permits scheduled
+(0: none), the first one's moment (µs from now) and the interval between them (µs).
 ]]
 
 local now
@@ -79,13 +89,13 @@ end
 
 local permits = tonumber(ARGV[3])
 if permits <= 0 then
-  return struct.pack("<dddddddd", 1, 0, 0, 0, 1, 0, 0, now)
+  return struct.pack("<ddddddddddd", 1, 0, 0, 0, 1, 0, 0, now, 0, 0, 0)
 end
 
 -- 2. the caller's permits, as a plain call (bucket.lua's reply: six packed doubles)
 local reply = bucket_decision({KEYS[1]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4], at})
 local allowed, wait, stored, next_free, factor, held = struct.unpack("<dddddd", reply)
-local granted = 0
+local granted, owed, first, interval = 0, 0, 0, 0
 if allowed == 1 then
   granted = permits
   -- 3. the rest of the lease, from stored permits only
@@ -98,5 +108,26 @@ if allowed == 1 then
       stored, next_free = left, free
     end
   end
+  -- 4. the rest, the bucket dry, as debt for callers who wait: the k-th (k >= 1) is
+  -- due at next_free + (k - 1) x interval from now, as k one-permit calls would be
+  local span = tonumber(ARGV[9] or "") or 0
+  local timeout = tonumber(ARGV[4])
+  if held == 0 and span > 0 and timeout ~= 0 and stored < 1 then
+    local stable = 1000000 / (tonumber(ARGV[1]) * factor)  -- bucket.lua's effective one
+    more = math.min(tonumber(ARGV[6]) - granted, math.floor(span / stable) + 1)
+    local limit = "-1"
+    if timeout > 0 then  -- the last within the caller's budget
+      more = math.min(more, math.floor((timeout - next_free) / stable) + 1)
+      limit = string.format("%.17g", timeout + 1)
+    end
+    if more >= 1 then
+      local taken = bucket_decision({KEYS[1]}, {ARGV[1], ARGV[2], tostring(more), limit, at})
+      local took, last, left, free = struct.unpack("<dddd", taken)
+      if took == 1 then
+        owed, first, interval = more, last - (more - 1) * stable, stable
+        stored, next_free = left, free
+      end
+    end
+  end
 end
-return struct.pack("<dddddddd", allowed, wait, stored, next_free, factor, held, granted, now)
+return struct.pack("<ddddddddddd", allowed, wait, stored, next_free, factor, held, granted, now, owed, first, interval)

@@ -8,10 +8,19 @@ request for it left. A decision takes its permits from the lease without any I/O
 the lease has too few left or is older than ``leaseMs``, one ``lease.lua`` call hands
 back what is left of it, decides the caller's permits as a plain call would (wait
 budget, debt, pushback), and only if that took stored permits without a wait takes up
-to ``n`` in all. Threads and coroutines of a process share its leases: one of them
-renews it while the others wait for that renewal (``wait``; each wait at most
-``redis_timeout_ceiling`` twice over), then take from it; one that has waited for
-``pipeline.LEASE_WAITS`` renewals in a row is decided the plain way (``bucket.lua``).
+to ``n`` in all. If that leaves the lease short of ``n`` (the bucket ran dry) and the
+caller may wait (a budget above 0, the row not held by a pushback), the same call
+schedules the rest as debt, one effective stable interval apart, the last within the
+caller's budget and spanning at most ``leaseMs``: the
+process hands those, in order, to its next callers who can wait for them, each
+sleeping until its permit's moment as it would after asking Redis itself. A scheduled
+permit is usable from its moment (judged from when the reply arrived, so never before
+the bucket's) until ``leaseMs`` after it (judged from when the request left, so never
+later); one left unused by then is dropped, and debt is never handed back. Threads
+and coroutines of a process share its leases: one of them renews it while the others
+wait for that renewal (``wait``; each wait at most ``redis_timeout_ceiling`` twice
+over), then take from it; one that has waited for ``pipeline.LEASE_WAITS`` renewals in
+a row is decided the plain way (``bucket.lua``).
 
 What happens to a lease besides being spent:
 
@@ -39,6 +48,7 @@ import math
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
@@ -76,25 +86,49 @@ def lease_call(
     timeout_us = "-1" if budget_s is None else repr(budget_s * US_PER_S)
     now = "" if now_us is None else repr(now_us)
     args: list[str | int] = [1, key, rate, str(rule.burst), str(permits), timeout_us, now]
-    args += [str(size), str(unused), repr(taken_us)]
+    args += [str(size), str(unused), repr(taken_us), str(rule.lease_ms * 1000)]
     return ScriptCall("lease", args)
 
 
 #: ``lease.lua``'s seventh and eighth doubles, after a decision's six: the permits
-#: granted in all, and the moment of the lease (µs, Redis's clock), for its hand-back.
+#: granted from stored ones in all, and the moment of the lease (µs, Redis's clock), for
+#: its hand-back; then the debt lease: the permits scheduled, the first one's moment (µs
+#: from the lease's) and the interval between them (µs).
 GRANTED: Final = struct.Struct("<dd")
+DEBT: Final = struct.Struct("<ddd")
+
+
+class Debt(NamedTuple):
+    """Permits a lease call scheduled as debt: ``permits`` of them, the first due
+    ``first_us`` after the lease's moment, the others ``interval_us`` apart."""
+
+    permits: int
+    first_us: float
+    interval_us: float
+
+
+def _unpack_lease(reply: Any) -> tuple[float, float, float, float, float]:
+    try:
+        granted, taken_us = GRANTED.unpack_from(reply, REPLY.size)
+        count, first_us, interval_us = DEBT.unpack_from(reply, REPLY.size + GRANTED.size)
+    except (TypeError, struct.error) as e:
+        raise BackendError(f"unexpected reply from the lease script: {reply!r}") from e
+    if len(reply) != REPLY.size + GRANTED.size + DEBT.size:
+        raise BackendError(f"unexpected reply from the lease script: {reply!r}")
+    return granted, taken_us, count, first_us, interval_us
 
 
 def parse_lease(reply: Any) -> tuple[Verdict, int, float]:
-    """``lease.lua``'s reply: the caller's Verdict, the permits granted in all and the
-    lease's moment."""
-    try:
-        granted, taken_us = GRANTED.unpack_from(reply, REPLY.size)
-    except (TypeError, struct.error) as e:
-        raise BackendError(f"unexpected reply from the lease script: {reply!r}") from e
-    if len(reply) != REPLY.size + GRANTED.size:
-        raise BackendError(f"unexpected reply from the lease script: {reply!r}")
+    """``lease.lua``'s reply: the caller's Verdict, the permits granted from stored ones
+    in all and the lease's moment."""
+    granted, taken_us, _, _, _ = _unpack_lease(reply)
     return parse_reply(reply[: REPLY.size]), int(granted), taken_us
+
+
+def parse_debt(reply: Any) -> Debt:
+    """``lease.lua``'s reply: the permits it scheduled as debt."""
+    _, _, count, first_us, interval_us = _unpack_lease(reply)
+    return Debt(int(count), first_us, interval_us)
 
 
 class Unused(NamedTuple):
@@ -122,6 +156,7 @@ class Lease:
         "left",
         "refilling",
         "rule",
+        "scheduled",
         "since",
         "taken_us",
         "waiters",
@@ -139,6 +174,9 @@ class Lease:
         self.dry_until = 0.0
         #: what wakes the callers waiting for the renewal in flight
         self.waiters: list[Callable[[], None]] = []
+        #: permits scheduled as debt, in order: (monotonic s from which, until which,
+        #: each may be used); kept across renewals of the same rule
+        self.scheduled: deque[tuple[float, float]] = deque()
 
 
 class Leases:
@@ -152,6 +190,8 @@ class Leases:
         "_returns",
         "dropped",
         "handed_back",
+        "owed",
+        "owed_lost",
         "refills",
     )
 
@@ -169,6 +209,9 @@ class Leases:
         self.refills = 0
         self.handed_back = 0
         self.dropped = 0
+        #: permits scheduled as debt, and those of them never used (too late, dropped)
+        self.owed = 0
+        self.owed_lost = 0
 
     def _due(self, unused: Unused | None, now_s: float) -> Unused | None:
         """``unused`` if a hand-back sent now can return some of it, else None (counted
@@ -189,18 +232,44 @@ class Leases:
         lease = self._held.get(rule.url)
         if lease is None or lease.rule is not rule:
             return None
-        if lease.left < permits:
+        stale = now_s - lease.since > rule.lease_ms / 1000.0
+        if lease.left < permits or stale:
+            if lease.scheduled:  # the permits scheduled as debt, in order
+                with self._lock:
+                    wait_s = self._owed_wait(lease, permits, budget_s, now_s)
+                    if wait_s is not None:
+                        for _ in range(permits):
+                            lease.scheduled.popleft()
+                        return Verdict(True, wait_s * US_PER_S, 0.0, 0.0, lease.factor, 0.0)
             dry_s = lease.dry_until - now_s
-            if dry_s > 0.0 and budget_s is not None and budget_s < dry_s:
+            if lease.left < permits and dry_s > 0.0 and budget_s is not None and budget_s < dry_s:
                 return Verdict(False, dry_s * US_PER_S, 0.0, dry_s * US_PER_S, lease.factor, 0.0)
-            return None
-        if now_s - lease.since > rule.lease_ms / 1000.0:
             return None
         with self._lock:
             if lease.left < permits or lease.refilling:
                 return None
             lease.left -= permits
             return Verdict(True, 0.0, float(lease.left), 0.0, lease.factor, 0.0)
+
+    def _owed_wait(
+        self, lease: Lease, permits: int, budget_s: float | None, now_s: float
+    ) -> float | None:
+        """How long a caller wanting ``permits`` now waits for the next of ``lease``'s
+        scheduled permits, or None when they cannot serve it (too few, beyond its budget,
+        or the first would be used too late). Drops those too late for anyone. Under
+        the lock."""
+        scheduled = lease.scheduled
+        while scheduled and scheduled[0][1] < now_s:
+            scheduled.popleft()
+            self.owed_lost += 1
+        if len(scheduled) < permits:
+            return None
+        wait_s = max(0.0, scheduled[permits - 1][0] - now_s)
+        if budget_s is not None and wait_s > budget_s:
+            return None
+        if scheduled[0][1] < now_s + wait_s:
+            return None
+        return wait_s
 
     def wait(self, rule: Rule, wake: Callable[[], None]) -> bool:
         """Call ``wake`` (from any thread) once the renewal of ``rule``'s lease in flight
@@ -235,6 +304,8 @@ class Leases:
                     return None
                 if not lease.refilling and lease.left >= permits and age_s <= rule.lease_ms / 1e3:
                     return None
+                if lease.scheduled and self._owed_wait(lease, permits, budget_s, now_s) is not None:
+                    return None  # its scheduled permits serve the caller: it asks again
             own = None
             if lease is not None and lease.rule is rule:
                 own = Unused(rule, lease.left, lease.since, lease.taken_us)
@@ -246,7 +317,9 @@ class Leases:
                 self._returns.append(carried)
             if lease is not None:  # a renewal forgotten (REFILL_FORGOTTEN_S): its waiters go
                 woken = lease.waiters
-            self._held[url] = Lease(rule, now_s)
+            renewed = self._held[url] = Lease(rule, now_s)
+            if lease is not None and lease.rule is rule:  # still due: kept, in order
+                renewed.scheduled = lease.scheduled
             self.refills += 1
             unused, taken_us = (0, 0.0) if back is None else (back.left, back.taken_us)
             self.handed_back += unused
@@ -260,9 +333,11 @@ class Leases:
         the permits left in the lease). BackendError when the reply is not one."""
         try:
             verdict, granted, taken_us = parse_lease(reply)
+            debt = parse_debt(reply)
         except BackendError:
             self.failed(rule)
             raise
+        arrived_s = time.monotonic()
         left = max(0, granted - permits) if verdict.allowed else 0
         size = lease_size(rule, permits)
         woken: list[Callable[[], None]] = []
@@ -277,10 +352,22 @@ class Leases:
                 if granted < size:  # the bucket ran dry: refill what it lacked first
                     short_s = (size - granted) / (rule.per_second * verdict.factor)
                     lease.dry_until = lease.since + max(short_s, verdict.next_free_us / US_PER_S)
+                self._schedule(lease, debt, arrived_s)
             else:  # dropped meanwhile (a pushback, a reload): the rest expires unspent
                 left = 0
+                self.owed_lost += debt.permits
         self._wake(woken)
         return verdict._replace(stored=float(left)) if verdict.allowed else verdict
+
+    def _schedule(self, lease: Lease, debt: Debt, arrived_s: float) -> None:
+        """Queue the permits ``debt`` scheduled: each usable from its moment after the
+        reply arrived (never before the bucket's moment) until ``leaseMs`` after its
+        moment after the request left (never later). Under the lock."""
+        self.owed += debt.permits
+        late_s = lease.rule.lease_ms / 1000.0
+        for i in range(debt.permits):
+            due_s = (debt.first_us + i * debt.interval_us) / US_PER_S
+            lease.scheduled.append((arrived_s + due_s, lease.since + due_s + late_s))
 
     def failed(self, rule: Rule) -> None:
         """The lease call for ``rule`` failed: what it handed back is lost (under-admits)."""
@@ -299,6 +386,8 @@ class Leases:
             lease = self._held.get(url)
             if lease is not None:
                 lease.left = 0
+                self.owed_lost += len(lease.scheduled)
+                lease.scheduled.clear()
 
     def reloaded(self, snapshot: Snapshot, now_s: float | None = None) -> None:
         """A reload: leases of rules it replaced are carried to the next lease of the
@@ -312,6 +401,7 @@ class Leases:
                     continue
                 del self._held[url]
                 woken.extend(lease.waiters)
+                self.owed_lost += len(lease.scheduled)  # debt: never handed back
                 unused = Unused(lease.rule, lease.left, lease.since, lease.taken_us)
                 if self._due(unused, now_s) is None:
                     continue
@@ -340,6 +430,7 @@ class Leases:
                 waiting.extend(unused for _, unused in self._carried.values())
                 for lease in self._held.values():
                     woken.extend(lease.waiters)
+                    self.owed_lost += len(lease.scheduled)  # debt: never handed back
                 self._held.clear()
                 self._carried.clear()
             due = [back for unused in waiting if (back := self._due(unused, now_s))]

@@ -4,6 +4,7 @@ renews it while the others wait for that), and closing hands it back."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import redis
@@ -23,6 +24,8 @@ def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
     write_row(limiter_db[1], "/hot", rateLimit=100, maxPermits=1000, cache=0.0, leaseMs=1000)
     # refills 100/s only: what comes back is seen before time could have refilled it
     write_row(limiter_db[1], "/slow", rateLimit=100, maxPermits=1000, cache=0.0, leaseMs=10_000)
+    # a burst of 10, then 1 ms a permit: callers who wait are served from debt leases
+    write_row(limiter_db[1], "/waits", rateLimit=1000, maxPermits=10, cache=0.5, leaseMs=100)
     return limiter_db
 
 
@@ -38,6 +41,23 @@ async def test_coroutines_share_the_lease(
     # Each round: one coroutine renews the lease (100 permits), the 99 others wait for
     # that renewal and take from it.
     assert evalsha_calls(redis_client) - before == 5
+
+
+async def test_coroutines_who_wait_share_a_debt_lease(
+    alim: AsyncGatewayLimiter, redis_client: redis.Redis
+) -> None:
+    before, started = evalsha_calls(redis_client), time.monotonic()
+    got = await asyncio.gather(*(alim.try_acquire("/waits") for _ in range(60)))
+    elapsed = time.monotonic() - started
+    assert all(got)
+    # one lease call: the burst of 10 now, and the other 90 of the lease as debt, 1 ms
+    # apart, that 50 of the callers wait for (without debt for the rest of a short
+    # lease, renewals finding a few permits refilled left waiters to go the plain way
+    # on a loaded host)
+    assert evalsha_calls(redis_client) - before <= 2
+    assert elapsed >= 0.045  # the rate kept: the 60th permit is 50 ms after the burst
+    leases = alim._leases
+    assert leases is not None and leases.owed == 90
 
 
 async def test_closing_hands_the_lease_back(
