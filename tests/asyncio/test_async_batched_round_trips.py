@@ -120,16 +120,23 @@ async def test_concurrent_decisions_take_far_fewer_round_trips_than_decisions(
     await no_lanes_left()
 
 
+@pytest.mark.parametrize("lanes", [1, 4])
 @pytest.mark.parametrize("algorithm", ["token_bucket", Algorithm.SLIDING_WINDOW])
-async def test_a_rate_of_k_admits_exactly_the_first_k_of_m_concurrent_callers(
-    algorithm: str, backends: Backends
+async def test_a_rate_of_k_admits_exactly_k_of_m_concurrent_callers(
+    algorithm: str, lanes: int, backends: Backends
 ) -> None:
     # K an hour: no refill within the test, so the count is exact whatever the load.
     k, m = 25, 600
     rule = Rule("/k", k, 0.0, 2, algorithm=algorithm, period=3600)
-    backend = backends(redis_pool_size=4)  # several lanes, several batches
+    backend = backends(redis_pool_size=lanes)  # several batches; with 4, several lanes
     verdicts = await asyncio.gather(*(backend.reserve(rule, 1, 0) for _ in range(m)))
-    assert [v.allowed for v in verdicts] == [True] * k + [False] * (m - k)
+    allowed = [v.allowed for v in verdicts]
+    assert sum(allowed) == k
+    if lanes == 1:  # one lane: Redis runs the batches in arrival order, so the first k
+        assert allowed == [True] * k + [False] * (m - k)
+    # Several lanes write in arrival order, but Redis may interleave batches that are in
+    # flight together (a write the socket takes in parts, on a loaded host): the count
+    # is exact, not which callers (backends/redis_async.py says so).
 
 
 async def test_per_caller_decisions_in_one_batch_stay_each_callers_own(
