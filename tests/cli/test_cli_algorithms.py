@@ -20,7 +20,7 @@ from sqlalchemy import Engine, text
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.config.rules import Rule, Skipped, build_rules, rule_from_row
 from gateway_limiter.config.table import ConfRow, read_rows
-from tests.support.commandline import Ran, cli
+from tests.support.commandline import Ran, cli, settings_file
 from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
@@ -428,10 +428,7 @@ def test_status_shows_each_algorithm_with_its_live_state(
     write_row(engine, "/tb", rateLimit=1, cache=0.5, maxPermits=4)
     write_row(engine, "/sw", rateLimit=5, cache=0.0, algorithm="sliding_window")
     write_row(engine, "/wu", rateLimit=20, cache=0.5, algorithm="warm_up", warmupPeriod=2.0)
-    settings = tmp_path / "settings.toml"
-    settings.write_text(
-        f'database_url = "{db}"\nredis_url = "{redis_server.url}"\nkey_prefix = "{key_prefix}"\n'
-    )
+    settings = settings_file(tmp_path, db, redis_server.url, key_prefix)
     with GatewayLimiter.from_settings(settings) as limiter:
         assert sum(limiter.try_acquire("/tb", timeout=0) for _ in range(6)) == 4
         assert sum(limiter.try_acquire("/sw") for _ in range(7)) == 5

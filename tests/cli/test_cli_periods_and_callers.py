@@ -16,7 +16,7 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.cli import main
 from gateway_limiter.config.rules import MAX_PERIOD, Rule, build_rules
 from gateway_limiter.config.table import read_rows
-from tests.support.commandline import Ran
+from tests.support.commandline import Ran, settings_file
 from tests.support.commandline import cli as run
 from tests.support.services import RedisServer
 
@@ -213,10 +213,7 @@ def test_status_shows_every_limit_of_an_interface(
     cli(capsys, db, "conf", "set", URL, "--rate", "2", "--per-caller", "--enable")
     fixed = ["--rate", "3", "--period", "2", "--algorithm", "fixed_window", "--enable"]
     cli(capsys, db, "conf", "set", "/fixed", *fixed)
-    settings = tmp_path / "settings.toml"
-    settings.write_text(
-        f'database_url = "{db}"\nredis_url = "{redis_server.url}"\nkey_prefix = "{key_prefix}"\n'
-    )
+    settings = settings_file(tmp_path, db, redis_server.url, key_prefix)
     with GatewayLimiter.from_settings(settings) as limiter:
         assert sum(limiter.try_acquire(URL, key="a") for _ in range(3)) == 2
 

@@ -22,7 +22,7 @@ from gateway_limiter.backends.state import bucket_key
 from gateway_limiter.config.migrate import VERSION_TABLE, head_revision
 from gateway_limiter.config.rules import build_rules
 from gateway_limiter.config.table import make_engine, read_rows
-from tests.support.commandline import cli
+from tests.support.commandline import cli, settings_file
 from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
@@ -257,10 +257,7 @@ def test_status_shows_live_bucket_state_from_redis_after_acquisitions(
     url, engine = migrated_any_db
     write_row(engine, "/ibe/flight/search", rateLimit=10, status=1, cache=0.5)
     write_row(engine, "/ibe/fare/quote", rateLimit=0, status=1)
-    settings = tmp_path / "settings.toml"
-    settings.write_text(
-        f'database_url = "{url}"\nredis_url = "{redis_server.url}"\nkey_prefix = "{key_prefix}"\n'
-    )
+    settings = settings_file(tmp_path, url, redis_server.url, key_prefix)
     with GatewayLimiter.from_settings(settings) as limiter:
         admitted = sum(limiter.try_acquire("/ibe/flight/search", timeout=0) for _ in range(6))
     assert admitted == 6

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, text
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.rules import build_rules
 from gateway_limiter.config.table import make_engine, read_rows
-from tests.support.commandline import cli
+from tests.support.commandline import cli, settings_file
 from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
 
@@ -110,10 +110,7 @@ def test_status_marks_shadow_rules(
 ) -> None:
     db, engine = migrated_any_db
     write_row(engine, "/trial", rateLimit=1, cache=0.0, status=1, shadow=1)  # 1 s per permit
-    settings = tmp_path / "settings.toml"
-    settings.write_text(
-        f'database_url = "{db}"\nredis_url = "{redis_server.url}"\nkey_prefix = "{key_prefix}"\n'
-    )
+    settings = settings_file(tmp_path, db, redis_server.url, key_prefix)
     lim = limiter(db, redis_server.url, key_prefix)
     try:
         assert all(lim.try_acquire("/trial") for _ in range(5))  # shadow: never refused

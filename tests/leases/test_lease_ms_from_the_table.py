@@ -13,7 +13,7 @@ from gateway_limiter.cli.arguments import MAX_LEASE_MS as CLI_MAX_LEASE_MS
 from gateway_limiter.config.edits import FieldError, check_values
 from gateway_limiter.config.rules import MAX_LEASE_MS, build_rules
 from gateway_limiter.config.table import find_rows, make_engine, read_rows
-from tests.support.commandline import cli
+from tests.support.commandline import cli, settings_file
 from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
@@ -137,10 +137,7 @@ def test_status_says_a_row_is_leased(
     write_row(engine, "/hot", rateLimit=100, cache=0.1, leaseMs=40)
     write_row(engine, "/plain", rateLimit=100, cache=0.1)
     write_row(engine, "/minute", rateLimit=100_000, periodSeconds=60, cache=0.1)
-    settings = tmp_path / "settings.toml"
-    settings.write_text(
-        f'database_url = "{db}"\nredis_url = "{redis_server.url}"\nkey_prefix = "{key_prefix}"\n'
-    )
+    settings = settings_file(tmp_path, db, redis_server.url, key_prefix)
     ran = cli(capsys, "--settings", str(settings), "status")
     assert ran.code == 0, ran.err
     lines = ran.out.splitlines()

@@ -12,7 +12,7 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.config.rules import build_rules
 from gateway_limiter.config.settings import SettingsError, load_settings
 from gateway_limiter.config.table import find_rows, read_rows
-from tests.support.commandline import cli
+from tests.support.commandline import cli, settings_file
 from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
@@ -80,10 +80,7 @@ def test_status_shows_the_calls_in_flight(
     db, engine = migrated_any_db
     write_row(engine, "/capped", rateLimit=100, cache=0.1, maxConcurrent=3)
     write_row(engine, "/plain", rateLimit=100, cache=0.1)
-    settings = tmp_path / "settings.toml"
-    settings.write_text(
-        f'database_url = "{db}"\nredis_url = "{redis_server.url}"\nkey_prefix = "{key_prefix}"\n'
-    )
+    settings = settings_file(tmp_path, db, redis_server.url, key_prefix)
     with GatewayLimiter.from_settings(settings) as limiter, limiter.slot("/capped"):
         assert [s.in_flight for s in limiter.status()] == [1, None]
         ran = cli(capsys, "--settings", str(settings), "status")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NamedTuple
 
 import pytest
@@ -23,3 +24,12 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> Ran:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return Ran(code, out, err)
+
+
+def settings_file(tmp_path: Path, database_url: str, redis_url: str, key_prefix: str) -> Path:
+    """A settings.toml naming the test's database, Redis and key prefix."""
+    settings = tmp_path / "settings.toml"
+    settings.write_text(
+        f'database_url = "{database_url}"\nredis_url = "{redis_url}"\nkey_prefix = "{key_prefix}"\n'
+    )
+    return settings
