@@ -5,6 +5,7 @@ checks the console shares with ``conf set`` (``config/edits.py``)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine
@@ -54,7 +55,7 @@ def test_the_reload_reads_lease_ms_and_ignores_one_out_of_range_keeping_the_limi
     ],
 )
 def test_a_lease_where_it_cannot_apply_is_ignored_with_a_warning_naming_the_row(
-    migrated_any_db: tuple[str, Engine], columns: dict[str, object], why: str
+    migrated_any_db: tuple[str, Engine], columns: dict[str, Any], why: str
 ) -> None:
     _db, engine = migrated_any_db
     row = write_row(engine, "/x", rateLimit=10, cache=0.1, leaseMs=50, **columns)

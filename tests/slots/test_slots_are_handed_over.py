@@ -174,7 +174,7 @@ def _in_flight(lim: GatewayLimiter, prefix: str) -> int:
 def test_a_grant_is_kept_for_a_waiter_that_missed_its_message(
     lim: GatewayLimiter, redis_client: redis.Redis, key_prefix: str
 ) -> None:
-    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
+    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
     pubsub.subscribe(channel(key_prefix))
     assert _take(lim, key_prefix, "h").state == TAKEN
     assert _take(lim, key_prefix, "w").state == QUEUED
