@@ -441,18 +441,14 @@ class LimiterCore:
         if not self._started:
             raise NotStarted(self._NOT_STARTED)
         snapshot = self.registry.snapshot
-        rule = (
-            snapshot.rules.get(url)
-            if key is None and snapshot.switch
-            else route(snapshot, url, key)
-        )
+        rule = route(snapshot, url, key)
         if rule is None:
             return self._outcomes.unlimited(snapshot, url)
         if rule.closed:
             return self._settled(rule, REFUSE, Reason.CLOSED)
         budget_s = None if forever else rule.cache if timeout_s is None else timeout_s
-        if rule.lease_ms and self._leases is not None:
-            return self._leased(rule, permits, budget_s)
+        if rule.lease_ms and self._leases is not None:  # from the lease (core.leases)
+            return self._from_lease(rule, permits, budget_s, wait=True)
         # The local refusals (``core.local_refusal``), inline: every decision passes here.
         refusals = self._local_refusals
         if refusals is None:
@@ -476,18 +472,16 @@ class LimiterCore:
             refused = refused._replace(factor=factor)  # what the last reply said
         return self._settled(rule, refused, Reason.LIMITED)
 
-    def _leased(self, rule: Rule, permits: int, budget_s: float | None) -> Outcome | Ask:
+    def _from_lease(
+        self, rule: Rule, permits: int, budget_s: float | None, *, wait: bool
+    ) -> Outcome | Ask:
         """A lease row (``core.leases``): from this process's lease, refused in-process
-        while the bucket refills what the last lease lacked, or the lease call.
+        while the bucket refills what the last lease lacked, or the lease call (``wait``:
+        a caller who finds another renewing waits for that renewal).
 
         The local refusals of plain rows do not apply: another process handing back its
         lease makes the interface free sooner than a reply said.
         """
-        return self._from_lease(rule, permits, budget_s, wait=True)
-
-    def _from_lease(
-        self, rule: Rule, permits: int, budget_s: float | None, *, wait: bool
-    ) -> Outcome | Ask:
         leases = self._leases
         assert leases is not None
         now_s = time.monotonic()
