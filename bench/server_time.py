@@ -82,15 +82,15 @@ return {1, "0", "0", "0", "1"}
 """
 
 #: The same for a sliding window (a list of call times): read its length, append,
-#: trim to the rate, renew the expiry.
-MINIMAL_LIST = """
+#: trim to the rate (the cases' rate, HUGE), renew the expiry.
+MINIMAL_LIST = f"""
 local t = redis.call("TIME")
 local p = redis.call("GET", KEYS[#KEYS])
 local n = redis.call("LLEN", KEYS[1])
 redis.call("RPUSH", KEYS[1], "1700000000000000")
-redis.call("LTRIM", KEYS[1], -tonumber(ARGV[5]), -1)
+redis.call("LTRIM", KEYS[1], {-HUGE}, -1)
 redis.call("PEXPIRE", KEYS[1], 2000)
-return {1, "0", "0", "0", "1"}
+return {{1, "0", "0", "0", "1"}}
 """
 
 #: The same for two limits of the token-bucket or fixed-window shape.

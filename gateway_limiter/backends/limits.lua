@@ -28,13 +28,18 @@ KEYS[n]  (the last key) the interface's pushback state (pushback.lua): token buc
 ARGV[1]  permits wanted (>= 1)
 ARGV[2]  timeout in microseconds; negative = wait as long as it takes
 ARGV[3]  now in microseconds, or "" for the server's TIME (tests drive the clock)
-ARGV[3i+1], ARGV[3i+2], ARGV[3i+3]  limit i: kind, rate, size, one of
-         "tb"  permits per second, capacity
-         "sw"  permits per window, window length in microseconds
-         "fw"  permits per window, period P in microseconds
-ARGV[3n+4] (optional) how many limits are the interface's own; the rest are its channel's
-         (a channel cap, shared with other interfaces: the interface's pushback neither
-         scales nor delays them, though the call still goes no sooner than its moment)
+ARGV[4]  the struct format of ARGV[5]: "<" and 1 + 6n "d"
+ARGV[5]  the limits, as little-endian doubles (backends/scripts.py packs them once per
+         row): first how many limits are the interface's own (the rest, last, are its
+         channel's: a channel cap, shared with other interfaces, which the interface's
+         pushback neither scales nor delays, though the call still goes no sooner than
+         its moment); then six per limit i: its kind, rate and size, and three zeros
+         that this script fills with what it reads of the limit's state:
+         kind 1, a token bucket: permits per second, capacity
+         kind 2, a sliding window: permits per window, window length in microseconds
+         kind 3, a fixed window: permits per window, period P in microseconds
+         Packed, the limits are one unpack into one table sized for all of them, rather
+         than a tonumber per field (each as dear as a line of arithmetic ten times over).
 
 Returns one string of six little-endian doubles, like bucket.lua: allowed (1/0), wait in
 microseconds, the least stored permits of the buckets (0 without one), next free, the
@@ -45,17 +50,20 @@ closer). A window that can never hold the permits wanted refuses with an infinit
 (and next free 0: not every limit was read).
 
 Like bucket.lua, it runs as few Lua steps as it can (server time caps one Redis core):
-no closures, one flat table for every limit's fields, each limit's state read once
+no closures, no number parsed from text but the budget (and the clock), one flat table
+for every limit's fields and state, built by one unpack, each limit's state read once
 (a sliding window's next free comes from what step 1 read and step 3 wrote; only a
 full window reads its oldest admission again), and a sliding window's list trimmed only
 when a call fills it past the rate.
 ]]
 
-local max, min, floor, ceil = math.max, math.min, math.floor, math.ceil
+
+local max, floor, ceil = math.max, math.floor, math.ceil
 local pack, unpack = struct.pack, struct.unpack
 local call, pcall_ = redis.call, redis.pcall
 
-local permits = tonumber(ARGV[1])
+local permits = ARGV[1]
+if permits == "1" then permits = 1 else permits = tonumber(permits) end
 local timeout = tonumber(ARGV[2])
 local now = ARGV[3]
 if now == "" then
@@ -65,55 +73,58 @@ else
   now = tonumber(now)
 end
 
--- Pushback, as in bucket.lua: the last key; its factor is void under another rate than
--- the first limit's (the row changed).
+-- Every limit's fields, six per limit from lim[2] (see ARGV[5]): kind, rate, size, then
+-- what step 1 reads of its state for step 3 and next free: a bucket's stored permits
+-- and balance, a fixed window's k and permits used, a sliding window's length, last
+-- admission time and 1 if its key held something else.
+local lim = {unpack(ARGV[4], ARGV[5])}
 local nlimits = #KEYS - 1
+local own = lim[1]
+
+-- Pushback, as in bucket.lua: the last key; its factor is void under another rate than
+-- the first limit's (the row changed). A key holding anything else than its kind's
+-- state (another type, another length) is lost state, as in bucket.lua: read with
+-- pcall (a wrong type answers a table, whose length is 0), start afresh, replace it on
+-- a write.
 local factor, pushed_until, held = 1, 0, 0
 local pushed = pcall_("GET", KEYS[nlimits + 1])
-if type(pushed) == "string" and #pushed == 32 then
+if pushed and #pushed == 32 then
   local RECOVERY_PER_US = 0.05 / 1000000
   local f, since, pushed_rate
   pushed_until, f, since, pushed_rate = unpack("<dddd", pushed)
-  if pushed_rate == tonumber(ARGV[5]) then
-    factor = min(1, f + max(0, now - since) * RECOVERY_PER_US)
+  if pushed_rate == lim[3] then
+    factor = f + max(0, now - since) * RECOVERY_PER_US
+    if factor > 1 then factor = 1 end
   end
   if pushed_until > now then held = pushed_until - now end  -- how long the hold lasts
 end
 
--- A key holding anything else than its kind's state (another type, another length) is
--- lost state, as in bucket.lua: read with pcall, start afresh, replace it on a write.
-
--- 1. each limit's earliest time; T (at) is the latest of them. Per limit: its kind,
--- rate and size (after pushback), and what step 3 and next free need of its state:
--- a bucket's stored permits and balance, a fixed window's k and permits used, a sliding
--- window's length and last admission time (and whether the key held something else).
-local lim = {"", 0, 0, 0, 0, false}  -- six per limit: sized for one, the common case
+-- 1. each limit's earliest time; T (at) is the latest of them.
 local at = now
 if pushed_until > now then at = pushed_until end
-local own = tonumber(ARGV[3 * nlimits + 4]) or nlimits  -- capacity shares: see ARGV[3n+4]
 for i = 1, nlimits do
-  local b = 6 * i - 6
+  local b = 6 * i - 4
   local factor, pushed_until = factor, pushed_until  -- capacity shares: a channel's limit
   if i > own then factor, pushed_until = 1, 0 end    -- is not this interface's to push
-  local kind, rate, size = ARGV[3 * i + 1], tonumber(ARGV[3 * i + 2]), tonumber(ARGV[3 * i + 3])
+  local kind, rate, size = lim[b], lim[b + 1], lim[b + 2]
   -- Pushback slows every limit: a bucket's rate and capacity, a window's count (cap),
   -- in whole permits and at least this call's (else it could never go). next_free and
   -- the trim keep the window's own rate: the factor only recovers.
   local cap = rate
   if factor ~= 1 then
-    if kind == "tb" then
+    if kind == 1 then
       rate, size = rate * factor, size * factor
+      lim[b + 1], lim[b + 2] = rate, size
     else
       cap = max(permits, floor(rate * factor))
     end
   end
-  lim[b + 1], lim[b + 2], lim[b + 3] = kind, rate, size
   local earliest
-  if kind == "tb" then
+  if kind == 1 then
     local stable = 1000000 / rate
     local saved = pcall_("GET", KEYS[i])
     local stored, balance, old_rate, old_capacity, old_refill
-    if type(saved) == "string" and #saved == 40 then
+    if saved and #saved == 40 then
       stored, balance, old_rate, old_capacity, old_refill = unpack("<ddddd", saved)
     else  -- no state: full and in balance
       stored, balance, old_rate, old_capacity, old_refill = size, now, rate, size, stable
@@ -137,118 +148,101 @@ for i = 1, nlimits do
     local spend = permits
     if stored < permits then spend = stored end
     earliest = balance + (permits - spend) * stable  -- balance >= now after the resync
-    lim[b + 4], lim[b + 5] = stored, balance
+    lim[b + 3], lim[b + 4] = stored, balance
   elseif permits > rate then
     return pack("<dddddd", 0, math.huge, 0, 0, factor, held)
-  elseif kind == "sw" then
+  elseif kind == 2 then
     earliest = now
     local count = pcall_("LLEN", KEYS[i])
     if type(count) ~= "number" then  -- not a list: an empty window, the key replaced
-      count, lim[b + 6] = 0, true
+      count, lim[b + 5] = 0, 1
     end
     local last = 0
     if count > 0 then
       last = tonumber(call("LINDEX", KEYS[i], -1))
-      earliest = max(earliest, last)
+      if last > earliest then earliest = last end
     end
     local need = count + permits - cap  -- admissions that must have left the window
     if need > 0 then
       earliest = max(earliest, tonumber(call("LINDEX", KEYS[i], need - 1)) + size)
     end
-    lim[b + 4], lim[b + 5] = count, last
-  else  -- "fw"
+    lim[b + 3], lim[b + 4] = count, last
+  else  -- 3: a fixed window
     local window, used = floor(now / size), 0
     local saved = pcall_("GET", KEYS[i])
-    if type(saved) == "string" and #saved == 16 then
+    if saved and #saved == 16 then
       local w, u = unpack("<dd", saved)
       if w >= window then window, used = w, u end
     end
-    local next_window = window
-    if used + permits > cap then next_window = window + 1 end
-    earliest = next_window * size
+    if used + permits > cap then
+      earliest = (window + 1) * size
+    else
+      earliest = window * size
+    end
     if now > earliest then earliest = now end
-    lim[b + 4], lim[b + 5] = window, used  -- not moved on: step 3 does that, and a refusal keeps it
+    lim[b + 3], lim[b + 4] = window, used  -- not moved on: step 3 does that, and a refusal keeps it
   end
   if earliest > at then at = earliest end
 end
 
--- 2. refuse without writing anything, or ...
+-- 2. refuse without writing anything, or record the call at T in every limit (3); and
+-- the earliest moment (from now) any call could go after the decision: every limit's
+-- earliest time for one permit (a sliding window's oldest admission still counted is
+-- read here: the only read a decision makes twice of a key). One loop does both.
 local wait = at - now
 local allowed = 1
+if timeout >= 0 and wait > timeout then allowed = 0 end
 local least = nil
-if timeout >= 0 and wait > timeout then
-  allowed = 0
-  for i = 1, nlimits do
-    local b = 6 * i - 6
-    if lim[b + 1] == "tb" and (least == nil or lim[b + 4] < least) then least = lim[b + 4] end
-  end
-else
-  -- 3. ... record the call at T in every limit
-  for i = 1, nlimits do
-    local b = 6 * i - 6
-    local kind, rate, size = lim[b + 1], lim[b + 2], lim[b + 3]
-    if kind == "tb" then
-      local stable = 1000000 / rate
-      local stored, balance = lim[b + 4], lim[b + 5]
+local free = now
+if pushed_until > now then free = pushed_until end
+for i = 1, nlimits do
+  local b = 6 * i - 4
+  local kind, rate, size, earliest = lim[b], lim[b + 1], lim[b + 2], now
+  if kind == 1 then
+    local stable = 1000000 / rate
+    local stored, balance = lim[b + 3], lim[b + 4]  -- balance >= now (step 1)
+    if allowed == 1 then
       if at > balance then
         stored = stored + (at - balance) / stable
         if not (stored < size) then stored = size end
       end
       stored = stored - permits
       if not (stored > 0) then stored = 0 end
+      balance = at
       local full_at = at + (size - stored) * stable  -- at >= now
       call("SET", KEYS[i], pack("<ddddd", stored, at, rate, size, stable),
         "PX", ceil((full_at - now) / 1000) + 1000)
-      if least == nil or stored < least then least = stored end
-      lim[b + 4], lim[b + 5] = stored, at
-    elseif kind == "sw" then
-      local count = lim[b + 4]
-      if lim[b + 6] then call("DEL", KEYS[i]) end
+    end
+    if least == nil or stored < least then least = stored end
+    earliest = balance
+    if stored < 1 then earliest = balance + (1 - stored) * stable end
+  elseif kind == 2 then
+    local count, last = lim[b + 3], lim[b + 4]
+    if allowed == 1 then
+      if lim[b + 5] == 1 then call("DEL", KEYS[i]) end
       for _ = 1, permits do  -- a number: Redis writes it with 17 significant digits
         call("RPUSH", KEYS[i], at)
       end
-      count = count + permits
+      count, last = count + permits, at
       if count > rate then  -- only a full window has admissions to drop
         call("LTRIM", KEYS[i], -rate, -1)
         count = rate
       end
       call("PEXPIRE", KEYS[i], ceil((at + size - now) / 1000) + 1000)
-      lim[b + 4], lim[b + 5] = count, at
-    else
-      local window, used = lim[b + 4], lim[b + 5]
+    end
+    if count > 0 and last > earliest then earliest = last end
+    if count + 1 > rate then
+      earliest = max(earliest, tonumber(call("LINDEX", KEYS[i], count - rate)) + size)
+    end
+  else
+    local window, used = lim[b + 3], lim[b + 4]
+    if allowed == 1 then
       local w = floor(at / size)
       if w > window then window, used = w, 0 end
       used = used + permits
       call("SET", KEYS[i], pack("<dd", window, used),
         "PX", ceil(((window + 1) * size - now) / 1000) + 1000)
-      lim[b + 4], lim[b + 5] = window, used
     end
-  end
-end
-
--- The earliest moment (from now) any call could go, after the decision: every limit's
--- earliest time for one permit (a sliding window's oldest admission still counted is
--- read here: the only read a decision makes twice of a key).
-local free = now
-if pushed_until > now then free = pushed_until end
-for i = 1, nlimits do
-  local b = 6 * i - 6
-  local kind, rate, size, earliest = lim[b + 1], lim[b + 2], lim[b + 3], now
-  if kind == "tb" then
-    local balance, lack = lim[b + 5], 1 - lim[b + 4]
-    if now > balance then balance = now end
-    if not (lack > 0) then lack = 0 end
-    earliest = balance + lack * (1000000 / rate)
-  elseif kind == "sw" then
-    local count = lim[b + 4]
-    if count > 0 then
-      if lim[b + 5] > earliest then earliest = lim[b + 5] end
-    end
-    if count + 1 > rate then
-      earliest = max(earliest, tonumber(call("LINDEX", KEYS[i], count - rate)) + size)
-    end
-  else
-    local window, used = lim[b + 4], lim[b + 5]
     if used + 1 > rate then
       earliest = (window + 1) * size
     else

@@ -43,6 +43,7 @@ from gateway_limiter.backends.state import (
 )
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
+from gateway_limiter.model.limits import LimitKind
 from gateway_limiter.model.pushback import PushbackState
 
 BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
@@ -122,14 +123,12 @@ class _Plan:
         self.keyed = any(self.per_caller)
         #: the pushback key; a per-caller limit's gets the caller part per call
         self.pushed = pushback_base(prefix, rule.url, rule.channel)
+        self.args: list[str] | list[bytes]
         if self.bucket:
             rate = str(rule.rate) if rule.period == 1 else repr(rule.per_second)
             self.args = [rate, str(rule.burst)]
         else:
-            self.args = [str(x) for r in rule.limits for x in _spec(r)]
-            own = own_limits(rule)
-            if own < len(self.keys):  # a channel's limits follow: the script is told where
-                self.args.append(str(own))
+            self.args = limits_args(rule)
 
     def keys_for(self, caller: str | None) -> list[str]:
         """The keys of every limit for ``caller`` (ignored by shared limits)."""
@@ -137,9 +136,25 @@ class _Plan:
         return [k + part if p else k for k, p in zip(self.keys, self.per_caller, strict=True)]
 
 
-def _spec(rule: Rule) -> tuple[str, str, str]:
-    kind, rate, size = limit(rule)
-    return kind.value, repr(rate), repr(size)
+#: Each limit's kind as ``limits.lua`` is told it (ARGV[5]).
+KIND_CODES = {
+    LimitKind.TOKEN_BUCKET: 1.0,
+    LimitKind.SLIDING_WINDOW: 2.0,
+    LimitKind.FIXED_WINDOW: 3.0,
+}
+
+
+def limits_args(rule: Rule) -> list[bytes]:
+    """``limits.lua``'s ARGV[4] and ARGV[5] for ``rule``: the struct format, and how many
+    limits are the interface's own followed by each limit's kind, rate and size (and three
+    zeros the script fills), as little-endian doubles: the script unpacks them once
+    rather than parsing each from text."""
+    fields = [float(own_limits(rule))]
+    for r in rule.limits:
+        kind, rate, size = limit(r)
+        fields += (KIND_CODES[kind], rate, size, 0.0, 0.0, 0.0)
+    layout = "<" + "d" * len(fields)
+    return [layout.encode("ascii"), struct.pack(layout, *fields)]
 
 
 class Commands:
@@ -207,8 +222,9 @@ class Commands:
 
 class Packer:
     """Commands in the Redis protocol, for the backends that write their own round trips
-    (threads' and coroutines' shared pipelines). Script calls hold only str and int, so
-    this is redis-py's ``pack_command`` without its general cases; and decisions repeat
+    (threads' and coroutines' shared pipelines). Script calls hold only str, int and the
+    bytes of ``limits_args``, so this is redis-py's ``pack_command`` without its general
+    cases; and decisions repeat
     (the same rule, permits and budget make the same EVALSHA), so packed commands are
     kept, up to ``LIMIT`` (~150 bytes each; past it the cache starts over)."""
 
@@ -229,9 +245,12 @@ class Packer:
                 self._kept.clear()
             parts = [b"*%d\r\n" % len(command)]
             for arg in command:
-                data = (arg if isinstance(arg, str) else str(arg)).encode(
-                    self._encoding, self._errors
-                )
+                if isinstance(arg, bytes):  # limits.lua's packed limits
+                    data = arg
+                else:
+                    data = (arg if isinstance(arg, str) else str(arg)).encode(
+                        self._encoding, self._errors
+                    )
                 parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
             packed = self._kept[command] = b"".join(parts)
         return packed

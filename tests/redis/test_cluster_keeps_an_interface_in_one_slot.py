@@ -11,7 +11,8 @@ import pytest
 import redis
 from sqlalchemy import Engine
 
-from gateway_limiter.backends.scripts import LIMITS_LUA
+from gateway_limiter.backends.scripts import LIMITS_LUA, limits_args
+from gateway_limiter.config.rules import Rule
 from tests.support.limiting import limiter, state_keys, write_row
 from tests.support.services import RedisServer, free_port
 
@@ -61,9 +62,8 @@ def test_limits_of_one_interface_are_decided_in_one_slot(
     client: redis.Redis = cluster_node.client()
     # The check is real: keys of two interfaces in one call are refused.
     with pytest.raises(redis.ResponseError, match="hash to the same slot"):  # CROSSSLOT
-        client.eval(
-            LIMITS_LUA, 2, "{/a}:tb", "{/b}:tb", "1", "-1", "", "tb", "1", "1", "tb", "1", "1"
-        )
+        two = Rule("/a", 1, 0.0, 1, also=(Rule("/a", 1, 0.0, 2, period=10),))
+        client.eval(LIMITS_LUA, 2, "{/a}:tb", "{/b}:tb", "1", "-1", "", *limits_args(two))
 
     # deny, so a decision Redis did not make shows; a patient deadline, so a loaded host
     # does not make one

@@ -8,6 +8,7 @@ are exact on a loaded machine."""
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import pytest
@@ -117,13 +118,16 @@ def test_every_key_of_a_capped_channel_is_in_one_cluster_slot(lim: GatewayLimite
 
 
 def test_an_interface_without_shares_sends_what_it_sent_before() -> None:
-    # the exact calls of revision 0005: no extra argument, the same script and keys
+    # a single bucket's call is the exact call of revision 0005: no extra argument
     make = Commands("p")
     plain = Rule("/x", 5, 0.5, 1)
     assert make(plain, 1, 0.0, None, None) == ScriptCall(
         "bucket", [1, "p:{/x}:tb", "5", "5", "1", "0.0"]
     )
+    # several limits: the same keys, and every limit the interface's own (no channel's)
     two = Rule("/x", 5, 0.5, 1, also=(Rule("/x", 8, 0.5, 2, period=10),))
+    layout = "<" + "d" * 13
+    fields = (2.0, 1.0, 5.0, 5.0, 0.0, 0.0, 0.0, 1.0, 0.8, 8.0, 0.0, 0.0, 0.0)
     assert make(two, 1, 0.0, None, None) == ScriptCall(
         "limits",
         [
@@ -134,11 +138,7 @@ def test_an_interface_without_shares_sends_what_it_sent_before() -> None:
             "1",
             "0.0",
             "",
-            "tb",
-            "5.0",
-            "5.0",
-            "tb",
-            "0.8",
-            "8.0",
+            layout.encode(),
+            struct.pack(layout, *fields),
         ],
     )
