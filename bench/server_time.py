@@ -6,6 +6,7 @@ Run from the checkout, with the venv's Python (about 10 s)::
 
     python bench/server_time.py
     python bench/server_time.py --calls 5000 --repeats 9
+    python bench/server_time.py --instructions    # and instructions (valgrind), ~1 min
 
 Redis runs scripts on one thread, so the server time of one decision is what caps one
 Redis master: at 30 µs a decision, one core holds about 33,000 decisions/s. This
@@ -27,6 +28,14 @@ Beside it, the Redis process's own CPU per call (``INFO cpu``, user + system): o
 loaded machine ``usec_per_call`` counts the time a script was preempted, the CPU does
 not, and the CPU also counts reading the commands and writing the replies.
 
+With ``--instructions`` (needs ``valgrind``), a third table counts the machine
+instructions Redis runs inside each ``EVALSHA``, on a second private ``redis-server`` run
+under callgrind (``--toggle-collect=evalShaCommand``). A count is the same on a quiet
+host and a busy one, so its ratios are the steady check of the time ratios, which a
+shared machine blurs by 10-20 % from one run to the next. An instruction is not a
+nanosecond (a memory access costs more than an add), so the count is a cross-check, not
+the target.
+
 Each script is called with the arguments the limiter sends (built by
 ``backends/scripts.py`` for a limit so large that every call is admitted), sent in
 pipelines of 100 so that the run is short; pipelining does not change what one call
@@ -40,9 +49,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import signal
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -214,6 +227,69 @@ def measure(
     return found
 
 
+def count_instructions(all_cases: list[Case], calls: int) -> dict[str, float]:
+    """Instructions per call inside ``EVALSHA`` of each case, counted by callgrind on a
+    private ``redis-server`` run under valgrind (deterministic: one run per case)."""
+    for tool in ("valgrind", "callgrind_control"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"--instructions needs {tool} on PATH (Debian: apt install valgrind)")
+    outdir = Path(tempfile.mkdtemp(prefix="gwl-bench-callgrind-"))
+    wrapper = [
+        "valgrind",
+        "--tool=callgrind",
+        "--collect-atstart=no",
+        "--toggle-collect=evalShaCommand",  # count inside EVALSHA only
+        f"--callgrind-out-file={outdir}/callgrind.out.%p",
+    ]
+    found: dict[str, float] = {}
+    try:
+        with private_redis(wrapper, start_s=60.0) as url:
+            client = redis.Redis.from_url(url, socket_timeout=60)
+            try:
+                pid = str(client.info("server")["process_id"])
+                shas = {c.name: client.script_load(c.source) for c in all_cases}
+                for case in all_cases:  # warm, as measure() does
+                    _run(client, shas[case.name], case, 300)
+                for case in all_cases:
+                    _callgrind(pid, "--zero")
+                    _run(client, shas[case.name], case, calls)
+                    _callgrind(pid, "--dump")
+                    found[case.name] = _dumped_instructions(outdir) / calls
+            finally:
+                client.close()
+    finally:
+        shutil.rmtree(outdir, ignore_errors=True)
+    return found
+
+
+def _callgrind(pid: str, what: str) -> None:
+    done = subprocess.run(
+        ["callgrind_control", what, pid], capture_output=True, text=True, timeout=120, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"callgrind_control {what} {pid} failed: {done.stderr or done.stdout}")
+
+
+def _dumped_instructions(outdir: Path) -> float:
+    """The instructions of the newest callgrind dump (its ``summary:`` line)."""
+    newest = max(outdir.glob("callgrind.out.*"), key=os.path.getmtime)
+    for line in newest.read_text(errors="replace").splitlines():
+        if line.startswith("summary:"):
+            return float(line.split()[1])
+    raise SystemExit(f"{newest}: no summary line")
+
+
+def instruction_rows(group: list[Case], found: dict[str, float]) -> list[list[str]]:
+    """One row per case: instructions per call, and the ratio to its baseline."""
+    out = []
+    for case in group:
+        against, ratio = "-", "-"
+        if case.against is not None:
+            against, ratio = case.against, f"{found[case.name] / found[case.against]:.2f}x"
+        out.append([case.name, f"{found[case.name]:,.0f}", against, ratio])
+    return out
+
+
 #: Prefix of the keys of ``measure``'s result that hold the process's CPU per call.
 PROCESS = "process:"
 
@@ -279,6 +355,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--calls", type=int, default=2000, help="calls per cell and repeat")
     parser.add_argument("--repeats", type=int, default=7, help="interleaved repeats per cell")
     parser.add_argument("--redis-url", help="an existing Redis instead of a private one")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count instructions per call under callgrind (needs valgrind)",
+    )
     return parser.parse_args(argv)
 
 
@@ -317,6 +398,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "core: 1e6 / median, what one Redis core could run of that script alone."
                 "\nx baseline: median / the baseline's median (lowest / the baseline's lowest)."
             )
+            if args.instructions:
+                print(flush=True)
+                counted = count_instructions(one + several, max(PIPELINE, args.calls // 4))
+                print("3. Instructions per call inside EVALSHA (callgrind, a private server)")
+                print(
+                    table(
+                        ["script", "instructions/call", "baseline", "x baseline"],
+                        instruction_rows(one + several, counted),
+                    )
+                )
     except KeyboardInterrupt:
         print("\ninterrupted; cleaned up", file=sys.stderr)
         return 130

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -37,8 +37,11 @@ def die_with_parent() -> None:
 
 
 @contextmanager
-def private_redis() -> Iterator[str]:
-    """A ``redis-server`` of this run's own on a free port; its URL. Stopped on exit."""
+def private_redis(wrapper: Sequence[str] = (), start_s: float = 5.0) -> Iterator[str]:
+    """A ``redis-server`` of this run's own on a free port; its URL. Stopped on exit.
+
+    ``wrapper``: a command that runs the server (``valgrind ...``), which may take up to
+    ``start_s`` seconds to answer."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("redis-server is not on PATH (or pass --redis-url)")
@@ -52,14 +55,14 @@ def private_redis() -> Iterator[str]:
             options += ["--appendonly", "no", "--daemonize", "no"]
             options += ["--dir", str(workdir), "--logfile", str(logfile)]
             proc = subprocess.Popen(
-                [binary, *options],
+                [*wrapper, binary, *options],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C reaches the run, which stops it
                 preexec_fn=die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
             )
-            if _answers(port, proc):
+            if _answers(port, proc, start_s):
                 break
             stop(proc)
             proc = None

@@ -61,7 +61,8 @@ local max, min, pack, unpack = math.max, math.min, struct.pack, struct.unpack
 
 local rate = tonumber(ARGV[1])
 local capacity = tonumber(ARGV[2])
-local permits = tonumber(ARGV[3])
+local permits = ARGV[3]
+if permits == "1" then permits = 1 else permits = tonumber(permits) end  -- most calls: no parse
 local timeout = tonumber(ARGV[4])
 local now = ARGV[5]
 if now == nil or now == "" then
@@ -72,10 +73,10 @@ else
 end
 local warmup = tonumber(ARGV[6]) or 0
 
--- pcall: a key of another type (WRONGTYPE) is not ours either; SET below replaces it.
--- Anything but 40 or 72 bytes: start afresh, as if lost.
+-- pcall: a key of another type (WRONGTYPE, answered as a table: length 0) is not ours
+-- either; SET below replaces it. Anything but 40 or 72 bytes: start afresh, as if lost.
 local saved = redis.pcall("GET", KEYS[1])
-local size = type(saved) == "string" and #saved or 0
+local size = saved and #saved or 0
 
 -- Pushback: the effective rate, and the moment before which no call goes (pushback.lua;
 -- a factor recorded under another rate is void: the row changed).

@@ -63,7 +63,7 @@ local pack, unpack = struct.pack, struct.unpack
 local call, pcall_ = redis.call, redis.pcall
 
 local permits = ARGV[1]
-if permits == "1" then permits = 1 else permits = tonumber(permits) end
+if permits == "1" then permits = 1 else permits = tonumber(permits) end  -- most calls: no parse
 local timeout = tonumber(ARGV[2])
 local now = ARGV[3]
 if now == "" then

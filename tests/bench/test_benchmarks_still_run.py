@@ -8,11 +8,15 @@ documented commands broken until someone next measures.
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.services import require
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -50,3 +54,32 @@ def test_benchmark_runs_to_its_tables(script: str, args: list[str], expected: li
     assert done.returncode == 0, done.stderr[-3000:]
     for heading in expected:
         assert heading in done.stdout, done.stdout[-3000:]
+
+
+def test_server_time_counts_instructions_under_callgrind() -> None:
+    """``--instructions``: a third table, with a count per call for every script."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        require("valgrind", "apt-get install -y valgrind")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "server_time.py"),
+            "--calls",
+            "200",
+            "--repeats",
+            "1",
+            "--instructions",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = done.stdout.split("3. Instructions per call inside EVALSHA", 1)[1]
+    counts = dict(
+        re.findall(r"^(limits\.lua, [^\n]*?|bucket\.lua, [^\n]*?)\s{2,}([\d,]+)\s", table, re.M)
+    )
+    assert len(counts) == 5, table  # bucket.lua twice, limits.lua three times
+    # a script does at least what its minimal commands do: more than a thousand instructions
+    assert all(int(n.replace(",", "")) > 1000 for n in counts.values()), table
