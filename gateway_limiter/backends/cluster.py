@@ -97,11 +97,12 @@ REDIRECTS = (AskError, TryAgainError, ClusterDownError)  # MovedError is an AskE
 
 
 class Redirected(Exception):
-    """A call of a shared round trip that the node did not run (``REDIRECTS``): its
-    caller sends it again alone, through redis-py."""
+    """A call of a shared round trip that the node did not run (``REDIRECTS``, the
+    error reply its argument): its caller sends it again (threads: alone, through
+    redis-py; asyncio, ``cluster_async.py``: where the redirect says)."""
 
 
-def batch_error(error: ResponseError) -> BaseException:
+def batch_error(error: ResponseError) -> Exception:
     """What a call of a batch gets for an error reply: ``Redirected`` for a redirect,
     else its own BackendError."""
     return Redirected(error) if isinstance(error, REDIRECTS) else call_error(error)

@@ -147,7 +147,9 @@ def _paused_then(
 
 def _stored(results: list[Any]) -> list[int]:
     """The permits left after each decision, sorted (each one's own reply)."""
-    assert all(isinstance(r, Verdict) for r in results), results
+    assert all(isinstance(r, Verdict) for r in results), [
+        r for r in results if not isinstance(r, Verdict)
+    ]
     return sorted(round(r.stored) for r in results)
 
 
