@@ -20,6 +20,23 @@ What the cluster adds, and how each is met:
 - **Timeouts**: ``redis_timeout`` per read and ``redis_connect_timeout`` per connect, on
   every node, as for one Redis.
 
+Threads deciding at once share round trips per node, as on one Redis
+(``backends/shared_trips.py``, one leader/follower queue per master): a thread that
+finds no round trip to its call's master in flight sends its call at once, alone,
+through redis-py (which routes it, follows MOVED and ASK, and refreshes the slot map
+after a failed node); calls that arrive meanwhile queue on that master, and the next of
+them writes them in one pipeline on one of its pooled connections. Each call keeps its
+own reply, error, NOSCRIPT retry (SCRIPT LOAD on that node, then again) and timeout.
+What the cluster adds to a batch:
+
+- **A redirect in a batch** (MOVED, ASK; TRYAGAIN and CLUSTERDOWN likewise): the node
+  did not run that call, so its caller sends it again alone, through redis-py, which
+  follows the redirect and updates its slot map. A call is never lost, and never run
+  twice. The other calls of the batch keep their replies.
+- **A node that fails** fails the batch to it and the calls queued on it (BackendError,
+  and the failure policy decides), and only those: each master has its own queue. The
+  next call to it goes alone through redis-py, which refreshes the slot map.
+
 The client is built on first use, not at start: ``RedisCluster`` asks a node for the
 slot map when built, and an unreachable cluster at start must mean the failure policy,
 not a gateway that does not start.
@@ -28,22 +45,30 @@ not a gateway that does not start.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import AskError, ClusterDownError, ResponseError, TryAgainError
 
 from gateway_limiter.backends.readiness import Readiness
 from gateway_limiter.backends.redis import (
+    CLIENT_ERRORS,
+    POOL_ARGS,
     ScriptBackend,
     backend_errors,
+    call_error,
     client_options,
+    connection_failed,
     eviction_policy,
     following,
     round_trips,
+    send_pipelined,
 )
 from gateway_limiter.backends.schemes import register
-from gateway_limiter.backends.scripts import Commands, ScriptCall
+from gateway_limiter.backends.scripts import Commands, Packer, ScriptCall
+from gateway_limiter.backends.shared_trips import Queued, RoundTripSharing
 from gateway_limiter.backends.topology import Endpoints, parse_endpoints
 from gateway_limiter.config.settings import Settings
 
@@ -66,13 +91,31 @@ def cluster_policies(replies: Any) -> list[str | None]:
     return [eviction_policy(replies)]
 
 
+#: Error replies that say where or when to ask, not what the script said: the node did
+#: not run the call (MOVED and ASK name another node; TRYAGAIN, CLUSTERDOWN: not now).
+REDIRECTS = (AskError, TryAgainError, ClusterDownError)  # MovedError is an AskError
+
+
+class Redirected(Exception):
+    """A call of a shared round trip that the node did not run (``REDIRECTS``, the
+    error reply its argument): its caller sends it again (threads: alone, through
+    redis-py; asyncio, ``cluster_async.py``: where the redirect says)."""
+
+
+def batch_error(error: ResponseError) -> Exception:
+    """What a call of a batch gets for an error reply: ``Redirected`` for a redirect,
+    else its own BackendError."""
+    return Redirected(error) if isinstance(error, REDIRECTS) else call_error(error)
+
+
 def _netloc(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @register("redis+cluster")
 class RedisClusterBackend(ScriptBackend):
-    """The scripts on a Redis Cluster: each call on the master of its interface's slot."""
+    """The scripts on a Redis Cluster: each call on the master of its interface's slot.
+    Threads deciding at once share round trips to each master (``shared_trips``)."""
 
     shared = True
     __slots__ = (
@@ -80,10 +123,13 @@ class RedisClusterBackend(ScriptBackend):
         "_commands",
         "_endpoints",
         "_lock",
+        "_pack",
         "_prefix",
         "_readiness",
         "_round_trips",
         "_settings",
+        "_sharing",
+        "_wait_base_s",
     )
 
     def __init__(self, settings: Settings) -> None:
@@ -95,6 +141,12 @@ class RedisClusterBackend(ScriptBackend):
         self._lock = threading.Lock()
         self._readiness = Readiness()
         self._round_trips = round_trips(settings)
+        #: each master's leader/follower queue, by node name ("host:port")
+        self._sharing: dict[str, RoundTripSharing] = {}
+        self._pack = Packer()  # the cluster's connections: redis-py's default encoding
+        # A follower waits for the round trip in flight, then for its own: each may
+        # wait for a pooled connection (redis_timeout), open one and read replies.
+        self._wait_base_s = settings.redis_timeout + settings.redis_connect_timeout
 
     @property
     def client(self) -> RedisCluster:
@@ -123,6 +175,64 @@ class RedisClusterBackend(ScriptBackend):
                 timeout=self._settings.redis_timeout,
                 **cluster_options(self._settings, self._endpoints),
             )
+
+    def _ask(self, call: ScriptCall) -> tuple[Any, float]:
+        """``call`` alone, or in one pipeline with other threads' calls to the same
+        master (``shared_trips``); a redirect in a batch sends it again alone."""
+        asked = time.monotonic()
+        with backend_errors():
+            client = self.client
+            if not self._readiness.ready:  # the cluster was away at start: ready it, once
+                self._get_ready(client)
+            try:
+                name = client.get_node_from_key(call.key).name  # type: ignore[no-untyped-call]
+            except CLIENT_ERRORS:  # the slot has no master now: redis-py's own path
+                return self._run(call), 0.0
+        sharing = self._sharing.get(name)
+        if sharing is None:
+            sharing = self._shared_on(name)
+        try:
+            return sharing.run(call)
+        except Redirected:  # not run where it was sent: redis-py follows the redirect
+            return self._run(call), time.monotonic() - asked
+
+    def _shared_on(self, name: str) -> RoundTripSharing:
+        """The queue of the master called ``name`` (made on its first call)."""
+        with self._lock:
+            sharing = self._sharing.get(name)
+            if sharing is None:
+                sharing = self._sharing[name] = RoundTripSharing(
+                    self._run,  # a leader's call: alone, through redis-py
+                    lambda batch: self._send_batch(name, batch),
+                    self._follower_wait_s,
+                    connection_failed,
+                )
+        return sharing
+
+    def _follower_wait_s(self) -> float:
+        return self._wait_base_s + self._round_trips.timeout_s
+
+    def _send_batch(self, name: str, batch: list[Queued]) -> None:
+        """The batch's EVALSHAs in one write to the master called ``name``, on one of
+        its pooled connections; each caller answered from its own reply, a redirected
+        one with ``Redirected``. The connection is dropped when the round trip fails
+        (replies may be unread: never read them later)."""
+        with backend_errors():
+            client = self.client
+            node = client.get_node(node_name=name)  # type: ignore[no-untyped-call]
+            if node is None:  # gone from the slot map since the calls were queued
+                for waiting in batch:
+                    waiting.answer(error=Redirected(name))
+                return
+            pool = client.get_redis_connection(node).connection_pool
+            conn = pool.get_connection(*POOL_ARGS)
+            try:
+                send_pipelined(conn, self._pack, batch, reply_error=batch_error)
+            except BaseException:
+                conn.disconnect()  # type: ignore[no-untyped-call]
+                pool.release(conn)
+                raise
+            pool.release(conn)
 
     def _load(self, client: Any, call: ScriptCall) -> None:
         """SCRIPT LOAD on the master of the call's slot (a promoted replica, a restarted

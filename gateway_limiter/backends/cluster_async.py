@@ -3,21 +3,46 @@
 
 The same decisions as ``backends/cluster.py`` (the script calls and reply parsing of
 ``backends/scripts.py``, with this module's I/O): one EVALSHA on the master of the
-interface's slot; MOVED and ASK followed by redis-py within the call; no retry of a
-failed node (BackendError, and the failure policy decides); NOSCRIPT answered by a
-SCRIPT LOAD on that node.
+interface's slot; MOVED and ASK followed; no retry of a failed node
+(BackendError, and the failure policy decides); NOSCRIPT answered by a SCRIPT LOAD on
+that node.
 
-As in ``backends/redis_async.py``, callers queue first come, first served for one of
-``redis_pool_size`` slots, a call that fails makes the callers queued behind it give up
-at once, and a ``Deadline`` rather than a socket timeout bounds each call, so a busy
-loop does not blame Redis. One difference: the cluster client opens a node's
-connections inside the call, so connecting and asking cannot be timed apart; a call
-gets ``redis_connect_timeout`` plus the read deadline in all, the read deadline
-following the calls seen as the other backends' does (``backends/round_trips.py``:
-between ``redis_timeout`` and ``redis_timeout_ceiling``; a call that also opened a
-connection counts whole, which can only lengthen it, within the ceiling). A node that
-refuses fails at once; one that hangs costs a caller that much (the breaker then keeps
-the others off it).
+**Concurrent decisions share round trips per master**, through the lanes of
+``backends/redis_async.py``: each master has its own queue and up to
+``redis_pool_size`` lanes on a pool of connections to it (an ``AsyncRedisBackend`` on
+that master: the same batches, first come first served, ``Deadline``s, cancellation,
+and a failed round trip failing the decisions queued behind it). A decision joins the
+queue of the master that serves its interface's slot in the client's slot map. What
+the cluster adds:
+
+- **A redirect in a batch**: the master did not run that call, so its caller sends it
+  again, where the redirect says, the way the cluster client follows one: after MOVED,
+  the client's slot map is updated (``NodesManager.move_slot``) and the call goes in
+  the lanes of the slot's new master; after ASK, in the lanes of the node named, with
+  ASKING before it in the same write; after TRYAGAIN or CLUSTERDOWN, alone through the
+  cluster client. At most ``REDIRECTS`` times, then BackendError. A call is never lost,
+  and never run twice; the other calls of the batch keep their replies. (Not through
+  the cluster client itself: under concurrent calls it fails some of them, as it
+  closes all its connections on every fifth MOVED and sends ASKING on a connection of
+  its own, which another call may take.)
+- **A master that fails** fails its lanes' batch and its queue, and only those. Its
+  next calls go alone through the cluster client (which refreshes its slot map after a
+  failed node) until one is answered; then its lanes again.
+- Before the client has a slot map (the first call), and for a slot that has no master
+  in it, calls go alone through the cluster client.
+
+Calls alone through the cluster client (and peek, prepare, heartbeat, members) queue
+first come, first served for one of ``redis_pool_size`` slots, and a ``Deadline``
+rather than a socket timeout bounds each, as in ``backends/redis_async.py``; but the
+cluster client opens a node's connections inside the call, so connecting and asking
+cannot be timed apart there: such a call gets ``redis_connect_timeout`` plus the read
+deadline in all. Lanes time them apart, as on one Redis: taking a connection gets
+``redis_connect_timeout + redis_timeout``, each round trip the read deadline. That
+deadline is one for the whole cluster, and follows the round trips seen as the other
+backends' does (``backends/round_trips.py``: between ``redis_timeout`` and
+``redis_timeout_ceiling``; a call alone that also opened a connection counts whole,
+which can only lengthen it, within the ceiling). A node that refuses fails at once; one
+that hangs costs a caller that much (the breaker then keeps the others off it).
 """
 
 from __future__ import annotations
@@ -28,12 +53,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import redis
+from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.exceptions import NoScriptError
+from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
 from gateway_limiter.backends import scripts
 from gateway_limiter.backends.base import BackendError
-from gateway_limiter.backends.cluster import cluster_options, cluster_policies
+from gateway_limiter.backends.cluster import (
+    Redirected,
+    batch_error,
+    cluster_options,
+    cluster_policies,
+)
 from gateway_limiter.backends.fleet import (
     Heartbeat,
     fleet_key,
@@ -42,8 +73,13 @@ from gateway_limiter.backends.fleet import (
     parse_members,
 )
 from gateway_limiter.backends.readiness import Readiness
-from gateway_limiter.backends.redis import CLIENT_ERRORS, round_trips
-from gateway_limiter.backends.redis_async import Deadline, async_client_options
+from gateway_limiter.backends.redis import CLIENT_ERRORS, connection_failed, round_trips
+from gateway_limiter.backends.redis_async import (
+    AsyncRedisBackend,
+    Deadline,
+    async_client_options,
+    queued_verdict,
+)
 from gateway_limiter.backends.schemes import register_async
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.backends.topology import parse_endpoints
@@ -55,20 +91,38 @@ from gateway_limiter.model.pushback import PushbackState
 T = TypeVar("T")
 
 
+class MasterLanes(AsyncRedisBackend):
+    """The lanes of ``backends/redis_async.py`` on one master of a cluster: a redirect
+    in a batch answers its caller with ``Redirected`` (any other error reply, as on one
+    Redis, with its own BackendError)."""
+
+    __slots__ = ()
+
+    def _reply_error(self, error: ResponseError) -> Exception:
+        return batch_error(error)
+
+
 @register_async("redis+cluster")
 class AsyncRedisClusterBackend:
-    """The scripts on a Redis Cluster, awaited: each call on its interface's master."""
+    """The scripts on a Redis Cluster, awaited: each call on its interface's master,
+    sharing round trips with the other calls to that master."""
 
     shared = True
+    #: Redirects a call follows at most (a slot moving again and again) before it fails.
+    REDIRECTS = 5
     __slots__ = (
         "_client",
         "_commands",
         "_connect_seconds",
         "_failures",
+        "_lanes",
+        "_lanes_options",
         "_prefix",
         "_readiness",
         "_round_trips",
+        "_settings",
         "_slots",
+        "_unanswered",
     )
 
     def __init__(self, settings: Settings) -> None:
@@ -87,6 +141,16 @@ class AsyncRedisClusterBackend:
         self._failures = 0
         self._commands = scripts.Commands(settings.key_prefix)
         self._readiness = Readiness()
+        self._settings = settings
+        #: each master's lanes, by node name ("host:port"), made on its first call
+        self._lanes: dict[str, MasterLanes] = {}
+        # the lanes' connections: the decision path's options (Deadlines time them)
+        self._lanes_options = async_client_options(settings) | {
+            "username": endpoints.username,
+            "password": endpoints.password,
+        }
+        #: masters whose lanes failed: their calls go alone until one is answered
+        self._unanswered: set[str] = set()
 
     @property
     def client(self) -> RedisCluster:
@@ -128,25 +192,88 @@ class AsyncRedisClusterBackend:
             await client.execute_command("SCRIPT LOAD", call.source, target_nodes=node)
             return await client.evalsha(*call.evalsha)
 
+    def _master_of(self, call: scripts.ScriptCall) -> ClusterNode | None:
+        """The master of ``call``'s slot in the slot map; None before the client has one,
+        or while the slot has no master in it."""
+        try:
+            return self._client.get_node_from_key(call.key)
+        except CLIENT_ERRORS:
+            return None
+
+    def _lanes_of(self, node: ClusterNode) -> MasterLanes:
+        """The lanes of the master ``node`` (made now on its first call)."""
+        lanes = self._lanes.get(node.name)
+        if lanes is None:
+            pool = BlockingConnectionPool(
+                host=node.host, port=node.port, timeout=None, **self._lanes_options
+            )
+            lanes = self._lanes[node.name] = MasterLanes(
+                self._settings, pool=pool, trips=self._round_trips
+            )
+        return lanes
+
+    async def _ask(self, call: scripts.ScriptCall) -> tuple[Any, float]:
+        """``call``'s reply, and how long after it was asked for it was written (s): in a
+        batch of its master's lanes, after a redirect in the lanes of the node it names,
+        or alone through the cluster client (see the module's doc)."""
+        asked = time.monotonic()
+        node, asking = self._master_of(call), False
+        for _hop in range(self.REDIRECTS + 1):
+            if node is None or node.name in self._unanswered:
+                return await self._alone(call, node), time.monotonic() - asked
+            queued = self._lanes_of(node).enqueue(call, asking)
+            try:
+                return await queued.future, queued.sent - asked  # cancelled: see _lane
+            except Redirected as redirect:
+                node, asking = await self._redirected(call, redirect.args[0])
+            except BackendError as e:
+                if connection_failed(e):
+                    self._unanswered.add(node.name)
+                raise
+        raise BackendError(f"redirected more than {self.REDIRECTS} times: {call.key!r}")
+
+    async def _redirected(
+        self, call: scripts.ScriptCall, error: ResponseError
+    ) -> tuple[ClusterNode | None, bool]:
+        """Where ``call`` goes after ``error`` (a redirect), and whether ASKING goes first.
+        MOVED: the slot map is updated as the cluster client does it, and the call goes
+        to the slot's new master; ASK: to the node named, after ASKING; TRYAGAIN,
+        CLUSTERDOWN: alone through the cluster client (None)."""
+        if isinstance(error, MovedError):
+            await self._client.nodes_manager.move_slot(error)
+            return self._master_of(call), False
+        if isinstance(error, AskError):
+            return self._client.get_node(host=error.host, port=error.port), True
+        return None, False
+
+    async def _alone(self, call: scripts.ScriptCall, node: ClusterNode | None) -> Any:
+        """``call`` alone through the cluster client; after it is answered, ``node``'s
+        calls go in its lanes again (if it failed: it answers again, or its slot moved)."""
+        reply = await self._queued(lambda: self._evalsha(call))
+        if node is not None:
+            self._unanswered.discard(node.name)
+        return reply
+
     async def reserve(
         self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
     ) -> Verdict:
-        """One EVALSHA on the master of the interface's slot."""
+        """One EVALSHA on the master of the interface's slot, in one round trip with the
+        other calls to that master queued at that moment."""
         if not self._readiness.ready:  # the cluster was away at start: ready it once it answers
             self._readiness.in_background(self.prepare)
-        call = self._commands(rule, permits, timeout, caller, None)
-        return scripts.parse_reply(await self._queued(lambda: self._evalsha(call)))
+        reply, queued_s = await self._ask(self._commands(rule, permits, timeout, caller, None))
+        return queued_verdict(scripts.parse_reply(reply), queued_s)
 
     async def pushback(
         self, rule: Rule, retry_after: float | None, caller: str | None = None
     ) -> tuple[float, float]:
         """One EVALSHA of ``pushback.lua`` on the master of the interface's slot."""
         call = self._commands.pushback(rule, retry_after, caller, None)
-        return scripts.parse_pushback(await self._queued(lambda: self._evalsha(call)))
+        return scripts.parse_pushback((await self._ask(call))[0])
 
     async def script(self, call: scripts.ScriptCall) -> Any:
         """Any other script call (``limiter.slot``'s), on the master of its keys' slot."""
-        return await self._queued(lambda: self._evalsha(call))
+        return (await self._ask(call))[0]
 
     async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """GET, then TIME on the node that holds the key."""
@@ -218,6 +345,9 @@ class AsyncRedisClusterBackend:
         return list(live), now_ms
 
     async def aclose(self) -> None:
-        """Close every node's connections."""
+        """Stop every master's lanes, and close every node's connections."""
         await self._readiness.cancel()
+        lanes, self._lanes = list(self._lanes.values()), {}
+        for master in lanes:
+            await master.aclose()
         await self._client.aclose()

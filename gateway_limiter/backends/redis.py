@@ -19,7 +19,7 @@ import functools
 import inspect
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
@@ -443,7 +443,7 @@ def redis_url(settings: Settings) -> str:
 
 
 # redis-py < 5.3 needs a command name here; later versions warn when given one.
-_POOL_ARGS: tuple[str, ...] = (
+POOL_ARGS: tuple[str, ...] = (
     ("EVALSHA",)
     if inspect.signature(redis.ConnectionPool.get_connection).parameters["command_name"].default
     is inspect.Parameter.empty
@@ -456,6 +456,58 @@ def connection_failed(error: BaseException) -> bool:
     or Redis failed, False when it is one call's own error reply (a script error)."""
     cause = error.__cause__ if isinstance(error, BackendError) else error
     return not isinstance(cause, ResponseError)
+
+
+def call_error(error: ResponseError) -> BackendError:
+    """An error reply that is one call's own (its script failed for it), as the
+    BackendError its caller gets: ``connection_failed`` reads its cause, so it fails no
+    other call."""
+    failure = BackendError(describe(error))
+    failure.__cause__ = error
+    return failure
+
+
+#: NOSCRIPT rounds of a batch before its calls give up (a SCRIPT FLUSH between the LOAD
+#: and the EVALSHAs, again and again).
+RELOADS = 3
+
+
+def send_pipelined(
+    conn: Any,
+    pack: Packer,
+    batch: list[Queued],
+    load: tuple[str, ...] = (),
+    reply_error: Callable[[ResponseError], BaseException] = call_error,
+) -> None:
+    """The batch's EVALSHAs in one write on ``conn``, each caller answered from its own
+    reply as it is read (``shared_trips``): an error reply is that caller's alone
+    (``reply_error`` says what it gets), and a NOSCRIPT loads the script on ``conn``'s
+    server and asks again, in the next write, for just the calls it hit (``load``:
+    scripts known to be missing, loaded in the first write). Raises when the round trip
+    itself fails; then replies may be unread, and ``conn`` must be dropped."""
+    calls: list[Queued] = batch
+    names = load  # scripts to SCRIPT LOAD first: known missing
+    for _attempt in range(RELOADS + 1):
+        packed = [pack(("SCRIPT", "LOAD", SCRIPTS[n])) for n in names]
+        packed += [pack(("EVALSHA", *w.call.evalsha)) for w in calls]
+        stamp(calls)
+        conn.send_packed_command([b"".join(packed)], check_health=False)
+        for _ in names:
+            conn.read_response()
+        reload: list[Queued] = []
+        for waiting in calls:
+            try:
+                waiting.answer(conn.read_response())
+            except NoScriptError:  # flushed or restarted: load, ask again
+                reload.append(waiting)
+            except ResponseError as e:  # this call's alone: its script failed, a redirect
+                waiting.answer(error=reply_error(e))
+        if not reload:
+            return
+        calls, names = reload, tuple(sorted({w.call.name for w in reload}))
+    error = BackendError("NOSCRIPT: Redis keeps losing the script")
+    for waiting in calls:
+        waiting.answer(error=error)
 
 
 @register("redis", "rediss", "unix")
@@ -478,10 +530,6 @@ class RedisBackend(ScriptBackend):
         "_sharing",
         "_wait_base_s",
     )
-
-    #: NOSCRIPT rounds of a batch before its calls give up (a SCRIPT FLUSH between the
-    #: LOAD and the EVALSHAs, again and again).
-    RELOADS = 3
 
     def __init__(self, settings: Settings, client: redis.Redis | None = None) -> None:
         if client is None:
@@ -541,9 +589,7 @@ class RedisBackend(ScriptBackend):
                 self._give_back(conn)
             except ResponseError as e:  # the script failed for this call only
                 self._give_back(conn)
-                error = BackendError(describe(e))
-                error.__cause__ = e  # connection_failed reads it: not a failure
-                raise error from e
+                raise call_error(e) from e
             except BaseException:
                 self._drop(conn)
                 raise
@@ -568,7 +614,7 @@ class RedisBackend(ScriptBackend):
         with backend_errors():
             conn = self._checked_out()
             try:
-                self._pipeline(conn, batch, load)
+                send_pipelined(conn, self._pack, batch, load)
             except BaseException:
                 self._drop(conn)
                 raise
@@ -585,7 +631,7 @@ class RedisBackend(ScriptBackend):
         """
         conn = self._held
         if conn is None or self._held_pid != os.getpid():
-            conn = self._client.connection_pool.get_connection(*_POOL_ARGS)
+            conn = self._client.connection_pool.get_connection(*POOL_ARGS)
             if self._holds:
                 self._held, self._held_pid = conn, os.getpid()
             return conn
@@ -616,33 +662,6 @@ class RedisBackend(ScriptBackend):
         if conn is self._held:
             self._held = None
         self._client.connection_pool.release(conn)
-
-    def _pipeline(self, conn: Any, batch: list[Queued], load: tuple[str, ...]) -> None:
-        calls: list[Queued] = batch
-        names = load  # scripts to SCRIPT LOAD first: known missing
-        for _attempt in range(self.RELOADS + 1):
-            packed = [self._pack(("SCRIPT", "LOAD", SCRIPTS[n])) for n in names]
-            packed += [self._pack(("EVALSHA", *w.call.evalsha)) for w in calls]
-            stamp(calls)
-            conn.send_packed_command([b"".join(packed)], check_health=False)
-            for _ in names:
-                conn.read_response()
-            reload: list[Queued] = []
-            for waiting in calls:
-                try:
-                    waiting.answer(conn.read_response())
-                except NoScriptError:  # flushed or restarted: load, ask again
-                    reload.append(waiting)
-                except ResponseError as e:  # the script failed for this call only
-                    error = BackendError(describe(e))
-                    error.__cause__ = e  # connection_failed reads it: not a failure
-                    waiting.answer(error=error)
-            if not reload:
-                return
-            calls, names = reload, tuple(sorted({w.call.name for w in reload}))
-        error = BackendError("NOSCRIPT: Redis keeps losing the script")
-        for waiting in calls:
-            waiting.answer(error=error)
 
     def close(self) -> None:
         """Close every pooled connection (the decision connection back among them)."""

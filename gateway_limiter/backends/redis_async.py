@@ -88,6 +88,7 @@ from gateway_limiter.backends.redis import (
     packer,
     round_trips,
 )
+from gateway_limiter.backends.round_trips import RoundTrips
 from gateway_limiter.backends.schemes import register_async
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
@@ -206,15 +207,19 @@ _POOL_ARGS: tuple[str, ...] = (
 
 
 class _Call:
-    """One decision waiting for its reply: the script call, the caller's future, and when
-    it was written to Redis (monotonic s; 0 until then)."""
+    """One decision waiting for its reply: the script call, the caller's future, when it
+    was written to Redis (monotonic s; 0 until then), and whether ASKING goes before it
+    (a Redis Cluster's ASK redirect: the slot is being imported there)."""
 
-    __slots__ = ("future", "script", "sent")
+    __slots__ = ("asking", "future", "script", "sent")
 
-    def __init__(self, script: scripts.ScriptCall, future: asyncio.Future[Any]) -> None:
+    def __init__(
+        self, script: scripts.ScriptCall, future: asyncio.Future[Any], asking: bool = False
+    ) -> None:
         self.script = script
         self.future = future
         self.sent = 0.0
+        self.asking = asking
 
 
 @register_async("redis", "rediss", "unix")
@@ -247,9 +252,15 @@ class AsyncRedisBackend:
     #: NOSCRIPT rounds before a call gives up (a SCRIPT FLUSH between LOAD and EVALSHA).
     RELOADS = 3
 
-    def __init__(self, settings: Settings, pool: ConnectionPool | None = None) -> None:
-        """``pool``: connections to the master made elsewhere (Sentinel's), instead of
-        one built from ``redis_url``."""
+    def __init__(
+        self,
+        settings: Settings,
+        pool: ConnectionPool | None = None,
+        trips: RoundTrips | None = None,
+    ) -> None:
+        """``pool``: connections to the master made elsewhere (Sentinel's, a cluster
+        master's), instead of one built from ``redis_url``; ``trips``: the read deadline
+        to follow and feed, when it is shared (a cluster's, by all its masters)."""
         if pool is None:
             try:
                 pool = BlockingConnectionPool.from_url(
@@ -273,7 +284,7 @@ class AsyncRedisBackend:
         self._pack = packer(pool.connection_kwargs)
         self._others = 0  # peek/prepare calls waiting for a connection
         self._readiness = Readiness()
-        self._round_trips = round_trips(settings)  # a lane's read deadline
+        self._round_trips = trips or round_trips(settings)  # a lane's read deadline
 
     @property
     def client(self) -> Redis:
@@ -311,20 +322,21 @@ class AsyncRedisBackend:
         self, rule: Rule, retry_after: float | None, caller: str | None = None
     ) -> tuple[float, float]:
         """One EVALSHA of ``pushback.lua``, queued with the decisions (see ``_lane``)."""
-        call = _Call(
-            self._commands.pushback(rule, retry_after, caller, None),
-            asyncio.get_running_loop().create_future(),
-        )
-        self._queue.append(call)
-        self._start_lane()
+        call = self.enqueue(self._commands.pushback(rule, retry_after, caller, None))
         return scripts.parse_pushback(await call.future)
 
     async def script(self, call: scripts.ScriptCall) -> Any:
         """Any other script call (``limiter.slot``'s), queued with the decisions."""
-        queued = _Call(call, asyncio.get_running_loop().create_future())
-        self._queue.append(queued)
+        return await self.enqueue(call).future
+
+    def enqueue(self, script: scripts.ScriptCall, asking: bool = False) -> _Call:
+        """``script`` queued with the decisions (see ``_lane``): its reply, or its error,
+        comes in its ``future``. ``asking``: ASKING goes before it, in the same write (a
+        cluster's ASK redirect)."""
+        call = _Call(script, asyncio.get_running_loop().create_future(), asking)
+        self._queue.append(call)
         self._start_lane()
-        return await queued.future
+        return call
 
     async def reserve(
         self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
@@ -334,28 +346,9 @@ class AsyncRedisBackend:
         entered_s = time.monotonic()
         if not self._readiness.ready:  # Redis was away at start: ready it once it answers
             self._readiness.in_background(self.prepare)
-        script = self._commands(rule, permits, timeout, caller, None)
-        call = _Call(script, asyncio.get_running_loop().create_future())
-        self._queue.append(call)
-        self._start_lane()
+        call = self.enqueue(self._commands(rule, permits, timeout, caller, None))
         reply = await call.future  # cancelled: the lane skips or drops the reply
-        verdict = scripts.parse_reply(reply)
-        if verdict.next_free_us > 0.0 and call.sent > entered_s:
-            # next_free counts from when the script ran, which is after the call was
-            # written, and that can be long after it was queued in a burst. Counted from
-            # entering here instead (what the limiter goes by), it is that much later.
-            more_us = (call.sent - entered_s) * US_PER_S
-            next_free_us = verdict.next_free_us + more_us
-            held_us = verdict.held_us + more_us if verdict.held_us > 0.0 else 0.0
-            return Verdict(
-                verdict.allowed,
-                verdict.wait_us,
-                verdict.stored,
-                next_free_us,
-                verdict.factor,
-                held_us,
-            )
-        return verdict
+        return queued_verdict(scripts.parse_reply(reply), call.sent - entered_s)
 
     def _start_lane(self) -> None:
         """A lane for the queue, unless one is on its way or all are busy (then the first
@@ -438,9 +431,14 @@ class AsyncRedisBackend:
         reload: list[_Call] = []
         for _attempt in range(self.RELOADS + 1):
             names = sorted({c.script.name for c in reload})
-            commands = [("SCRIPT", "LOAD", scripts.SCRIPTS[n]) for n in names]
+            commands: list[tuple[Any, ...]] = [
+                ("SCRIPT", "LOAD", scripts.SCRIPTS[n]) for n in names
+            ]
             calls = [c for c in reload if not c.future.done()] if reload else batch
-            commands += [("EVALSHA", *c.script.evalsha) for c in calls]
+            for c in calls:
+                if c.asking:
+                    commands.append(("ASKING",))
+                commands.append(("EVALSHA", *c.script.evalsha))
             reload = []
             packed = b"".join([self._pack(command) for command in commands])
             sent = time.monotonic()
@@ -452,12 +450,14 @@ class AsyncRedisBackend:
                 for _ in names:
                     await conn.read_response()
                 for call in calls:
+                    if call.asking:
+                        await conn.read_response()  # OK
                     try:
                         reply = await conn.read_response()
                     except NoScriptError:
                         reload.append(call)
-                    except ResponseError as e:  # the script failed for this call only
-                        _resolve(call.future, error=BackendError(_describe(e)))
+                    except ResponseError as e:  # this call's alone: its script failed
+                        _resolve(call.future, error=self._reply_error(e))
                     else:
                         _resolve(call.future, reply)
             self._round_trips.observe(time.monotonic() - sent)
@@ -466,6 +466,10 @@ class AsyncRedisBackend:
         error = BackendError("NOSCRIPT: Redis keeps losing the script")
         for call in reload:
             _resolve(call.future, error=error)
+
+    def _reply_error(self, error: ResponseError) -> Exception:
+        """What a caller gets for an error reply to its call: its own BackendError."""
+        return BackendError(_describe(error))
 
     async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """GET and TIME in one pipeline."""
@@ -553,6 +557,28 @@ class AsyncRedisBackend:
         await asyncio.gather(*lanes, return_exceptions=True)
         await self._client.aclose()
         await self._pool.disconnect()
+
+
+def queued_verdict(verdict: Verdict, queued_s: float) -> Verdict:
+    """``verdict`` of a call written ``queued_s`` after it was asked for.
+
+    next_free counts from when the script ran, which is after the call was written, and
+    that can be long after it was queued in a burst. Counted from when it was asked for
+    instead (what the limiter goes by), it is that much later.
+    """
+    if verdict.next_free_us <= 0.0 or queued_s <= 0.0:
+        return verdict
+    more_us = queued_s * US_PER_S
+    next_free_us = verdict.next_free_us + more_us
+    held_us = verdict.held_us + more_us if verdict.held_us > 0.0 else 0.0
+    return Verdict(
+        verdict.allowed,
+        verdict.wait_us,
+        verdict.stored,
+        next_free_us,
+        verdict.factor,
+        held_us,
+    )
 
 
 def _resolve(

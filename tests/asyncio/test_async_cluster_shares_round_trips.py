@@ -1,0 +1,305 @@
+"""On a real Redis Cluster (3 masters, a replica each), concurrent asyncio decisions
+share round trips to each master (the lanes of ``backends/redis_async.py``, one set per
+master), and every decision is still its own script call: its own reply, error and
+NOSCRIPT retry; a redirect (ASK, MOVED) in a batch is followed in the lanes of the node
+it names, never lost and never counted twice; a held master holds only its own calls,
+a killed one fails only its own.
+
+A round trip is held in flight with ``CLIENT PAUSE`` on one master, so the calls to it
+that arrive meanwhile go in a batch of their own. Limits refill once a day: what is
+admitted within a test is exact whatever the order. The test that kills a master comes
+last (the module shares one cluster).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.cluster_async import AsyncRedisClusterBackend
+from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.backends.state import bucket_key, state_key
+from gateway_limiter.config.rules import Algorithm, Rule
+from gateway_limiter.config.settings import Settings
+from gateway_limiter.model.bucket import Verdict
+from tests.support.clusters import LocalCluster
+
+DAY = 86_400
+
+Backend = AsyncRedisClusterBackend
+
+
+def _backend(cluster: LocalCluster, prefix: str, timeout_s: float = 2.0) -> Backend:
+    return AsyncRedisClusterBackend(
+        Settings(
+            redis_url=cluster.url,
+            key_prefix=prefix,
+            redis_timeout=timeout_s,
+            redis_timeout_ceiling=timeout_s,
+            redis_connect_timeout=2.0,
+        )
+    )
+
+
+@pytest.fixture
+async def backend(
+    redis_cluster: LocalCluster, key_prefix: str
+) -> AsyncIterator[AsyncRedisClusterBackend]:
+    b = _backend(redis_cluster, key_prefix)
+    await b.prepare()
+    yield b
+    await b.aclose()
+
+
+def _rule(url: str, capacity: int, **more: Any) -> Rule:
+    """``capacity`` permits that refill over a day: none within a test."""
+    return Rule(url, capacity, 0.0, 0, period=DAY, **more)
+
+
+def _masters(cluster: LocalCluster) -> dict[tuple[int, int], int]:
+    """Each slot range and the port of the master that serves it now."""
+    slots = cluster.running()[0].client().cluster("SLOTS")
+    return {(int(start), int(end)): int(master[1]) for start, end, master, *_ in slots}
+
+
+def _urls_on(cluster: LocalCluster, prefix: str, tag: str, each: int) -> dict[int, list[str]]:
+    """``each`` interface URLs per master whose keys that master serves, by its port."""
+    ranges = _masters(cluster)
+    found: dict[int, list[str]] = {port: [] for port in ranges.values()}
+    i = 0
+    while any(len(urls) < each for urls in found.values()):
+        url = f"/async-cluster-share/{tag}/{i}"
+        i += 1
+        slot = key_slot(bucket_key(prefix, url).encode())
+        port = next(port for (a, b), port in ranges.items() if a <= slot <= b)
+        if len(found[port]) < each:
+            found[port].append(url)
+    return found
+
+
+def _info(client: redis.Redis, section: str) -> dict[str, Any]:
+    info: dict[str, Any] = client.info(section)
+    return info
+
+
+def _reads(client: redis.Redis) -> int:
+    return int(_info(client, "stats")["total_reads_processed"])
+
+
+def _evalsha_calls(client: redis.Redis) -> int:
+    return int(_info(client, "commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def _errors(client: redis.Redis, prefix: str) -> int:
+    """How many error replies starting with ``prefix`` (MOVED, ASK) this node sent."""
+    return int(_info(client, "errorstats").get(f"errorstat_{prefix}", {}).get("count", 0))
+
+
+def _asking_calls(client: redis.Redis) -> int:
+    return int(_info(client, "commandstats").get("cmdstat_asking", {}).get("calls", 0))
+
+
+def _command(client: redis.Redis, *args: Any) -> Any:
+    """A raw command on one node (CLUSTER SETSLOT, MIGRATE, CLIENT PAUSE...)."""
+    return client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+async def _held_then(
+    client: redis.Redis,
+    pause_ms: int,
+    first: Callable[[], Awaitable[Any]],
+    rest: Sequence[Callable[[], Awaitable[Any]]],
+) -> list[Any]:
+    """One master pauses; ``first`` goes (its round trip held in flight), then every
+    call of ``rest`` arrives while it is held; each result or error, ``first``'s first."""
+    _command(client, "CLIENT", "PAUSE", pause_ms, "ALL")
+    lead = asyncio.ensure_future(first())
+    await asyncio.sleep(0.05)  # the first call is written by now, and held
+    followers = [call() for call in rest]
+    return await asyncio.gather(lead, *followers, return_exceptions=True)
+
+
+def _stored(results: list[Any]) -> list[int]:
+    """The permits left after each decision, sorted (each one's own reply)."""
+    assert all(isinstance(r, Verdict) for r in results), [
+        r for r in results if not isinstance(r, Verdict)
+    ]
+    return sorted(round(r.stored) for r in results)
+
+
+async def test_calls_on_every_master_admit_exactly_and_share_round_trips(
+    backend: AsyncRedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    capacity, calls = 50, 480
+    urls = [u for us in _urls_on(redis_cluster, key_prefix, "exact", 2).values() for u in us]
+    rules = [_rule(url, capacity) for url in urls]  # 2 interfaces on each master
+    nodes = [redis_cluster.node_on(port).client() for port in redis_cluster.master_ports()]
+    reads, evalshas = sum(map(_reads, nodes)), sum(map(_evalsha_calls, nodes))
+
+    asked = [rules[i % len(rules)] for i in range(calls)]
+    verdicts = await asyncio.gather(*(backend.reserve(r, 1, 0.0) for r in asked))
+
+    for url in urls:  # 80 asked each: exactly the capacity admitted, not one more or less
+        assert sum(v.allowed for r, v in zip(asked, verdicts, strict=True) if r.url == url) == 50
+    # every decision is its own EVALSHA, in far fewer socket reads than calls
+    assert sum(map(_evalsha_calls, nodes)) - evalshas == calls
+    assert sum(map(_reads, nodes)) - reads < calls / 4
+
+
+async def test_calls_queued_on_a_held_master_go_together_and_hold_no_other_master(
+    backend: AsyncRedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    by_master = _urls_on(redis_cluster, key_prefix, "held", 1)
+    held_port, *other_ports = sorted(by_master)
+    held = _rule(by_master[held_port][0], 1000)
+    others = [_rule(by_master[port][0], 1000) for port in other_ports]
+    node = redis_cluster.node_on(held_port).client()
+    done: dict[str, list[float]] = {"held": [], "other": []}
+
+    def ask(rule: Rule, kind: str) -> Callable[[], Awaitable[Verdict]]:
+        async def run() -> Verdict:
+            verdict = await backend.reserve(rule, 1, 0.0)
+            done[kind].append(time.monotonic())
+            return verdict
+
+        return run
+
+    reads = _reads(node)
+    rest = [ask(held, "held")] * 20 + [ask(r, "other") for r in others] * 5
+    results = await _held_then(node, 1000, ask(held, "held"), rest)
+
+    assert _stored(results[:21]) == list(range(1000 - 21, 1000))  # one permit each, in turn
+    assert _stored(results[21:]) == sorted(list(range(1000 - 5, 1000)) * 2)
+    # the first call's read, the batch's read or two (a new lane's handshake), CLIENT
+    # PAUSE and INFO: not 21
+    assert _reads(node) - reads <= 12
+    # the other masters answered while this one was held: their calls did not queue here
+    assert max(done["other"]) < min(done["held"])
+
+
+async def test_an_error_reply_and_a_lost_script_in_a_batch_are_each_callers_own(
+    backend: AsyncRedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    port, urls = next(iter(_urls_on(redis_cluster, key_prefix, "noscript", 2).items()))
+    node = redis_cluster.node_on(port).client()
+    bucket = _rule(urls[0], 1000)
+    windows = _rule(urls[1], 1000, algorithm=Algorithm.SLIDING_WINDOW)
+    node.script_flush()
+
+    async def first() -> Verdict:
+        return await backend.reserve(windows, 1, 0.0)
+
+    async def decide() -> Verdict:
+        return await backend.reserve(bucket, 1, 0.0)
+
+    async def push() -> tuple[float, float]:
+        return await backend.pushback(bucket, None)
+
+    async def refused() -> Any:
+        # the path every decision takes, with a call Redis refuses: more keys than arguments
+        return await backend.script(ScriptCall("bucket", [3, bucket_key(key_prefix, urls[0])]))
+
+    results = await _held_then(node, 400, first, [decide] * 10 + [push, refused] + [decide] * 10)
+
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert len(errors) == 1 and isinstance(errors[0], BackendError), results
+    assert "keys" in str(errors[0]).lower()
+    decisions = [r for r in results[1:] if isinstance(r, Verdict)]
+    assert len(decisions) == 20
+    assert all(v.allowed for v in decisions)
+    factor, _next_free = next(r for r in results if isinstance(r, tuple) and len(r) == 2)
+    assert 0.0 < factor < 1.0  # the pushback was recorded
+    used = [backend._commands.shas[name] for name in ("bucket", "limits", "pushback")]
+    assert node.script_exists(*used) == [True] * 3  # loaded on that master
+
+
+async def test_ask_and_moved_in_a_batch_are_followed_losing_none(
+    backend: AsyncRedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    """A redirect is answered at once, even to a paused client: so the round trip held
+    in flight is another interface's on the same master, and the calls that arrive
+    meanwhile meet the redirect in their batch."""
+    by_master = _urls_on(redis_cluster, key_prefix, "moved", 2)
+    source_port, target_port, third_port = sorted(by_master)
+    rule, other = (_rule(url, 1000) for url in by_master[source_port])
+    key = state_key(key_prefix, rule)  # its period's bucket
+    slot = key_slot(key.encode())
+    if key_slot(state_key(key_prefix, other).encode()) == slot:
+        pytest.skip("both interfaces hash to one slot")  # 1 in 16384
+    source = redis_cluster.node_on(source_port).client()
+    target = redis_cluster.node_on(target_port).client()
+    third = redis_cluster.node_on(third_port).client()
+    source_id = _command(source, "CLUSTER", "MYID").decode()
+    target_id = _command(target, "CLUSTER", "MYID").decode()
+
+    async def decide() -> Verdict:
+        return await backend.reserve(rule, 1, 0.0)
+
+    async def hold() -> Verdict:
+        return await backend.reserve(other, 1, 0.0)
+
+    assert round((await decide()).stored) == 999  # the bucket is on the source
+
+    # ASK: the slot migrating, its key already on the target (the client's map unchanged)
+    _command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+    _command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    _command(source, "MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
+    asks, askings = _errors(source, "ASK"), _asking_calls(target)
+    results = await _held_then(source, 400, hold, [decide] * 20)
+    assert _stored(results[:1]) == [999]
+    assert _stored(results[1:]) == list(range(999 - 20, 999))  # each once: none lost or twice
+    assert _errors(source, "ASK") - asks == 20  # the batch's calls were redirected,
+    assert _asking_calls(target) - askings >= 20  # and sent to the target after ASKING
+
+    # MOVED: the slot the target's, the client's map still naming the source
+    for node in (target, source, third):
+        _command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    moved = _errors(source, "MOVED")
+    results = await _held_then(source, 400, hold, [decide] * 20)
+    assert _stored(results[:1]) == [998]
+    assert _stored(results[1:]) == list(range(999 - 40, 999 - 20))
+    assert _errors(source, "MOVED") - moved == 20  # all 20 in the batch, once each
+    # the client's map follows: the next call goes to the target's lanes at once
+    moved = _errors(source, "MOVED")
+    assert round((await decide()).stored) == 999 - 41
+    assert _errors(source, "MOVED") == moved
+    assert _command(source, "CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    assert target.exists(key)
+
+
+async def test_a_killed_master_fails_only_the_calls_to_it(
+    redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    """Last in the module: the killed master is failed over, not brought back."""
+    backend = _backend(redis_cluster, key_prefix, timeout_s=0.5)
+    by_master = _urls_on(redis_cluster, key_prefix, "killed", 2)
+    victim_port, *alive_ports = sorted(by_master)
+    rules = [(port, _rule(url, 1000)) for port, urls in sorted(by_master.items()) for url in urls]
+    try:
+        await backend.prepare()
+        redis_cluster.node_on(victim_port).kill()
+        asked = [rules[i % len(rules)] for i in range(120)]
+        results = await asyncio.gather(
+            *(backend.reserve(rule, 1, 0.0) for _, rule in asked), return_exceptions=True
+        )
+    finally:
+        await backend.aclose()
+
+    outcomes = [(port, rule.url, v) for (port, rule), v in zip(asked, results, strict=True)]
+    on_victim = [v for port, _, v in outcomes if port == victim_port]
+    on_alive = [v for port, _, v in outcomes if port != victim_port]
+    # every call to a live master was decided there, each once (1000 permits, fewer calls)
+    assert all(isinstance(v, Verdict) and v.allowed for v in on_alive), on_alive
+    for port in alive_ports:
+        for url in by_master[port]:
+            stored = _stored([v for p, u, v in outcomes if p == port and u == url])
+            assert stored == list(range(1000 - len(stored), 1000))
+    # every call to the dead master failed, with BackendError (the failure policy decides)
+    assert on_victim and all(isinstance(v, BackendError) for v in on_victim), on_victim

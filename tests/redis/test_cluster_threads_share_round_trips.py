@@ -1,0 +1,344 @@
+"""On a real Redis Cluster (3 masters, a replica each), threads deciding at once share
+round trips to each master (``backends/shared_trips.py``, one queue per master), and
+every decision is still its own script call: its own reply, error and NOSCRIPT retry;
+a redirect (ASK, MOVED) in a batch is sent again alone and followed, never lost and
+never counted twice; a held master holds only its own calls, a killed one fails only
+its own.
+
+A round trip is held in flight with ``CLIENT PAUSE`` on one master, so the calls to it
+that arrive meanwhile are queued for certain and go together in the next. Decisions use
+a fixed ``now``: no refill, so what is admitted is exact whatever the order of the
+threads. The test that kills a master comes last (the module shares one cluster).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.cluster import RedisClusterBackend
+from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.backends.state import bucket_key
+from gateway_limiter.config.rules import Algorithm, Rule
+from gateway_limiter.config.settings import Settings
+from gateway_limiter.model.bucket import Verdict
+from tests.support.clusters import LocalCluster
+
+NOW_US = 1_700_000_000_000_000.0
+
+
+def _backend(cluster: LocalCluster, prefix: str, timeout_s: float = 2.0) -> RedisClusterBackend:
+    return RedisClusterBackend(
+        Settings(
+            redis_url=cluster.url,
+            key_prefix=prefix,
+            redis_timeout=timeout_s,
+            redis_timeout_ceiling=timeout_s,
+            redis_connect_timeout=2.0,
+        )
+    )
+
+
+@pytest.fixture
+def backend(redis_cluster: LocalCluster, key_prefix: str) -> Iterator[RedisClusterBackend]:
+    b = _backend(redis_cluster, key_prefix)
+    b.prepare()
+    yield b
+    b.close()
+
+
+def _masters(cluster: LocalCluster) -> dict[tuple[int, int], int]:
+    """Each slot range and the port of the master that serves it now."""
+    slots = cluster.running()[0].client().cluster("SLOTS")
+    return {(int(start), int(end)): int(master[1]) for start, end, master, *_ in slots}
+
+
+def _master_of(cluster: LocalCluster, key: str) -> int:
+    slot = key_slot(key.encode())
+    return next(port for (a, b), port in _masters(cluster).items() if a <= slot <= b)
+
+
+def _urls_on(cluster: LocalCluster, prefix: str, tag: str, each: int) -> dict[int, list[str]]:
+    """``each`` interface URLs per master whose keys that master serves, by its port."""
+    ranges = _masters(cluster)
+    found: dict[int, list[str]] = {port: [] for port in ranges.values()}
+    i = 0
+    while any(len(urls) < each for urls in found.values()):
+        url = f"/cluster-share/{tag}/{i}"
+        i += 1
+        slot = key_slot(bucket_key(prefix, url).encode())
+        port = next(port for (a, b), port in ranges.items() if a <= slot <= b)
+        if len(found[port]) < each:
+            found[port].append(url)
+    return found
+
+
+def _in_threads(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run each call on a thread of its own; each result, or the exception it raised."""
+    results: list[Any] = [None] * len(calls)
+
+    def one(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except Exception as e:
+            results[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "a caller hangs"
+    return results
+
+
+def _info(client: redis.Redis, section: str) -> dict[str, Any]:
+    info: dict[str, Any] = client.info(section)
+    return info
+
+
+def _reads(client: redis.Redis) -> int:
+    return int(_info(client, "stats")["total_reads_processed"])
+
+
+def _evalsha_calls(client: redis.Redis) -> int:
+    return int(_info(client, "commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def _errors(client: redis.Redis, prefix: str) -> int:
+    """How many error replies starting with ``prefix`` (MOVED, ASK) this node sent."""
+    return int(_info(client, "errorstats").get(f"errorstat_{prefix}", {}).get("count", 0))
+
+
+def _command(client: redis.Redis, *args: Any) -> Any:
+    """A raw command on one node (CLUSTER SETSLOT, MIGRATE, CLIENT PAUSE...)."""
+    return client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+def _paused_then(
+    client: redis.Redis, pause_ms: int, first: Callable[[], Any], rest: list[Callable[[], Any]]
+) -> list[Any]:
+    """One master pauses; ``first`` goes (its round trip held in flight), then every call
+    of ``rest`` arrives while it is held; the results, ``first``'s first."""
+    _command(client, "CLIENT", "PAUSE", pause_ms, "ALL")
+    started = threading.Event()
+
+    def lead() -> Any:
+        started.set()
+        return first()
+
+    def follow(call: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            started.wait(5)
+            time.sleep(0.05)  # the first call is written by now, and held
+            return call()
+
+        return run
+
+    return _in_threads([lead, *[follow(c) for c in rest]])
+
+
+def _stored(results: list[Any]) -> list[int]:
+    """The permits left after each decision, sorted (each one's own reply)."""
+    assert all(isinstance(r, Verdict) for r in results), [
+        r for r in results if not isinstance(r, Verdict)
+    ]
+    return sorted(round(r.stored) for r in results)
+
+
+def test_threads_on_every_master_admit_exactly_and_share_round_trips(
+    backend: RedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    capacity, threads, each = 50, 8, 60
+    urls = [u for us in _urls_on(redis_cluster, key_prefix, "exact", 2).values() for u in us]
+    rules = [Rule(url, capacity, 0.0, 0) for url in urls]  # 2 interfaces on each master
+    nodes = [redis_cluster.node_on(port).client() for port in redis_cluster.master_ports()]
+    reads, evalshas = sum(map(_reads, nodes)), sum(map(_evalsha_calls, nodes))
+
+    def caller(offset: int) -> Callable[[], list[tuple[str, bool]]]:
+        def run() -> list[tuple[str, bool]]:
+            asked = [rules[(offset + i) % len(rules)] for i in range(each)]
+            return [(r.url, backend.reserve(r, 1, 0.0, now=NOW_US).allowed) for r in asked]
+
+        return run
+
+    results = _in_threads([caller(n) for n in range(threads)])
+
+    assert not [r for r in results if isinstance(r, Exception)], results
+    verdicts = [v for r in results for v in r]
+    assert len(verdicts) == threads * each
+    for url in urls:  # 80 asked each: exactly the capacity admitted, not one more or less
+        assert sum(allowed for u, allowed in verdicts if u == url) == capacity, url
+    # every decision is its own EVALSHA, and they went in fewer socket reads than calls
+    assert sum(map(_evalsha_calls, nodes)) - evalshas == threads * each
+    assert sum(map(_reads, nodes)) - reads < threads * each
+
+
+def test_calls_queued_on_a_held_master_go_in_one_more_and_hold_no_other_master(
+    backend: RedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    by_master = _urls_on(redis_cluster, key_prefix, "held", 1)
+    held_port, *other_ports = sorted(by_master)
+    held = Rule(by_master[held_port][0], 1000, 0.0, 0)
+    others = [Rule(by_master[port][0], 1000, 0.0, 0) for port in other_ports]
+    node = redis_cluster.node_on(held_port).client()
+    done: dict[str, list[float]] = {"held": [], "other": []}
+
+    def ask(rule: Rule, kind: str) -> Callable[[], Verdict]:
+        def run() -> Verdict:
+            verdict = backend.reserve(rule, 1, 0.0, now=NOW_US)
+            done[kind].append(time.monotonic())
+            return verdict
+
+        return run
+
+    reads = _reads(node)
+    rest = [ask(held, "held")] * 20 + [ask(r, "other") for r in others] * 5
+    results = _paused_then(node, 1000, ask(held, "held"), rest)
+
+    held_results = [results[0], *results[1:21]]
+    assert _stored(held_results) == list(range(1000 - 21, 1000))  # one permit each, in turn
+    assert _stored(results[21:]) == sorted(list(range(1000 - 5, 1000)) * 2)
+    # the first call's read, the batch's read or two, CLIENT PAUSE and INFO: not 21
+    assert _reads(node) - reads <= 10
+    # the other masters answered while this one was held: their calls did not queue here
+    assert max(done["other"]) < min(done["held"])
+
+
+def test_an_error_reply_and_a_lost_script_in_a_batch_are_each_callers_own(
+    backend: RedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    port, urls = next(iter(_urls_on(redis_cluster, key_prefix, "noscript", 2).items()))
+    node = redis_cluster.node_on(port).client()
+    bucket = Rule(urls[0], 1000, 0.0, 0)
+    windows = Rule(urls[1], 1000, 0.0, 0, algorithm=Algorithm.SLIDING_WINDOW)
+    node.script_flush()
+    loads = int(_info(node, "commandstats").get("cmdstat_script|load", {}).get("calls", 0))
+    # The first call runs limits.lua and loads only that; the batch behind it then
+    # meets NOSCRIPT for bucket.lua and pushback.lua, mid-pipeline, on that master.
+    first = lambda: backend.reserve(windows, 1, 0.0, now=NOW_US)  # noqa: E731
+    decide = lambda: backend.reserve(bucket, 1, 0.0, now=NOW_US)  # noqa: E731
+    push = lambda: backend.pushback(bucket, None, now=NOW_US)  # noqa: E731
+    # the path every decision takes, with a call Redis refuses: more keys than arguments
+    refused = lambda: backend._ask(ScriptCall("bucket", [3, bucket_key(key_prefix, urls[0])]))  # noqa: E731
+
+    results = _paused_then(node, 400, first, [decide] * 10 + [push, refused] + [decide] * 10)
+
+    errors = [r for r in results if isinstance(r, Exception)]
+    assert len(errors) == 1 and isinstance(errors[0], BackendError), results
+    assert "keys" in str(errors[0]).lower()
+    decisions = [r for r in results[1:] if isinstance(r, Verdict)]
+    assert len(decisions) == 20
+    assert all(v.allowed for v in decisions)
+    factor, _next_free = next(r for r in results if isinstance(r, tuple) and len(r) == 2)
+    assert 0.0 < factor < 1.0  # the pushback was recorded
+    used = [backend._commands.shas[name] for name in ("bucket", "limits", "pushback")]
+    assert node.script_exists(*used) == [True] * 3  # loaded on that master
+    after = int(_info(node, "commandstats").get("cmdstat_script|load", {}).get("calls", 0))
+    assert after - loads == 3  # limits.lua alone, then bucket.lua and pushback.lua
+
+
+def test_ask_and_moved_in_a_batch_are_followed_one_call_at_a_time_losing_none(
+    backend: RedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    """A redirect is answered at once, even to a paused client: so the round trip held
+    in flight is another interface's on the same master, and the calls queued behind it
+    meet the redirect in their batch."""
+    by_master = _urls_on(redis_cluster, key_prefix, "moved", 2)
+    source_port, target_port, third_port = sorted(by_master)
+    rule, other = (Rule(url, 1000, 0.0, 0) for url in by_master[source_port])
+    key = bucket_key(key_prefix, rule.url)
+    slot = key_slot(key.encode())
+    if key_slot(bucket_key(key_prefix, other.url).encode()) == slot:
+        pytest.skip("both interfaces hash to one slot")  # 1 in 16384
+    source = redis_cluster.node_on(source_port).client()
+    target = redis_cluster.node_on(target_port).client()
+    third = redis_cluster.node_on(third_port).client()
+    source_id = _command(source, "CLUSTER", "MYID").decode()
+    target_id = _command(target, "CLUSTER", "MYID").decode()
+
+    def decide() -> Verdict:
+        return backend.reserve(rule, 1, 0.0, now=NOW_US)
+
+    def hold() -> Verdict:
+        return backend.reserve(other, 1, 0.0, now=NOW_US)
+
+    assert round(decide().stored) == 999  # the bucket is on the source; so says the map
+
+    # ASK: the slot migrating, its key already on the target (the client's map unchanged)
+    _command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+    _command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    _command(source, "MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
+    asks = _errors(source, "ASK")
+    results = _paused_then(source, 400, hold, [decide] * 20)
+    assert round(results[0].stored) == 999
+    assert _stored(results[1:]) == list(range(999 - 20, 999))  # each once: none lost or twice
+    # each call met ASK twice: in the batch, and sent again alone (ASK leaves the map)
+    assert _errors(source, "ASK") - asks >= 40
+
+    # MOVED: the slot the target's, the client's map still naming the source
+    for node in (target, source, third):
+        _command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    moved = _errors(source, "MOVED")
+    results = _paused_then(source, 400, hold, [decide] * 20)
+    assert round(results[0].stored) == 998
+    assert _stored(results[1:]) == list(range(999 - 40, 999 - 20))
+    # all 20 in the batch, then the ones sent again before the client learnt the move
+    assert _errors(source, "MOVED") - moved >= 21
+    assert _master_of(redis_cluster, key) == target_port
+    # the client follows the new map: the next call goes to the target at once
+    moved = _errors(source, "MOVED")
+    assert round(decide().stored) == 999 - 41
+    assert _errors(source, "MOVED") == moved
+    assert _command(source, "CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    assert target.exists(key)
+
+
+def test_a_killed_master_fails_only_the_calls_to_it(
+    redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    """Last in the module: the killed master is failed over, not brought back."""
+    backend = _backend(redis_cluster, key_prefix, timeout_s=0.5)
+    by_master = _urls_on(redis_cluster, key_prefix, "killed", 2)
+    victim_port, *alive_ports = sorted(by_master)
+    rules = {port: [Rule(url, 1000, 0.0, 0) for url in urls] for port, urls in by_master.items()}
+    try:
+        backend.prepare()
+        redis_cluster.node_on(victim_port).kill()
+
+        def caller(offset: int) -> Callable[[], list[tuple[int, str, Any]]]:
+            def run() -> list[tuple[int, str, Any]]:
+                asked = [(p, r) for p in sorted(rules) for r in rules[p]]
+                out: list[tuple[int, str, Any]] = []
+                for i in range(24):
+                    port, rule = asked[(offset + i) % len(asked)]
+                    try:
+                        out.append((port, rule.url, backend.reserve(rule, 1, 0.0, now=NOW_US)))
+                    except BackendError as e:
+                        out.append((port, rule.url, e))
+                return out
+
+            return run
+
+        results = [x for r in _in_threads([caller(n) for n in range(6)]) for x in r]
+    finally:
+        backend.close()
+
+    on_victim = [v for port, _, v in results if port == victim_port]
+    on_alive = [v for port, _, v in results if port != victim_port]
+    # every call to a live master was decided there, each once (1000 permits, fewer calls)
+    assert all(isinstance(v, Verdict) and v.allowed for v in on_alive), on_alive
+    for port in alive_ports:
+        for rule in rules[port]:
+            stored = [round(v.stored) for p, u, v in results if p == port and u == rule.url]
+            assert sorted(stored) == list(range(1000 - len(stored), 1000))
+    # the calls to the dead master failed (until a replica took over, if one did)
+    failed = [v for v in on_victim if not isinstance(v, Verdict)]
+    assert failed and all(isinstance(v, BackendError) for v in failed), on_victim
