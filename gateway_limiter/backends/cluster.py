@@ -234,11 +234,13 @@ class RedisClusterBackend(ScriptBackend):
                 raise
             pool.release(conn)
 
-    def _load(self, client: Any, call: ScriptCall) -> None:
-        """SCRIPT LOAD on the master of the call's slot (a promoted replica, a restarted
-        node: scripts are not replicated)."""
-        node = client.get_node_from_key(call.key)
-        client.execute_command("SCRIPT LOAD", call.source, target_nodes=node)
+    def _again(self, client: Any, call: ScriptCall) -> Any:
+        """``call`` once more after NOSCRIPT (a promoted replica, a restarted or new node:
+        scripts are not replicated), as EVAL with the script's source. EVAL goes where
+        the key is, following MOVED and ASK as EVALSHA did, and leaves the script cached
+        on the node that ran it. A SCRIPT LOAD on the slot's master would miss while the
+        slot migrates: ASK sends the call to a node the slot map does not name yet."""
+        return client.eval(call.source, *call.evalsha[1:])
 
     def _policies(self, client: Any) -> list[str | None]:
         """Every master's ``maxmemory-policy`` (none when CONFIG is refused)."""

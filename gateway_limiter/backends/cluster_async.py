@@ -112,6 +112,7 @@ class AsyncRedisClusterBackend:
     REDIRECTS = 5
     __slots__ = (
         "_client",
+        "_closed",
         "_commands",
         "_connect_seconds",
         "_failures",
@@ -151,6 +152,7 @@ class AsyncRedisClusterBackend:
         }
         #: masters whose lanes failed: their calls go alone until one is answered
         self._unanswered: set[str] = set()
+        self._closed = False  # aclose() began: no new lanes (their pools would leak)
 
     @property
     def client(self) -> RedisCluster:
@@ -182,15 +184,14 @@ class AsyncRedisClusterBackend:
                 raise BackendError(scripts.describe(e)) from e
 
     async def _evalsha(self, call: scripts.ScriptCall) -> Any:
-        """EVALSHA, and after NOSCRIPT (``backends/scripts.py``) SCRIPT LOAD on the master
-        of the call's slot and EVALSHA again."""
+        """EVALSHA, and after NOSCRIPT (``backends/scripts.py``) EVAL with the script's
+        source: it goes where the key is, following MOVED and ASK, and leaves the script
+        cached there (``RedisClusterBackend._again`` says why not SCRIPT LOAD)."""
         client = self._client
         try:
             return await client.evalsha(*call.evalsha)
-        except NoScriptError:  # a promoted replica, a restarted node: load there
-            node = client.get_node_from_key(call.key)
-            await client.execute_command("SCRIPT LOAD", call.source, target_nodes=node)
-            return await client.evalsha(*call.evalsha)
+        except NoScriptError:  # a promoted replica, a restarted or new node
+            return await client.eval(call.source, *call.evalsha[1:])
 
     def _master_of(self, call: scripts.ScriptCall) -> ClusterNode | None:
         """The master of ``call``'s slot in the slot map; None before the client has one,
@@ -204,6 +205,8 @@ class AsyncRedisClusterBackend:
         """The lanes of the master ``node`` (made now on its first call)."""
         lanes = self._lanes.get(node.name)
         if lanes is None:
+            if self._closed:
+                raise BackendError("the limiter's Redis Cluster backend is closed")
             pool = BlockingConnectionPool(
                 host=node.host, port=node.port, timeout=None, **self._lanes_options
             )
@@ -346,6 +349,7 @@ class AsyncRedisClusterBackend:
 
     async def aclose(self) -> None:
         """Stop every master's lanes, and close every node's connections."""
+        self._closed = True
         await self._readiness.cancel()
         lanes, self._lanes = list(self._lanes.values()), {}
         for master in lanes:

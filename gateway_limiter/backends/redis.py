@@ -110,9 +110,9 @@ def _text(value: Any) -> str:
 
 class ScriptBackend:
     """What the threaded Redis backends share (one Redis, Sentinel, Cluster): the I/O of
-    ``backends/scripts.py``. Each says where its client is (``client``), where a script
-    is loaded after NOSCRIPT (``_load``), which server holds a key (``_server``) and
-    what each master's ``maxmemory-policy`` is (``_policies``)."""
+    ``backends/scripts.py``. Each says where its client is (``client``), how a call
+    that got NOSCRIPT runs again (``_again``), which server holds a key (``_server``)
+    and what each master's ``maxmemory-policy`` is (``_policies``)."""
 
     __slots__ = ()
     _commands: Commands
@@ -124,9 +124,10 @@ class ScriptBackend:
         """The redis-py client."""
         raise NotImplementedError
 
-    def _load(self, client: Any, call: ScriptCall) -> None:
-        """SCRIPT LOAD ``call``'s script where it ran (and got NOSCRIPT)."""
+    def _again(self, client: Any, call: ScriptCall) -> Any:
+        """``call`` once more after NOSCRIPT: SCRIPT LOAD where it ran, then EVALSHA."""
         client.script_load(call.source)
+        return client.evalsha(*call.evalsha)
 
     def _server(self, key: str) -> Any:
         """A client of the server that holds ``key``."""
@@ -207,8 +208,7 @@ class ScriptBackend:
             try:
                 return client.evalsha(*call.evalsha)
             except NoScriptError:  # restarted, flushed, promoted: load there, ask again
-                self._load(client, call)
-                return client.evalsha(*call.evalsha)
+                return self._again(client, call)
 
     def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
         """GET and TIME in one pipeline (``rule``'s own limit, shared state), on the server

@@ -24,7 +24,7 @@ from redis.crc import key_slot
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.cluster_async import AsyncRedisClusterBackend
-from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.backends.scripts import SHAS, ScriptCall
 from gateway_limiter.backends.state import bucket_key, state_key
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.config.settings import Settings
@@ -272,6 +272,33 @@ async def test_ask_and_moved_in_a_batch_are_followed_losing_none(
     assert _errors(source, "MOVED") == moved
     assert _command(source, "CLUSTER", "COUNTKEYSINSLOT", slot) == 0
     assert target.exists(key)
+
+
+async def test_a_call_asked_to_a_node_without_the_script_runs_there(
+    backend: AsyncRedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    """ASK to a node that never saw the script (a new master a slot is moving to): the
+    call runs there, and the script stays cached there."""
+    by_master = _urls_on(redis_cluster, key_prefix, "asknoscript", 1)
+    source_port, target_port, third_port = sorted(by_master)
+    rule = _rule(by_master[source_port][0], 1000)
+    key = state_key(key_prefix, rule)
+    slot = key_slot(key.encode())
+    nodes = [redis_cluster.node_on(p).client() for p in (source_port, target_port, third_port)]
+    source, target, _ = nodes
+    source_id = _command(source, "CLUSTER", "MYID").decode()
+    target_id = _command(target, "CLUSTER", "MYID").decode()
+    assert round((await backend.reserve(rule, 1, 0.0)).stored) == 999
+    _command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+    _command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    try:
+        _command(source, "MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
+        target.script_flush()  # as a new, empty master would be
+        assert round((await backend.reserve(rule, 1, 0.0)).stored) == 998
+        assert target.script_exists(SHAS["bucket"]) == [True]
+    finally:  # the migration done: the slot the target's on every node
+        for node in nodes:
+            _command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
 
 
 async def test_a_killed_master_fails_only_the_calls_to_it(

@@ -24,7 +24,7 @@ from redis.crc import key_slot
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.cluster import RedisClusterBackend
-from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.backends.scripts import SHAS, ScriptCall
 from gateway_limiter.backends.state import bucket_key
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.config.settings import Settings
@@ -221,8 +221,10 @@ def test_an_error_reply_and_a_lost_script_in_a_batch_are_each_callers_own(
     windows = Rule(urls[1], 1000, 0.0, 0, algorithm=Algorithm.SLIDING_WINDOW)
     node.script_flush()
     loads = int(_info(node, "commandstats").get("cmdstat_script|load", {}).get("calls", 0))
-    # The first call runs limits.lua and loads only that; the batch behind it then
-    # meets NOSCRIPT for bucket.lua and pushback.lua, mid-pipeline, on that master.
+    evals = int(_info(node, "commandstats").get("cmdstat_eval", {}).get("calls", 0))
+    # The first call runs limits.lua alone (EVAL with its source after NOSCRIPT, which
+    # leaves it cached); the batch behind it then meets NOSCRIPT for bucket.lua and
+    # pushback.lua, mid-pipeline, on that master, and loads them there.
     first = lambda: backend.reserve(windows, 1, 0.0, now=NOW_US)  # noqa: E731
     decide = lambda: backend.reserve(bucket, 1, 0.0, now=NOW_US)  # noqa: E731
     push = lambda: backend.pushback(bucket, None, now=NOW_US)  # noqa: E731
@@ -242,7 +244,9 @@ def test_an_error_reply_and_a_lost_script_in_a_batch_are_each_callers_own(
     used = [backend._commands.shas[name] for name in ("bucket", "limits", "pushback")]
     assert node.script_exists(*used) == [True] * 3  # loaded on that master
     after = int(_info(node, "commandstats").get("cmdstat_script|load", {}).get("calls", 0))
-    assert after - loads == 3  # limits.lua alone, then bucket.lua and pushback.lua
+    assert after - loads == 2  # bucket.lua and pushback.lua, in the batch
+    evals_after = int(_info(node, "commandstats").get("cmdstat_eval", {}).get("calls", 0))
+    assert evals_after - evals == 1  # limits.lua, alone
 
 
 def test_ask_and_moved_in_a_batch_are_followed_one_call_at_a_time_losing_none(
@@ -299,6 +303,34 @@ def test_ask_and_moved_in_a_batch_are_followed_one_call_at_a_time_losing_none(
     assert _errors(source, "MOVED") == moved
     assert _command(source, "CLUSTER", "COUNTKEYSINSLOT", slot) == 0
     assert target.exists(key)
+
+
+def test_a_call_asked_to_a_node_without_the_script_runs_there(
+    backend: RedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    """ASK to a node that never saw the script (a new master a slot is moving to): the
+    call runs there, and the script stays cached there. A SCRIPT LOAD on the slot's
+    master, which the map still names, would leave the call failing with NOSCRIPT."""
+    by_master = _urls_on(redis_cluster, key_prefix, "asknoscript", 1)
+    source_port, target_port, third_port = sorted(by_master)
+    rule = Rule(by_master[source_port][0], 1000, 0.0, 0)
+    key = bucket_key(key_prefix, rule.url)
+    slot = key_slot(key.encode())
+    nodes = [redis_cluster.node_on(p).client() for p in (source_port, target_port, third_port)]
+    source, target, _ = nodes
+    source_id = _command(source, "CLUSTER", "MYID").decode()
+    target_id = _command(target, "CLUSTER", "MYID").decode()
+    assert round(backend.reserve(rule, 1, 0.0, now=NOW_US).stored) == 999
+    _command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+    _command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    try:
+        _command(source, "MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
+        target.script_flush()  # as a new, empty master would be
+        assert round(backend.reserve(rule, 1, 0.0, now=NOW_US).stored) == 998
+        assert target.script_exists(SHAS["bucket"]) == [True]
+    finally:  # the migration done: the slot the target's on every node
+        for node in nodes:
+            _command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
 
 
 def test_a_killed_master_fails_only_the_calls_to_it(
