@@ -41,6 +41,11 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("console_tally_cost.py", [], ["tally on (as shipped)", "Tallies.add alone"]),
         ("failover_loss.py", ["--quick"], ["Failover loss:", "1. sentinel", "lost bytes"]),
         ("lease_cost.py", ["--quick"], ["Lease cost:", "without leases", "leaseMs 20"]),
+        (
+            "redis_cpu.py",
+            ["--seconds", "0.5", "--processes", "2"],
+            ["Redis CPU per admitted decision", "2 processes x 1 thread", "asyncio tasks"],
+        ),
     ],
 )
 def test_benchmark_runs_to_its_tables(script: str, args: list[str], expected: list[str]) -> None:
