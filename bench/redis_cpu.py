@@ -171,16 +171,19 @@ def _process(
     database_url: str,
     redis_url: str,
     prefix: str,
+    ready: Any,
     go: Any,
     stop: Any,
     counts: Any,
 ) -> None:
-    """One gateway process of case 2: decides from ``go`` to ``stop``, then reports."""
+    """One gateway process of case 2: says it is ready, decides from ``go`` to
+    ``stop``, then reports."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the run
     with ExitStack() as stack:
         limiter = started_limiter(stack, database_url, redis_url, prefix, expect_rules=1)
         for _ in range(100):  # connected and warm
             limiter.try_acquire(OPEN_URL, timeout=0)
+        ready.put(True)
         go.wait()
         n = 0
         while not stop.is_set():
@@ -194,15 +197,18 @@ def in_processes(
     """Admitted calls of ``processes`` processes of one thread each, for ``seconds``:
     each counts from ``go`` to ``stop``, the window is the same interval."""
     context = multiprocessing.get_context("spawn")
-    go, stop, counts = context.Event(), context.Event(), context.Queue()
+    ready, go, stop, counts = context.Queue(), context.Event(), context.Event(), context.Queue()
     workers = [
-        context.Process(target=_process, args=(database_url, redis_url, prefix, go, stop, counts))
+        context.Process(
+            target=_process, args=(database_url, redis_url, prefix, ready, go, stop, counts)
+        )
         for _ in range(processes)
     ]
     for w in workers:
         w.start()
     try:
-        time.sleep(WARM_S + 1.5)  # spawned, imported and started (a loaded host: longer)
+        for _ in workers:  # each spawned, imported, started and warm
+            ready.get(timeout=120)
         window.start()
         go.set()
         time.sleep(seconds)
