@@ -67,6 +67,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import report as text
+from bench.harness.args import description, reachable_redis
 from bench.harness.limiters import write_rows
 from bench.harness.report import cpu_model, load_average
 from bench.harness.runs import ErrorLog, delete_keys, raise_interrupt
@@ -596,7 +597,7 @@ def _panel_title(algorithm: str) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: 2 s phases, 2 processes x 8 threads"
     )
@@ -652,6 +653,8 @@ def _delete_keys(redis_url: str, prefix: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; 0 when done, 130 when interrupted."""
     args = parse_args(argv)
+    if args.redis_url:
+        reachable_redis(args.redis_url)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
     signal.signal(signal.SIGTERM, raise_interrupt)  # `kill` cleans up like Ctrl-C
     began = time.monotonic()

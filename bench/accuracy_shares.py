@@ -48,6 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness.args import description, reachable_redis
 from bench.harness.report import load_average, table
 from bench.harness.servers import private_redis
 from bench.harness.stats import max_in_window
@@ -289,10 +290,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["--worker"]:
         worker(argv[1], argv[2], argv[3], float(argv[4]))
         return 0
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="3 s instead of 10 s")
     parser.add_argument("--redis-url", help="an existing Redis (default: a private one)")
     args = parser.parse_args(argv)
+    if args.redis_url:
+        reachable_redis(args.redis_url)
     seconds = 3.0 if args.quick else 10.0
     with ExitStack() as stack:
         redis_url = args.redis_url or stack.enter_context(private_redis())

@@ -34,6 +34,7 @@ from typing import Any
 # Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness.args import description, positive_float, positive_int
 from bench.harness.limiters import write_rows
 from bench.harness.servers import cpu_seconds, servers
 from gateway_limiter import GatewayLimiter
@@ -113,11 +114,11 @@ def measure(
 
 def main() -> None:
     """Measure one Redis and a 3-master cluster; print the table."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--processes", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=4)
-    parser.add_argument("--interfaces", type=int, default=256)
-    parser.add_argument("--seconds", type=float, default=8.0)
+    parser = argparse.ArgumentParser(description=description(__doc__))
+    parser.add_argument("--processes", type=positive_int, default=4)
+    parser.add_argument("--threads", type=positive_int, default=4)
+    parser.add_argument("--interfaces", type=positive_int, default=256)
+    parser.add_argument("--seconds", type=positive_float, default=8.0)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="gwl-bench-db-"))

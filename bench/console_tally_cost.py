@@ -20,10 +20,12 @@ not measured here. On a shared, loaded machine read the medians with care.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
 import timeit
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from typing import Any
 # Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness.args import description
 from bench.harness.report import load_average, table
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.core.fleet import Tallies
@@ -53,8 +56,9 @@ def nothing(self: Tallies, url: str, allowed: bool, waited: bool) -> None:
     """``Tallies.add`` switched off."""
 
 
-def main() -> int:
-    """Print the side-by-side table."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the side-by-side table (no options: ``--help`` says what it is)."""
+    argparse.ArgumentParser(description=description(__doc__)).parse_args(argv)
     from bench.harness.limiters import sqlite_table, started_limiter
 
     with ExitStack() as stack:

@@ -57,6 +57,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import limiters
+from bench.harness.args import description, int_at_least, positive_int, reachable_redis
 from bench.harness.limiters import OPEN_RATE, OPEN_URL, floors, sqlite_table, started_limiter
 from bench.harness.report import fmt, load_average, machine_facts, table
 from bench.harness.runs import ErrorLog, delete_keys, raise_interrupt
@@ -347,17 +348,22 @@ def contention_row(c: Contender, result: Contention, seconds: float) -> list[str
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="short smoke run (~15 s)")
     parser.add_argument(
         "--redis-url",
         help="use this Redis instead of starting a private redis-server "
         "(keys are unique to the run and deleted afterwards)",
     )
-    parser.add_argument("--threads", type=int, default=None, help="threads of the N-thread cells")
+    parser.add_argument(
+        "--threads",
+        type=int_at_least(2),
+        default=None,
+        help="threads of the N-thread cells (at least 2)",
+    )
     parser.add_argument(
         "--tasks",
-        type=int,
+        type=positive_int,
         action="append",
         help="coroutines of table 3 (repeat for one table each; default 64)",
     )
@@ -520,9 +526,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     plan = QUICK if args.quick else FULL
     if args.threads is not None:
-        if args.threads < 2:
-            raise SystemExit("--threads must be >= 2")
         plan = dataclasses.replace(plan, threads=args.threads)
+    if args.redis_url:
+        reachable_redis(args.redis_url)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
     signal.signal(signal.SIGTERM, raise_interrupt)  # `kill` cleans up like Ctrl-C
     began = time.monotonic()

@@ -45,6 +45,7 @@ from pathlib import Path
 # Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness.args import description, positive_int
 from bench.harness.limiters import write_rows
 from bench.harness.report import load_average, table
 from tests.support.clusters import LocalCluster, LocalSentinel
@@ -66,7 +67,7 @@ CUT_MS = 300.0
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="one Sentinel run (smoke)")
     parser.add_argument("--runs", type=int, default=3, help="Sentinel runs (default 3)")
     parser.add_argument("--cluster-runs", type=int, default=2, help="Cluster runs (default 2)")
@@ -77,11 +78,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="Sentinel runs with C = 10 x R and the replica's link cut 300 ms before the kill",
     )
     parser.add_argument(
-        "--write-calls", type=int, default=5000, help="calls per row of table 3 (default 5000)"
+        "--write-calls",
+        type=positive_int,
+        default=5000,
+        help="calls per row of table 3 (default 5000)",
     )
     args = parser.parse_args(argv)
-    if args.write_calls < 1:
-        parser.error(f"--write-calls {args.write_calls}: not >= 1")
     for name in ("runs", "cluster_runs", "cut_runs"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: not >= 0")

@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
+from bench.harness.args import description, positive_float, positive_int
 from bench.harness.limiters import sqlite_table, started_limiter
 from bench.harness.report import load_average, table
 from bench.harness.servers import private_redis
@@ -192,14 +193,17 @@ def run(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="a smoke run, a few seconds")
-    parser.add_argument("--processes", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=4)
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--lease-ms", type=int, default=20)
+    parser.add_argument("--processes", type=positive_int, default=4)
+    parser.add_argument("--threads", type=positive_int, default=4)
+    parser.add_argument("--seconds", type=positive_float, default=10.0)
+    parser.add_argument("--lease-ms", type=positive_int, default=20)
     parser.add_argument(
-        "--timeout", type=float, default=0.05, help="the wait budget of the second pair (s)"
+        "--timeout",
+        type=positive_float,
+        default=0.05,
+        help="the wait budget of the second pair (s)",
     )
     a = parser.parse_args()
     seconds = 2.0 if a.quick else a.seconds

@@ -45,6 +45,7 @@ import redis.asyncio
 # Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness.args import description, positive_int
 from bench.harness.limiters import sqlite_table, started_limiter
 from bench.harness.report import load_average, machine_facts, table
 from bench.harness.servers import private_redis
@@ -205,9 +206,11 @@ def peers(stack: ExitStack, redis_url: str, run_id: str, rate: int) -> list[Cont
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="short smoke run")
-    parser.add_argument("--rate", type=int, help="the interface's rate (default: floor / 10)")
+    parser.add_argument(
+        "--rate", type=positive_int, help="the interface's rate (default: floor / 10)"
+    )
     return parser.parse_args(argv)
 
 

@@ -13,6 +13,15 @@ share of the calls reaching the supplier that succeed, and successes per second 
 
 from __future__ import annotations
 
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+# Run as a script from anywhere: the checkout's package wins over any installed copy.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness.args import description
 from gateway_limiter.model import pushback
 from gateway_limiter.model.bucket import BucketState, reserve
 from gateway_limiter.model.pushback import PushbackState, factor_at, push, until_of
@@ -47,7 +56,9 @@ def run(decrease: float, recovery_per_s: float) -> tuple[float, float]:
     return ok / max(sent, 1), ok / (SECONDS - FROM_S) / SUPPLIER
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    """Print the table (no options: ``--help`` says what it is)."""
+    argparse.ArgumentParser(description=description(__doc__)).parse_args(argv)
     print("decrease  recovery/s  success share  successes / supplier rate")
     for decrease in (0.5, 0.7):
         for recovery in (0.02, 0.05, 0.1, 0.2):

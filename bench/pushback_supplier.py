@@ -52,6 +52,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `bench` and the package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.harness.args import description, positive_float, positive_int
 from bench.harness.limiters import sqlite_table, write_rows
 from bench.harness.servers import die_with_parent, private_redis
 
@@ -352,17 +353,17 @@ def plot(args: argparse.Namespace, run: dict[str, Any], path: Path) -> None:
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     add = parser.add_argument
-    add("--seconds", type=float, default=16.0)
+    add("--seconds", type=positive_float, default=16.0)
     add("--from-s", type=float, default=5.0, help="the figures count from this second on")
-    add("--processes", type=int, default=3)
-    add("--threads", type=int, default=3)
-    add("--row-rate", type=int, default=60)
+    add("--processes", type=positive_int, default=3)
+    add("--threads", type=positive_int, default=3)
+    add("--row-rate", type=positive_int, default=60)
     add("--cache", type=float, default=0.1, help="the row's wait budget (s)")
     add("--supplier", choices=["bucket", "window"], default="bucket")
-    add("--supplier-rate", type=float, default=30.0)
-    add("--supplier-burst", type=float, default=5.0, help="--supplier bucket's capacity")
+    add("--supplier-rate", type=positive_float, default=30.0)
+    add("--supplier-burst", type=positive_float, default=5.0, help="--supplier bucket's capacity")
     add("--pause", type=float, default=0.05, help="a refused caller's pause (s)")
     add("--retry-after-at", type=float, default=None)
     add("--redis-url", default=None)

@@ -47,6 +47,7 @@ import redis
 # Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness.args import description, positive_float, positive_int
 from bench.harness.limiters import OPEN_RATE, OPEN_URL, sqlite_table, started_limiter
 from bench.harness.report import load_average, machine_facts, table
 from bench.harness.runs import delete_keys, raise_interrupt
@@ -226,23 +227,13 @@ def in_processes(
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command-line options."""
-
-    def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
-        def parse(text: str) -> Any:
-            value = kind(text)
-            if value <= 0:
-                raise argparse.ArgumentTypeError(f"{text!r}: must be above 0")
-            return value
-
-        return parse
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--seconds", type=positive(float), default=3.0, help="per case")
+    parser = argparse.ArgumentParser(description=description(__doc__))
+    parser.add_argument("--seconds", type=positive_float, default=3.0, help="per case")
     parser.add_argument(
-        "--processes", type=positive(int), default=4, help="processes of the many-clients case"
+        "--processes", type=positive_int, default=4, help="processes of the many-clients case"
     )
-    parser.add_argument("--threads", type=positive(int), default=8, help="threads of case 3")
-    parser.add_argument("--tasks", type=positive(int), default=64, help="asyncio tasks of case 4")
+    parser.add_argument("--threads", type=positive_int, default=8, help="threads of case 3")
+    parser.add_argument("--tasks", type=positive_int, default=64, help="asyncio tasks of case 4")
     return parser.parse_args(argv)
 
 

@@ -37,6 +37,7 @@ from sqlalchemy.engine import make_url
 # Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness.args import description, positive_int
 from bench.harness.report import load_average, table
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.reload import Registry
@@ -132,9 +133,9 @@ def server_seconds(database_url: str, statements: list[str]) -> float:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--rows", type=int, default=1000, help="limit rows in the table")
-    parser.add_argument("--repeats", type=int, default=15, help="reloads measured")
+    parser = argparse.ArgumentParser(description=description(__doc__))
+    parser.add_argument("--rows", type=positive_int, default=1000, help="limit rows in the table")
+    parser.add_argument("--repeats", type=positive_int, default=15, help="reloads measured")
     parser.add_argument(
         "--mysql-url",
         default="mysql+pymysql://root@127.0.0.1:3306/",

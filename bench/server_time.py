@@ -2,11 +2,11 @@
 """Redis server time per decision: each shipped script against the least a script of
 its contract must do, on a private ``redis-server``.
 
-Run from the checkout, with the venv's Python (about 10 s)::
+Run from the checkout, with the venv's Python (about 5 s)::
 
     python bench/server_time.py
     python bench/server_time.py --calls 5000 --repeats 9
-    python bench/server_time.py --instructions    # and instructions (valgrind), ~1 min
+    python bench/server_time.py --instructions    # and instructions (valgrind), ~20 s
 
 Redis runs scripts on one thread, so the server time of one decision is what caps one
 Redis master: at 30 µs a decision, one core holds about 33,000 decisions/s. This
@@ -69,6 +69,7 @@ import redis
 # Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness.args import description, int_at_least, positive_int, reachable_redis
 from bench.harness.limiters import STATE_COMMANDS_LUA
 from bench.harness.report import load_average, machine_facts, table
 from bench.harness.runs import delete_keys, raise_interrupt
@@ -351,9 +352,16 @@ HEADERS = [
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--calls", type=int, default=2000, help="calls per cell and repeat")
-    parser.add_argument("--repeats", type=int, default=7, help="interleaved repeats per cell")
+    parser = argparse.ArgumentParser(description=description(__doc__))
+    parser.add_argument(
+        "--calls",
+        type=int_at_least(PIPELINE),
+        default=2000,
+        help=f"calls per cell and repeat (at least {PIPELINE}, one pipeline)",
+    )
+    parser.add_argument(
+        "--repeats", type=positive_int, default=7, help="interleaved repeats per cell"
+    )
     parser.add_argument("--redis-url", help="an existing Redis instead of a private one")
     parser.add_argument(
         "--instructions",
@@ -366,8 +374,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure and print both tables; 130 when interrupted."""
     args = parse_args(argv)
-    if args.calls < PIPELINE or args.repeats < 1:
-        raise SystemExit(f"--calls must be >= {PIPELINE} and --repeats >= 1")
+    if args.redis_url:
+        reachable_redis(args.redis_url)
     signal.signal(signal.SIGTERM, raise_interrupt)
     began = time.monotonic()
     try:
@@ -377,7 +385,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             stack.callback(client.close)
             prefix = f"gwlserver{uuid.uuid4().hex[:8]}"
             stack.callback(delete_keys, client, f"{prefix}*")
-            for line in machine_facts(client, url, private=not args.redis_url):
+            facts = machine_facts(
+                client, url, private=not args.redis_url, peers=False, metrics=False
+            )
+            for line in facts:
                 print(line)
             print(f"plan:     {args.calls} calls per cell x {args.repeats} interleaved repeats")
             print(flush=True)

@@ -30,6 +30,7 @@ from typing import Any
 # Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness.args import description, reachable_redis
 from bench.harness.limiters import floors, sqlite_table, started_limiter
 from bench.harness.report import load_average, table
 from bench.harness.servers import private_redis
@@ -59,10 +60,12 @@ def measure(call: Callable[[], object], seconds: float, client: Any) -> tuple[fl
 
 def main() -> None:
     """Measure and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="1 s per row")
     parser.add_argument("--redis-url", help="an existing Redis instead of a private one")
     args = parser.parse_args()
+    if args.redis_url:
+        reachable_redis(args.redis_url)
     seconds = 1.0 if args.quick else 5.0
     with ExitStack() as stack:
         redis_url = args.redis_url or stack.enter_context(private_redis())

@@ -28,11 +28,12 @@ first so the numbers can be read against the host they came from.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
 import timeit
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ import redis
 # Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness.args import description
 from bench.harness.limiters import (
     OPEN_RATE,
     OPEN_URL,
@@ -125,8 +127,9 @@ def python_micros(
     return best
 
 
-def main() -> int:
-    """Measure and print the three tables."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure and print the three tables (no options: ``--help`` says what it is)."""
+    argparse.ArgumentParser(description=description(__doc__)).parse_args(argv)
     with ExitStack() as stack:
         redis_url = stack.enter_context(private_redis())
         admin = redis.Redis.from_url(redis_url, socket_timeout=5)

@@ -6,6 +6,9 @@
 - ``timing``: threads and coroutines calling in a loop, counted, and contention runs;
 - ``stats``: percentiles, medians, the most events in any window;
 - ``report``: the machine facts every run prints first, and plain-text tables;
+- ``args``: what the command lines share (``--help``'s description, option types that
+  refuse a count or a duration of 0 or less, one line for a ``--redis-url`` that does
+  not answer);
 - ``runs``: what surrounds a run (Ctrl-C and ``kill``, counting the limiter's errors,
   removing the run's keys from a shared Redis).
 """

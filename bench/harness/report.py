@@ -60,14 +60,27 @@ def cpu_model() -> str:
     return "unknown CPU"
 
 
-def machine_facts(client: redis.Redis, redis_url: str, private: bool) -> list[str]:
-    """The lines that say where and with what the numbers were measured."""
+def machine_facts(
+    client: redis.Redis,
+    redis_url: str,
+    private: bool,
+    *,
+    peers: bool = True,
+    metrics: bool = True,
+) -> list[str]:
+    """The lines that say where and with what the numbers were measured.
+
+    ``peers`` and ``metrics`` add the versions of the peer libraries and of
+    prometheus-client: a script that runs neither the peers nor ``try_acquire`` (one
+    that times Redis alone) leaves them out rather than print lines that do not concern
+    its numbers.
+    """
     from redis.utils import HIREDIS_AVAILABLE
 
     info = client.info("server")
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
     where = "private, started by this run" if private else "existing, --redis-url"
-    return [
+    facts = [
         f"date:     {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
         f"command:  {shlex.join([sys.executable, *sys.argv])}",
         f"machine:  nproc {os.cpu_count()} (usable {affinity}), {cpu_model()}, "
@@ -76,8 +89,15 @@ def machine_facts(client: redis.Redis, redis_url: str, private: bool) -> list[st
         f"redis:    redis-server {info.get('redis_version')} at {redis_url} ({where}); "
         f"redis-py {redis.__version__}; hiredis "
         + (f"yes ({version('hiredis')})" if HIREDIS_AVAILABLE else "no"),
-        f"peers:    limits {version('limits')}, pyrate-limiter {version('pyrate-limiter')}",
-        f"metrics:  prometheus-client {version('prometheus-client')} (recorded in the "
-        "'gateway-limiter try_acquire' rows unless absent)",
-        f"load:     {load_average()} (1/5/15-min load average at start)",
     ]
+    if peers:
+        facts.append(
+            f"peers:    limits {version('limits')}, pyrate-limiter {version('pyrate-limiter')}"
+        )
+    if metrics:
+        facts.append(
+            f"metrics:  prometheus-client {version('prometheus-client')} (recorded in the "
+            "'gateway-limiter try_acquire' rows unless absent)"
+        )
+    facts.append(f"load:     {load_average()} (1/5/15-min load average at start)")
+    return facts

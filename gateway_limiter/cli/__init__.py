@@ -29,7 +29,15 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from gateway_limiter.cli.arguments import Command, global_options
-from gateway_limiter.cli.context import PROG, CliError, Context, database_problem, error_line
+from gateway_limiter.cli.context import (
+    PROG,
+    CliError,
+    Context,
+    UsageError,
+    database_problem,
+    error_line,
+    usage_error_line,
+)
 from gateway_limiter.cli.output import Output
 from gateway_limiter.observe.redact import mask_secrets
 
@@ -245,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _library_logging(args.verbose):
             return run(ctx)
+    except UsageError as e:
+        usage_error_line(e.command, str(e))
+        return e.code
     except CliError as e:
         error_line(str(e))
         return e.code

@@ -1,6 +1,7 @@
 """The algorithm columns ``conf set`` is given, checked as the reload would check the row
-they make, with errors naming the flag to change; and the warning for a warm-up row whose
-wait budget can never pay for its first cold permit."""
+they make, with errors naming the flag to change; the warning for a warm-up row whose
+wait budget can never pay for its first cold permit; and the one for a rate lease too
+short to hold more than one permit."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from gateway_limiter.cli.arguments import NONE_WORD
 from gateway_limiter.cli.describe import fmt_field
 from gateway_limiter.config.edits import algorithm_culprit
-from gateway_limiter.config.rules import ALGORITHMS, Algorithm, algorithm_problem
+from gateway_limiter.config.rules import ALGORITHMS, MAX_LEASE_MS, Algorithm, algorithm_problem
 from gateway_limiter.model.bucket import US_PER_S, shape
 
 if TYPE_CHECKING:
@@ -96,3 +97,23 @@ def warm_up_cache_warning(rate: int, cache: float, warmup: float) -> str:
         f"(about 3 / rate), more than cache {cache:g} s: callers that wait only the row's "
         f"cache are all refused and it never warms up; give --cache {need:g} or more"
     )
+
+
+def one_permit_lease_warning(rate: int, period: int, lease_ms: int) -> str:
+    """A warning when a row's rate lease holds one permit: n = max(1, floor(R x L / 1000))
+    is 1 (``core/leases.lease_size``), so every permit still costs its round trip and the
+    lease saves nothing; the least ``leaseMs`` for 2 permits a lease, if there is one."""
+    per_second = rate / period
+    if rate <= 0 or lease_ms <= 0 or per_second * lease_ms / 1000.0 + 1e-9 >= 2:
+        return ""
+    where = f"rate {rate}/s" if period == 1 else f"rate {rate} per {period} s ({per_second:.3g}/s)"
+    said = (
+        f"leaseMs {lease_ms} at {where} leases 1 permit at a time (n = max(1, floor(R x "
+        f"leaseMs / 1000)) = 1): every call still costs a round trip, so the lease saves none"
+    )
+    need = math.ceil(2000 / per_second - 1e-9)
+    if need > MAX_LEASE_MS:
+        return (
+            f"{said}; no leaseMs up to {MAX_LEASE_MS} makes 2 permits: clear it with --lease-ms 0"
+        )
+    return f"{said}; give --lease-ms {need} or more for 2 permits a lease, or --lease-ms 0"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gateway_limiter.cli.algorithm_args import (
     algorithm_args_problem,
     given_algorithm_fields,
+    one_permit_lease_warning,
     warm_up_cache_warning,
 )
 from gateway_limiter.cli.arguments import (
@@ -30,7 +31,7 @@ from gateway_limiter.cli.arguments import (
     url_arg,
     warmup_arg,
 )
-from gateway_limiter.cli.context import PROG, CliError, Context, warning_line
+from gateway_limiter.cli.context import PROG, CliError, Context, UsageError, warning_line
 from gateway_limiter.cli.describe import (
     fmt_cache,
     fmt_field,
@@ -359,9 +360,9 @@ def cmd_conf_set(ctx: Context) -> int:
     engine = ctx.engine()
     period, per_caller, caller = a.period or 1, bool(a.per_caller), a.caller_key
     if caller is not None and not per_caller:
-        raise CliError(
+        raise UsageError(
             f"argument --caller: {caller!r} names one caller of a per-caller row: add --per-caller",
-            code=2,
+            "conf set",
         )
     everything = _refuse_collation_twins(engine, a.url)
     scope: dict[str, Any] = {
@@ -372,10 +373,10 @@ def cmd_conf_set(ctx: Context) -> int:
     if a.url == CHANNEL_URL:
         # each channel has its own cap: the row is picked (and made) for --channel alone
         if not a.channel:
-            raise CliError(
+            raise UsageError(
                 f"URL {CHANNEL_URL!r} is a channel cap and needs the channelType it caps: "
                 "--channel C (each channel has its own row)",
-                code=2,
+                "conf set",
             )
         scope["channel_type"] = a.channel
     before = [
@@ -388,10 +389,10 @@ def cmd_conf_set(ctx: Context) -> int:
     given = given_algorithm_fields(a)
     problem = algorithm_args_problem(given, old, period, per_caller)
     if problem:
-        raise CliError(problem, code=2)
+        raise UsageError(problem, "conf set")
     if a.rate is None and old is None:
-        raise CliError(
-            f"{a.url} has no row for this period and scope: a new row needs --rate", code=2
+        raise UsageError(
+            f"{a.url} has no row for this period and scope: a new row needs --rate", "conf set"
         )
     fields: dict[str, Any] = dict(given)
     if a.rate is not None:
@@ -454,6 +455,10 @@ def cmd_conf_set(ctx: Context) -> int:
     rows = read_rows(engine)
     ctx.out.line(url_effect(a.url, rows, build_rules(rows, ctx.settings.default_cache)))
     _warn_written(ctx, rows, [row.config_id])
+    if row.lease_ms and row.rate_limit and _lease_in_force(ctx, rows, row.config_id, a.url):
+        warning = one_permit_lease_warning(row.rate_limit, row.period_seconds or 1, row.lease_ms)
+        if warning:
+            warning_line(warning)
     if row.algorithm == Algorithm.WARM_UP and row.rate_limit and row.warmup_period:
         cache = ctx.settings.default_cache if row.cache is None else round(row.cache, 2)
         warning = warm_up_cache_warning(row.rate_limit, cache, row.warmup_period)
@@ -474,6 +479,14 @@ def _warn_written(ctx: Context, rows: Sequence[ConfRow], config_ids: Sequence[in
         warning_line(warning)
 
 
+def _lease_in_force(ctx: Context, rows: Sequence[ConfRow], config_id: int, url: str) -> bool:
+    """Whether the reload gives ``url`` the lease of row ``config_id`` once that row is
+    enabled (a lease it ignores has its own warning, from ``written_warnings``)."""
+    enabled = [replace(r, status=1) if r.config_id == config_id else r for r in rows]
+    rule = build_rules(enabled, ctx.settings.default_cache).rules.get(url)
+    return rule is not None and rule.lease_ms != 0
+
+
 def _scope_flags(row: RateLimitConf) -> str:
     """The ``conf enable/disable`` flags that pick ``row``'s period and scope."""
     return f" --period {row.period_seconds} --{'per-caller' if row.per_caller else 'shared'}"
@@ -491,10 +504,10 @@ def _scope_of(args: argparse.Namespace) -> dict[str, Any]:
         scope["per_caller"] = int(args.per_caller)
     if getattr(args, "channel", None) is not None:
         if args.url != CHANNEL_URL:
-            raise CliError(
+            raise UsageError(
                 f"argument --channel: picks one channel cap, of URL {CHANNEL_URL!r}; "
                 f"{args.url} is one interface",
-                code=2,
+                f"conf {args.action}",
             )
         scope["channel_type"] = args.channel
     return scope

@@ -43,6 +43,24 @@ class CliError(Exception):
         self.code = code
 
 
+class UsageError(CliError):
+    """Arguments that parse but do not go together, or not with the row they change: a
+    command's check after argparse's, so reported as argparse reports a bad argument,
+    under the command's name (``gateway-limiter conf set: error: ...``), exit 2."""
+
+    def __init__(self, message: str, command: str) -> None:
+        super().__init__(message, code=2)
+        self.command = command
+
+
+def usage_error_line(command: str, message: str) -> None:
+    """Report a usage error of ``command`` ("conf set") as one line on stderr, in the
+    words argparse's errors use (``_Parser.error``), passwords masked."""
+    flat = " ".join(mask_secrets(message).split())
+    prog = f"{PROG} {command}"
+    print(f"{prog}: error: {flat} (see '{prog} --help')", file=sys.stderr, flush=True)
+
+
 def error_line(message: str) -> None:
     """Report an error as one line on stderr, passwords masked."""
     flat = " ".join(mask_secrets(message).split())

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,99 @@ def test_server_time_counts_instructions_under_callgrind() -> None:
     assert len(counts) == 5, table  # bucket.lua twice, limits.lua three times
     # a script does at least what its minimal commands do: more than a thousand instructions
     assert all(int(n.replace(",", "")) > 1000 for n in counts.values()), table
+
+
+def run_quickly(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A script run that must end long before any measurement could (argument handling)."""
+    return subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+#: Every script with a command line, and a phrase of its docstring's first paragraph.
+SCRIPTS = [
+    ("where_time_goes.py", "spends the time that a bare EVALSHA does not."),
+    ("console_tally_cost.py", "same limiter whose tally is switched off."),
+    ("pushback_constants.py", "a supplier that takes less than the row."),
+    ("server_time.py", "the least a script of its contract must do, on a private"),
+    ("decision_cost.py", "What one gateway-limiter decision costs"),
+    ("lease_cost.py", ""),
+    ("reload_cost.py", ""),
+    ("overload.py", ""),
+    ("slot_cost.py", ""),
+    ("accuracy_shares.py", ""),
+    ("accuracy.py", ""),
+    ("fleet_outage.py", ""),
+    ("fleet_membership.py", ""),
+    ("failover_loss.py", ""),
+    ("cluster_scale.py", ""),
+    ("pushback_supplier.py", ""),
+    ("redis_cpu.py", "Redis CPU per decision, by how the decisions reach Redis"),
+]
+
+
+@pytest.mark.parametrize(("script", "phrase"), SCRIPTS)
+def test_help_describes_the_script_without_running_it(script: str, phrase: str) -> None:
+    """``--help`` exits 0 at once with the first paragraph of the docstring, whole."""
+    started = time.monotonic()
+    done = run_quickly(script, "--help")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("usage:"), done.stdout[-3000:]
+    assert " ".join(phrase.split()) in " ".join(done.stdout.split()), done.stdout
+    assert time.monotonic() - started < 20  # no measurement ran (each takes longer)
+
+
+@pytest.mark.parametrize(("script", "phrase"), SCRIPTS)
+def test_an_unknown_option_is_an_error(script: str, phrase: str) -> None:
+    done = run_quickly(script, "--no-such-option")
+    assert done.returncode == 2, (done.stdout[-3000:], done.stderr[-3000:])
+    assert "unrecognized arguments: --no-such-option" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "message"),
+    [
+        ("server_time.py", ["--calls", "0"], "argument --calls: 0: must be >= 100"),
+        ("server_time.py", ["--repeats", "0"], "argument --repeats: 0: must be >= 1"),
+        ("decision_cost.py", ["--threads", "0"], "argument --threads: 0: must be >= 2"),
+        ("decision_cost.py", ["--tasks", "0"], "argument --tasks: 0: must be >= 1"),
+        ("lease_cost.py", ["--lease-ms", "-5"], "argument --lease-ms: -5: must be >= 1"),
+        ("lease_cost.py", ["--lease-ms", "0"], "argument --lease-ms: 0: must be >= 1"),
+        ("lease_cost.py", ["--seconds", "0"], "argument --seconds: 0: must be > 0"),
+        ("lease_cost.py", ["--timeout", "nan"], "argument --timeout: nan: must be > 0"),
+        ("reload_cost.py", ["--rows", "0"], "argument --rows: 0: must be >= 1"),
+        ("cluster_scale.py", ["--seconds", "-1"], "argument --seconds: -1: must be > 0"),
+        ("overload.py", ["--rate", "0"], "argument --rate: 0: must be >= 1"),
+        ("failover_loss.py", ["--write-calls", "0"], "argument --write-calls: 0: must be >= 1"),
+        ("pushback_supplier.py", ["--seconds", "0"], "argument --seconds: 0: must be > 0"),
+        ("redis_cpu.py", ["--processes", "0"], "argument --processes: 0: must be >= 1"),
+        ("decision_cost.py", ["--threads", "two"], "argument --threads: 'two' is not an integer"),
+    ],
+)
+def test_a_count_or_duration_that_cannot_run_is_refused(
+    script: str, args: list[str], message: str
+) -> None:
+    """Refused before anything starts, with the option and the value given (exit 2)."""
+    done = run_quickly(script, *args)
+    assert done.returncode == 2, (done.stdout[-3000:], done.stderr[-3000:])
+    assert message in done.stderr, done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "script", ["decision_cost.py", "server_time.py", "slot_cost.py", "accuracy_shares.py"]
+)
+def test_an_unreachable_redis_url_is_one_line_naming_it(script: str) -> None:
+    """No traceback: one line with the URL, its password masked, and exit 1."""
+    done = run_quickly(script, "--redis-url", "redis://user:s3cret@127.0.0.1:1/0")
+    assert done.returncode == 1, (done.stdout[-3000:], done.stderr[-3000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"{script}: error: --redis-url redis://user:***@127.0.0.1:1/0: "), (
+        lines
+    )
+    assert "s3cret" not in done.stderr + done.stdout

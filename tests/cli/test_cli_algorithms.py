@@ -56,12 +56,15 @@ def applied_rule(engine: Engine, url: str) -> Rule:
 
 
 def assert_refused(ran: Ran, flag: str, *needles: str) -> None:
-    """Exit 2, one line on stderr naming ``flag`` (and each needle), nothing on stdout."""
+    """Exit 2, one line on stderr naming ``flag`` (and each needle), nothing on stdout;
+    worded as argparse words the flags it refuses itself (``--cache -1``)."""
     assert ran.code == 2, (ran.out, ran.err)
     assert ran.out == ""
     lines = ran.err.splitlines()
     assert len(lines) == 1, ran.err
     assert "Traceback" not in ran.err
+    assert lines[0].startswith("gateway-limiter conf set: error: "), lines[0]
+    assert lines[0].endswith(" (see 'gateway-limiter conf set --help')"), lines[0]
     assert f"argument {flag}:" in lines[0], lines[0]
     for needle in needles:
         assert needle in lines[0], lines[0]
@@ -471,3 +474,27 @@ def test_conf_set_help_explains_the_flags_and_how_to_clear_them(
     assert "--warmup S" in flat
     assert "Only the columns given change" in flat
     assert "--max-permits none" in flat
+
+
+def test_conf_set_words_its_own_refusals_as_argparse_words_a_bad_flag(
+    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+) -> None:
+    """``--max-permits 0`` (refused by the row check) and ``--cache -1`` (by argparse) read
+    alike: ``gateway-limiter conf set: error: argument ...``, exit 2; so do the other
+    refusals that name a flag of ``conf set``, and ``--channel`` of ``conf enable``."""
+    db, engine = migrated_any_db
+    by_argparse = conf_set(capsys, db, URL, "--rate", "10", "--cache", "-1")
+    by_row_check = conf_set(capsys, db, URL, "--rate", "10", "--max-permits", "0")
+    assert_refused(by_argparse, "--cache")
+    assert_refused(by_row_check, "--max-permits", "maxPermits 0")
+    assert_refused(conf_set(capsys, db, URL, "--rate", "10", "--caller", "app"), "--caller")
+    no_rate = conf_set(capsys, db, URL, "--cache", "0.2")
+    assert no_rate.code == 2
+    assert no_rate.err.startswith("gateway-limiter conf set: error: "), no_rate.err
+    assert "a new row needs --rate" in no_rate.err
+    enable = cli(capsys, "--database-url", db, "conf", "enable", URL, "--channel", "web")
+    assert enable.code == 2, enable.err
+    assert enable.err.startswith("gateway-limiter conf enable: error: argument --channel: "), (
+        enable.err
+    )
+    assert table(engine) == []

@@ -155,7 +155,8 @@ def test_conf_set_and_enable_say_on_stderr_that_the_reload_ignores_the_lease(
     capsys: pytest.CaptureFixture[str], migrated_db: tuple[str, Engine]
 ) -> None:
     db, engine = migrated_db
-    ran = cli(capsys, "--database-url", db, "conf", "set", "/x", "--rate", "5")
+    # 500/s: a lease of 20 ms holds 10 permits (one permit a lease has its own warning)
+    ran = cli(capsys, "--database-url", db, "conf", "set", "/x", "--rate", "500")
     assert ran.code == 0, ran.err
     (row,) = find_rows(engine, "/x")
     ignored = (
@@ -191,6 +192,45 @@ def test_conf_set_and_enable_say_on_stderr_that_the_reload_ignores_the_lease(
     assert ran.code == 0, ran.err
     assert f"warning: {several}" in " ".join(ran.err.split())
     assert "once enabled" not in ran.err
+
+
+def test_conf_set_warns_when_a_lease_would_hold_one_permit(
+    capsys: pytest.CaptureFixture[str], migrated_db: tuple[str, Engine]
+) -> None:
+    """n = max(1, floor(R x L / 1000)) = 1 saves no round trip: said on stderr, naming the
+    rate, leaseMs and n, with the least leaseMs for 2 permits; the row is written."""
+    db, engine = migrated_db
+
+    def conf_set(url: str, *argv: str) -> str:
+        ran = cli(capsys, "--database-url", db, "conf", "set", url, *argv)
+        assert ran.code == 0, ran.err
+        assert "warning" not in ran.out
+        return " ".join(ran.err.split())
+
+    said = conf_set("/x", "--rate", "10", "--lease-ms", "20")
+    assert said == (
+        "gateway-limiter: warning: leaseMs 20 at rate 10/s leases 1 permit at a time "
+        "(n = max(1, floor(R x leaseMs / 1000)) = 1): every call still costs a round trip, "
+        "so the lease saves none; give --lease-ms 200 or more for 2 permits a lease, or "
+        "--lease-ms 0"
+    ), said
+    assert [r.lease_ms for r in find_rows(engine, "/x")] == [20]  # written all the same
+    assert "leases 1 permit" in conf_set("/x", "--cache", "0.2")  # every write says it
+    assert "leases 1 permit" in conf_set("/x", "--lease-ms", "199")  # 1.99 permits: 1
+    assert conf_set("/x", "--lease-ms", "200") == ""  # 2 permits a lease: nothing to say
+    assert "give --lease-ms 400 or more" in conf_set("/x", "--rate", "5")  # the rate changed
+    assert conf_set("/x", "--lease-ms", "0") == ""  # no lease
+    # a rate per period is R = rate / period a second
+    said = conf_set("/y", "--rate", "30", "--period", "60", "--lease-ms", "2000")
+    assert "leaseMs 2000 at rate 30 per 60 s (0.5/s) leases 1 permit" in said, said
+    assert "give --lease-ms 4000 or more" in said, said
+    assert conf_set("/y", "--period", "60", "--lease-ms", "4000") == ""
+    # too slow for any leaseMs (at most 60,000) to hold 2 permits
+    said = conf_set("/z", "--rate", "1", "--period", "3600", "--lease-ms", "1000")
+    assert "no leaseMs up to 60000 makes 2 permits: clear it with --lease-ms 0" in said, said
+    # a lease the reload ignores is not also said to hold 1 permit
+    said = conf_set("/w", "--rate", "10", "--lease-ms", "20", "--algorithm", "sliding_window")
+    assert "ignored on '/w'" in said and "leases 1 permit" not in said, said
 
 
 def test_summaries_and_conf_list_name_the_concurrency_cap_and_the_rate_lease(
