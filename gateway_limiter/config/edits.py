@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from gateway_limiter.config.audit import ChangedBy, record_change, row_record
 from gateway_limiter.config.rules import (
     ALGORITHMS,
+    CHANNEL_URL,
     MAX_CACHE,
     MAX_LEASE_MS,
     MAX_PERIOD,
@@ -226,10 +227,24 @@ def written_warnings(
 ) -> list[str]:
     """What the reload warns about the rows ``config_ids`` (just written) and the other
     rows of their URLs (a row added beside a leased one makes its lease ignored), among
-    ``rows``, the table after the write. A disabled row written is judged as if enabled:
-    a warning it would cause only then begins "once enabled"."""
-    urls = {r.interface_url for r in rows if r.config_id in config_ids}
-    concerned = {r.config_id for r in rows if r.interface_url in urls}
+    ``rows``, the table after the write. A channel row written concerns the rows of
+    every interface of its channel too (its cap makes their leases ignored) and the
+    other rows of that channel, not those of other channels. A disabled row written is
+    judged as if enabled: a warning it would cause only then begins "once enabled"."""
+    written = [r for r in rows if r.config_id in config_ids]
+    channels = {
+        r.channel_type for r in written if r.interface_url == CHANNEL_URL and r.channel_type
+    }
+    urls = {r.interface_url for r in written if r.interface_url != CHANNEL_URL}
+    # the interfaces a channel row caps: every URL with a row naming its channel
+    urls |= {r.interface_url for r in rows if r.channel_type in channels}
+    urls.discard(CHANNEL_URL)
+    concerned = {
+        r.config_id
+        for r in rows
+        if r.interface_url in urls
+        or (r.interface_url == CHANNEL_URL and r.channel_type in channels)
+    }
     now = set(build_rules(rows, default_cache).warnings)
     enabled = [
         replace(r, status=1) if r.config_id in config_ids and r.status != 1 else r for r in rows

@@ -12,10 +12,12 @@ count reloads that way, whoever started them (the scheduler, ``reload()``, the C
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -322,9 +324,7 @@ class Registry:
             scheduler = BackgroundScheduler(daemon=True)
             scheduler.add_job(
                 self.reload,
-                "interval",
-                seconds=interval,
-                jitter=interval * RELOAD_JITTER,
+                spread_interval(interval, interval * RELOAD_JITTER),
                 id="gateway_limiter.reload",
                 coalesce=True,  # missed ticks (a stalled process) run once, not in a burst
                 max_instances=1,  # a slow database never gets two reloads at once
@@ -344,6 +344,33 @@ class Registry:
         # timeouts) before the engine goes.
         self.wait_for_audit(timeout_s=10.0)
         self._engine.dispose()
+
+
+def spread_interval(interval: float, jitter: float) -> Any:
+    """An APScheduler trigger firing every ``interval`` seconds, each time up to
+    ``jitter`` seconds later, drawn from a random generator of its own.
+
+    APScheduler's own ``jitter`` draws from the ``random`` module's shared generator, in
+    the scheduler's thread: each reload would move the numbers the application draws
+    from it, so a program that seeds ``random`` to repeat a run would not repeat, and
+    Hypothesis warns that a strategy uses ``random`` when a reload falls in a draw.
+    """
+    from apscheduler.triggers.interval import IntervalTrigger
+
+    class SpreadInterval(IntervalTrigger):  # type: ignore[misc]
+        __slots__ = ("_draws",)
+
+        def __init__(self) -> None:
+            super().__init__(seconds=interval)
+            self._draws = random.Random()
+
+        def get_next_fire_time(self, previous: datetime | None, now: datetime) -> datetime | None:
+            fire: datetime | None = super().get_next_fire_time(previous, now)
+            if fire is None:
+                return None
+            return fire + timedelta(seconds=self._draws.uniform(0.0, jitter))
+
+    return SpreadInterval()
 
 
 def quiet_scheduler_logs() -> None:

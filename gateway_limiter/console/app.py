@@ -207,7 +207,13 @@ def make_app(sources: Sources) -> Starlette:
             status=0,
         )
         planned(rows, replace(after, **fields))
-        return insert_row(sources.engine, fields, by)
+        made = insert_row(sources.engine, fields, by)
+        # the row as before, and what the reload will warn about it, as a PATCH answers:
+        # a row added beside a leased one (or a channel cap over it) makes its lease ignored
+        warnings = written_warnings(
+            read_rows(sources.engine), [made["configId"]], settings.default_cache
+        )
+        return made | {"warnings": warnings}
 
     async def post_rule(request: Request) -> Response:
         values = await body_of(request)

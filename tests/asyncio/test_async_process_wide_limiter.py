@@ -78,18 +78,20 @@ async def test_first_callers_together_build_one_limiter_from_settings(
 def test_a_new_event_loop_gets_a_new_limiter_once_the_old_one_has_ended(
     sqlite_limits: None,
 ) -> None:
-    async def use() -> aio.AsyncGatewayLimiter:
+    async def use(close: bool = False) -> aio.AsyncGatewayLimiter:
         assert await aio.try_acquire("/m")
-        return await aio.default_limiter()
+        lim = await aio.default_limiter()
+        if close:
+            # on its own loop: aclose_default on a later loop finds no limiter of that
+            # loop, and this one's reload thread would outlive the test
+            await aio.aclose_default()
+        return lim
 
     first = asyncio.run(use())
-    second = asyncio.run(use())  # the first loop is closed: its limiter is retired
+    second = asyncio.run(use(close=True))  # the first loop is closed: its limiter is retired
     assert second is not first
-
-    async def close() -> None:
-        await aio.aclose_default()
-
-    asyncio.run(close())
+    # both stopped reloading: no scheduler thread left to run on in later tests
+    assert first.registry._scheduler is None and second.registry._scheduler is None
 
 
 async def test_a_second_running_loop_is_told_to_build_its_own(sqlite_limits: None) -> None:

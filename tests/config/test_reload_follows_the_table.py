@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import random
+import threading
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -13,6 +16,7 @@ from sqlalchemy import Engine, text
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.scripts import parse_state
 from gateway_limiter.backends.state import bucket_key
+from gateway_limiter.config.reload import ReloadSummary, spread_interval
 from tests.support.limiting import limiter, set_switch, write_row
 from tests.support.services import RedisServer, fresh_mariadb_database, mariadb_url
 
@@ -180,3 +184,34 @@ def test_close_stops_the_reload_thread(
     assert threading.active_count() > before
     lim.close()
     wait_until(lambda: threading.active_count() <= before)
+
+
+def test_reloads_are_spread_by_a_random_generator_of_their_own() -> None:
+    trigger = spread_interval(10.0, 1.0)
+    random.seed(7)
+    state = random.getstate()
+    now = datetime.now(UTC)
+    late = [(trigger.get_next_fire_time(now, now) - now).total_seconds() - 10.0 for _ in range(50)]
+    assert random.getstate() == state  # the application's random numbers stay its own
+    assert all(0.0 <= s <= 1.0 for s in late)
+    assert len(set(late)) > 40  # spread over the jitter, each fire apart
+
+
+def test_a_running_limiter_leaves_the_random_module_alone(
+    migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
+) -> None:
+    lim = limiter(migrated_db[0], redis_server.url, key_prefix, reload_interval=0.05)
+    reloads = threading.Semaphore(0)
+
+    def heard(summary: ReloadSummary) -> None:
+        reloads.release()
+
+    try:
+        lim.registry.listeners.append(heard)
+        random.seed(7)
+        state = random.getstate()
+        for _ in range(3):  # scheduled reloads, each with the time of the next drawn
+            assert reloads.acquire(timeout=10)
+        assert random.getstate() == state
+    finally:
+        lim.close()

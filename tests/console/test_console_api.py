@@ -52,6 +52,35 @@ def test_an_edit_says_what_the_reload_will_ignore_of_it(console: Served) -> None
     assert plain.json()["warnings"] == []
 
 
+def test_a_new_row_says_what_the_reload_will_ignore_beside_it(console: Served) -> None:
+    leased = write_row(console.engine, URL, rateLimit=1000, leaseMs=20, channelType="IBE")
+    write_row(console.engine, "/ibe/other", rateLimit=1000, leaseMs=20, channelType="GDS")
+    ignored = (
+        f"leaseMs of configId {leased} ignored on {URL!r}: the interface has several "
+        "limits (or a channel cap) (a lease needs one shared, enforced token_bucket row)"
+    )
+    with console.client() as http:
+        plain = http.post("/api/rules", json={"interfaceUrl": "/ibe/plain", "rateLimit": 5})
+        minute = http.post(
+            "/api/rules",
+            json={"interfaceUrl": URL, "rateLimit": 100, "periodSeconds": 60, "status": 1},
+        )
+        http.delete(f"/api/rules/{minute.json()['configId']}")
+        # a channel cap over the leased interface (disabled, as a new row starts)
+        cap = http.post(
+            "/api/rules", json={"interfaceUrl": "*", "channelType": "IBE", "rateLimit": 30}
+        )
+    assert (plain.status_code, minute.status_code, cap.status_code) == (201, 201, 201), cap.text
+    # the row as before, with the warnings beside its columns
+    assert plain.json()["interfaceUrl"] == "/ibe/plain" and plain.json()["rateLimit"] == 5
+    assert plain.json()["warnings"] == []
+    assert minute.json()["periodSeconds"] == 60
+    assert minute.json()["warnings"] == [ignored]
+    assert cap.json()["channelType"] == "IBE"
+    # the lease it makes ignored, named with its interface; not another channel's lease
+    assert cap.json()["warnings"] == [f"once enabled, {ignored}"]
+
+
 def test_a_write_needs_the_token(console: Served) -> None:
     config_id = write_row(console.engine, URL, rateLimit=10)
     with console.client(None) as http:

@@ -201,6 +201,36 @@ def test_any_column_can_be_edited_through_the_page(browser: Any, console: Served
     assert (round(cache, 2), shadow, slots) == (0.3, 1, 4)
 
 
+def test_a_row_added_on_the_page_says_what_the_reload_will_ignore(
+    browser: Any, console: Served
+) -> None:
+    leased = write_row(console.engine, "/ibe/flight/search", rateLimit=1000, leaseMs=20)
+    browser.get(console.url + "/")
+    browser.execute_script("sessionStorage.setItem('gwl-console-token', arguments[0])", TOKEN)
+    browser.get(console.url + "/")
+    loaded(browser, 1)
+    form = browser.find_element(By.ID, "add-form")
+    form.find_element(By.NAME, "interfaceUrl").send_keys("/ibe/flight/search")
+    form.find_element(By.NAME, "rateLimit").send_keys("20000")
+    form.find_element(By.NAME, "periodSeconds").send_keys("60")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    message = until(
+        browser,
+        "the page to say the row was made",
+        lambda d: d.find_element(By.ID, "message").text or None,
+    )
+    with console.engine.connect() as conn:
+        made = conn.execute(
+            text("select configId from t_ratelimite_conf where periodSeconds = 60")
+        ).scalar_one()
+    assert message == (
+        f"created configId {made}; warning: once enabled, leaseMs of configId {leased} "
+        "ignored on '/ibe/flight/search': the interface has several limits (or a channel "
+        "cap) (a lease needs one shared, enforced token_bucket row)"
+    )
+    assert browser.find_element(By.ID, "message").get_attribute("class") == "ok"
+
+
 def test_a_wrong_token_is_refused_on_the_page(browser: Any, console: Served) -> None:
     config_id = write_row(console.engine, "/ibe/flight/search", rateLimit=20)
     browser.get(console.url + "/")

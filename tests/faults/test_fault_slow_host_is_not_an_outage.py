@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.redis import RedisBackend
 from gateway_limiter.backends.round_trips import FACTOR, STEP_S, WINDOW_S, RoundTrips
 from gateway_limiter.config.settings import Settings
+from tests.support.cpu import off_cpu_since, run_queues
 from tests.support.fleet import Fleet, WorkerConfig
 from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
@@ -32,9 +34,14 @@ PROCESSES = 3
 THREADS = 6
 SECONDS = 4.0
 RUNS = int(os.environ.get("GWL_SLOW_HOST_RUNS", "2"))
-#: The default ceiling, and what a call may add on a loaded host (scheduling, the GIL).
+#: The default ceiling, and what a call may add on a loaded host besides waiting for a
+#: CPU, which is subtracted (``tests/support/cpu.py``): the GIL, the policy's decision.
 CEILING_S = Settings().redis_timeout_ceiling
 NOISE_S = 0.3
+#: Decisions in a row answered by Redis before it is paused.
+WARM_UP = 50
+#: How long the warm-up may take at most, however loaded the host.
+WARM_UP_S = 30.0
 
 
 def most_admitted_in_a_second(calls: list[tuple[float, float]]) -> int:
@@ -91,10 +98,38 @@ def test_a_loaded_host_does_not_fall_back_while_redis_is_up(
         most_admitted_in_a_second=[m for _, m in runs],
     )
     assert [f for f, _ in runs] == [0] * RUNS  # no false outage
-    # A false outage admitted 2-3 x R in a second (40, 60). Without one, about one run in
-    # ten still shows R + 1 by this count, with fixed and with following deadlines
-    # alike (docs/reliability.md): that is the sliding window's to explain, not this.
+    # A false outage admitted 2-3 x R in a second (40, 60). R + 1 (22 once, on a host
+    # loaded past load average 8) came from the count, not the window: the workers read
+    # a call's start before its duration's (tests/support/fleet.py), so on a loaded host
+    # its interval slid early and took in calls decided after it. Read around the call,
+    # runs under the same load count R; R + 1 stays allowed, as before.
     assert max(m for _, m in runs) <= RATE + 1
+
+
+class WarmUp:
+    """Counts the decisions in a row that Redis answered (``answered`` after each one).
+
+    The round trips seen set the deadline: the floor on a quiet host, up to the ceiling
+    on a loaded one. Before the deadline has seen how slow the host is, a loaded host
+    can keep a reply past the floor: a fallback, then the breaker decides for
+    ``breaker_seconds``. The count then starts over, so that Redis is paused only after
+    it has answered ``WARM_UP`` decisions in a row, whatever the deadline they left.
+    """
+
+    def __init__(self, lim: GatewayLimiter | AsyncGatewayLimiter) -> None:
+        self.lim = lim
+        self.in_a_row = 0
+        self.until = time.monotonic() + WARM_UP_S
+        self._fallbacks = lim.backend_fallbacks
+
+    @property
+    def done(self) -> bool:
+        assert time.monotonic() < self.until, f"Redis never answered {WARM_UP} in a row"
+        return self.in_a_row >= WARM_UP
+
+    def answered(self) -> None:
+        fallbacks, self._fallbacks = self._fallbacks, self.lim.backend_fallbacks
+        self.in_a_row = self.in_a_row + 1 if self._fallbacks == fallbacks else 0
 
 
 def test_a_paused_redis_is_seen_within_the_ceiling(
@@ -107,15 +142,19 @@ def test_a_paused_redis_is_seen_within_the_ceiling(
     write_row(engine, "/paused", rateLimit=1000, cache=0.0)
     lim = limiter(db_url, private_redis.url, key_prefix)
     try:
-        for _ in range(50):  # round trips seen: the deadline is the floor on a quiet host
+        warm = WarmUp(lim)
+        while not warm.done:
             lim.try_acquire("/paused", timeout=0)
+            warm.answered()
+        fallbacks = lim.backend_fallbacks
         private_redis.client().client_pause(3000, all=True)
-        t0 = time.perf_counter()
+        before, t0 = run_queues(), time.perf_counter()
         lim.try_acquire("/paused", timeout=0)
         took_s = time.perf_counter() - t0
-        figures("CLIENT PAUSE seen, threads", seconds=round(took_s, 3))
-        assert lim.backend_fallbacks == 1  # seen as an outage
-        assert took_s < CEILING_S + NOISE_S
+        off_cpu_s = off_cpu_since(before)
+        figures("CLIENT PAUSE seen, threads", seconds=round(took_s, 3), off_cpu=round(off_cpu_s, 3))
+        assert lim.backend_fallbacks == fallbacks + 1  # seen as an outage
+        assert took_s - off_cpu_s < CEILING_S + NOISE_S
     finally:
         private_redis.client().client_unpause()
         lim.close()
@@ -132,18 +171,22 @@ async def test_asyncio_sees_a_paused_redis_within_the_ceiling(
     async with AsyncGatewayLimiter(
         database_url=db_url, redis_url=private_redis.url, key_prefix=key_prefix
     ) as lim:
-        for _ in range(50):
+        warm = WarmUp(lim)
+        while not warm.done:
             await lim.try_acquire("/paused", timeout=0)
+            warm.answered()
+        fallbacks = lim.backend_fallbacks
         private_redis.client().client_pause(3000, all=True)
         try:
-            t0 = time.perf_counter()
+            before, t0 = run_queues(), time.perf_counter()
             await lim.try_acquire("/paused", timeout=0)
             took_s = time.perf_counter() - t0
+            off_cpu_s = off_cpu_since(before)
         finally:
             private_redis.client().client_unpause()
-        figures("CLIENT PAUSE seen, asyncio", seconds=round(took_s, 3))
-        assert lim.backend_fallbacks == 1
-        assert took_s < CEILING_S + NOISE_S
+        figures("CLIENT PAUSE seen, asyncio", seconds=round(took_s, 3), off_cpu=round(off_cpu_s, 3))
+        assert lim.backend_fallbacks == fallbacks + 1
+        assert took_s - off_cpu_s < CEILING_S + NOISE_S
 
 
 def test_the_deadline_follows_round_trips_between_floor_and_ceiling() -> None:
@@ -179,11 +222,13 @@ def test_the_socket_keeps_the_followed_deadline_across_check_outs(
 ) -> None:
     """redis-py's pool resets a socket's timeout at each check-out (can_read): the
     deadline must survive that, with no socket call of ours per decision."""
-    backend = RedisBackend(Settings(redis_url=private_redis.url))
+    # The ceiling is the deadline a 40 ms round trip gives (3 x 40 ms): the test's own
+    # round trips, however slow on a loaded host, cannot move it on.
+    backend = RedisBackend(Settings(redis_url=private_redis.url, redis_timeout_ceiling=0.12))
     try:
         backend.prepare()
         trips = backend._round_trips
-        trips.observe(0.04)  # slow: the deadline is 3 x 40 ms
+        trips.observe(0.04)  # slow: the deadline is 3 x 40 ms, from the floor's 50 ms
         assert trips.timeout_s == pytest.approx(0.12)
         for _ in range(3):
             backend.client.get("x")

@@ -233,6 +233,47 @@ def test_conf_set_warns_when_a_lease_would_hold_one_permit(
     assert "ignored on '/w'" in said and "leases 1 permit" not in said, said
 
 
+def test_conf_set_of_a_channel_cap_names_each_leased_interface_it_makes_ignore_its_lease(
+    capsys: pytest.CaptureFixture[str], migrated_db: tuple[str, Engine]
+) -> None:
+    db, engine = migrated_db
+    leased = {
+        url: write_row(engine, url, rateLimit=1000, leaseMs=20, channelType="IBE")
+        for url in ("/pay", "/book")
+    }
+    write_row(engine, "/gds", rateLimit=1000, leaseMs=20, channelType="GDS")  # another channel
+    write_row(engine, "/plain", rateLimit=1000, channelType="IBE")  # no lease: nothing to say
+    ignored = [
+        f"leaseMs of configId {row} ignored on {url!r}: the interface has several limits "
+        "(or a channel cap) (a lease needs one shared, enforced token_bucket row)"
+        for url, row in leased.items()
+    ]
+    ran = cli(capsys, "--database-url", db, "conf", "set", "*", "--channel", "IBE", "--rate", "5")
+    assert ran.code == 0, ran.err
+    said = " ".join(ran.err.split())
+    for warning in ignored:
+        assert f"warning: once enabled, {warning}" in said
+    assert "'/gds'" not in said and "'/plain'" not in said
+    ran = cli(capsys, "--database-url", db, "conf", "enable", "*", "--channel", "IBE")
+    assert ran.code == 0, ran.err
+    said = " ".join(ran.err.split())
+    assert all(f"warning: {warning}" in said for warning in ignored)
+    assert "once enabled" not in said
+    # a lease on the cap itself is ignored on every interface it caps
+    ran = cli(
+        capsys, "--database-url", db, "conf", "set", "*", "--channel", "IBE", "--lease-ms", "9"
+    )
+    assert ran.code == 0, ran.err
+    said = " ".join(ran.err.split())
+    assert all(f"ignored on {url!r}" in said for url in ("/pay", "/book", "/plain"))
+    # another channel's cap says nothing of IBE's interfaces or cap, only of its own
+    ran = cli(capsys, "--database-url", db, "conf", "set", "*", "--channel", "GDS", "--rate", "5")
+    assert ran.code == 0, ran.err
+    said = " ".join(ran.err.split())
+    assert "'/gds'" in said
+    assert not any(f"ignored on {url!r}" in said for url in ("/pay", "/book", "/plain"))
+
+
 def test_summaries_and_conf_list_name_the_concurrency_cap_and_the_rate_lease(
     capsys: pytest.CaptureFixture[str], migrated_db: tuple[str, Engine]
 ) -> None:

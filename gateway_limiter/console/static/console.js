@@ -136,12 +136,17 @@ async function loadRules() {
   document.body.dataset.rulesLoaded = String(state.rows.length);
 }
 
+// What the reload will warn about the rows a write made (a leaseMs it ignores), as
+// "; warning: ..." after the write's message; "" when there is nothing to say.
+function warned(answer) {
+  return (answer.warnings || []).map((w) => "; warning: " + w).join("");
+}
+
 async function patch(configId, fields) {
   try {
     const done = await api("PATCH", "/api/rules/" + configId, fields);
     const changed = Object.keys(fields).map((k) => k + " " + done.before[k] + " -> " + done.after[k]);
-    const warned = (done.warnings || []).map((w) => "; warning: " + w).join("");
-    say("configId " + configId + ": " + changed.join(", ") + warned, true);
+    say("configId " + configId + ": " + changed.join(", ") + warned(done), true);
     await Promise.all([loadRules(), loadAudit()]);
   } catch (e) { say(String(e.message), false); }
 }
@@ -199,7 +204,7 @@ async function addRow(event) {
   }
   try {
     const row = await api("POST", "/api/rules", body);
-    say("created configId " + row.configId, true);
+    say("created configId " + row.configId + warned(row), true);
     form.reset();
     await Promise.all([loadRules(), loadAudit()]);
   } catch (e) { say(String(e.message), false); }
