@@ -11,6 +11,7 @@ from typing import Any
 import redis
 from sqlalchemy import Engine
 
+from gateway_limiter.backends.scripts import SHAS
 from gateway_limiter.backends.state import bucket_key
 from tests.support.clusters import LocalCluster, wait_for
 from tests.support.limiting import write_row
@@ -90,13 +91,16 @@ def test_a_node_that_lost_its_scripts_costs_a_script_load_not_a_failure(
     ).start()
     try:
         time.sleep(0.3)
-        loads = stat(node, "script|load")
+        loads = stat(node, "script|load") + stat(node, "eval")
         node.script_flush()
         time.sleep(0.5)
     finally:
         traffic.stop()
     assert traffic.errors == [] and traffic.fallbacks == 0
-    assert stat(node, "script|load") > loads  # the first caller after the FLUSH loaded it
+    # the first caller after the FLUSH brought the script back: SCRIPT LOAD from a shared
+    # round trip, or EVAL with its source from a call sent alone
+    assert stat(node, "script|load") + stat(node, "eval") > loads
+    assert node.script_exists(SHAS["bucket"]) == [True]
 
 
 def test_a_slot_resharded_mid_traffic_is_followed_through_ask_and_moved(
