@@ -29,7 +29,9 @@ from gateway_limiter.backends.state import bucket_key, state_key
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import Verdict
+from tests.support.cluster_nodes import command, errors, reads, urls_on
 from tests.support.clusters import LocalCluster
+from tests.support.traffic import stat
 
 DAY = 86_400
 
@@ -63,54 +65,6 @@ def _rule(url: str, capacity: int, **more: Any) -> Rule:
     return Rule(url, capacity, 0.0, 0, period=DAY, **more)
 
 
-def _masters(cluster: LocalCluster) -> dict[tuple[int, int], int]:
-    """Each slot range and the port of the master that serves it now."""
-    slots = cluster.running()[0].client().cluster("SLOTS")
-    return {(int(start), int(end)): int(master[1]) for start, end, master, *_ in slots}
-
-
-def _urls_on(cluster: LocalCluster, prefix: str, tag: str, each: int) -> dict[int, list[str]]:
-    """``each`` interface URLs per master whose keys that master serves, by its port."""
-    ranges = _masters(cluster)
-    found: dict[int, list[str]] = {port: [] for port in ranges.values()}
-    i = 0
-    while any(len(urls) < each for urls in found.values()):
-        url = f"/async-cluster-share/{tag}/{i}"
-        i += 1
-        slot = key_slot(bucket_key(prefix, url).encode())
-        port = next(port for (a, b), port in ranges.items() if a <= slot <= b)
-        if len(found[port]) < each:
-            found[port].append(url)
-    return found
-
-
-def _info(client: redis.Redis, section: str) -> dict[str, Any]:
-    info: dict[str, Any] = client.info(section)
-    return info
-
-
-def _reads(client: redis.Redis) -> int:
-    return int(_info(client, "stats")["total_reads_processed"])
-
-
-def _evalsha_calls(client: redis.Redis) -> int:
-    return int(_info(client, "commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
-
-
-def _errors(client: redis.Redis, prefix: str) -> int:
-    """How many error replies starting with ``prefix`` (MOVED, ASK) this node sent."""
-    return int(_info(client, "errorstats").get(f"errorstat_{prefix}", {}).get("count", 0))
-
-
-def _asking_calls(client: redis.Redis) -> int:
-    return int(_info(client, "commandstats").get("cmdstat_asking", {}).get("calls", 0))
-
-
-def _command(client: redis.Redis, *args: Any) -> Any:
-    """A raw command on one node (CLUSTER SETSLOT, MIGRATE, CLIENT PAUSE...)."""
-    return client.execute_command(*args)  # type: ignore[no-untyped-call]
-
-
 async def _held_then(
     client: redis.Redis,
     pause_ms: int,
@@ -119,7 +73,7 @@ async def _held_then(
 ) -> list[Any]:
     """One master pauses; ``first`` goes (its round trip held in flight), then every
     call of ``rest`` arrives while it is held; each result or error, ``first``'s first."""
-    _command(client, "CLIENT", "PAUSE", pause_ms, "ALL")
+    command(client, "CLIENT", "PAUSE", pause_ms, "ALL")
     lead = asyncio.ensure_future(first())
     await asyncio.sleep(0.05)  # the first call is written by now, and held
     followers = [call() for call in rest]
@@ -138,10 +92,14 @@ async def test_calls_on_every_master_admit_exactly_and_share_round_trips(
     backend: AsyncRedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
 ) -> None:
     capacity, calls = 50, 480
-    urls = [u for us in _urls_on(redis_cluster, key_prefix, "exact", 2).values() for u in us]
+    urls = [
+        u
+        for us in urls_on(redis_cluster, key_prefix, "/async-cluster-share/exact", 2).values()
+        for u in us
+    ]
     rules = [_rule(url, capacity) for url in urls]  # 2 interfaces on each master
     nodes = [redis_cluster.node_on(port).client() for port in redis_cluster.master_ports()]
-    reads, evalshas = sum(map(_reads, nodes)), sum(map(_evalsha_calls, nodes))
+    read_before, evalshas = sum(map(reads, nodes)), sum(stat(n, "evalsha") for n in nodes)
 
     asked = [rules[i % len(rules)] for i in range(calls)]
     verdicts = await asyncio.gather(*(backend.reserve(r, 1, 0.0) for r in asked))
@@ -149,14 +107,14 @@ async def test_calls_on_every_master_admit_exactly_and_share_round_trips(
     for url in urls:  # 80 asked each: exactly the capacity admitted, not one more or less
         assert sum(v.allowed for r, v in zip(asked, verdicts, strict=True) if r.url == url) == 50
     # every decision is its own EVALSHA, in far fewer socket reads than calls
-    assert sum(map(_evalsha_calls, nodes)) - evalshas == calls
-    assert sum(map(_reads, nodes)) - reads < calls / 4
+    assert sum(stat(n, "evalsha") for n in nodes) - evalshas == calls
+    assert sum(map(reads, nodes)) - read_before < calls / 4
 
 
 async def test_calls_queued_on_a_held_master_go_together_and_hold_no_other_master(
     backend: AsyncRedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
 ) -> None:
-    by_master = _urls_on(redis_cluster, key_prefix, "held", 1)
+    by_master = urls_on(redis_cluster, key_prefix, "/async-cluster-share/held", 1)
     held_port, *other_ports = sorted(by_master)
     held = _rule(by_master[held_port][0], 1000)
     others = [_rule(by_master[port][0], 1000) for port in other_ports]
@@ -171,7 +129,7 @@ async def test_calls_queued_on_a_held_master_go_together_and_hold_no_other_maste
 
         return run
 
-    reads = _reads(node)
+    read_before = reads(node)
     rest = [ask(held, "held")] * 20 + [ask(r, "other") for r in others] * 5
     results = await _held_then(node, 1000, ask(held, "held"), rest)
 
@@ -179,7 +137,7 @@ async def test_calls_queued_on_a_held_master_go_together_and_hold_no_other_maste
     assert _stored(results[21:]) == sorted(list(range(1000 - 5, 1000)) * 2)
     # the first call's read, the batch's read or two (a new lane's handshake), CLIENT
     # PAUSE and INFO: not 21
-    assert _reads(node) - reads <= 12
+    assert reads(node) - read_before <= 12
     # the other masters answered while this one was held: their calls did not queue here
     assert max(done["other"]) < min(done["held"])
 
@@ -187,7 +145,9 @@ async def test_calls_queued_on_a_held_master_go_together_and_hold_no_other_maste
 async def test_an_error_reply_and_a_lost_script_in_a_batch_are_each_callers_own(
     backend: AsyncRedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
 ) -> None:
-    port, urls = next(iter(_urls_on(redis_cluster, key_prefix, "noscript", 2).items()))
+    port, urls = next(
+        iter(urls_on(redis_cluster, key_prefix, "/async-cluster-share/noscript", 2).items())
+    )
     node = redis_cluster.node_on(port).client()
     bucket = _rule(urls[0], 1000)
     windows = _rule(urls[1], 1000, algorithm=Algorithm.SLIDING_WINDOW)
@@ -226,7 +186,7 @@ async def test_ask_and_moved_in_a_batch_are_followed_losing_none(
     """A redirect is answered at once, even to a paused client: so the round trip held
     in flight is another interface's on the same master, and the calls that arrive
     meanwhile meet the redirect in their batch."""
-    by_master = _urls_on(redis_cluster, key_prefix, "moved", 2)
+    by_master = urls_on(redis_cluster, key_prefix, "/async-cluster-share/moved", 2)
     source_port, target_port, third_port = sorted(by_master)
     rule, other = (_rule(url, 1000) for url in by_master[source_port])
     key = state_key(key_prefix, rule)  # its period's bucket
@@ -236,8 +196,8 @@ async def test_ask_and_moved_in_a_batch_are_followed_losing_none(
     source = redis_cluster.node_on(source_port).client()
     target = redis_cluster.node_on(target_port).client()
     third = redis_cluster.node_on(third_port).client()
-    source_id = _command(source, "CLUSTER", "MYID").decode()
-    target_id = _command(target, "CLUSTER", "MYID").decode()
+    source_id = command(source, "CLUSTER", "MYID").decode()
+    target_id = command(target, "CLUSTER", "MYID").decode()
 
     async def decide() -> Verdict:
         return await backend.reserve(rule, 1, 0.0)
@@ -248,29 +208,29 @@ async def test_ask_and_moved_in_a_batch_are_followed_losing_none(
     assert round((await decide()).stored) == 999  # the bucket is on the source
 
     # ASK: the slot migrating, its key already on the target (the client's map unchanged)
-    _command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
-    _command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
-    _command(source, "MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
-    asks, askings = _errors(source, "ASK"), _asking_calls(target)
+    command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+    command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    command(source, "MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
+    asks, askings = errors(source, "ASK"), stat(target, "asking")
     results = await _held_then(source, 400, hold, [decide] * 20)
     assert _stored(results[:1]) == [999]
     assert _stored(results[1:]) == list(range(999 - 20, 999))  # each once: none lost or twice
-    assert _errors(source, "ASK") - asks == 20  # the batch's calls were redirected,
-    assert _asking_calls(target) - askings >= 20  # and sent to the target after ASKING
+    assert errors(source, "ASK") - asks == 20  # the batch's calls were redirected,
+    assert stat(target, "asking") - askings >= 20  # and sent to the target after ASKING
 
     # MOVED: the slot the target's, the client's map still naming the source
     for node in (target, source, third):
-        _command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
-    moved = _errors(source, "MOVED")
+        command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    moved = errors(source, "MOVED")
     results = await _held_then(source, 400, hold, [decide] * 20)
     assert _stored(results[:1]) == [998]
     assert _stored(results[1:]) == list(range(999 - 40, 999 - 20))
-    assert _errors(source, "MOVED") - moved == 20  # all 20 in the batch, once each
+    assert errors(source, "MOVED") - moved == 20  # all 20 in the batch, once each
     # the client's map follows: the next call goes to the target's lanes at once
-    moved = _errors(source, "MOVED")
+    moved = errors(source, "MOVED")
     assert round((await decide()).stored) == 999 - 41
-    assert _errors(source, "MOVED") == moved
-    assert _command(source, "CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    assert errors(source, "MOVED") == moved
+    assert command(source, "CLUSTER", "COUNTKEYSINSLOT", slot) == 0
     assert target.exists(key)
 
 
@@ -279,26 +239,26 @@ async def test_a_call_asked_to_a_node_without_the_script_runs_there(
 ) -> None:
     """ASK to a node that never saw the script (a new master a slot is moving to): the
     call runs there, and the script stays cached there."""
-    by_master = _urls_on(redis_cluster, key_prefix, "asknoscript", 1)
+    by_master = urls_on(redis_cluster, key_prefix, "/async-cluster-share/asknoscript", 1)
     source_port, target_port, third_port = sorted(by_master)
     rule = _rule(by_master[source_port][0], 1000)
     key = state_key(key_prefix, rule)
     slot = key_slot(key.encode())
     nodes = [redis_cluster.node_on(p).client() for p in (source_port, target_port, third_port)]
     source, target, _ = nodes
-    source_id = _command(source, "CLUSTER", "MYID").decode()
-    target_id = _command(target, "CLUSTER", "MYID").decode()
+    source_id = command(source, "CLUSTER", "MYID").decode()
+    target_id = command(target, "CLUSTER", "MYID").decode()
     assert round((await backend.reserve(rule, 1, 0.0)).stored) == 999
-    _command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
-    _command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+    command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
     try:
-        _command(source, "MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
+        command(source, "MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
         target.script_flush()  # as a new, empty master would be
         assert round((await backend.reserve(rule, 1, 0.0)).stored) == 998
         assert target.script_exists(SHAS["bucket"]) == [True]
     finally:  # the migration done: the slot the target's on every node
         for node in nodes:
-            _command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+            command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
 
 
 async def test_a_killed_master_fails_only_the_calls_to_it(
@@ -306,7 +266,7 @@ async def test_a_killed_master_fails_only_the_calls_to_it(
 ) -> None:
     """Last in the module: the killed master is failed over, not brought back."""
     backend = _backend(redis_cluster, key_prefix, timeout_s=0.5)
-    by_master = _urls_on(redis_cluster, key_prefix, "killed", 2)
+    by_master = urls_on(redis_cluster, key_prefix, "/async-cluster-share/killed", 2)
     victim_port, *alive_ports = sorted(by_master)
     rules = [(port, _rule(url, 1000)) for port, urls in sorted(by_master.items()) for url in urls]
     try:

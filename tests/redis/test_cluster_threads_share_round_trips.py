@@ -29,7 +29,9 @@ from gateway_limiter.backends.state import bucket_key
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import Verdict
+from tests.support.cluster_nodes import command, errors, master_of, reads, urls_on
 from tests.support.clusters import LocalCluster
+from tests.support.traffic import stat
 
 NOW_US = 1_700_000_000_000_000.0
 
@@ -54,32 +56,6 @@ def backend(redis_cluster: LocalCluster, key_prefix: str) -> Iterator[RedisClust
     b.close()
 
 
-def _masters(cluster: LocalCluster) -> dict[tuple[int, int], int]:
-    """Each slot range and the port of the master that serves it now."""
-    slots = cluster.running()[0].client().cluster("SLOTS")
-    return {(int(start), int(end)): int(master[1]) for start, end, master, *_ in slots}
-
-
-def _master_of(cluster: LocalCluster, key: str) -> int:
-    slot = key_slot(key.encode())
-    return next(port for (a, b), port in _masters(cluster).items() if a <= slot <= b)
-
-
-def _urls_on(cluster: LocalCluster, prefix: str, tag: str, each: int) -> dict[int, list[str]]:
-    """``each`` interface URLs per master whose keys that master serves, by its port."""
-    ranges = _masters(cluster)
-    found: dict[int, list[str]] = {port: [] for port in ranges.values()}
-    i = 0
-    while any(len(urls) < each for urls in found.values()):
-        url = f"/cluster-share/{tag}/{i}"
-        i += 1
-        slot = key_slot(bucket_key(prefix, url).encode())
-        port = next(port for (a, b), port in ranges.items() if a <= slot <= b)
-        if len(found[port]) < each:
-            found[port].append(url)
-    return found
-
-
 def _in_threads(calls: list[Callable[[], Any]]) -> list[Any]:
     """Run each call on a thread of its own; each result, or the exception it raised."""
     results: list[Any] = [None] * len(calls)
@@ -99,35 +75,12 @@ def _in_threads(calls: list[Callable[[], Any]]) -> list[Any]:
     return results
 
 
-def _info(client: redis.Redis, section: str) -> dict[str, Any]:
-    info: dict[str, Any] = client.info(section)
-    return info
-
-
-def _reads(client: redis.Redis) -> int:
-    return int(_info(client, "stats")["total_reads_processed"])
-
-
-def _evalsha_calls(client: redis.Redis) -> int:
-    return int(_info(client, "commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
-
-
-def _errors(client: redis.Redis, prefix: str) -> int:
-    """How many error replies starting with ``prefix`` (MOVED, ASK) this node sent."""
-    return int(_info(client, "errorstats").get(f"errorstat_{prefix}", {}).get("count", 0))
-
-
-def _command(client: redis.Redis, *args: Any) -> Any:
-    """A raw command on one node (CLUSTER SETSLOT, MIGRATE, CLIENT PAUSE...)."""
-    return client.execute_command(*args)  # type: ignore[no-untyped-call]
-
-
 def _paused_then(
     client: redis.Redis, pause_ms: int, first: Callable[[], Any], rest: list[Callable[[], Any]]
 ) -> list[Any]:
     """One master pauses; ``first`` goes (its round trip held in flight), then every call
     of ``rest`` arrives while it is held; the results, ``first``'s first."""
-    _command(client, "CLIENT", "PAUSE", pause_ms, "ALL")
+    command(client, "CLIENT", "PAUSE", pause_ms, "ALL")
     started = threading.Event()
 
     def lead() -> Any:
@@ -157,10 +110,14 @@ def test_threads_on_every_master_admit_exactly_and_share_round_trips(
     backend: RedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
 ) -> None:
     capacity, threads, each = 50, 8, 60
-    urls = [u for us in _urls_on(redis_cluster, key_prefix, "exact", 2).values() for u in us]
+    urls = [
+        u
+        for us in urls_on(redis_cluster, key_prefix, "/cluster-share/exact", 2).values()
+        for u in us
+    ]
     rules = [Rule(url, capacity, 0.0, 0) for url in urls]  # 2 interfaces on each master
     nodes = [redis_cluster.node_on(port).client() for port in redis_cluster.master_ports()]
-    reads, evalshas = sum(map(_reads, nodes)), sum(map(_evalsha_calls, nodes))
+    read_before, evalshas = sum(map(reads, nodes)), sum(stat(n, "evalsha") for n in nodes)
 
     def caller(offset: int) -> Callable[[], list[tuple[str, bool]]]:
         def run() -> list[tuple[str, bool]]:
@@ -177,14 +134,14 @@ def test_threads_on_every_master_admit_exactly_and_share_round_trips(
     for url in urls:  # 80 asked each: exactly the capacity admitted, not one more or less
         assert sum(allowed for u, allowed in verdicts if u == url) == capacity, url
     # every decision is its own EVALSHA, and they went in fewer socket reads than calls
-    assert sum(map(_evalsha_calls, nodes)) - evalshas == threads * each
-    assert sum(map(_reads, nodes)) - reads < threads * each
+    assert sum(stat(n, "evalsha") for n in nodes) - evalshas == threads * each
+    assert sum(map(reads, nodes)) - read_before < threads * each
 
 
 def test_calls_queued_on_a_held_master_go_in_one_more_and_hold_no_other_master(
     backend: RedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
 ) -> None:
-    by_master = _urls_on(redis_cluster, key_prefix, "held", 1)
+    by_master = urls_on(redis_cluster, key_prefix, "/cluster-share/held", 1)
     held_port, *other_ports = sorted(by_master)
     held = Rule(by_master[held_port][0], 1000, 0.0, 0)
     others = [Rule(by_master[port][0], 1000, 0.0, 0) for port in other_ports]
@@ -199,7 +156,7 @@ def test_calls_queued_on_a_held_master_go_in_one_more_and_hold_no_other_master(
 
         return run
 
-    reads = _reads(node)
+    read_before = reads(node)
     rest = [ask(held, "held")] * 20 + [ask(r, "other") for r in others] * 5
     results = _paused_then(node, 1000, ask(held, "held"), rest)
 
@@ -207,7 +164,7 @@ def test_calls_queued_on_a_held_master_go_in_one_more_and_hold_no_other_master(
     assert _stored(held_results) == list(range(1000 - 21, 1000))  # one permit each, in turn
     assert _stored(results[21:]) == sorted(list(range(1000 - 5, 1000)) * 2)
     # the first call's read, the batch's read or two, CLIENT PAUSE and INFO: not 21
-    assert _reads(node) - reads <= 10
+    assert reads(node) - read_before <= 10
     # the other masters answered while this one was held: their calls did not queue here
     assert max(done["other"]) < min(done["held"])
 
@@ -215,13 +172,15 @@ def test_calls_queued_on_a_held_master_go_in_one_more_and_hold_no_other_master(
 def test_an_error_reply_and_a_lost_script_in_a_batch_are_each_callers_own(
     backend: RedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
 ) -> None:
-    port, urls = next(iter(_urls_on(redis_cluster, key_prefix, "noscript", 2).items()))
+    port, urls = next(
+        iter(urls_on(redis_cluster, key_prefix, "/cluster-share/noscript", 2).items())
+    )
     node = redis_cluster.node_on(port).client()
     bucket = Rule(urls[0], 1000, 0.0, 0)
     windows = Rule(urls[1], 1000, 0.0, 0, algorithm=Algorithm.SLIDING_WINDOW)
     node.script_flush()
-    loads = int(_info(node, "commandstats").get("cmdstat_script|load", {}).get("calls", 0))
-    evals = int(_info(node, "commandstats").get("cmdstat_eval", {}).get("calls", 0))
+    loads = stat(node, "script|load")
+    evals = stat(node, "eval")
     # The first call runs limits.lua alone (EVAL with its source after NOSCRIPT, which
     # leaves it cached); the batch behind it then meets NOSCRIPT for bucket.lua and
     # pushback.lua, mid-pipeline, on that master, and loads them there.
@@ -243,9 +202,9 @@ def test_an_error_reply_and_a_lost_script_in_a_batch_are_each_callers_own(
     assert 0.0 < factor < 1.0  # the pushback was recorded
     used = [backend._commands.shas[name] for name in ("bucket", "limits", "pushback")]
     assert node.script_exists(*used) == [True] * 3  # loaded on that master
-    after = int(_info(node, "commandstats").get("cmdstat_script|load", {}).get("calls", 0))
+    after = stat(node, "script|load")
     assert after - loads == 2  # bucket.lua and pushback.lua, in the batch
-    evals_after = int(_info(node, "commandstats").get("cmdstat_eval", {}).get("calls", 0))
+    evals_after = stat(node, "eval")
     assert evals_after - evals == 1  # limits.lua, alone
 
 
@@ -255,7 +214,7 @@ def test_ask_and_moved_in_a_batch_are_followed_one_call_at_a_time_losing_none(
     """A redirect is answered at once, even to a paused client: so the round trip held
     in flight is another interface's on the same master, and the calls queued behind it
     meet the redirect in their batch."""
-    by_master = _urls_on(redis_cluster, key_prefix, "moved", 2)
+    by_master = urls_on(redis_cluster, key_prefix, "/cluster-share/moved", 2)
     source_port, target_port, third_port = sorted(by_master)
     rule, other = (Rule(url, 1000, 0.0, 0) for url in by_master[source_port])
     key = bucket_key(key_prefix, rule.url)
@@ -265,8 +224,8 @@ def test_ask_and_moved_in_a_batch_are_followed_one_call_at_a_time_losing_none(
     source = redis_cluster.node_on(source_port).client()
     target = redis_cluster.node_on(target_port).client()
     third = redis_cluster.node_on(third_port).client()
-    source_id = _command(source, "CLUSTER", "MYID").decode()
-    target_id = _command(target, "CLUSTER", "MYID").decode()
+    source_id = command(source, "CLUSTER", "MYID").decode()
+    target_id = command(target, "CLUSTER", "MYID").decode()
 
     def decide() -> Verdict:
         return backend.reserve(rule, 1, 0.0, now=NOW_US)
@@ -277,31 +236,31 @@ def test_ask_and_moved_in_a_batch_are_followed_one_call_at_a_time_losing_none(
     assert round(decide().stored) == 999  # the bucket is on the source; so says the map
 
     # ASK: the slot migrating, its key already on the target (the client's map unchanged)
-    _command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
-    _command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
-    _command(source, "MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
-    asks = _errors(source, "ASK")
+    command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+    command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    command(source, "MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
+    asks = errors(source, "ASK")
     results = _paused_then(source, 400, hold, [decide] * 20)
     assert round(results[0].stored) == 999
     assert _stored(results[1:]) == list(range(999 - 20, 999))  # each once: none lost or twice
     # each call met ASK twice: in the batch, and sent again alone (ASK leaves the map)
-    assert _errors(source, "ASK") - asks >= 40
+    assert errors(source, "ASK") - asks >= 40
 
     # MOVED: the slot the target's, the client's map still naming the source
     for node in (target, source, third):
-        _command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
-    moved = _errors(source, "MOVED")
+        command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    moved = errors(source, "MOVED")
     results = _paused_then(source, 400, hold, [decide] * 20)
     assert round(results[0].stored) == 998
     assert _stored(results[1:]) == list(range(999 - 40, 999 - 20))
     # all 20 in the batch, then the ones sent again before the client learnt the move
-    assert _errors(source, "MOVED") - moved >= 21
-    assert _master_of(redis_cluster, key) == target_port
+    assert errors(source, "MOVED") - moved >= 21
+    assert master_of(redis_cluster, key) == target_port
     # the client follows the new map: the next call goes to the target at once
-    moved = _errors(source, "MOVED")
+    moved = errors(source, "MOVED")
     assert round(decide().stored) == 999 - 41
-    assert _errors(source, "MOVED") == moved
-    assert _command(source, "CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    assert errors(source, "MOVED") == moved
+    assert command(source, "CLUSTER", "COUNTKEYSINSLOT", slot) == 0
     assert target.exists(key)
 
 
@@ -311,26 +270,26 @@ def test_a_call_asked_to_a_node_without_the_script_runs_there(
     """ASK to a node that never saw the script (a new master a slot is moving to): the
     call runs there, and the script stays cached there. A SCRIPT LOAD on the slot's
     master, which the map still names, would leave the call failing with NOSCRIPT."""
-    by_master = _urls_on(redis_cluster, key_prefix, "asknoscript", 1)
+    by_master = urls_on(redis_cluster, key_prefix, "/cluster-share/asknoscript", 1)
     source_port, target_port, third_port = sorted(by_master)
     rule = Rule(by_master[source_port][0], 1000, 0.0, 0)
     key = bucket_key(key_prefix, rule.url)
     slot = key_slot(key.encode())
     nodes = [redis_cluster.node_on(p).client() for p in (source_port, target_port, third_port)]
     source, target, _ = nodes
-    source_id = _command(source, "CLUSTER", "MYID").decode()
-    target_id = _command(target, "CLUSTER", "MYID").decode()
+    source_id = command(source, "CLUSTER", "MYID").decode()
+    target_id = command(target, "CLUSTER", "MYID").decode()
     assert round(backend.reserve(rule, 1, 0.0, now=NOW_US).stored) == 999
-    _command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
-    _command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+    command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
     try:
-        _command(source, "MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
+        command(source, "MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
         target.script_flush()  # as a new, empty master would be
         assert round(backend.reserve(rule, 1, 0.0, now=NOW_US).stored) == 998
         assert target.script_exists(SHAS["bucket"]) == [True]
     finally:  # the migration done: the slot the target's on every node
         for node in nodes:
-            _command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+            command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
 
 
 def test_a_killed_master_fails_only_the_calls_to_it(
@@ -338,7 +297,7 @@ def test_a_killed_master_fails_only_the_calls_to_it(
 ) -> None:
     """Last in the module: the killed master is failed over, not brought back."""
     backend = _backend(redis_cluster, key_prefix, timeout_s=0.5)
-    by_master = _urls_on(redis_cluster, key_prefix, "killed", 2)
+    by_master = urls_on(redis_cluster, key_prefix, "/cluster-share/killed", 2)
     victim_port, *alive_ports = sorted(by_master)
     rules = {port: [Rule(url, 1000, 0.0, 0) for url in urls] for port, urls in by_master.items()}
     try:
