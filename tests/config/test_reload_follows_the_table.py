@@ -91,16 +91,20 @@ def test_a_rate_change_keeps_the_bucket_instead_of_refilling_it(
     key_prefix: str,
 ) -> None:
     engine = migrated_db[1]
-    assert [lim.try_acquire("/r") for _ in range(5)] == [True] * 4 + [False]  # drained
-    write_row(engine, "/r", rateLimit=8)
+    # Slow refills (1/s, then 2/s) with a burst of 4: a loaded host that stalls a few
+    # hundred ms between calls refills nothing that would change what is counted.
+    write_row(engine, "/rc", rateLimit=1, maxPermits=4, cache=0.0, status=1)
     lim.reload()
-    # a reset would serve 8 at once; a rescale doubles what was left (almost nothing)
-    admitted = sum(lim.try_acquire("/r") for _ in range(8))
+    assert [lim.try_acquire("/rc") for _ in range(5)] == [True] * 4 + [False]  # drained
+    write_row(engine, "/rc", rateLimit=2)
+    lim.reload()
+    # a reset would serve 4 at once; a rescale keeps what was left (almost nothing)
+    admitted = sum(lim.try_acquire("/rc") for _ in range(4))
     assert admitted <= 1
-    # the state was built at 4/s; the next reservation adopts 8/s (refusals write nothing)
-    assert lim.acquire("/r") > 0
-    state = parse_state(redis_client.get(bucket_key(key_prefix, "/r")))
-    assert state is not None and state.rate == 8.0
+    # the state was built at 1/s; the next reservation adopts 2/s (refusals write nothing)
+    assert lim.acquire("/rc") > 0
+    state = parse_state(redis_client.get(bucket_key(key_prefix, "/rc")))
+    assert state is not None and state.rate == 2.0
 
 
 def test_database_outage_keeps_the_last_good_limits_logs_once_and_recovers(

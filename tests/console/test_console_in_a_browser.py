@@ -25,7 +25,10 @@ from tests.support.limiting import write_row
 from tests.support.services import require
 
 webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import TimeoutException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    StaleElementReferenceException,
+    TimeoutException,
+)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -55,9 +58,19 @@ def browser() -> Iterator[Any]:
 
 
 def until(driver: Any, what: str, check: Callable[[Any], Any]) -> Any:
-    """Selenium's wait (no sleeps): ``check`` answers something true, or the test fails."""
+    """Selenium's wait (no sleeps): ``check`` answers something true, or the test fails.
+
+    The page replaces the live and fleet tables every second, so an element found in one
+    poll can be gone when the next command reads it; that poll is simply tried again.
+    """
     try:
-        return WebDriverWait(driver, WAIT_S, poll_frequency=0.05).until(check)
+        wait = WebDriverWait(
+            driver,
+            WAIT_S,
+            poll_frequency=0.05,
+            ignored_exceptions=(StaleElementReferenceException,),
+        )
+        return wait.until(check)
     except TimeoutException:
         pytest.fail(f"not within {WAIT_S} s: {what}")
 
