@@ -168,6 +168,8 @@ def cases(prefix: str) -> tuple[list[Case], list[Case]]:
         _case("floor: return 1", bucket_call, None, "return 1"),
         _case(REF, bucket_call, None, STATE_COMMANDS_LUA),
         _case("bucket.lua, token bucket", bucket_call, REF),
+        # a caller that may wait (the row's cache): its budget is parsed, not recognised
+        _case("bucket.lua, 0.2 s budget", _call(commands, bucket, timeout=0.2), REF),
         # cold, a warm-up bucket admits with a wait: any wait is taken (timeout None)
         _case("bucket.lua, warm-up (any wait)", _call(commands, warm, timeout=None), REF),
         _case("pushback.lua (decrease)", _call(commands, bucket, pushback=True), REF),

@@ -58,13 +58,13 @@ from gateway_limiter.backends.scripts import BUCKET_LUA, REPLY, Commands
 REPEATS = 5
 
 
-def sent_args(limiter: Any) -> list[str]:
+def sent_args(limiter: Any) -> list[str | bytes]:
     """The ARGV the limiter sends with its EVALSHA for ``try_acquire(OPEN_URL,
     timeout=0)``, built as the backend builds it (``backends/scripts.py``)."""
     rule = limiter.registry.snapshot.rules[OPEN_URL]
     call = Commands(limiter.settings.key_prefix)(rule, 1, 0.0, None, None)
     numkeys = int(call.args[0])
-    return [str(a) for a in call.args[1 + numkeys :]]
+    return [a if isinstance(a, bytes) else str(a) for a in call.args[1 + numkeys :]]
 
 
 class Canned:
@@ -80,7 +80,7 @@ class Canned:
 
 
 def server_micros(
-    client: redis.Redis, scripts: dict[str, str], key: str, args: list[str]
+    client: redis.Redis, scripts: dict[str, str], key: str, args: list[str | bytes]
 ) -> dict[str, float]:
     """Median server-side µs per EVALSHA of each script (INFO commandstats)."""
     found: dict[str, list[float]] = {name: [] for name in scripts}

@@ -27,12 +27,16 @@ formatting or parsing text. That is less than half the server time of HMGET + HS
 five formatted fields + PEXPIRE, on the call every gateway request waits for.
 
 KEYS[1]  the bucket's state
-ARGV[1]  rate (permits per second, > 0)
-ARGV[2]  capacity (> 0; ignored for warm-up, which derives it from the rate and W)
-ARGV[3]  permits wanted (>= 1)
-ARGV[4]  timeout in microseconds; negative = wait as long as it takes
-ARGV[5]  now in microseconds; absent or "" = the server's TIME (tests drive the clock)
-ARGV[6]  warm-up period W in microseconds; absent or "0" = a token bucket
+ARGV[1]  the row's bucket, three little-endian doubles (struct "<ddd", packed once per row
+         by backends/scripts.py, bucket_config): rate (permits per second, > 0),
+         capacity (> 0; ignored for warm-up, which derives it from the rate and W), and
+         the warm-up period W in microseconds (0 = a token bucket). Unpacked in one call:
+         parsing three numbers from text costs more server time than the arithmetic.
+ARGV[2]  permits wanted (>= 1)
+ARGV[3]  timeout in microseconds; negative = wait as long as it takes ("0" and "-1",
+         the usual two, are recognised without parsing)
+ARGV[4]  now in microseconds; absent or "" = the server's TIME (tests drive the clock)
+A script that composes this one (lease.lua, slot.lua) may pass ARGV[2-4] as numbers.
 
 Pushback (pushback.lua) lives in the same key: after the five doubles, four more (the
 moment before which no call goes, the factor, when it was set, the rate it was set
@@ -59,19 +63,18 @@ until then the process refuses a caller whose timeout cannot reach it without as
 -- (docs/design.md, "Services it needs").
 local max, min, pack, unpack = math.max, math.min, struct.pack, struct.unpack
 
-local rate = tonumber(ARGV[1])
-local capacity = tonumber(ARGV[2])
-local permits = ARGV[3]
+local rate, capacity, warmup = unpack("<ddd", ARGV[1])
+local permits = ARGV[2]
 if permits == "1" then permits = 1 else permits = tonumber(permits) end  -- most calls: no parse
-local timeout = tonumber(ARGV[4])
-local now = ARGV[5]
+local timeout = ARGV[3]  -- strings are interned: comparing one is comparing a pointer
+if timeout == "0" then timeout = 0 elseif timeout == "-1" then timeout = -1 else timeout = tonumber(timeout) end
+local now = ARGV[4]
 if now == nil or now == "" then
   local t = redis.call("TIME")
   now = t[1] * 1000000 + t[2]
 else
   now = tonumber(now)
 end
-local warmup = tonumber(ARGV[6]) or 0
 
 -- pcall: a key of another type (WRONGTYPE, answered as a table: length 0) is not ours
 -- either; SET below replaces it. Anything but 40 or 72 bytes: start afresh, as if lost.

@@ -27,41 +27,40 @@ with_lease), so the bucket's semantics stay in bucket.lua and its state format
      debt, in one more decision at the same moment, each permit scheduled as bucket.lua
      schedules one-permit calls made one after another (one effective stable interval
      apart, the factor included), the last no later than B from now and no more than
-     leaseMs (ARGV[9]) after the first: what the caller's followers can wait for.
+     leaseMs (ARGV[8]) after the first: what the caller's followers can wait for.
      The process hands them to its next waiting callers, each sleeping until its
      permit's moment; debt is never handed back.
 
 KEYS[1]  the bucket's state (bucket.lua's key)
-ARGV[1]  rate (permits per second, > 0)
-ARGV[2]  capacity (> 0)
-ARGV[3]  permits the caller wants now (>= 1; 0: hand back only)
-ARGV[4]  the caller's timeout in microseconds; negative = wait as long as it takes
-ARGV[5]  now in microseconds; "" = the server's TIME (tests drive the clock)
-ARGV[6]  lease: the most permits to take in all, the caller's included (>= ARGV[3])
-ARGV[7]  unused permits of the previous lease to hand back (>= 0)
-ARGV[8]  when that lease was taken: the eighth double of its reply (µs on this clock)
-ARGV[9]  leaseMs in microseconds: the longest a debt lease spans (absent or 0: no debt)
+ARGV[1]  the row's bucket: bucket.lua's ARGV[1] (rate, capacity, warm-up as packed doubles)
+ARGV[2]  permits the caller wants now (>= 1; 0: hand back only)
+ARGV[3]  the caller's timeout in microseconds; negative = wait as long as it takes
+ARGV[4]  now in microseconds; "" = the server's TIME (tests drive the clock)
+ARGV[5]  lease: the most permits to take in all, the caller's included (>= ARGV[2])
+ARGV[6]  unused permits of the previous lease to hand back (>= 0)
+ARGV[7]  when that lease was taken: the eighth double of its reply (µs on this clock)
+ARGV[8]  leaseMs in microseconds: the longest a debt lease spans (absent or 0: no debt)
 
 Returns eleven packed doubles (one bulk string, as bucket.lua's six): bucket.lua's six
 for the caller's decision (the stored and next free ones as left after the lease), a
 seventh: the permits granted from stored ones in all (0 when the caller was refused;
 the caller's included), an eighth: now (µs), the moment of this lease, which its
-hand-back sends back as ARGV[8]; then the debt lease (step 4): the permits scheduled
+hand-back sends back as ARGV[7]; then the debt lease (step 4): the permits scheduled
 (0: none), the first one's moment (µs from now) and the interval between them (µs).
 ]]
 
-local now
-if ARGV[5] == nil or ARGV[5] == "" then
+local now  -- one moment for the hand back and every decision (passed as a number)
+if ARGV[4] == nil or ARGV[4] == "" then
   local t = redis.call("TIME")
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 else
-  now = tonumber(ARGV[5])
+  now = tonumber(ARGV[4])
 end
-local at = string.format("%.17g", now)  -- one moment for the hand back and both decisions
+local rate = struct.unpack("<d", ARGV[1])
 
 -- 1. hand back
-local unused = tonumber(ARGV[7])
-local taken_at = tonumber(ARGV[8] or "")
+local unused = tonumber(ARGV[6])
+local taken_at = tonumber(ARGV[7] or "")
 if unused > 0 and taken_at ~= nil and taken_at <= now then
   local saved = redis.pcall("GET", KEYS[1])
   if type(saved) == "string" and (#saved == 40 or #saved == 72) then
@@ -73,7 +72,7 @@ if unused > 0 and taken_at ~= nil and taken_at <= now then
       unabsorbed = pushed_until > 0 and balance < pushed_until
     end
     -- less what can have refilled since the take: never more than had it not been taken
-    local back = unused - (now - taken_at) / math.min(k, 1000000 / tonumber(ARGV[1]))
+    local back = unused - (now - taken_at) / math.min(k, 1000000 / rate)
     if stored >= 0 and not unabsorbed and back > 0 then
       if now > balance then
         stored = math.min(c, stored + (now - balance) / k)
@@ -87,21 +86,21 @@ if unused > 0 and taken_at ~= nil and taken_at <= now then
   end
 end
 
-local permits = tonumber(ARGV[3])
+local permits = tonumber(ARGV[2])
 if permits <= 0 then
   return struct.pack("<ddddddddddd", 1, 0, 0, 0, 1, 0, 0, now, 0, 0, 0)
 end
 
 -- 2. the caller's permits, as a plain call (bucket.lua's reply: six packed doubles)
-local reply = bucket_decision({KEYS[1]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4], at})
+local reply = bucket_decision({KEYS[1]}, {ARGV[1], permits, ARGV[3], now})
 local allowed, wait, stored, next_free, factor, held = struct.unpack("<dddddd", reply)
 local granted, owed, first, interval = 0, 0, 0, 0
 if allowed == 1 then
   granted = permits
   -- 3. the rest of the lease, from stored permits only
-  local more = math.min(tonumber(ARGV[6]) - permits, math.floor(stored))
+  local more = math.min(tonumber(ARGV[5]) - permits, math.floor(stored))
   if wait == 0 and more >= 1 then
-    local taken = bucket_decision({KEYS[1]}, {ARGV[1], ARGV[2], tostring(more), "0", at})
+    local taken = bucket_decision({KEYS[1]}, {ARGV[1], more, 0, now})
     local took, _, left, free = struct.unpack("<dddd", taken)
     if took == 1 then
       granted = granted + more
@@ -110,18 +109,18 @@ if allowed == 1 then
   end
   -- 4. the rest, the bucket dry, as debt for callers who wait: the k-th (k >= 1) is
   -- due at next_free + (k - 1) x interval from now, as k one-permit calls would be
-  local span = tonumber(ARGV[9] or "") or 0
-  local timeout = tonumber(ARGV[4])
+  local span = tonumber(ARGV[8] or "") or 0
+  local timeout = tonumber(ARGV[3])
   if held == 0 and span > 0 and timeout ~= 0 and stored < 1 then
-    local stable = 1000000 / (tonumber(ARGV[1]) * factor)  -- bucket.lua's effective one
-    more = math.min(tonumber(ARGV[6]) - granted, math.floor(span / stable) + 1)
-    local limit = "-1"
+    local stable = 1000000 / (rate * factor)  -- bucket.lua's effective one
+    more = math.min(tonumber(ARGV[5]) - granted, math.floor(span / stable) + 1)
+    local limit = -1
     if timeout > 0 then  -- the last within the caller's budget
       more = math.min(more, math.floor((timeout - next_free) / stable) + 1)
-      limit = string.format("%.17g", timeout + 1)
+      limit = timeout + 1
     end
     if more >= 1 then
-      local taken = bucket_decision({KEYS[1]}, {ARGV[1], ARGV[2], tostring(more), limit, at})
+      local taken = bucket_decision({KEYS[1]}, {ARGV[1], more, limit, now})
       local took, last, left, free = struct.unpack("<dddd", taken)
       if took == 1 then
         owed, first, interval = more, last - (more - 1) * stable, stable

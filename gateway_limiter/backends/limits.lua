@@ -26,7 +26,8 @@ KEYS[n]  (the last key) the interface's pushback state (pushback.lua): token buc
          at its factor times their rate and capacity, windows count at most their rate
          times it (whole permits, at least the call's), and no call goes before its moment
 ARGV[1]  permits wanted (>= 1)
-ARGV[2]  timeout in microseconds; negative = wait as long as it takes
+ARGV[2]  timeout in microseconds; negative = wait as long as it takes (sent as "0" and
+         "-1" for the usual two, recognised without parsing)
 ARGV[3]  now in microseconds, or "" for the server's TIME (tests drive the clock)
 ARGV[4]  the struct format of ARGV[5]: "<" and 1 + 6n "d"
 ARGV[5]  the limits, as little-endian doubles (backends/scripts.py packs them once per
@@ -64,7 +65,8 @@ local call, pcall_ = redis.call, redis.pcall
 
 local permits = ARGV[1]
 if permits == "1" then permits = 1 else permits = tonumber(permits) end  -- most calls: no parse
-local timeout = tonumber(ARGV[2])
+local timeout = ARGV[2]  -- "0" and "-1", the usual two, without parsing (bucket.lua)
+if timeout == "0" then timeout = 0 elseif timeout == "-1" then timeout = -1 else timeout = tonumber(timeout) end
 local now = ARGV[3]
 if now == "" then
   local t = call("TIME")

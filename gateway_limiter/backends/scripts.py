@@ -125,8 +125,7 @@ class _Plan:
         self.pushed = pushback_base(prefix, rule.url, rule.channel)
         self.args: list[str] | list[bytes]
         if self.bucket:
-            rate = str(rule.rate) if rule.period == 1 else repr(rule.per_second)
-            self.args = [rate, str(rule.burst)]
+            self.args = [bucket_config(rule)]
         else:
             self.args = limits_args(rule)
 
@@ -142,6 +141,22 @@ KIND_CODES = {
     LimitKind.SLIDING_WINDOW: 2.0,
     LimitKind.FIXED_WINDOW: 3.0,
 }
+
+
+def bucket_config(rule: Rule) -> bytes:
+    """``bucket.lua``'s ARGV[1] for ``rule``: its rate (per second), capacity and warm-up
+    period (µs; 0 for a token bucket) as three little-endian doubles, which the script
+    unpacks in one call rather than parsing three numbers from text."""
+    return struct.pack("<ddd", rule.per_second, float(rule.burst), rule.warmup * US_PER_S)
+
+
+def timeout_arg(timeout: float | None) -> str:
+    """A decision script's timeout argument: µs, negative for no timeout. The usual two,
+    none and zero, are sent as "-1" and "0", which the scripts recognise without parsing
+    (a Lua string compare is a pointer compare; ``tonumber`` is not cheap)."""
+    if timeout is None:
+        return "-1"
+    return "0" if timeout == 0 else repr(timeout * US_PER_S)
 
 
 def limits_args(rule: Rule) -> list[bytes]:
@@ -186,14 +201,11 @@ class Commands:
             if len(self._cache) >= self.LIMIT:
                 self._cache.clear()
             plan = self._cache[rule.url] = _Plan(rule, self._prefix)
-        # the scripts take µs: timeout_us, and a negative one for no timeout
-        timeout_us = "-1" if timeout is None else repr(timeout * US_PER_S)
+        timeout_us = timeout_arg(timeout)
         now_us = "" if now is None else repr(now)
         if plan.bucket:
             key = plan.key + caller_part(caller) if plan.keyed else plan.key
             args = [1, key, *plan.args, str(permits), timeout_us]
-            if rule.warmup:
-                return ScriptCall("bucket", [*args, now_us, repr(rule.warmup * US_PER_S)])
             return ScriptCall("bucket", args if now is None else [*args, now_us])
         if plan.keyed:
             keys, pushed = plan.keys_for(caller), plan.pushed + caller_part(caller)
@@ -223,8 +235,8 @@ class Commands:
 class Packer:
     """Commands in the Redis protocol, for the backends that write their own round trips
     (threads' and coroutines' shared pipelines). Script calls hold only str, int and the
-    bytes of ``limits_args``, so this is redis-py's ``pack_command`` without its general
-    cases; and decisions repeat
+    bytes of ``bucket_config`` and ``limits_args``, so this is redis-py's
+    ``pack_command`` without its general cases; and decisions repeat
     (the same rule, permits and budget make the same EVALSHA), so packed commands are
     kept, up to ``LIMIT`` (~150 bytes each; past it the cache starts over)."""
 
@@ -245,7 +257,7 @@ class Packer:
                 self._kept.clear()
             parts = [b"*%d\r\n" % len(command)]
             for arg in command:
-                if isinstance(arg, bytes):  # limits.lua's packed limits
+                if isinstance(arg, bytes):  # a row's packed doubles (bucket_config, limits_args)
                     data = arg
                 else:
                     data = (arg if isinstance(arg, str) else str(arg)).encode(

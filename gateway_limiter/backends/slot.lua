@@ -121,6 +121,13 @@ if op == "release" then
     if asked then
       tries = tries + 1
       local ask = cmsgpack.unpack(asked)  -- {kind, keys, argv, timeout's index, deadline, lease}
+      if ask[1] == "bucket" and ask[4] == 4 then
+        -- left by a version before bucket.lua took its row packed (rate, capacity,
+        -- permits, budget, now, warm-up as text; the budget 4th): a rolling upgrade
+        local a = ask[3]
+        local config = struct.pack("<ddd", tonumber(a[1]), tonumber(a[2]), tonumber(a[6] or "0") or 0)
+        ask[3], ask[4] = {config, a[3], a[4], a[5]}, 3
+      end
       if ask[5] >= 0 then  -- its budget, counted from now (negative: no limit)
         ask[3][ask[4]] = tostring(math.max(0, ask[5] - now_ms) * 1000)
       end

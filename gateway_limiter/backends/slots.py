@@ -39,9 +39,9 @@ __all__ = [
 ]
 
 #: Where each decision script takes its timeout (µs) among its arguments, 1-based
-#: (bucket.lua's ARGV[4], limits.lua's ARGV[2]): a release counts a waiter's budget
+#: (bucket.lua's ARGV[3], limits.lua's ARGV[2]): a release counts a waiter's budget
 #: from the moment it hands the waiter a slot.
-TIMEOUT_ARG = {"bucket": 4, "limits": 2}
+TIMEOUT_ARG = {"bucket": 3, "limits": 2}
 #: The slot keys before a take's decision keys.
 SLOT_KEYS = 6
 

@@ -53,7 +53,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
 from gateway_limiter.backends.base import BackendError
-from gateway_limiter.backends.scripts import REPLY, ScriptCall, parse_reply
+from gateway_limiter.backends.scripts import (
+    REPLY,
+    ScriptCall,
+    bucket_config,
+    parse_reply,
+    timeout_arg,
+)
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule
@@ -82,11 +88,10 @@ def lease_call(
     """``lease.lua``'s call: hand back ``unused`` of a lease taken at ``taken_us`` (its
     reply's moment), decide ``permits`` within ``budget_s`` (None: any wait), take up to
     ``size`` in all (``permits`` 0: hand back only)."""
-    rate = str(rule.rate) if rule.period == 1 else repr(rule.per_second)
-    timeout_us = "-1" if budget_s is None else repr(budget_s * US_PER_S)
     now = "" if now_us is None else repr(now_us)
-    args: list[str | int] = [1, key, rate, str(rule.burst), str(permits), timeout_us, now]
-    args += [str(size), str(unused), repr(taken_us), str(rule.lease_ms * 1000)]
+    args: list[str | int | bytes] = [1, key, bucket_config(rule), str(permits)]
+    args += [timeout_arg(budget_s), now, str(size), str(unused), repr(taken_us)]
+    args.append(str(rule.lease_ms * 1000))
     return ScriptCall("lease", args)
 
 

@@ -165,12 +165,13 @@ async def test_decisions_reach_redis_in_arrival_order_across_batches(
 
     def watch() -> None:
         # MONITOR reports commands in the order the server runs them. ``permits`` is
-        # the 7th word of the bucket's EVALSHA and tells the callers apart.
+        # the bucket's next-to-last argument (before the budget) and tells the callers
+        # apart; counted from the end, as the packed config before it may hold spaces.
         while len(seen) < calls:
             command = monitor.next_command()
             words = command["command"].split()
             if words[0].upper() == "EVALSHA":
-                seen.append((command["client_port"], int(words[6])))
+                seen.append((command["client_port"], int(words[-2])))
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()

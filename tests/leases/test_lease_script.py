@@ -6,6 +6,7 @@ permits exactly as a plain row would in the same state."""
 from __future__ import annotations
 
 import itertools
+import struct
 import time
 
 import pytest
@@ -13,7 +14,14 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway_limiter.backends.scripts import SCRIPTS, STATE, Commands, ScriptCall, parse_reply
+from gateway_limiter.backends.scripts import (
+    SCRIPTS,
+    STATE,
+    Commands,
+    ScriptCall,
+    bucket_config,
+    parse_reply,
+)
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.leases import (
@@ -55,7 +63,7 @@ def _lease(
 def _plain(
     client: redis.Redis, key: str, rule: Rule, permits: int, timeout_us: float, now: float
 ) -> tuple[bool, float]:
-    args = [str(rule.rate), str(rule.burst), str(permits), repr(timeout_us), repr(now)]
+    args: list[bytes | str] = [bucket_config(rule), str(permits), repr(timeout_us), repr(now)]
     verdict = parse_reply(client.eval(SCRIPTS["bucket"], 1, key, *args))
     return verdict.allowed, verdict.wait_us
 
@@ -291,7 +299,8 @@ def test_the_callers_own_permits_are_decided_as_a_plain_row_would(
 
 def test_a_row_without_a_lease_sends_the_plain_bucket_call() -> None:
     call = Commands("p")(Rule("/plain", 5, 0.0, 1), 1, 0.0, None, None)
-    assert call == ScriptCall("bucket", [1, "p:{/plain}:tb", "5", "5", "1", "0.0"])
+    config = struct.pack("<ddd", 5.0, 5.0, 0.0)
+    assert call == ScriptCall("bucket", [1, "p:{/plain}:tb", config, "1", "0"])
 
 
 def test_a_caller_that_looked_before_a_renewal_takes_from_it_rather_than_renew_again(

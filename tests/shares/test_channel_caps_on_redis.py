@@ -118,11 +118,11 @@ def test_every_key_of_a_capped_channel_is_in_one_cluster_slot(lim: GatewayLimite
 
 
 def test_an_interface_without_shares_sends_what_it_sent_before() -> None:
-    # a single bucket's call is the exact call of revision 0005: no extra argument
+    # a single bucket's call carries nothing of a channel: its config, permits, budget
     make = Commands("p")
     plain = Rule("/x", 5, 0.5, 1)
     assert make(plain, 1, 0.0, None, None) == ScriptCall(
-        "bucket", [1, "p:{/x}:tb", "5", "5", "1", "0.0"]
+        "bucket", [1, "p:{/x}:tb", struct.pack("<ddd", 5.0, 5.0, 0.0), "1", "0"]
     )
     # several limits: the same keys, and every limit the interface's own (no channel's)
     two = Rule("/x", 5, 0.5, 1, also=(Rule("/x", 8, 0.5, 2, period=10),))
@@ -136,7 +136,7 @@ def test_an_interface_without_shares_sends_what_it_sent_before() -> None:
             "p:{/x}:tb:10s",
             "p:{/x}:pb",
             "1",
-            "0.0",
+            "0",
             "",
             layout.encode(),
             struct.pack(layout, *fields),

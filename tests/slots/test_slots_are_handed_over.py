@@ -294,3 +294,31 @@ def test_without_a_subscription_a_waiter_finds_its_grant_by_asking(
         assert took < 2.0  # asks every 20 ms, not once a second
     finally:
         unheard.close()
+
+
+#: Rewrites a queued waiter's ask of the rate into the form a version before the packed
+#: bucket config stored: bucket.lua's arguments as text, the budget at the 4th.
+AS_AN_EARLIER_VERSION_ASKED = """
+local ask = cmsgpack.unpack(redis.call("HGET", KEYS[1], ARGV[1]))
+local rate, capacity = struct.unpack("<dd", ask[3][1])
+ask[3] = {tostring(rate), tostring(capacity), ask[3][2], ask[3][3]}
+ask[4] = 4
+redis.call("HSET", KEYS[1], ARGV[1], cmsgpack.pack(ask))
+return ask[3]
+"""
+
+
+def test_a_waiter_queued_by_an_earlier_version_is_handed_its_slot(
+    lim: GatewayLimiter, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    # A rolling upgrade: a process of the earlier version queued "old"; this one releases.
+    assert _take(lim, key_prefix, "h").state == TAKEN
+    assert _take(lim, key_prefix, "old").state == QUEUED
+    keys = slot_keys(key_prefix, URL)
+    text = redis_client.eval(AS_AN_EARLIER_VERSION_ASKED, 1, keys[4], "old")
+    assert text[:2] == [b"1000", b"1000"]  # the rate and capacity, as text
+    assert _release(lim, key_prefix, "h") == (1, 1)  # handed over: still one held
+    assert redis_client.hexists(keys[5], "old")  # the grant, kept until "old" asks
+    again = _take(lim, key_prefix, "old")
+    assert again.state == TAKEN and again.in_flight == 1
+    assert again.verdict is not None and again.verdict.allowed
