@@ -24,8 +24,9 @@ Threads deciding at once share round trips per node, as on one Redis
 (``backends/shared_trips.py``, one leader/follower queue per master): a thread that
 finds no round trip to its call's master in flight sends its call at once, alone,
 through redis-py (which routes it, follows MOVED and ASK, and refreshes the slot map
-after a failed node); calls that arrive meanwhile queue on that master, and the next of
-them writes them in one pipeline on one of its pooled connections. Each call keeps its
+after a failed node); calls that arrive meanwhile queue on that master, and the thread
+that reads the round trip writes them in one pipeline on one of its pooled connections
+before it wakes anybody (the first of them reads it). Each call keeps its
 own reply, error, NOSCRIPT retry (SCRIPT LOAD on that node, then again) and timeout.
 What the cluster adds to a batch:
 
@@ -51,20 +52,24 @@ from typing import Any
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import AskError, ClusterDownError, ResponseError, TryAgainError
+from redis.maint_notifications import MaintNotificationsConfig
 
+from gateway_limiter.backends.connections import (
+    call_error,
+    connection_failed,
+    following,
+    read_pipelined,
+    round_trips,
+    write_pipelined,
+)
 from gateway_limiter.backends.readiness import Readiness
 from gateway_limiter.backends.redis import (
     CLIENT_ERRORS,
     POOL_ARGS,
     ScriptBackend,
     backend_errors,
-    call_error,
     client_options,
-    connection_failed,
     eviction_policy,
-    following,
-    round_trips,
-    send_pipelined,
 )
 from gateway_limiter.backends.schemes import register
 from gateway_limiter.backends.scripts import Commands, Packer, ScriptCall
@@ -78,6 +83,10 @@ def cluster_options(settings: Settings, endpoints: Endpoints) -> dict[str, Any]:
     return client_options(settings) | {
         # redirects (MOVED, ASK) are followed; failures are not retried (retry: 0)
         "require_full_coverage": False,
+        # Off, as for asyncio (redis_async.py): redis-py's handler of a slot-migration
+        # notice closes a node's free connections the racy way NodePool exists to avoid,
+        # and "auto" also skips the pool's check that a pooled connection is still open.
+        "maint_notifications_config": MaintNotificationsConfig(enabled=False),
         "username": endpoints.username,
         "password": endpoints.password,
     }
@@ -106,6 +115,30 @@ def batch_error(error: ResponseError) -> Exception:
     """What a call of a batch gets for an error reply: ``Redirected`` for a redirect,
     else its own BackendError."""
     return Redirected(error) if isinstance(error, REDIRECTS) else call_error(error)
+
+
+class NodePool(redis.BlockingConnectionPool):
+    """A node's pool: redis-py's blocking pool, whose free connections are dropped with
+    none taken meanwhile.
+
+    redis-py drops a node's free connections when it refreshes the slot map (after a
+    call failed to connect, and on every refresh of the map). The blocking pool lists
+    the free ones under its own lock and closes them after, while ``get_connection``
+    takes one from the queue without that lock: a thread that took a connection in
+    between had it closed under it, mid-call (a shared round trip read EBADF or EOF,
+    and its callers lost their decisions while the cluster was only failing over).
+    Here they are closed under the queue's own lock, which ``get_connection`` takes.
+    """
+
+    def disconnect_free_connections(self, moving_address_src: str | None = None) -> None:
+        # The pool's lock first, as every caller in redis-py already holds it and as its
+        # own get_connection takes them: one order, whoever calls.
+        with self._lock, self.pool.mutex:
+            for conn in self.pool.queue:
+                if conn is not None and self._should_update_connection(
+                    conn, "connected_address", moving_address_src
+                ):
+                    conn.disconnect()
 
 
 def _netloc(host: str, port: int) -> str:
@@ -165,11 +198,11 @@ class RedisClusterBackend(ScriptBackend):
         with backend_errors():
             return RedisCluster(
                 # Given a URL, RedisCluster builds each node's pool with
-                # connection_pool_class: a blocking pool, so a thread waits up to
+                # connection_pool_class: NodePool, a blocking pool: so a thread waits up to
                 # redis_timeout for a connection to a node, as with one Redis.
                 url=f"redis://{_netloc(host, port)}",
                 startup_nodes=[ClusterNode(h, p) for h, p in others],  # type: ignore[no-untyped-call]
-                connection_pool_class=redis.BlockingConnectionPool,
+                connection_pool_class=NodePool,
                 # every node's reads under the deadline of backends/round_trips.py
                 connection_class=following(redis.Connection, self._round_trips),
                 timeout=self._settings.redis_timeout,
@@ -203,7 +236,8 @@ class RedisClusterBackend(ScriptBackend):
             if sharing is None:
                 sharing = self._sharing[name] = RoundTripSharing(
                     self._run,  # a leader's call: alone, through redis-py
-                    lambda batch: self._send_batch(name, batch),
+                    lambda batch, _just_read: self._write_batch(name, batch),
+                    self._read_batch,
                     self._follower_wait_s,
                     connection_failed,
                 )
@@ -212,24 +246,40 @@ class RedisClusterBackend(ScriptBackend):
     def _follower_wait_s(self) -> float:
         return self._wait_base_s + self._round_trips.timeout_s
 
-    def _send_batch(self, name: str, batch: list[Queued]) -> None:
+    def _write_batch(self, name: str, batch: list[Queued]) -> Any:
         """The batch's EVALSHAs in one write to the master called ``name``, on one of
-        its pooled connections; each caller answered from its own reply, a redirected
-        one with ``Redirected``. The connection is dropped when the round trip fails
-        (replies may be unread: never read them later)."""
+        its pooled connections; what ``_read_batch`` needs (None: nothing written, each
+        call answered with ``Redirected``: the master is gone from the slot map since
+        the calls were queued). The connection is dropped when the write fails."""
         with backend_errors():
             client = self.client
             node = client.get_node(node_name=name)  # type: ignore[no-untyped-call]
-            if node is None:  # gone from the slot map since the calls were queued
+            if node is None:
                 for waiting in batch:
-                    waiting.answer(error=Redirected(name))
-                return
+                    waiting.settle(error=Redirected(name))
+                return None
             pool = client.get_redis_connection(node).connection_pool
             conn = pool.get_connection(*POOL_ARGS)
             try:
-                send_pipelined(conn, self._pack, batch, reply_error=batch_error)
+                write_pipelined(conn, self._pack, batch)
             except BaseException:
                 conn.disconnect()  # type: ignore[no-untyped-call]
+                pool.release(conn)
+                raise
+        return pool, conn
+
+    def _read_batch(self, batch: list[Queued], written: Any) -> None:
+        """The replies of a batch ``_write_batch`` wrote, each caller's its own, a
+        redirected one ``Redirected``. The connection is dropped when the round trip
+        fails (replies may be unread: never read them later)."""
+        if written is None:
+            return
+        pool, conn = written
+        with backend_errors():
+            try:
+                read_pipelined(conn, self._pack, batch, reply_error=batch_error)
+            except BaseException:
+                conn.disconnect()
                 pool.release(conn)
                 raise
             pool.release(conn)

@@ -65,6 +65,7 @@ from gateway_limiter.backends.cluster import (
     cluster_options,
     cluster_policies,
 )
+from gateway_limiter.backends.connections import connection_failed, round_trips
 from gateway_limiter.backends.fleet import (
     Heartbeat,
     fleet_key,
@@ -73,7 +74,7 @@ from gateway_limiter.backends.fleet import (
     parse_members,
 )
 from gateway_limiter.backends.readiness import Readiness
-from gateway_limiter.backends.redis import CLIENT_ERRORS, connection_failed, round_trips
+from gateway_limiter.backends.redis import CLIENT_ERRORS
 from gateway_limiter.backends.redis_async import (
     AsyncRedisBackend,
     Deadline,

@@ -11,6 +11,8 @@ the threaded backends, shared with Sentinel and Cluster.
 The client is tuned for a hot path: a socket timeout of ``redis_timeout`` (a slow
 Redis must not stall the gateway), no retries (the failure policy is the retry), and a
 blocking pool sized for threads that waits at most ``redis_timeout`` for a connection.
+Its connections, and the pipelined round trips threads share on them, are
+``backends/connections.py``'s.
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
@@ -32,6 +33,15 @@ from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
 from redis.retry import Retry
 
 from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.connections import (
+    call_error,
+    connection_failed,
+    following,
+    packer,
+    read_pipelined,
+    round_trips,
+    write_pipelined,
+)
 from gateway_limiter.backends.fleet import (
     Heartbeat,
     fleet_key,
@@ -42,12 +52,10 @@ from gateway_limiter.backends.fleet import (
     tallies_key,
 )
 from gateway_limiter.backends.readiness import Readiness
-from gateway_limiter.backends.round_trips import RoundTrips
 from gateway_limiter.backends.schemes import register
 from gateway_limiter.backends.scripts import (
     SCRIPTS,
     Commands,
-    Packer,
     ScriptCall,
     clock_us,
     describe,
@@ -60,7 +68,6 @@ from gateway_limiter.backends.scripts import (
 from gateway_limiter.backends.shared_trips import (
     Queued,
     RoundTripSharing,
-    stamp,
 )
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
@@ -379,64 +386,6 @@ def _keywords(cls: type) -> set[str]:
     return names
 
 
-def round_trips(settings: Settings) -> RoundTrips:
-    """The read deadline of one backend's connections (``backends/round_trips.py``)."""
-    return RoundTrips(settings.redis_timeout, settings.redis_timeout_ceiling)
-
-
-def following(connection_class: type[Any], trips: RoundTrips) -> type[Any]:
-    """``connection_class`` (a redis-py connection: plain, TLS, Unix, Sentinel's) whose
-    read deadline is ``trips.timeout_s``, and whose round trips ``trips`` sees.
-
-    The socket's timeout is set only when the deadline has moved (rarely: it moves in
-    steps); timing a round trip costs two reads of the monotonic clock, no system call.
-    A refused or reset connection fails at once, as before.
-    """
-
-    class Following(connection_class):  # type: ignore[misc]
-        _sent_s = 0.0
-        socket_timeout: float | None
-        _sock: Any
-        _parser: Any
-
-        def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-            self._sent_s = time.monotonic()
-            super().send_packed_command(command, check_health)
-
-        def read_response(self, *args: Any, **kwargs: Any) -> Any:
-            timeout_s = trips.timeout_s
-            if timeout_s != self.socket_timeout:
-                self._follow(timeout_s)
-            reply = super().read_response(*args, **kwargs)
-            trips.observe(time.monotonic() - self._sent_s)
-            return reply
-
-        def _follow(self, timeout_s: float) -> None:
-            self.socket_timeout = timeout_s  # also the next connect's
-            if self._sock is not None:
-                self._sock.settimeout(timeout_s)
-            # The pool checks a connection out with can_read(), which sets a timeout of
-            # 0 and puts back the one its parser took at connect: give the parser this
-            # one, or every check-out would put the old one back.
-            parser = self._parser
-            buffer = getattr(parser, "_buffer", None)
-            if hasattr(buffer, "socket_timeout"):  # the pure-Python parsers
-                buffer.socket_timeout = timeout_s  # type: ignore[union-attr]
-            if hasattr(parser, "_socket_timeout"):  # hiredis
-                parser._socket_timeout = timeout_s
-
-    Following.__name__ = Following.__qualname__ = f"Following{connection_class.__name__}"
-    return Following
-
-
-def packer(connection_kwargs: dict[str, Any]) -> Packer:
-    """The packer of a pool's commands, in the encoding its connections use."""
-    return Packer(
-        connection_kwargs.get("encoding", "utf-8"),
-        connection_kwargs.get("encoding_errors", "strict"),
-    )
-
-
 def redis_url(settings: Settings) -> str:
     """The URL redis-py understands for this backend."""
     return settings.redis_url
@@ -449,65 +398,6 @@ POOL_ARGS: tuple[str, ...] = (
     is inspect.Parameter.empty
     else ()
 )
-
-
-def connection_failed(error: BaseException) -> bool:
-    """True when ``error`` (a BackendError from ``backend_errors``) means the connection
-    or Redis failed, False when it is one call's own error reply (a script error)."""
-    cause = error.__cause__ if isinstance(error, BackendError) else error
-    return not isinstance(cause, ResponseError)
-
-
-def call_error(error: ResponseError) -> BackendError:
-    """An error reply that is one call's own (its script failed for it), as the
-    BackendError its caller gets: ``connection_failed`` reads its cause, so it fails no
-    other call."""
-    failure = BackendError(describe(error))
-    failure.__cause__ = error
-    return failure
-
-
-#: NOSCRIPT rounds of a batch before its calls give up (a SCRIPT FLUSH between the LOAD
-#: and the EVALSHAs, again and again).
-RELOADS = 3
-
-
-def send_pipelined(
-    conn: Any,
-    pack: Packer,
-    batch: list[Queued],
-    load: tuple[str, ...] = (),
-    reply_error: Callable[[ResponseError], BaseException] = call_error,
-) -> None:
-    """The batch's EVALSHAs in one write on ``conn``, each caller answered from its own
-    reply as it is read (``shared_trips``): an error reply is that caller's alone
-    (``reply_error`` says what it gets), and a NOSCRIPT loads the script on ``conn``'s
-    server and asks again, in the next write, for just the calls it hit (``load``:
-    scripts known to be missing, loaded in the first write). Raises when the round trip
-    itself fails; then replies may be unread, and ``conn`` must be dropped."""
-    calls: list[Queued] = batch
-    names = load  # scripts to SCRIPT LOAD first: known missing
-    for _attempt in range(RELOADS + 1):
-        packed = [pack(("SCRIPT", "LOAD", SCRIPTS[n])) for n in names]
-        packed += [pack(("EVALSHA", *w.call.evalsha)) for w in calls]
-        stamp(calls)
-        conn.send_packed_command([b"".join(packed)], check_health=False)
-        for _ in names:
-            conn.read_response()
-        reload: list[Queued] = []
-        for waiting in calls:
-            try:
-                waiting.answer(conn.read_response())
-            except NoScriptError:  # flushed or restarted: load, ask again
-                reload.append(waiting)
-            except ResponseError as e:  # this call's alone: its script failed, a redirect
-                waiting.answer(error=reply_error(e))
-        if not reload:
-            return
-        calls, names = reload, tuple(sorted({w.call.name for w in reload}))
-    error = BackendError("NOSCRIPT: Redis keeps losing the script")
-    for waiting in calls:
-        waiting.answer(error=error)
 
 
 @register("redis", "rediss", "unix")
@@ -552,7 +442,11 @@ class RedisBackend(ScriptBackend):
         # wait for a pooled connection (redis_timeout), open one and read replies.
         self._wait_base_s = settings.redis_timeout + settings.redis_connect_timeout
         self._sharing = RoundTripSharing(
-            self._send_alone, self._send_batch, self._follower_wait_s, connection_failed
+            self._send_alone,
+            self._write_batch,
+            self._read_batch,
+            self._follower_wait_s,
+            connection_failed,
         )
         # The decision connection (see ``_checked_out``): kept out of the pool between
         # round trips, unless the pool has only the one connection to share.
@@ -596,8 +490,8 @@ class RedisBackend(ScriptBackend):
             else:
                 self._give_back(conn)
                 return reply
-        alone = Queued(call)
-        self._send_batch([alone], (call.name,))  # the LOAD and the EVALSHA in one write
+        alone, load = Queued(call), (call.name,)
+        self._read_batch([alone], self._write_batch([alone], load=load))  # LOAD + EVALSHA
         if alone.error is not None:
             raise alone.error
         return alone.reply
@@ -605,16 +499,34 @@ class RedisBackend(ScriptBackend):
     def _follower_wait_s(self) -> float:
         return self._wait_base_s + self._round_trips.timeout_s
 
-    def _send_batch(self, batch: list[Queued], load: tuple[str, ...] = ()) -> None:
-        """The batch's EVALSHAs in one write on the decision connection; each caller
-        answered from its own reply as it is read. NOSCRIPT: SCRIPT LOAD, and the calls
-        it hit asked again in the next write (``load``: scripts known to be missing,
-        loaded in the first write). The connection is dropped when the round trip fails
-        (replies may be unread: never read them later)."""
+    def _write_batch(
+        self, batch: list[Queued], just_read: bool = False, load: tuple[str, ...] = ()
+    ) -> Any:
+        """The batch's EVALSHAs in one write on the decision connection (after a SCRIPT
+        LOAD of each of ``load``: scripts known to be missing); what ``_read_batch``
+        needs. ``just_read``: this thread has just read the replies of the round trip
+        before on it, so it is not checked again (``_checked_out``). The connection is
+        dropped when the write fails."""
         with backend_errors():
-            conn = self._checked_out()
+            conn = self._held
+            if not just_read or conn is None:
+                conn = self._checked_out()
             try:
-                send_pipelined(conn, self._pack, batch, load)
+                write_pipelined(conn, self._pack, batch, load)
+            except BaseException:
+                self._drop(conn)
+                raise
+        return conn, load
+
+    def _read_batch(self, batch: list[Queued], written: Any) -> None:
+        """The replies of a batch ``_write_batch`` wrote, each call settled with its own
+        (NOSCRIPT: SCRIPT LOAD, and the calls it hit asked again). The connection is
+        dropped when the round trip fails (replies may be unread: never read them
+        later)."""
+        conn, load = written
+        with backend_errors():
+            try:
+                read_pipelined(conn, self._pack, batch, load)
             except BaseException:
                 self._drop(conn)
                 raise
@@ -628,6 +540,7 @@ class RedisBackend(ScriptBackend):
         is checked as the pool checks a connection it hands out: connected, nothing
         unread on it (a connection Redis closed, a restart, is opened again here), and
         opened in this process (after a fork the child takes its own from the pool).
+        ``_write_batch`` skips the check when the thread has just read its replies.
         """
         conn = self._held
         if conn is None or self._held_pid != os.getpid():

@@ -72,6 +72,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from gateway_limiter.backends import scripts
 from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.connections import RELOADS, packer, round_trips
 from gateway_limiter.backends.fleet import (
     Heartbeat,
     fleet_key,
@@ -85,8 +86,6 @@ from gateway_limiter.backends.redis import (
     check_query_options,
     decision_path_options,
     eviction_policy,
-    packer,
-    round_trips,
 )
 from gateway_limiter.backends.round_trips import RoundTrips
 from gateway_limiter.backends.schemes import register_async
@@ -249,8 +248,9 @@ class AsyncRedisBackend:
 
     #: Decisions sent in one round trip at most (a batch of 128 runs ~1-2 ms in Redis).
     BATCH = 128
-    #: NOSCRIPT rounds before a call gives up (a SCRIPT FLUSH between LOAD and EVALSHA).
-    RELOADS = 3
+    #: NOSCRIPT rounds before a call gives up (a SCRIPT FLUSH between LOAD and EVALSHA):
+    #: the threads' pipelines' number.
+    RELOADS = RELOADS
 
     def __init__(
         self,

@@ -5,28 +5,51 @@ The asyncio backend batches coroutines' decisions into shared round trips ("lane
 
 - A thread that finds no round trip in flight becomes the **leader**: it sends its own
   call at once, on its own thread (no queue, no thread hop: one thread alone is no
-  slower), as a batch of one.
+  slower), as a plain call through the backend (``send_one``).
 - A thread that finds a round trip in flight **queues** its call and sleeps on a lock of
   its own.
-- When a leader's round trip is done it takes the queue (up to ``BATCH`` calls, first
-  come first served) and wakes the first of them as the next leader, who writes their
-  EVALSHAs in one write on one pooled connection, reads the replies in order, hands
-  each caller its own reply or error and wakes it; then it takes the queue in turn.
+- The thread that reads a round trip's replies (the leader, or the **reader** of a
+  batch) then, at once and on its own thread, takes the queue (up to ``BATCH`` calls,
+  first come first served) and **writes** their EVALSHAs in one write on the decision
+  connection, before it wakes anybody: Redis runs the next batch while the callers of
+  the replies it read are woken. The first caller of the batch just written is its
+  reader: once woken it reads the replies in order, gives each caller its own, and in
+  turn writes the next batch before it wakes them.
+- The callers are woken **one after the other**: the reader wakes the first, and each,
+  once awake (it has the GIL), wakes the next; the next batch's reader comes after at
+  most ``READER_AFTER`` (8) of them, so a long chain on a loaded host does not hold
+  up the replies of the batch in flight. Woken all at once, every one but the first
+  would find the GIL taken and sleep again until it is let go: two thread switches per
+  call instead of one, each a system call or two, on the cores Redis and the GIL's
+  holder need. After a failure, the callers it fails are woken all at once (they only
+  raise).
+
+So one round trip is in flight at a time (the connection stays in step), and the
+thread hops, wake-ups and the scramble for the GIL that follow a round trip happen
+while Redis works on the next one, not between them.
 
 Each call stays its own script call with its own reply: an error reply (a script error
 on one key) is that caller's alone; a NOSCRIPT (SCRIPT FLUSH, a restart) loads the
-script and asks again for just the calls it hit. A connection error or a read timeout
-fails the round trip's batch and every call still queued (BackendError at once: a dead
-Redis costs a queued caller nothing beyond the failure it waited on), and the
-connection is dropped, so no stale reply is read later.
+script and asks again for just the calls it hit, before the next batch is written. A
+connection error or a read timeout fails the round trip's batch and every call still
+queued (BackendError at once: a dead Redis costs a queued caller nothing beyond the
+failure it waited on), and the connection is dropped, so no stale reply is read later.
+A failed write fails its batch and the queue the same way.
 
 Each caller keeps its own timeout: a follower waits at most ``wait_s`` for its turn
-(a round trip in flight and its own, each within the read deadline), and a follower
-that gives up while queued is removed and never sent; one that gives up after its call
-was written gets BackendError, while the leader still reads its reply (the connection
-stays in step) and the other callers get theirs.
+(the round trip in flight), and a follower that gives up then, still queued, is
+removed and never sent; once its call is taken into a batch it waits up to ``wait_s``
+more for its reply (so ``2 x wait_s`` in all, each ``wait_s`` within the read
+deadline), and one that gives up then gets BackendError, while the reader still reads
+its reply (the connection stays in step) and the other callers get theirs. A caller
+that gives up is left out of the chain of wake-ups, or wakes the one it was to wake.
+A batch's reader is woken once its batch is written and the (at most eight) callers
+before it are awake, so it waits for that without a limit of its own: its read then
+has the read deadline; interrupted (KeyboardInterrupt) it still reads its batch, and
+hands on the queue, before it raises.
 
-No redis import here: the backend gives the two ways of sending (one call, a batch).
+No redis import here: the backend gives the ways of sending (one call alone; a batch
+written, and its replies read).
 """
 
 from __future__ import annotations
@@ -34,30 +57,33 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from itertools import pairwise
 from typing import Any
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.scripts import ScriptCall
 
-__all__ = ["Queued", "RoundTripSharing"]
+__all__ = ["Queued", "RoundTripSharing", "Trip"]
 
 
 class Queued:
     """One call waiting for a round trip: its reply or error once answered, when it was
-    queued and when written (monotonic s; 0 until then), and whether it leads the next
-    batch."""
+    queued and when written (monotonic s; 0 until then), and, for the first call of a
+    batch, the batch it reads (``trip``)."""
 
     __slots__ = (
         "_wake",
+        "after",
         "answered",
-        "batch",
         "call",
         "entered",
         "error",
+        "gave_up",
         "queued",
         "reply",
         "sent",
+        "trip",
     )
 
     def __init__(self, call: ScriptCall) -> None:
@@ -69,63 +95,86 @@ class Queued:
         self.sent = 0.0
         #: True while in the queue (not yet taken into a batch)
         self.queued = True
-        #: set on the call chosen to send a batch: the batch (itself first)
-        self.batch: list[Queued] | None = None
-        # A plain lock, held until the answer (or the lead) is handed over: the cheapest
-        # way in CPython to put one thread to sleep and wake exactly that one.
+        #: set (under the queue's lock) on the call chosen to read its batch's replies
+        self.trip: Trip | None = None
+        #: the call this one wakes once it is awake (``RoundTripSharing._next``)
+        self.after: Queued | None = None
+        #: stopped waiting (its time ran out, interrupted): woken by nobody's chain
+        self.gave_up = False
+        # A plain lock, held until the answer (or the batch to read) is handed over: the
+        # cheapest way in CPython to put one thread to sleep and wake exactly that one.
         self._wake = threading.Lock()
         self._wake.acquire()
 
-    def answer(self, reply: Any = None, error: BaseException | None = None) -> None:
-        """Hand over the reply or the error, and wake the caller (once; later calls are
-        ignored)."""
+    def settle(self, reply: Any = None, error: BaseException | None = None) -> None:
+        """Record the reply or the error (once; later calls are ignored), without waking
+        the caller: ``wake`` does, once the next batch is written."""
         if self.answered:
             return
         self.reply, self.error, self.answered = reply, error, True
-        self._wake.release()
 
     def wake(self) -> None:
-        """Wake the caller to send the batch set in ``batch``."""
+        """Wake the caller: answered, or chosen to read the batch in ``trip`` (each call
+        is woken once)."""
         self._wake.release()
 
     def wait(self, seconds: float | None) -> bool:
-        """Sleep until answered or chosen to lead (None: however long that takes); False
-        when ``seconds`` passed first."""
+        """Sleep until woken (None: however long that takes); False when ``seconds``
+        passed first."""
         if seconds is None:
             return self._wake.acquire()
         return self._wake.acquire(timeout=max(seconds, 0.0))
+
+
+class Trip:
+    """One batch on its way: its calls, what the backend's ``write`` returned for its
+    ``read`` (``token``), and whether it is written (its reader woken after)."""
+
+    __slots__ = ("calls", "token", "written")
+
+    def __init__(self, calls: list[Queued]) -> None:
+        self.calls = calls
+        self.token: Any = None
+        self.written = False
 
 
 class RoundTripSharing:
     """The leader/follower queue of one backend's threaded calls.
 
     ``send_one(call)`` sends one call alone (the leader's own) and returns its reply or
-    raises; ``send_batch(batch)`` sends the batch's calls in one round trip and answers
-    each (``Queued.answer``), raising only when the round trip itself failed (then the
-    calls not yet answered are failed here). ``wait_s()``: how long a follower may wait
-    for the round trip in flight, and again for its own. ``failed(e)``: True when ``e``
-    means the connection failed (the queue gives up too), False for an error that is
-    one call's own answer.
+    raises. ``write(batch)`` writes the batch's calls in one write and returns what
+    ``read(batch, token)`` needs to read their replies; ``read`` records each call's
+    own reply or error (``Queued.settle``), and either raises only when the round trip
+    itself failed (the backend has dropped the connection; the calls not yet answered
+    are failed here). ``wait_s()``: how long a follower may wait for the round trip in
+    flight, and again for its own. ``failed(e)``: True when ``e`` means the connection
+    failed (the queue gives up too), False for an error that is one call's own answer.
     """
 
-    __slots__ = ("_busy", "_failed", "_lock", "_queue", "_send_batch", "_send_one", "_wait_s")
+    __slots__ = ("_busy", "_failed", "_lock", "_queue", "_read", "_send_one", "_wait_s", "_write")
 
     #: Calls sent in one round trip at most (128 decisions run ~1-2 ms in Redis).
     BATCH = 128
+    #: Callers of a round trip woken, one after the other, before the next batch's
+    #: reader; the rest after it. Each wake-up waits for a thread switch, so this bounds
+    #: how long the reader (and the replies of the batch in flight) waits for them.
+    READER_AFTER = 8
 
     def __init__(
         self,
         send_one: Callable[[ScriptCall], Any],
-        send_batch: Callable[[list[Queued]], None],
+        write: Callable[[list[Queued], bool], Any],
+        read: Callable[[list[Queued], Any], None],
         wait_s: Callable[[], float],
         failed: Callable[[BaseException], bool],
     ) -> None:
         self._send_one = send_one
-        self._send_batch = send_batch
+        self._write = write
+        self._read = read
         self._wait_s = wait_s
         self._failed = failed
         self._lock = threading.Lock()
-        self._busy = False  # a round trip is in flight (one sender at a time)
+        self._busy = False  # a round trip is in flight, or its replies being read
         self._queue: deque[Queued] = deque()
 
     def run(self, call: ScriptCall) -> tuple[Any, float]:
@@ -145,39 +194,50 @@ class RoundTripSharing:
         try:
             reply = self._send_one(call)
         except BaseException as e:
-            self._done(e)
+            self._next((), e, None)
             raise
         with lock:
-            if not self._queue:  # nobody came meanwhile: stand down (``_done``, in short)
+            if not self._queue:  # nobody came meanwhile: stand down (``_next``, in short)
                 self._busy = False
                 return reply, 0.0
-        self._done(None)
+        self._next((), None, None)
         return reply, 0.0
 
     def _follow(self, waiting: Queued) -> tuple[Any, float]:
         try:
             self._wait_turn(waiting)
-        except BaseException:  # KeyboardInterrupt while asleep: give the turn on
-            self._abandon(waiting)
+        except BaseException:  # its time ran out, or KeyboardInterrupt while asleep
+            self._pass_on(waiting)
+            if self._abandon(waiting):  # this call reads its batch: do, then raise
+                self._read_trip(waiting)
             raise
-        batch = waiting.batch
-        if batch is not None:  # chosen to send the batch it heads
-            waiting.batch = None
-            try:
-                self._send_batch(batch)
-            except BaseException as e:
-                error = e if isinstance(e, BackendError) else BackendError(_describe(e))
-                for other in batch:
-                    other.answer(error=error)
-                self._done(e)
-            else:
-                self._done(None)
+        after = waiting.after
+        if after is not None:  # the next caller of the chain it was woken in
+            waiting.after = None
+            after.wake()
+        if not waiting.answered:  # chosen to read the batch it heads
+            self._read_trip(waiting)
         if waiting.error is not None:
             raise waiting.error
         return waiting.reply, max(waiting.sent - waiting.entered, 0.0)
 
+    def _read_trip(self, reader: Queued) -> None:
+        """Read the replies of the batch ``reader`` heads, then hand on the queue."""
+        trip = reader.trip
+        assert trip is not None
+        reader.trip = None
+        try:
+            self._read(trip.calls, trip.token)
+        except BaseException as e:
+            error = e if isinstance(e, BackendError) else BackendError(_describe(e))
+            for other in trip.calls:
+                other.settle(error=error)
+            self._next(trip.calls, e, reader)
+        else:
+            self._next(trip.calls, None, reader)
+
     def _wait_turn(self, waiting: Queued) -> None:
-        """Sleep until ``waiting`` is answered or leads a batch; BackendError when its
+        """Sleep until ``waiting`` is answered or reads a batch; BackendError when its
         wait runs out first."""
         wait_s = self._wait_s()
         if not waiting.wait(wait_s):
@@ -188,59 +248,107 @@ class RoundTripSharing:
                     raise BackendError(
                         f"TimeoutError: no round trip to Redis within {wait_s:.3f} s"
                     )
-                leads = waiting.batch is not None
-            # Taken into a batch. Its sender is woken right after the lock is let go,
-            # so wait for that without a limit; a reply comes within the batch's reads:
-            # wait once more, then give up (the sender still reads the reply, so the
-            # connection stays in step, and drops it).
-            if not waiting.wait(None if leads else wait_s):
+                reads = waiting.trip is not None
+            # Taken into a batch. Its reader is woken once the batch is written and the
+            # callers before it in the chain are awake, so it waits for that without a
+            # limit; a reply comes within the batch's reads: wait once more, then give
+            # up (the reader still reads the reply, so the connection stays in step,
+            # and drops it).
+            if not waiting.wait(None if reads else wait_s):
                 raise BackendError(f"TimeoutError: no reply from Redis within {2 * wait_s:.3f} s")
 
-    def _abandon(self, waiting: Queued) -> None:
+    def _pass_on(self, waiting: Queued) -> None:
+        """``waiting``'s caller stopped waiting: it is left out of any chain of wake-ups
+        made from now, and the one it was to wake, if any, is woken now."""
+        with self._lock:
+            waiting.gave_up = True
+            after, waiting.after = waiting.after, None
+        if after is not None:
+            after.wake()
+
+    def _abandon(self, waiting: Queued) -> bool:
         """``waiting``'s caller stopped waiting (interrupted): out of the queue if still
-        in it; if it was to send a batch, the next caller of that batch sends it (or the
-        queue moves on), so nobody is left waiting for a sender that is gone."""
+        in it. True when it was chosen to read its batch: it then waits for the batch to
+        be written and must read it (nobody else will) before it raises."""
         with self._lock:
             if waiting.queued:
                 self._queue.remove(waiting)
                 waiting.queued = False
-                return
-            batch, waiting.batch = waiting.batch, None
-            rest = batch[1:] if batch is not None else []
-            if rest:
-                rest[0].batch = rest
-        if batch is None:
-            return  # in flight: the sender reads its reply and drops it
-        if rest:
-            rest[0].wake()
+                return False
+            trip = waiting.trip
+            if trip is None:
+                return False  # in flight: the reader reads its reply and drops it
+        if not trip.written:
+            waiting.wait(None)  # woken once written (after the callers before it)
         else:
-            self._done(None)
+            waiting.wait(0.0)  # written: read now (a wake-up may be pending, or to come)
+        return not waiting.answered  # a failed write answered it: nothing to read
 
-    def _done(self, error: BaseException | None) -> None:
-        """A round trip ended: hand the queue to its first caller, or stand down. After a
+    def _next(self, done: Sequence[Queued], error: BaseException | None, me: Queued | None) -> None:
+        """A round trip ended (``done``: its calls, each settled; ``error``: how it
+        failed, None when it did not). On this thread: write the next batch from the
+        queue, or stand down; then wake ``done``'s callers (``me``, this thread's own
+        call, is awake) and last the new batch's reader, one after the other. After a
         failed connection every queued call gives up at once."""
-        gone: list[Queued] = []
-        with self._lock:
-            queue = self._queue
-            if error is not None and self._failed(error):
-                gone = list(queue)
-                queue.clear()
-            if not queue:
-                self._busy = False
-                batch = None
-            else:
-                batch = [queue.popleft() for _ in range(min(len(queue), self.BATCH))]
+        woken: list[Sequence[Queued]] = [done]
+        reader: Queued | None = None
+        just_read = error is None  # the connection: its replies read this moment
+        while True:
+            gone: list[Queued] = []
+            trip: Trip | None = None
+            with self._lock:
+                queue = self._queue
+                if error is not None and self._failed(error):
+                    gone = list(queue)
+                    queue.clear()
+                    for waiting in gone:
+                        waiting.queued = False
+                if not queue:
+                    self._busy = False
+                else:
+                    batch = [queue.popleft() for _ in range(min(len(queue), self.BATCH))]
+                    for waiting in batch:
+                        waiting.queued = False
+                    trip = batch[0].trip = Trip(batch)  # under the lock: see _wait_turn
+            if gone:
+                failure = BackendError(
+                    f"Redis failed while this call was queued: {_describe(error)}"
+                )
+                for waiting in gone:
+                    waiting.settle(error=failure)
+                woken.append(gone)
+            if trip is None:
+                break
+            batch = trip.calls
+            try:
+                trip.token = self._write(batch, just_read)
+            except BaseException as e:
+                failure = e if isinstance(e, BackendError) else BackendError(_describe(e))
                 for waiting in batch:
-                    waiting.queued = False
-                batch[0].batch = batch  # under the lock: see _follow
-            for waiting in gone:
-                waiting.queued = False
-        if gone:
-            failure = BackendError(f"Redis failed while this call was queued: {_describe(error)}")
-            for waiting in gone:
-                waiting.answer(error=failure)
-        if batch is not None:
-            batch[0].wake()
+                    waiting.settle(error=failure)
+                trip.written = True
+                woken.append(batch)
+                error, just_read = e, False
+                continue  # the queue gives up too when the connection failed
+            trip.written = True
+            reader = batch[0]
+            break
+        for calls in woken[1:]:  # failed: all at once
+            for waiting in calls:
+                waiting.wake()
+        # ``done``'s callers, then the reader, in a chain: each wakes the next once it
+        # is awake and has the GIL, so one woken thread at a time waits for the GIL
+        # (not all of them: each would be woken again, for nothing but to sleep).
+        with self._lock:
+            chain = [waiting for waiting in done if waiting is not me and not waiting.gave_up]
+            if reader is not None:  # never left out: it reads even when interrupted
+                # after at most READER_AFTER callers: a long chain on a loaded host
+                # would hold the next batch's replies (and its callers) behind it
+                chain.insert(min(len(chain), self.READER_AFTER), reader)
+            for one, two in pairwise(chain):
+                one.after = two
+        if chain:
+            chain[0].wake()
 
 
 def stamp(batch: list[Queued]) -> None:

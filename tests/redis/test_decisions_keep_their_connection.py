@@ -22,7 +22,10 @@ from gateway_limiter.config.settings import Settings
 from tests.support.services import RedisServer
 
 NOW_US = 1_700_000_000_000_000.0
-RULE = Rule("/kept/x", 10, 0.0, 0)  # 10/s, capacity 10
+# 10 an hour, capacity 10: a fixed ``now`` stops refill, not the key's expiry, which
+# runs on the server's clock (a second past full at 10/s); an hour's period keeps the
+# state through a pause and a loaded host's stalls between the decisions counted on it.
+RULE = Rule("/kept/x", 10, 0.0, 0, period=3600)
 
 
 def _backend(url: str, prefix: str, timeout_s: float = 2.0, pool: int = 64) -> RedisBackend:
@@ -131,3 +134,44 @@ def test_a_forked_child_opens_its_own_connection(backend: RedisBackend) -> None:
     assert backend._checked_out() is parents  # the parent's is still its own
     backend._give_back(parents)
     assert backend.reserve(RULE, 1, 0.0, now=NOW_US).stored == 7.0
+
+
+def test_a_write_larger_than_the_socket_takes_is_sent_whole(
+    backend: RedisBackend, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    """A decision connection writes with one system call (``following``); what the
+    kernel does not take at once still goes, by the socket's sendall."""
+    key, value = f"{key_prefix}:big", os.urandom(16 << 20)  # more than a socket buffer
+    conn = backend._checked_out()
+    try:
+        conn.send_packed_command([backend._pack(("SET", key, value))], check_health=False)
+        assert conn.read_response() == b"OK"
+    finally:
+        backend._give_back(conn)
+    assert redis_client.strlen(key) == len(value)
+    assert redis_client.get(key) == value
+    assert backend.reserve(RULE, 1, 0.0, now=NOW_US).stored == 9.0  # still in step
+
+
+def test_taking_what_the_socket_holds_neither_waits_nor_loses_a_reply(
+    backend: RedisBackend,
+) -> None:
+    conn = backend._checked_out()
+    try:
+        started = time.monotonic()
+        conn.take_ready()  # nothing sent: nothing there, and no wait for it
+        # a wait would be the socket's 2 s timeout or more; a loaded host's stall (or a
+        # full garbage collection) is well under a second
+        assert time.monotonic() - started < 1.0
+        conn.send_packed_command(
+            [b"".join(backend._pack(("ECHO", str(i))) for i in range(3))], check_health=False
+        )
+        time.sleep(0.05)  # the replies are in the socket
+        conn.take_ready()
+        # in the hiredis parser now: the one-readv path works with this redis-py (it
+        # uses the parser's _reader and _buffer; were they gone, it would do nothing)
+        assert conn._parser._reader.has_data()
+        assert [conn.read_response() for _ in range(3)] == [b"0", b"1", b"2"]
+        assert not conn.can_read()  # nothing left over
+    finally:
+        backend._give_back(conn)

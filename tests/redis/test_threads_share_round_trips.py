@@ -22,7 +22,7 @@ from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.redis import RedisBackend
 from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.backends.sentinel import SentinelBackend
-from gateway_limiter.backends.shared_trips import RoundTripSharing
+from gateway_limiter.backends.shared_trips import Queued, RoundTripSharing
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import Verdict
@@ -30,6 +30,10 @@ from tests.support.clusters import LocalSentinel
 from tests.support.services import RedisServer
 
 NOW_US = 1_700_000_000_000_000.0
+#: The period of the rows here. A fixed ``now`` stops refill, not the key's expiry, which
+#: runs on the server's own clock (a second past full again): at 1,000 an hour, a state
+#: outlives any stall of a loaded host between two decisions that count on it.
+HOUR = 3600
 
 
 def _backend(url: str, prefix: str, timeout_s: float = 2.0) -> RedisBackend:
@@ -105,7 +109,7 @@ def test_many_threads_admit_exactly_the_capacity_and_share_round_trips(
     backend: RedisBackend, redis_client: redis.Redis
 ) -> None:
     capacity, threads, each = 300, 8, 60
-    rule = Rule("/share/exact", capacity, 0.0, 0)
+    rule = Rule("/share/exact", capacity, 0.0, 0, period=HOUR)
     reads, evalshas = _reads(redis_client), _evalsha_calls(redis_client)
 
     def caller() -> list[bool]:
@@ -124,7 +128,7 @@ def test_many_threads_admit_exactly_the_capacity_and_share_round_trips(
 def test_calls_queued_behind_a_round_trip_in_flight_go_in_one_more(
     backend: RedisBackend, redis_client: redis.Redis
 ) -> None:
-    rule = Rule("/share/queued", 1000, 0.0, 0)
+    rule = Rule("/share/queued", 1000, 0.0, 0, period=HOUR)
     reads = _reads(redis_client)
 
     def call() -> Verdict:
@@ -142,7 +146,7 @@ def test_calls_queued_behind_a_round_trip_in_flight_go_in_one_more(
 def test_an_error_reply_is_that_callers_alone(
     backend: RedisBackend, redis_client: redis.Redis
 ) -> None:
-    good = Rule("/share/good", 1000, 0.0, 0)
+    good = Rule("/share/good", 1000, 0.0, 0, period=HOUR)
 
     def ask() -> Verdict:
         return backend.reserve(good, 1, 0.0, now=NOW_US)
@@ -165,8 +169,10 @@ def test_an_error_reply_is_that_callers_alone(
 def test_noscript_in_a_batch_loads_the_scripts_and_asks_again_for_those_calls(
     backend: RedisBackend, redis_client: redis.Redis
 ) -> None:
-    bucket = Rule("/share/noscript", 1000, 0.0, 0)
-    windows = Rule("/share/noscript-window", 1000, 0.0, 0, algorithm=Algorithm.SLIDING_WINDOW)
+    bucket = Rule("/share/noscript", 1000, 0.0, 0, period=HOUR)
+    windows = Rule(
+        "/share/noscript-window", 1000, 0.0, 0, period=HOUR, algorithm=Algorithm.SLIDING_WINDOW
+    )
     redis_client.script_flush()
     # The first call runs limits.lua and loads only that; the batch behind it then
     # meets NOSCRIPT for bucket.lua and pushback.lua, mid-pipeline.
@@ -239,7 +245,7 @@ def test_sentinel_backend_shares_round_trips_exactly(
             redis_timeout_ceiling=2.0,
         )
     )
-    rule = Rule("/share/sentinel", 200, 0.0, 0)
+    rule = Rule("/share/sentinel", 200, 0.0, 0, period=HOUR)
     try:
         backend.prepare()
 
@@ -265,12 +271,14 @@ def test_a_follower_whose_wait_runs_out_while_queued_gets_a_backend_error() -> N
         release.wait(10)  # the leader's round trip, held
         return "leader's reply"
 
-    def send_batch(batch: list[Any]) -> None:
-        for queued in batch:
-            sent.append(queued.call)
-            queued.answer("batched reply")
+    def write(batch: list[Any], _checked: bool) -> None:
+        sent.extend(queued.call for queued in batch)
 
-    sharing = RoundTripSharing(send_one, send_batch, lambda: 0.1, lambda e: True)
+    def read(batch: list[Any], _written: Any) -> None:
+        for queued in batch:
+            queued.settle("batched reply")
+
+    sharing = RoundTripSharing(send_one, write, read, lambda: 0.1, lambda e: True)
     leader_call, follower_call = ScriptCall("bucket", [1, "a"]), ScriptCall("bucket", [1, "b"])
     leader = threading.Thread(target=sharing.run, args=(leader_call,))
     leader.start()
@@ -286,3 +294,200 @@ def test_a_follower_whose_wait_runs_out_while_queued_gets_a_backend_error() -> N
         release.set()
         leader.join(5)
     assert sharing.run(ScriptCall("bucket", [1, "c"])) == ("leader's reply", 0.0)
+
+
+def _until(condition: Callable[[], bool], seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.002)
+
+
+@pytest.mark.parametrize("reader_after", [8, 1])
+def test_the_thread_that_read_a_round_trip_writes_the_next_before_it_wakes_anyone(
+    monkeypatch: pytest.MonkeyPatch, reader_after: int
+) -> None:
+    """The leader's reply read, it writes the calls queued meanwhile itself, before it
+    returns or wakes anyone (Redis runs them meanwhile); the batch's first caller is
+    woken to read it, and writes the calls queued behind it the same way, before it
+    wakes the others: one after the other, each by the one before it once awake, the
+    next batch's reader after at most READER_AFTER of them (then it wakes the rest of
+    the chain before it reads). Each caller gets its own reply."""
+    monkeypatch.setattr(RoundTripSharing, "READER_AFTER", reader_after)
+    release_one, release_read = threading.Event(), threading.Event()
+    events: list[tuple[str, ...]] = []  # ("write", thread, *calls), ("wake", call, by thread)
+    checks: list[bool] = []
+    wake = Queued.wake
+
+    def logged_wake(queued: Queued) -> None:
+        events.append(("wake", str(queued.call.args[1]), threading.current_thread().name))
+        wake(queued)
+
+    monkeypatch.setattr(Queued, "wake", logged_wake)
+
+    def send_one(call: ScriptCall) -> str:
+        release_one.wait(10)  # the leader's round trip, held
+        return f"reply {call.args[1]}"
+
+    def write(batch: list[Any], checked: bool) -> int:
+        events.append(("write", threading.current_thread().name, *(q.call.args[1] for q in batch)))
+        checks.append(checked)
+        return len(checks)
+
+    def read(batch: list[Any], written: int) -> None:
+        if written == 1:
+            release_read.wait(10)  # the first batch's replies, held
+        for queued in batch:
+            queued.settle(f"reply {queued.call.args[1]}")
+
+    sharing = RoundTripSharing(send_one, write, read, lambda: 5.0, lambda e: True)
+    replies: dict[str, Any] = {}
+
+    def start(*names: str) -> list[threading.Thread]:
+        def run(name: str) -> None:
+            replies[name] = sharing.run(ScriptCall("bucket", [1, name]))[0]
+
+        started = [threading.Thread(target=run, args=(n,), name=n) for n in names]
+        for t in started:
+            t.start()
+        return started
+
+    threads = start("leader")
+    _until(lambda: sharing._busy)
+    threads += start("a", "b", "c")
+    _until(lambda: len(sharing._queue) == 3)
+    release_one.set()
+    _until(lambda: len(checks) == 1)
+    threads += start("d", "e")  # queued while the first batch's replies are held
+    _until(lambda: len(sharing._queue) == 2)
+    release_read.set()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)
+
+    chain = [("wake", "b", "a"), ("wake", "c", "b"), ("wake", "d", "c")]  # "d" to read
+    if reader_after == 1:  # "d" after one caller, and it wakes "c" before it reads
+        chain = [("wake", "b", "a"), ("wake", "d", "b"), ("wake", "c", "d")]
+    assert events == [
+        ("write", "leader", "a", "b", "c"),  # by the leader, before it woke anyone
+        ("wake", "a", "leader"),  # to read
+        ("write", "a", "d", "e"),  # by the reader, before it woke its batch
+        *chain,
+        ("wake", "e", "d"),  # the queue empty: nothing to write
+    ]
+    assert checks == [True, True]  # on a connection just read: not checked again
+    assert replies == {n: f"reply {n}" for n in ("leader", "a", "b", "c", "d", "e")}
+    assert not sharing._busy  # stood down
+
+
+def test_a_failed_write_fails_its_batch_and_the_queue_and_the_next_call_goes_alone() -> None:
+    release_one = threading.Event()
+    writes: list[list[Any]] = []
+
+    def send_one(call: ScriptCall) -> str:
+        release_one.wait(10)
+        return "alone"
+
+    def write(batch: list[Any], _checked: bool) -> None:
+        writes.append(batch)
+        raise ConnectionError("reset by peer")  # the backend has dropped the connection
+
+    def read(batch: list[Any], _written: Any) -> None:
+        raise AssertionError("a batch that was not written is never read")
+
+    sharing = RoundTripSharing(send_one, write, read, lambda: 5.0, lambda e: True)
+    leader = threading.Thread(target=sharing.run, args=(ScriptCall("bucket", [1, "l"]),))
+    leader.start()
+    _until(lambda: sharing._busy)
+    results = []
+    followers = [
+        threading.Thread(
+            target=lambda n=n: results.append(_outcome(sharing, n)),
+        )
+        for n in range(4)
+    ]
+    for t in followers:
+        t.start()
+    _until(lambda: len(sharing._queue) == 4)
+    release_one.set()
+    for t in [leader, *followers]:
+        t.join(10)
+    assert len(writes) == 1 and len(writes[0]) == 4
+    assert len(results) == 4
+    assert all(isinstance(r, BackendError) and "reset by peer" in str(r) for r in results)
+    assert not sharing._queue and not sharing._busy
+    assert sharing.run(ScriptCall("bucket", [1, "after"])) == ("alone", 0.0)
+
+
+def _outcome(sharing: RoundTripSharing, n: int) -> Any:
+    try:
+        return sharing.run(ScriptCall("bucket", [1, str(n)]))
+    except BackendError as e:
+        return e
+
+
+def test_callers_that_gave_up_are_left_out_of_the_chain_of_wake_ups() -> None:
+    """Two callers whose wait ran out while their batch's replies were held: each gets
+    BackendError, the reader its reply, and the wake-ups skip them, so the next batch's
+    reader, behind them, is woken (nobody hangs)."""
+    release_one, release_read = threading.Event(), threading.Event()
+
+    def send_one(call: ScriptCall) -> str:
+        release_one.wait(10)
+        return "leader's"
+
+    def read(batch: list[Any], _written: Any) -> None:
+        release_read.wait(10)  # held past the followers' two waits of 0.2 s
+        for queued in batch:
+            queued.settle(f"reply {queued.call.args[1]}")
+
+    def wait_s() -> float:  # "b" and "c" give up after 2 x 0.2 s, the others wait
+        return 0.2 if threading.current_thread().name in ("b", "c") else 5.0
+
+    sharing = RoundTripSharing(send_one, lambda b, c: None, read, wait_s, lambda e: True)
+    results: dict[str, Any] = {}
+
+    def run(name: str) -> None:
+        try:
+            results[name] = sharing.run(ScriptCall("bucket", [1, name]))[0]
+        except BackendError as e:
+            results[name] = e
+
+    threads: list[threading.Thread] = []
+
+    def start(*names: str) -> None:
+        for name in names:
+            threads.append(threading.Thread(target=run, args=(name,), name=name))
+            threads[-1].start()
+
+    start("leader")
+    _until(lambda: sharing._busy)
+    start("a", "b", "c")
+    _until(lambda: len(sharing._queue) == 3)
+    release_one.set()
+    _until(lambda: "b" in results and "c" in results)  # gave up while "a" reads
+    start("d", "e")  # queued behind: "d" reads the next batch, once woken
+    _until(lambda: len(sharing._queue) == 2)
+    release_read.set()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)
+    assert results["leader"] == "leader's"
+    assert results["a"] == "reply a"
+    assert results["d"] == "reply d" and results["e"] == "reply e"
+    for name in ("b", "c"):
+        assert isinstance(results[name], BackendError)
+        assert "no reply from Redis within" in str(results[name])
+    assert not sharing._busy
+
+
+def test_a_caller_that_gives_up_wakes_the_one_it_was_to_wake() -> None:
+    sharing = RoundTripSharing(
+        lambda c: None, lambda b, c: None, lambda b, t: None, lambda: 1.0, lambda e: True
+    )
+    first, second = Queued(ScriptCall("bucket", [1, "a"])), Queued(ScriptCall("bucket", [1, "b"]))
+    first.after = second
+    assert not second.wait(0.0)  # asleep
+    sharing._pass_on(first)
+    assert second.wait(0.0)  # woken in its place
+    assert first.gave_up and first.after is None
