@@ -18,6 +18,8 @@ from typing import Any
 
 import redis
 from redis.asyncio import sentinel as async_sentinel
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from gateway_limiter.backends.redis import RedisBackend, client_options
@@ -41,6 +43,45 @@ def _sentinel_options(options: dict[str, Any]) -> dict[str, Any]:
     the Redis servers' password."""
     keep = ("socket_timeout", "socket_connect_timeout", "retry")
     return {k: v for k, v in options.items() if k in keep}
+
+
+class SentinelMaster(redis.Redis):
+    """A client on the master the sentinels name, asking them at each connect, whose
+    ``close`` also closes its connections to the sentinels."""
+
+    #: the sentinels it asks (set by ``master_client``)
+    sentinels: Sentinel | None = None
+
+    def close(self) -> None:
+        """Close the master's connections and the sentinels'."""
+        super().close()
+        if self.sentinels is not None:
+            for sentinel in self.sentinels.sentinels:
+                sentinel.close()
+
+
+def master_client(settings: Settings, socket_timeout: float) -> SentinelMaster:
+    """A synchronous client of its own on the master of ``settings.redis_url`` (a
+    ``redis+sentinel://`` URL), for a connection that is not a decision's (the slot
+    grants' subscription, whose reads wait ``socket_timeout``, and which do not retry).
+    Whether the decisions run on threads or asyncio, it asks the sentinels at each
+    connect, so after a failover it follows the promoted master. The sentinels are
+    asked as the decisions' client asks them: with the decision path's timeouts and no
+    retries, so a sentinel that does not answer costs a connect, not a minute."""
+    endpoints = parse_endpoints(settings.redis_url)
+    options = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": settings.redis_connect_timeout,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    sentinels = Sentinel(  # type: ignore[no-untyped-call]
+        list(endpoints.nodes), sentinel_kwargs=_sentinel_options(client_options(settings))
+    )
+    client: SentinelMaster = sentinels.master_for(  # type: ignore[no-untyped-call]
+        endpoints.service_name, redis_class=SentinelMaster, **options, **_credentials(endpoints)
+    )
+    client.sentinels = sentinels
+    return client
 
 
 @register("redis+sentinel")

@@ -1,4 +1,5 @@
-"""The one subscriber per process that hears slots being given back.
+"""The one subscriber per limiter (a gateway process usually has one) that hears slots
+being given back.
 
 A release (``slot.lua``) hands a freed slot to the first caller queued and announces the
 grant on ``slots.channel(prefix)``: the message names the lease it went to
@@ -8,20 +9,27 @@ milliseconds) and hands each message to ``on_grant``; ``core/slots.py`` wakes th
 waiter it names, if that waiter is in this process. After a lost connection it
 subscribes again and calls ``on_grant(None)`` (wake every waiter to ask: a grant may
 have been missed meanwhile). Works for ``redis://``, ``rediss://``, ``unix://``,
-Sentinel (the master's address from the sentinels) and Cluster (PUBLISH reaches every
-node, so any node will do).
+Sentinel (the master's address asked of the sentinels at each connect, so a
+resubscription after a failover finds the promoted master; for asyncio limiters too,
+since this thread's client is a synchronous one of its own) and Cluster (PUBLISH
+reaches every node, so any node will do).
 """
 
 from __future__ import annotations
 
-import inspect
+import random
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
+from gateway_limiter.backends.sentinel import master_client
 from gateway_limiter.backends.slots import channel
+from gateway_limiter.backends.topology import parse_endpoints
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.observe.logs import log
 
@@ -29,34 +37,67 @@ from gateway_limiter.observe.logs import log
 RESUBSCRIBE_S = 0.5
 #: Seconds a read waits for a message before checking whether to stop.
 POLL_S = 0.5
+#: The subscription's socket timeout: well beyond POLL_S, so only a dead server trips it.
+READ_TIMEOUT_S = 5.0
+#: Seconds between PINGs on the subscription, and without any reply before it counts as
+#: lost: a host that vanishes without a reset leaves an idle subscription silent, not
+#: broken, and TCP alone would notice it late, if at all.
+PING_S = 1.0
+SILENT_S = 3.0
 
 
-def subscriber_client(settings: Settings, decisions_client: Any) -> Any | None:
-    """A client for the subscription, apart from the decision path's connections (None
-    where none can be made from here: the asyncio Sentinel client, whose master is
-    only known by awaiting it; waiters then ask again on their own, see core/slots.py)."""
+def subscriber_connect(settings: Settings, decisions_client: Any) -> Callable[[], Any] | None:
+    """What gives the subscription a synchronous client at each (re)connection, apart
+    from the decision path's connections (None where none can be made: waiters then
+    ask again on their own, see core/slots.py).
+
+    Its reads do not retry (``Retry(NoBackoff(), 0)``): a lost connection raises, so the
+    ``Subscriber`` says it is not listening, wakes every waiter to ask, and subscribes
+    again itself. On Sentinel the client asks the sentinels for the master at each
+    connect (threads and asyncio alike), so it follows a failover. On a cluster, where
+    every node hears every grant, each connection is to a node picked afresh from the
+    decision client's slot map, the last one used left out while there are others: a
+    node that died is not tried again and again."""
     url = settings.redis_url
     scheme = url.partition("://")[0].lower()
     options: dict[str, Any] = {
         "socket_connect_timeout": settings.redis_connect_timeout,
-        "socket_timeout": 5.0,
+        "socket_timeout": READ_TIMEOUT_S,
+        "retry": Retry(NoBackoff(), 0),
     }
     if scheme in ("redis", "rediss", "unix"):
-        return redis.Redis.from_url(url, **options)
-    random_node = getattr(decisions_client, "get_random_node", None)
-    if random_node is not None:  # a cluster, sync or asyncio: PUBLISH reaches every node
-        node = random_node()
-        return redis.Redis(host=node.host, port=node.port, **options)
-    pool = getattr(decisions_client, "connection_pool", None)
-    master = getattr(pool, "get_master_address", None)
-    if master is None or inspect.iscoroutinefunction(master):
-        return None
-    host, port = master()  # Sentinel: the same master as the decisions
-    given = pool.connection_kwargs  # type: ignore[union-attr]
-    for name in ("username", "password", "db"):
-        if given.get(name) is not None:
-            options[name] = given[name]
-    return redis.Redis(host=host, port=port, **options)
+        client = redis.Redis.from_url(url, **options)
+        return lambda: client
+    if scheme == "redis+sentinel":
+        master = master_client(settings, READ_TIMEOUT_S)
+        return lambda: master
+    if scheme == "redis+cluster" and hasattr(decisions_client, "get_nodes"):
+        endpoints = parse_endpoints(url)
+        options |= {"username": endpoints.username, "password": endpoints.password}
+        return AnyNode(decisions_client, options)
+    return None
+
+
+class AnyNode:
+    """A client on one node of a cluster at each call, picked at random from the nodes
+    ``cluster`` (a redis-py cluster client, sync or asyncio) knows, other than the one
+    picked last time where it knows others. OSError when it knows none yet."""
+
+    __slots__ = ("_cluster", "_last", "_options")
+
+    def __init__(self, cluster: Any, options: dict[str, Any]) -> None:
+        self._cluster = cluster
+        self._options = options
+        self._last: tuple[str, int] | None = None
+
+    def __call__(self) -> redis.Redis:
+        # from the subscriber's thread: get_nodes copies the client's table in one step
+        known = [(node.host, int(node.port)) for node in self._cluster.get_nodes()]
+        others = [address for address in known if address != self._last] or known
+        if not others:  # an asyncio client before its first call
+            raise OSError("no cluster node to subscribe on yet")
+        host, port = self._last = random.choice(others)
+        return redis.Redis(host=host, port=port, **self._options)
 
 
 class Subscriber:
@@ -99,21 +140,35 @@ class Subscriber:
                 client = self._connect()
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(self._channel)
-                pubsub.get_message(timeout=POLL_S)  # the subscription's confirmation
-                self.listening = True
-                self._ready.set()
-                if failed:
-                    failed = False
-                    self._on_grant(None)
+                # Its PONG says the subscription is live (the confirmation is not shown).
+                pubsub.ping()
+                last_heard = next_ping = time.monotonic()
                 while not self._stop.is_set():
                     message = pubsub.get_message(timeout=POLL_S)
-                    if message is not None and message.get("type") == "message":
-                        data = message["data"]
-                        self._on_grant(
-                            data
-                            if isinstance(data, bytes)
-                            else str(data).encode("utf-8", "surrogateescape")
-                        )
+                    now = time.monotonic()
+                    if message is None:
+                        # A host gone silent (no reset) leaves an idle read waiting: the
+                        # pings' PONGs are what show the connection still works.
+                        if now - last_heard > SILENT_S:
+                            raise redis.ConnectionError(f"no reply from Redis in {SILENT_S:g} s")
+                    else:
+                        last_heard = now
+                        if not self.listening:
+                            self.listening = True
+                            self._ready.set()
+                            if failed:
+                                failed = False
+                                self._on_grant(None)
+                        if message.get("type") == "message":
+                            data = message["data"]
+                            self._on_grant(
+                                data
+                                if isinstance(data, bytes)
+                                else str(data).encode("utf-8", "surrogateescape")
+                            )
+                    if now - next_ping >= PING_S:
+                        pubsub.ping()
+                        next_ping = now
                 pubsub.close()
                 self.listening = False
             except (redis.RedisError, OSError) as e:

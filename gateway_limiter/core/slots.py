@@ -12,7 +12,7 @@ lease.
 Waiting: a caller that finds no slot free is queued in Redis (a ticket: slots go in
 arrival order across the fleet) and waits here (``Waiter``) for its grant: a release
 hands the freed slot, with the rate permit, straight to the first caller queued and
-announces who got it; the process's one subscriber hears it and wakes that one waiter
+announces who got it; the limiter's one subscriber hears it and wakes that one waiter
 (``SlotState.heard``), which goes at once, without asking again. A waiter also asks
 again when the first lease would lapse (a crashed holder announces nothing), before its
 place in the queue lapses, and often while no subscriber listens (the grant is kept in
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.scripts import Commands, ScriptCall
-from gateway_limiter.backends.slot_wakeups import Subscriber, subscriber_client
+from gateway_limiter.backends.slot_wakeups import Subscriber, subscriber_connect
 from gateway_limiter.backends.slots import QUEUED, TAKEN, SlotReply, parse_grant, take_call
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
@@ -550,12 +550,12 @@ class SlotState:
                 return
             self._subscribed = True
             try:
-                client = subscriber_client(settings, decisions_client)
+                connect = subscriber_connect(settings, decisions_client)
             except (ValueError, OSError):
-                client = None
-            if client is None:  # waiters ask again every UNHEARD_ASK_S instead
+                connect = None
+            if connect is None:  # waiters ask again every UNHEARD_ASK_S instead
                 return
-            self._subscriber = Subscriber(settings, lambda: client, self.heard)
+            self._subscriber = Subscriber(settings, connect, self.heard)
             self._subscriber.start(settings.redis_connect_timeout + settings.redis_timeout)
 
     def close(self) -> None:

@@ -267,8 +267,8 @@ def test_without_a_subscription_a_waiter_finds_its_grant_by_asking(
     key_prefix: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # as on the asyncio Sentinel client: no subscriber can be made, so waiters ask often
-    monkeypatch.setattr("gateway_limiter.core.slots.subscriber_client", lambda *_: None)
+    # as while the subscription is lost (or none can be made): waiters ask often
+    monkeypatch.setattr("gateway_limiter.core.slots.subscriber_connect", lambda *_: None)
     unheard = limiter(limiter_db[0], limiter_redis_url, key_prefix, reload_interval=3600)
     try:
         order: list[int] = []
