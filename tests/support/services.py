@@ -7,6 +7,7 @@ test run (``require``); on a developer's machine it skips with the reason.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -40,11 +41,47 @@ def require(what: str, why: str) -> None:
     pytest.skip(message)
 
 
+#: The lowest port ``free_port`` hands out; it stays below the kernel's ephemeral range.
+PORTS_FROM = 20000
+_handed_out: set[int] = set()
+_ports_lock = threading.Lock()
+_pick = random.Random(os.getpid() ^ time.time_ns())
+
+
+def _ephemeral_from() -> int:
+    """The first port of the kernel's ephemeral range (where outgoing connections get
+    their local port), 32768 when it cannot be read."""
+    try:
+        low = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]
+        return int(low)
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port nobody listens on right now, and none handed out before in this
+    process.
+
+    Ports are picked below the kernel's ephemeral range: a port picked there (bind to
+    port 0) is free when picked, but the tests' own client connections take local ports
+    from that range, and one of them can hold it by the time a server binds it (a
+    cluster's six nodes pick their ports before the first starts: one node once failed
+    to start that way)."""
+    top = _ephemeral_from()
+    with _ports_lock:
+        for _ in range(200):
+            port = _pick.randrange(PORTS_FROM, top) if top > PORTS_FROM + 1000 else 0
+            if port in _handed_out:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                port = int(s.getsockname()[1])
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no free TCP port found on 127.0.0.1")
 
 
 @dataclass(frozen=True)
@@ -116,6 +153,8 @@ class RedisServer:
         self.client_certs = client_certs
         self.user = user
         self.dir = Path(tempfile.mkdtemp(prefix="gwl-redis-"))
+        #: what the server printed (a failed start's error is raised with its end)
+        self.log = self.dir / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -153,14 +192,10 @@ class RedisServer:
             port += ["--user", ADMIN.name, "on", f">{ADMIN.password}", *ADMIN.rules]
         return port
 
-    def start(self) -> RedisServer:
-        """Start (or restart, on the same port) and wait until it answers PING."""
-        binary = shutil.which("redis-server")
-        if binary is None:
-            require("redis-server", "not on PATH")
-        self.proc = subprocess.Popen(
+    def _spawn(self, binary: str, log: Any) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             [
-                str(binary),
+                binary,
                 *self._arguments(),
                 "--bind",
                 "127.0.0.1",
@@ -172,9 +207,17 @@ class RedisServer:
                 str(self.dir),
                 *self.extra,
             ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
+
+    def start(self) -> RedisServer:
+        """Start (or restart, on the same port) and wait until it answers PING."""
+        binary = shutil.which("redis-server")
+        if binary is None:
+            require("redis-server", "not on PATH")
+        with self.log.open("ab") as log:  # the server keeps its own copy of the file
+            self.proc = self._spawn(str(binary), log)
         try:
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
@@ -182,8 +225,11 @@ class RedisServer:
                     if self.client().ping():
                         return self
                 except redis.ConnectionError:
+                    if self.proc.poll() is not None:
+                        break  # it exited: its log says why
                     time.sleep(0.02)
-            raise RuntimeError(f"redis-server on port {self.port} did not start")
+            said = self.log.read_text(errors="replace").strip().splitlines()[-3:]
+            raise RuntimeError(f"redis-server on port {self.port} did not start: {said}")
         except BaseException:
             self.kill()  # a server that does not answer as expected is no orphan
             raise
