@@ -397,10 +397,13 @@ def _header(console: Console, seconds: int, settings: Settings, ids: dict[str, i
             f"status {int(i.enabled)}  ({meaning}; asked ~{i.demand:g} calls/s by "
             f"{i.threads} thread{'s' if i.threads > 1 else ''})"
         )
-    out(
-        "  each call is one decision: admitted at once, admitted after waiting for a permit"
-        " (at most the row's cache: 'waited'), or refused"
-    )
+    for line in (
+        "each call is one decision: admitted at once, admitted after waiting for a permit",
+        "(at most the row's cache), or refused; 'waited' counts the calls admitted after a",
+        "wait, which 'admitted' counts too. A bucket starts full (one second's worth of",
+        "permits saved up), so the first second admits up to about twice the rate",
+    ):
+        out(f"  {line}")
     out("  an operator will change the table with plain SQL; watch for 'event' and 'reload':")
     for change in CHANGES:
         out(f"    at ~{change.at * seconds:.1f} s: {change.what}")
