@@ -3,11 +3,17 @@ and a waiter of its own handed the slot a holder gives back."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+import redis
+
 from gateway_limiter import GatewayLimiter
+from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.slots import slot_keys
 from tests.support.clusters import wait_for
 
@@ -38,4 +44,47 @@ def handed_over_after_recovery(
         wait_for("the waiter to queue", lambda: client.zcard(queue) == 1, 5)
         let_go = time.monotonic()
     waiter.join(10)
+    assert len(got) == 1 and got[0] - let_go < 0.5
+
+
+async def await_for(what: str, check: Callable[[], Any], seconds: float) -> None:
+    """``wait_for`` for a coroutine: polls ``check`` (which may return an awaitable)
+    without holding the event loop; RuntimeError naming ``what`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            held = check()
+            if inspect.isawaitable(held):
+                held = await held
+            if held:
+                return
+        except (redis.RedisError, OSError):
+            pass
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+async def handed_over_after_recovery_async(
+    alim: AsyncGatewayLimiter, url: str, prefix: str, client: Any, where: str
+) -> None:
+    """``handed_over_after_recovery`` for an asyncio limiter: its waiter is a task."""
+    leases, queue = slot_keys(prefix, url)[:2]
+
+    async def held_there() -> bool:
+        async with alim.slot(url):
+            return bool(client.zcard(leases) == 1)
+
+    await await_for(f"slots taken {where}", held_there, 15)
+    got: list[float] = []
+
+    async def second() -> None:
+        async with alim.slot(url, timeout=5.0):
+            got.append(time.monotonic())
+
+    async with alim.slot(url):
+        assert client.zcard(leases) == 1
+        waiter = asyncio.create_task(second())
+        await await_for("the waiter to queue", lambda: client.zcard(queue) == 1, 5)
+        let_go = time.monotonic()
+    await asyncio.wait_for(waiter, 10)
     assert len(got) == 1 and got[0] - let_go < 0.5
