@@ -34,7 +34,9 @@ def sqlite_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db = f"sqlite:///{tmp_path / 'limits.db'}"
     engine = make_engine(db)
     upgrade(engine)
-    upsert_conf(engine, "/m", rate_limit=5, cache=0.0, status=1)
+    # 5 saved up, refilled at 1/s: a loaded host's stalls between the calls counted on
+    # it refill nothing
+    upsert_conf(engine, "/m", rate_limit=1, max_permits=5, cache=0.0, status=1)
     engine.dispose()
     monkeypatch.setenv("GATEWAY_LIMITER_DATABASE_URL", db)
     monkeypatch.setenv("GATEWAY_LIMITER_REDIS_URL", "memory://")

@@ -15,7 +15,8 @@ from tests.support.services import RedisServer
 @pytest.fixture
 def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
     engine = limiter_db[1]
-    write_row(engine, "/tb", rateLimit=10, cache=0.0, algorithm=None, maxPermits=3)
+    # refilled at 1/s: a loaded host's stall between the calls counted refills nothing
+    write_row(engine, "/tb", rateLimit=1, cache=0.0, algorithm=None, maxPermits=3)
     write_row(engine, "/sw", rateLimit=5, cache=0.0, algorithm="sliding_window")
     write_row(engine, "/wu", rateLimit=20, cache=0.5, algorithm="warm_up", warmupPeriod=1.0)
     write_row(engine, "/bad1", rateLimit=5, cache=0.0, algorithm="sliding_window", maxPermits=9)

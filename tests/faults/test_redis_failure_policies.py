@@ -167,16 +167,17 @@ def test_redis_restarted_empty_recreates_the_bucket_full(
     migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
 ) -> None:
     url, engine = migrated_db
-    write_row(engine, "/r", rateLimit=5, cache=0.0, status=1)
+    # 5 saved up, refilled at 1/s: a loaded host's stalls between the calls refill nothing
+    write_row(engine, "/r", rateLimit=1, maxPermits=5, cache=0.0, status=1)
     lim = limiter(url, private_redis.url, key_prefix, reload_interval=60, breaker_seconds=0.1)
     try:
         assert [lim.try_acquire("/r") for _ in range(6)] == [True] * 5 + [False]
         private_redis.client().flushall()
         # Redis lost the state with no error this process could see: until the moment
-        # the last reply gave (the next permit, 200 ms on) it still refuses in-process,
-        # stricter than the empty Redis, never looser.
+        # the last reply gave (the next permit, a second after the first call) it still
+        # refuses in-process, stricter than the empty Redis, never looser.
         assert not lim.try_acquire("/r")
-        time.sleep(0.25)
+        time.sleep(1.1)
         assert [lim.try_acquire("/r") for _ in range(6)] == [True] * 5 + [False]
     finally:
         lim.close()
@@ -186,7 +187,7 @@ def test_redis_down_at_start_starts_anyway_and_joins_when_it_comes_up(
     migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
 ) -> None:
     url, engine = migrated_db
-    write_row(engine, "/r", rateLimit=3, cache=0.0, status=1)
+    write_row(engine, "/r", rateLimit=1, maxPermits=3, cache=0.0, status=1)  # refills 1/s
     private_redis.kill()
     lim = limiter(url, private_redis.url, key_prefix, reload_interval=60, breaker_seconds=0.1)
     try:

@@ -16,7 +16,9 @@ from tests.support.limiting import evalsha_calls, set_switch, write_row
 @pytest.fixture
 def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
     engine = limiter_db[1]
-    write_row(engine, "/limited", rateLimit=5, cache=0.0, status=1)
+    # 5 saved up, refilled at 1/s: a loaded host's stalls between the calls counted on
+    # it refill nothing
+    write_row(engine, "/limited", rateLimit=1, maxPermits=5, cache=0.0, status=1)
     write_row(engine, "/disabled", rateLimit=5, cache=0.0, status=0)
     write_row(engine, "/closed", rateLimit=0, cache=0.5, status=1)
     return limiter_db
@@ -43,7 +45,7 @@ def test_limited_interface_is_decided_by_redis(
     before = evalsha_calls(redis_client)
     admitted = [lim.try_acquire("/limited", timeout=0) for _ in range(8)]
     assert admitted == [True] * 5 + [False] * 3
-    # Five round trips; the fifth reply said the next permit is 200 ms away, so the three
+    # Five round trips; the fifth reply said the next permit is a second away, so the three
     # callers who could not wait were refused in-process (exactly as Redis would).
     assert evalsha_calls(redis_client) == before + 5
     assert lim.local_refusals == 3

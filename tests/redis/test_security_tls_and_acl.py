@@ -9,7 +9,6 @@ failure policy decides, no caller sees an exception, and no message shows the pa
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,7 +78,9 @@ def url_for(server: RedisServer, tls: TlsFiles, *, ca: bool = True, cert: bool =
 @pytest.fixture
 def db(migrated_db: tuple[str, Engine]) -> str:
     url, engine = migrated_db
-    write_row(engine, "/ibe/x", rateLimit=5, cache=0.0, status=1)
+    # 5 saved up, refilled at 1/s: a loaded host's stalls between the calls counted on
+    # it refill nothing
+    write_row(engine, "/ibe/x", rateLimit=1, maxPermits=5, cache=0.0, status=1)
     return url
 
 
@@ -106,14 +107,10 @@ def test_decisions_are_shared_over_tls_and_as_an_acl_user(
     before = evalsha_calls(admin)
     lim = limiter(db, url_for(server, tls))
     try:
-        started = time.monotonic()
         got = [lim.try_acquire("/ibe/x") for _ in range(6)]
-        took = time.monotonic() - started
         assert lim.backend_healthy and lim.backend_fallbacks == 0
-        assert got[:5] == [True] * 5
-        if took < 0.2:  # within one refill (5/s): the sixth finds nothing free
-            assert got[5] is False
-            assert lim.local_refusals == 1  # the fifth reply said: nothing free for 200 ms
+        assert got == [True] * 5 + [False]
+        assert lim.local_refusals == 1  # the fifth reply said: nothing free for a second
     finally:
         lim.close()
     assert evalsha_calls(admin) == before + 5  # Redis decided, over this connection
@@ -213,7 +210,7 @@ def test_status_and_conf_list_show_the_live_bucket_never_the_password(
     redis_url = url_for(server, tls)
     lim = limiter(db, redis_url)
     try:
-        assert lim.reserve("/ibe/x", 20, 10.0).allowed  # 3 s of debt in the shared bucket
+        assert lim.reserve("/ibe/x", 10, 10.0).allowed  # 5 s of debt in the shared bucket
     finally:
         lim.close()
     capsys.readouterr()
