@@ -227,12 +227,15 @@ def test_share_decides_at_one_nth_of_the_rule_while_redis_is_away(
         for n in range(3):  # three other live processes
             lim.backend.heartbeat(f'{{"host":"other","pid":{n}}}', 60_000)
         wait_for(lambda: lim.fleet_size == 4, 2)
+        killed_at = time.monotonic()
         private_redis.kill()
         # a call on another interface finds Redis gone; the breaker is the process's
         wait_for(lambda: lim.try_acquire("/probe", timeout=0) and not lim.backend_healthy, 2)
         assert lim.fleet_size == 4  # the last N seen stays while Redis is away
         # share starts its part of the bucket empty: what R/N = 10/s refills meanwhile
-        assert burst(lim, "/s") <= 3
+        # (3 in a quick run; a loaded host that took longer over it refilled more)
+        admitted = burst(lim, "/s")
+        assert admitted <= 3 + 10 * max(0.0, time.monotonic() - killed_at - 0.2)
         time.sleep(0.3)
         steady = admitted_in(lim, "/s", 1.0)
         assert 6 <= steady <= 10 + 4  # R/N = 10 per second
