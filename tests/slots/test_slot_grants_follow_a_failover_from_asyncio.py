@@ -11,10 +11,13 @@ import pytest
 from sqlalchemy import Engine
 
 from gateway_limiter.aio import AsyncGatewayLimiter
-from tests.slots.test_slot_grants_heard_on_sentinel import subscribers_on_master
 from tests.support.clusters import LocalSentinel
 from tests.support.limiting import write_row
-from tests.support.slots import await_for, handed_over_after_recovery_async
+from tests.support.slots import (
+    await_for,
+    handed_over_after_recovery_async,
+    subscribers_on_master,
+)
 
 URL = "/supplier/heard-async"
 

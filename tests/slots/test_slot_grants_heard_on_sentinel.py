@@ -16,10 +16,9 @@ from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.backends.slots import channel
 from tests.support.clusters import LocalSentinel, wait_for
 from tests.support.limiting import write_row
-from tests.support.slots import handed_over_after_recovery
+from tests.support.slots import handed_over_after_recovery, subscribers_on_master
 
 URL = "/supplier/heard"
 
@@ -30,12 +29,6 @@ pytestmark = pytest.mark.slow
 def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
     write_row(limiter_db[1], URL, rateLimit=1000, cache=0.5, maxConcurrent=1)
     return limiter_db
-
-
-def subscribers_on_master(group: LocalSentinel, prefix: str) -> int:
-    """How many connections to the master the sentinels name now hear ``prefix``'s grants."""
-    master = group.server_on(group.master_port()).client()
-    return int(dict(master.pubsub_numsub(channel(prefix)))[channel(prefix).encode()])
 
 
 async def test_an_asyncio_limiter_hears_grants_on_the_sentinels_master(

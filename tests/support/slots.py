@@ -1,5 +1,6 @@
 """Slots across a failover: a limiter's slots taken on the Redis that holds them now,
-and a waiter of its own handed the slot a holder gives back."""
+a waiter of its own handed the slot a holder gives back, and who hears the grants on a
+Sentinel group's master."""
 
 from __future__ import annotations
 
@@ -14,8 +15,14 @@ import redis
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.backends.slots import slot_keys
-from tests.support.clusters import wait_for
+from gateway_limiter.backends.slots import channel, slot_keys
+from tests.support.clusters import LocalSentinel, wait_for
+
+
+def subscribers_on_master(group: LocalSentinel, prefix: str) -> int:
+    """How many connections to the master the sentinels name now hear ``prefix``'s grants."""
+    master = group.server_on(group.master_port()).client()
+    return int(dict(master.pubsub_numsub(channel(prefix)))[channel(prefix).encode()])
 
 
 def handed_over_after_recovery(
