@@ -42,8 +42,8 @@ from gateway_limiter.backends.state import (
     state_key,
 )
 from gateway_limiter.config.rules import Rule
+from gateway_limiter.model.algorithms import KIND_CODES
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
-from gateway_limiter.model.limits import LimitKind
 from gateway_limiter.model.pushback import PushbackState
 
 BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
@@ -133,14 +133,6 @@ class _Plan:
         """The keys of every limit for ``caller`` (ignored by shared limits)."""
         part = caller_part(caller)
         return [k + part if p else k for k, p in zip(self.keys, self.per_caller, strict=True)]
-
-
-#: Each limit's kind as ``limits.lua`` is told it (ARGV[5]).
-KIND_CODES = {
-    LimitKind.TOKEN_BUCKET: 1.0,
-    LimitKind.SLIDING_WINDOW: 2.0,
-    LimitKind.FIXED_WINDOW: 3.0,
-}
 
 
 def bucket_config(rule: Rule) -> bytes:

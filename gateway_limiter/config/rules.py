@@ -60,11 +60,15 @@ import math
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from gateway_limiter.config.table import ConfRow
+from gateway_limiter.model.algorithms import ALGORITHM_TABLE, LimitKind, Spec, most_held
+
+# The rows' names for the algorithms, defined in the table (re-exported here).
+from gateway_limiter.model.algorithms import ALGORITHMS as ALGORITHMS  # noqa: PLC0414
+from gateway_limiter.model.algorithms import Algorithm as Algorithm  # noqa: PLC0414
 
 MAX_URL_LENGTH = 128
 MAX_CACHE = 9.99
@@ -78,21 +82,6 @@ MAX_CHANNEL = 24
 MAX_PERIOD = 86_400
 #: The longest ``leaseMs``: a minute (a longer lease is no longer a rate limit).
 MAX_LEASE_MS = 60_000
-
-
-class Algorithm(StrEnum):
-    """The ``algorithm`` column's values. Each member equals its column value (a str), so
-    rows, logs, metrics labels and script arguments carry the same text as ever."""
-
-    TOKEN_BUCKET = "token_bucket"
-    WARM_UP = "warm_up"
-    SLIDING_WINDOW = "sliding_window"
-    FIXED_WINDOW = "fixed_window"
-
-
-#: Every algorithm's column value, in the order the CLI and messages list them (plain
-#: strings: argparse and messages show them with repr).
-ALGORITHMS: tuple[str, ...] = tuple(a.value for a in Algorithm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +157,22 @@ class Rule:
     def burst(self) -> int:
         """The most permits the bucket saves up."""
         return self.capacity or self.rate
+
+    @property
+    def spec(self) -> Spec:
+        """What the algorithm is (``model/algorithms.py``)."""
+        return ALGORITHM_TABLE[self.algorithm]
+
+    @property
+    def kind(self) -> LimitKind:
+        """The kind of state the limit keeps (its key's last part)."""
+        return ALGORITHM_TABLE[self.algorithm].kind
+
+    @property
+    def most(self) -> int:
+        """The most permits the limit ever lets go at once: a bucket's capacity, a
+        window's rate."""
+        return most_held(self.algorithm, self.rate, self.burst)
 
     @property
     def per_second(self) -> float:

@@ -28,7 +28,7 @@ import math
 from enum import StrEnum
 from typing import Final, NamedTuple
 
-from gateway_limiter.config.rules import Algorithm, Rule
+from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.model.pushback import effective_rate
 
@@ -128,7 +128,7 @@ def decision_of(
             retry_after = max(0.0, verdict.wait_us / US_PER_S - budget_s)
     if rule.closed:
         remaining: int | None = 0
-    elif verdict is ADMIT or verdict is REFUSE or rule.algorithm == Algorithm.SLIDING_WINDOW:
+    elif verdict is ADMIT or verdict is REFUSE or not rule.spec.shows_remaining:
         remaining = None
     elif verdict.held_us > 0.0:  # a pushback's hold: nothing goes before it ends
         remaining = 0

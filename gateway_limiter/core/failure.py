@@ -17,12 +17,10 @@ from typing import ParamSpec, TypeVar
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.memory import MemoryBackend
-from gateway_limiter.backends.state import kind
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.decision import ADMIT, REFUSE
 from gateway_limiter.errors import BackendUnavailable
 from gateway_limiter.model.bucket import Verdict
-from gateway_limiter.model.limits import LimitKind
 from gateway_limiter.observe.logs import OUTAGE_REPORT_SECONDS, Throttle, held_back, log, one_line
 
 P = ParamSpec("P")
@@ -165,7 +163,7 @@ class Policy:
             started.clear()
         started.add((rule, key))
         # every limit's capacity is at least this; all or nothing, as any reservation
-        whole = min(r.burst if kind(r) is LimitKind.TOKEN_BUCKET else r.rate for r in rule.limits)
+        whole = min(r.most for r in rule.limits)
         if whole >= 1:
             local.reserve(rule, whole, 0.0, key)
 

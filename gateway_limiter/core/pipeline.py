@@ -36,7 +36,6 @@ from gateway_limiter.core.failure import Breaker, FailurePolicy, Policy
 from gateway_limiter.core.fleet import Fleet
 from gateway_limiter.core.leases import Leases
 from gateway_limiter.core.local_refusal import LocalRefusals
-from gateway_limiter.core.status import WINDOWS
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.observe.logs import SHADOW_REPORT_SECONDS, Throttle, held_back, log, one_line
@@ -163,7 +162,7 @@ def acquired_wait_s(verdict: Verdict, rule: Rule, permits: int) -> float:
     interface holds.
     """
     if not verdict.allowed:
-        most = min((r.rate for r in rule.limits if r.algorithm in WINDOWS), default=0)
+        most = min((r.rate for r in rule.limits if r.spec.window), default=0)
         raise ValueError(
             f"permits must be at most {most} for {rule.url!r} (what its window holds), "
             f"got {permits}"

@@ -7,18 +7,14 @@ and hand what they got, state or error, to ``bucket_status``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Final
 
 from gateway_limiter.backends.base import Backend, BackendError
 from gateway_limiter.backends.state import pushback_rate
 from gateway_limiter.config.reload import Registry
-from gateway_limiter.config.rules import Algorithm, Rule
+from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.model.bucket import US_PER_S, BucketState, reserve, resync
 from gateway_limiter.model.pushback import PushbackState, effective_rate, factor_at, until_of
-
-#: Algorithms whose state is a window of admissions, not a bucket.
-WINDOWS: Final = (Algorithm.SLIDING_WINDOW, Algorithm.FIXED_WINDOW)
 
 #: What a status read got: the stored state (None: none stored) and the backend's clock
 #: (µs); the BackendError that stopped the read; or None, nothing to read (see
@@ -98,7 +94,7 @@ def chosen_limits(registry: Registry, url: str | None) -> list[Rule]:
 
 def has_shared_bucket(rule: Rule) -> bool:
     """True when ``rule``'s limit is one bucket for all callers, whose state peek reads."""
-    return rule.algorithm not in WINDOWS and not rule.per_caller
+    return not rule.spec.window and not rule.per_caller
 
 
 def bucket_status(
