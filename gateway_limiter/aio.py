@@ -66,6 +66,7 @@ import asyncio
 import atexit
 import contextlib
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -73,14 +74,14 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, ClassVar, Self, TypeVar
 
-from gateway_limiter.backends.base import AsyncBackend, BackendError
+from gateway_limiter.backends.base import AsyncBackend, Backend, BackendError
+from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.schemes import open_async_backend
 from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.backends.slot_wakeups import listen
 from gateway_limiter.backends.slots import (
     parse_counts,
     parse_take,
-    release_call,
-    renew_call,
 )
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
@@ -162,9 +163,13 @@ class AsyncGatewayLimiter(LimiterCore):
         "await start() (or use 'async with AsyncGatewayLimiter(...)') first"
     )
 
+    @staticmethod
+    def _in_process() -> Backend:
+        return MemoryBackend()
+
     def _open_backend(self, settings: Settings) -> bool:
         self.backend = open_async_backend(settings)
-        self._slotting = SlotState(settings.key_prefix)
+        self._slotting = SlotState(settings)
         self._renewer = None
         return self.backend.shared
 
@@ -201,7 +206,7 @@ class AsyncGatewayLimiter(LimiterCore):
                 if not isinstance(charged, BackendError):
                     fleet.charged += permits
             for call in self._lease_returns():  # leases a reload ended
-                await attempt_async(self.backend.script, call)  # type: ignore[attr-defined]
+                await attempt_async(self.backend.script, call)
 
     async def _stop_heartbeats(self) -> None:
         """Stop beating and leave the fleet at once (best effort), so N drops now."""
@@ -221,7 +226,7 @@ class AsyncGatewayLimiter(LimiterCore):
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
         self._stopping()
         for call in self._lease_returns(closing=True):  # best effort: else they expire
-            await attempt_async(self.backend.script, call)  # type: ignore[attr-defined]
+            await attempt_async(self.backend.script, call)
         await self._stop_heartbeats()
         await self._stop_renewer()
         await asyncio.to_thread(self.registry.close)  # disposing the engine is database I/O
@@ -273,7 +278,7 @@ class AsyncGatewayLimiter(LimiterCore):
             step = again
         if step.lease is None:  # the plain way after all (bucket.lua)
             return await self._ask_backend(step)
-        script = self.backend.script  # type: ignore[attr-defined]
+        script = self.backend.script
         return self._finish_lease(step, await attempt_async(script, step.lease))
 
     async def _renewed(self, step: Ask, waited: int) -> Outcome | Ask:
@@ -414,7 +419,7 @@ class AsyncGatewayLimiter(LimiterCore):
             await asyncio.shield(self._give_back(held))
 
     async def _slot_script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
-        return parse(await self.backend.script(call))  # type: ignore[attr-defined]
+        return parse(await self.backend.script(call))
 
     def _in_flight_seen(self) -> dict[str, int]:
         return dict(self._slotting.seen)
@@ -447,8 +452,8 @@ class AsyncGatewayLimiter(LimiterCore):
             remaining = taking.remaining()
             if self._shared and not failed and self._breaker.allows():
                 if not state.subscribed:  # once: connecting blocks, so in a thread
-                    client = self.backend.client  # type: ignore[attr-defined]
-                    await asyncio.to_thread(state.subscribe, self.settings, client)
+                    start = functools.partial(listen, self.settings, self.backend.client)
+                    await asyncio.to_thread(state.subscribe, start)
                 reply = waiter.claim()  # a release handed this caller a slot: go
                 if reply is None:
                     call = taking.call(state, self.settings, remaining)
@@ -490,24 +495,10 @@ class AsyncGatewayLimiter(LimiterCore):
 
     async def _give_back(self, held: Held) -> None:
         """Give back a slot: one round trip; a failure leaves the lease to lapse."""
-        state = self._slotting
-        if held.local:
-            state.local.give_back(held.url)
-            return
-        if held.lease_id is None:
-            return
-        state.leases.remove((held.url, held.channel), held.lease_id)
-        call = release_call(
-            self.settings.key_prefix,
-            held.url,
-            held.lease_id,
-            held.max_concurrent,
-            self.settings.slot_lease,
-            held.channel,
-        )
-        reply = await attempt_async(self._slot_script, call, parse_counts)
-        if not isinstance(reply, BackendError):
-            state.seen[held.url] = reply[1]
+        call = self._slotting.give_back(held)
+        if call is not None:
+            reply = await attempt_async(self._slot_script, call, parse_counts)
+            self._slotting.counted(held.url, reply)
 
     def _background_release(self, rule: Rule, lease_id: str) -> None:
         task = asyncio.get_running_loop().create_task(self._give_back(given_up(rule, lease_id)))
@@ -524,8 +515,7 @@ class AsyncGatewayLimiter(LimiterCore):
         lease_s, state = self.settings.slot_lease, self._slotting
         while True:
             await asyncio.sleep(lease_s / 3)
-            for (url, channel), ids in state.leases.held().items():
-                call = renew_call(self.settings.key_prefix, url, ids, lease_s, channel)
+            for call in state.renewals():
                 await attempt_async(self._slot_script, call, parse_counts)
 
     async def _stop_renewer(self) -> None:
@@ -542,12 +532,10 @@ class AsyncGatewayLimiter(LimiterCore):
             return None
         if not self._shared:
             return self._slotting.local.in_flight(url)
-        call = renew_call(self.settings.key_prefix, url, [], self.settings.slot_lease, rule.channel)
+        call = self._slotting.count_call(rule)
         reply = await attempt_async(self._slot_script, call, parse_counts)
-        if isinstance(reply, BackendError):
-            return self._slotting.local.in_flight(url)
-        self._slotting.seen[url] = reply[1]
-        return reply[1]
+        counted = self._slotting.counted(url, reply)
+        return self._slotting.local.in_flight(url) if counted is None else counted
 
 
 #: Releases sent for a take cancelled in flight, referenced until they finish.

@@ -10,6 +10,7 @@ threaded I/O shell: it calls the backend and sleeps with ``time.sleep``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,13 +19,13 @@ from types import TracebackType
 from typing import Any, ClassVar, Self, TypeVar
 
 from gateway_limiter.backends.base import Backend, BackendError
+from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.schemes import open_backend
 from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.backends.slot_wakeups import listen
 from gateway_limiter.backends.slots import (
     parse_counts,
     parse_take,
-    release_call,
-    renew_call,
 )
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
@@ -75,9 +76,13 @@ class GatewayLimiter(LimiterCore):
 
     _renewer: threading.Thread | None = None
 
+    @staticmethod
+    def _in_process() -> Backend:
+        return MemoryBackend()
+
     def _open_backend(self, settings: Settings) -> bool:
         self.backend = open_backend(settings)
-        self._slotting = SlotState(settings.key_prefix)
+        self._slotting = SlotState(settings)
         self._renewing = threading.Lock()
         self._stop_renewing = threading.Event()
         return self.backend.shared
@@ -110,7 +115,7 @@ class GatewayLimiter(LimiterCore):
                     if not isinstance(attempt(backend.reserve, rule, permits, None), BackendError):
                         fleet.charged += permits
                 for call in self._lease_returns():  # leases a reload ended
-                    attempt(backend.script, call)  # type: ignore[attr-defined]
+                    attempt(backend.script, call)
 
         self._heartbeats = threading.Thread(target=beat, name="gateway-limiter-fleet", daemon=True)
         self._heartbeats.start()
@@ -134,7 +139,7 @@ class GatewayLimiter(LimiterCore):
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
         self._stopping()
         for call in self._lease_returns(closing=True):  # best effort: else they expire
-            attempt(self.backend.script, call)  # type: ignore[attr-defined]
+            attempt(self.backend.script, call)
         self._stop_heartbeats()
         self._stop_renewer()
         self.registry.close()
@@ -181,7 +186,7 @@ class GatewayLimiter(LimiterCore):
             step = again
         if step.lease is None:  # the plain way after all (bucket.lua)
             return self._ask_backend(step)
-        script = self.backend.script  # type: ignore[attr-defined]
+        script = self.backend.script
         return self._finish_lease(step, attempt(script, step.lease))
 
     def reserve(
@@ -329,7 +334,7 @@ class GatewayLimiter(LimiterCore):
             seen = state.wakeups.generation(url)
             remaining = taking.remaining()
             if self._shared and not failed and self._breaker.allows():
-                state.subscribe(self.settings, self.backend.client)  # type: ignore[attr-defined]
+                state.subscribe(functools.partial(listen, self.settings, self.backend.client))
                 reply = waiter.claim()  # a release handed this caller a slot: go
                 if reply is None:
                     call = taking.call(state, self.settings, remaining)
@@ -365,31 +370,16 @@ class GatewayLimiter(LimiterCore):
             return taking.local_answered(self, state, outcome, remaining, cap)
 
     def _slot_script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
-        return parse(self.backend.script(call))  # type: ignore[attr-defined]
+        return parse(self.backend.script(call))
 
     def _in_flight_seen(self) -> dict[str, int]:
         return dict(self._slotting.seen)
 
     def _give_back(self, held: Held) -> None:
         """Give back a slot: one round trip; a failure leaves the lease to lapse."""
-        state = self._slotting
-        if held.local:
-            state.local.give_back(held.url)
-            return
-        if held.lease_id is None:
-            return
-        state.leases.remove((held.url, held.channel), held.lease_id)
-        call = release_call(
-            self.settings.key_prefix,
-            held.url,
-            held.lease_id,
-            held.max_concurrent,
-            self.settings.slot_lease,
-            held.channel,
-        )
-        reply = attempt(self._slot_script, call, parse_counts)
-        if not isinstance(reply, BackendError):
-            state.seen[held.url] = reply[1]
+        call = self._slotting.give_back(held)
+        if call is not None:
+            self._slotting.counted(held.url, attempt(self._slot_script, call, parse_counts))
 
     def _start_renewer(self) -> None:
         """One daemon thread renewing every lease this limiter holds, every third of
@@ -403,8 +393,7 @@ class GatewayLimiter(LimiterCore):
 
             def renew() -> None:
                 while not stop.wait(lease_s / 3):
-                    for (url, channel), ids in state.leases.held().items():
-                        call = renew_call(self.settings.key_prefix, url, ids, lease_s, channel)
+                    for call in state.renewals():
                         attempt(self._slot_script, call, parse_counts)
 
             self._renewer = threading.Thread(
@@ -428,9 +417,6 @@ class GatewayLimiter(LimiterCore):
             return None
         if not self._shared:
             return self._slotting.local.in_flight(url)
-        call = renew_call(self.settings.key_prefix, url, [], self.settings.slot_lease, rule.channel)
-        reply = attempt(self._slot_script, call, parse_counts)
-        if isinstance(reply, BackendError):
-            return self._slotting.local.in_flight(url)
-        self._slotting.seen[url] = reply[1]
-        return reply[1]
+        call = self._slotting.count_call(rule)
+        counted = self._slotting.counted(url, attempt(self._slot_script, call, parse_counts))
+        return self._slotting.local.in_flight(url) if counted is None else counted

@@ -15,8 +15,7 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import ParamSpec, TypeVar
 
-from gateway_limiter.backends.base import BackendError
-from gateway_limiter.backends.memory import MemoryBackend
+from gateway_limiter.backends.base import Backend, BackendError
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.decision import ADMIT, REFUSE
 from gateway_limiter.errors import BackendUnavailable
@@ -133,14 +132,17 @@ class Policy:
     the fleet admits at most R x D over an outage of D seconds, from its first second.
     """
 
-    __slots__ = ("_empty_first", "_started", "kind", "local")
+    __slots__ = ("_empty_first", "_fresh", "_started", "kind", "local")
 
-    def __init__(self, kind: FailurePolicy | str) -> None:
+    def __init__(self, kind: FailurePolicy | str, fresh: Callable[[], Backend]) -> None:
+        """``fresh()``: new in-process state for ``local`` and ``share`` to decide on (the
+        shell's ``memory://`` backend: the model, in this process)."""
         # Settings keep ``on_backend_error`` a validated string; it becomes the enum here.
         self.kind = FailurePolicy(kind)
+        self._fresh = fresh
         # ``share`` decides like ``local``, on the rule the core has shared out.
         in_process = (FailurePolicy.LOCAL, FailurePolicy.SHARE)
-        self.local = MemoryBackend() if self.kind in in_process else None
+        self.local = fresh() if self.kind in in_process else None
         #: (rule, caller) whose bucket ``share`` has emptied in this outage
         self._started: set[tuple[Rule, str | None]] = set()
         self._empty_first = True
@@ -150,11 +152,11 @@ class Policy:
         afresh on fresh buckets, empty unless ``start_empty`` is False (a fleet of
         unknown size decides as ``local``); ``local`` keeps its buckets, as always."""
         if self.kind is FailurePolicy.SHARE:
-            self.local = MemoryBackend()
+            self.local = self._fresh()
             self._started = set()
             self._empty_first = start_empty
 
-    def _start_empty(self, local: MemoryBackend, rule: Rule, key: str | None) -> None:
+    def _start_empty(self, local: Backend, rule: Rule, key: str | None) -> None:
         """Take the whole capacity of a bucket ``share`` has not used in this outage."""
         started = self._started
         if (rule, key) in started:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
-from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.base import Backend, BackendError
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.config.reload import Registry, ReloadSummary, Snapshot
@@ -308,7 +308,7 @@ class LimiterCore:
         self.settings = chosen = settings_from(settings, overrides)
         shared = self._open_backend(chosen)
         self.registry = Registry(chosen)  # no I/O until the first reload
-        self.policy = Policy(chosen.on_backend_error)
+        self.policy = Policy(chosen.on_backend_error, self._in_process)
         self._breaker = Breaker(chosen.breaker_seconds)
         self._shared = shared
         self._started = False
@@ -343,6 +343,11 @@ class LimiterCore:
 
     def _open_backend(self, settings: Settings) -> bool:
         """Open this limiter's backend (no I/O yet); whether its state is shared."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _in_process() -> Backend:
+        """Fresh in-process state for the failure policy (the shell's ``memory://``)."""
         raise NotImplementedError
 
     def _in_flight_seen(self) -> dict[str, int]:

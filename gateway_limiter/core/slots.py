@@ -36,12 +36,20 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.base import BackendError, Heard, Listener
 from gateway_limiter.backends.scripts import Commands, ScriptCall
-from gateway_limiter.backends.slot_wakeups import Subscriber, subscriber_connect
-from gateway_limiter.backends.slots import QUEUED, TAKEN, SlotReply, parse_grant, take_call
+from gateway_limiter.backends.slots import (
+    QUEUED,
+    TAKEN,
+    SlotReply,
+    parse_grant,
+    release_call,
+    renew_call,
+    take_call,
+)
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.decision import Decision, Reason
@@ -479,7 +487,9 @@ class SlotState:
     flight, and its one subscriber (started with the first slot asked for)."""
 
     __slots__ = (
+        "_lease_s",
         "_lock",
+        "_prefix",
         "_subscribed",
         "_subscriber",
         "_waiters",
@@ -490,19 +500,57 @@ class SlotState:
         "wakeups",
     )
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, settings: Settings) -> None:
+        self._prefix = settings.key_prefix
+        self._lease_s = settings.slot_lease
         #: the decision scripts' calls, which ``slot.lua`` wraps
-        self.commands = Commands(prefix)
+        self.commands = Commands(settings.key_prefix)
         self.wakeups = Wakeups()
         self.local = LocalSlots(self.wakeups)
         self.leases = Leases()
         #: interface -> calls in flight fleet-wide as the last reply said
         self.seen: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._subscriber: Subscriber | None = None
+        self._subscriber: Listener | None = None
         self._subscribed = False
         #: lease id -> this process's caller queued under it
         self._waiters: dict[str, Waiter] = {}
+
+    def give_back(self, held: Held) -> ScriptCall | None:
+        """Give back ``held``'s slot: at once when it is this process's, else the
+        release to send (None: nothing to give back)."""
+        if held.local:
+            self.local.give_back(held.url)
+            return None
+        if held.lease_id is None:
+            return None
+        self.leases.remove((held.url, held.channel), held.lease_id)
+        return release_call(
+            self._prefix,
+            held.url,
+            held.lease_id,
+            held.max_concurrent,
+            self._lease_s,
+            held.channel,
+        )
+
+    def renewals(self) -> list[ScriptCall]:
+        """The renewals of every lease held: one call per interface."""
+        return [
+            renew_call(self._prefix, url, ids, self._lease_s, channel)
+            for (url, channel), ids in self.leases.held().items()
+        ]
+
+    def count_call(self, rule: Rule) -> ScriptCall:
+        """The call that counts ``rule``'s calls in flight fleet-wide (renewing nothing)."""
+        return renew_call(self._prefix, rule.url, [], self._lease_s, rule.channel)
+
+    def counted(self, url: str, reply: tuple[int, int] | BackendError) -> int | None:
+        """A release's or count's reply: the calls in flight fleet-wide (None: failed)."""
+        if isinstance(reply, BackendError):
+            return None
+        self.seen[url] = reply[1]
+        return reply[1]
 
     def waiter(self, lease_id: str, loop: asyncio.AbstractEventLoop | None = None) -> Waiter:
         """Listen for grants to ``lease_id`` (before its first take: a grant may follow
@@ -541,22 +589,17 @@ class SlotState:
         """True while the subscriber hears grants (waiters need not ask often)."""
         return self._subscriber is not None and self._subscriber.listening
 
-    def subscribe(self, settings: Settings, decisions_client: object) -> None:
-        """Start the subscriber once (waits up to a connect and a read for it)."""
+    def subscribe(self, listen: Callable[[Heard], Listener | None]) -> None:
+        """Start the subscriber once: ``listen(heard)`` (the shell's, from
+        ``backends/slot_wakeups.py``) starts hearing grants and returns what listens, or
+        None when none can (waiters then ask again every UNHEARD_ASK_S instead)."""
         if self._subscribed:
             return
         with self._lock:
             if self._subscribed:
                 return
             self._subscribed = True
-            try:
-                connect = subscriber_connect(settings, decisions_client)
-            except (ValueError, OSError):
-                connect = None
-            if connect is None:  # waiters ask again every UNHEARD_ASK_S instead
-                return
-            self._subscriber = Subscriber(settings, connect, self.heard)
-            self._subscriber.start(settings.redis_connect_timeout + settings.redis_timeout)
+            self._subscriber = listen(self.heard)
 
     def close(self) -> None:
         """Stop the subscriber."""
