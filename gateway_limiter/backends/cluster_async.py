@@ -79,7 +79,6 @@ from gateway_limiter.backends.redis_async import (
     AsyncRedisBackend,
     Deadline,
     async_client_options,
-    queued_verdict,
 )
 from gateway_limiter.backends.schemes import register_async
 from gateway_limiter.backends.state import state_key
@@ -266,7 +265,7 @@ class AsyncRedisClusterBackend:
         if not self._readiness.ready:  # the cluster was away at start: ready it once it answers
             self._readiness.in_background(self.prepare)
         reply, queued_s = await self._ask(self._commands(rule, permits, timeout, caller, None))
-        return queued_verdict(scripts.parse_reply(reply), queued_s)
+        return scripts.queued_verdict(scripts.parse_reply(reply), queued_s)
 
     async def pushback(
         self, rule: Rule, retry_after: float | None, caller: str | None = None

@@ -64,6 +64,7 @@ from gateway_limiter.backends.scripts import (
     parse_reply,
     parse_state,
     pushback_peek_key,
+    queued_verdict,
 )
 from gateway_limiter.backends.shared_trips import (
     Queued,
@@ -72,7 +73,7 @@ from gateway_limiter.backends.shared_trips import (
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
+from gateway_limiter.model.bucket import BucketState, Verdict
 from gateway_limiter.model.pushback import PushbackState
 from gateway_limiter.observe.redact import url_error
 
@@ -177,14 +178,8 @@ class ScriptBackend:
         ``now`` (µs) is for tests that drive the clock.
         """
         reply, queued_s = self._ask(self._commands(rule, permits, timeout, caller, now))
-        verdict = parse_reply(reply)
-        if queued_s and verdict.next_free_us > 0.0:
-            # Queued behind another thread's round trip (backends/shared_trips.py):
-            # next_free counts from when the script ran, after the call was written;
-            # counted from when it was asked for (what the limiter goes by) it is that
-            # much later.
-            return verdict._replace(next_free_us=verdict.next_free_us + queued_s * US_PER_S)
-        return verdict
+        # queued behind another thread's round trip (backends/shared_trips.py)
+        return queued_verdict(parse_reply(reply), queued_s)
 
     def pushback(
         self,
