@@ -520,7 +520,9 @@ def test_a_queued_reply_counts_its_next_free_and_its_hold_from_when_it_was_asked
         late = queued.reserve(rule, 1, None, now=NOW_US)
         assert plain.held_us == pytest.approx(5_000_000.0)
         assert late.held_us == pytest.approx(plain.held_us + _QueuedBackend.QUEUED_S * 1e6)
-        # one permit of a full bucket each: both are next free when the hold ends
-        assert late.next_free_us == pytest.approx(plain.next_free_us + 250_000.0)
+        # the hold drained the bucket: the second permit is one refill (3.6 s at 1,000
+        # an hour) after the first, and counted from its asking, the queued time later
+        refill_us = HOUR / 1000 * 1e6
+        assert late.next_free_us == pytest.approx(plain.next_free_us + refill_us + 250_000.0)
     finally:
         queued.close()
