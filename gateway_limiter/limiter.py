@@ -25,7 +25,6 @@ from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.backends.slot_wakeups import listen
 from gateway_limiter.backends.slots import (
     parse_counts,
-    parse_take,
 )
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
@@ -44,13 +43,20 @@ from gateway_limiter.core.slots import (
     Held,
     SlotState,
     Taking,
-    Waiter,
-    fallback_cap,
     given_up,
-    pause_s,
     refused,
+    take_slot,
 )
 from gateway_limiter.core.status import BucketStatus, chosen, describe_interface
+from gateway_limiter.core.steps import (
+    Await,
+    Reserve,
+    Send,
+    StartRenewer,
+    Step,
+    Steps,
+    Subscribe,
+)
 from gateway_limiter.errors import NotStarted
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 
@@ -162,32 +168,40 @@ class GatewayLimiter(LimiterCore):
         if type(step) is not Ask:
             return step  # type: ignore[return-value]
         if step.lease is None and not step.renewing:  # a plain decision: bucket.lua
-            try:
-                reply: Verdict | BackendError = self.backend.reserve(
-                    step.rule, step.permits, step.budget_s, step.key
-                )
-            except BackendError as e:
-                reply = e
-            return self._finish(step, reply)
-        return self._ask_lease(step)
+            return self._finish(step, self._reserve(step))
+        return self._run(self._leasing(step))
 
-    def _ask_lease(self, step: Ask) -> Outcome:
-        # A lease row's round trip (core/leases.py), after any wait for a renewal.
-        waited = 0
-        while step.renewing:  # another thread renews the lease: wait (core/leases.py)
-            renewed = threading.Event()
-            wait_s = self._lease_wait(step, renewed.set)
-            if wait_s is not None:
-                renewed.wait(wait_s)
-            waited += 1
-            again = self._lease_again(step, waited)
-            if not isinstance(again, Ask):
-                return again
-            step = again
-        if step.lease is None:  # the plain way after all (bucket.lua)
-            return self._ask_backend(step)
-        script = self.backend.script
-        return self._finish_lease(step, attempt(script, step.lease))
+    def _reserve(self, ask: Ask) -> Verdict | BackendError:
+        try:
+            return self.backend.reserve(ask.rule, ask.permits, ask.budget_s, ask.key)
+        except BackendError as e:
+            return e
+
+    def _run(self, steps: Steps[T]) -> T:
+        """Carry out the engine's steps (``core/steps.py``) until it answers."""
+        got: Any = None
+        try:
+            while True:
+                got = self._carry_out(steps.send(got))
+        except StopIteration as done:
+            answer: T = done.value
+            return answer
+
+    def _carry_out(self, step: Step) -> Any:
+        match step:
+            case Reserve(ask):
+                return self._reserve(ask)
+            case Send(call, parse):
+                return attempt(self._slot_script, call, parse)
+            case Await(until, seconds):
+                until.wait(seconds)
+            case Subscribe():
+                self._slotting.subscribe(
+                    functools.partial(listen, self.settings, self.backend.client)
+                )
+            case StartRenewer():
+                self._start_renewer()
+        return None
 
     def reserve(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
@@ -313,7 +327,7 @@ class GatewayLimiter(LimiterCore):
         waiter = self._slotting.waiter(lease_id)
         held: Held | None = None
         try:
-            held = self._taking(taking, waiter)
+            held = self._run(take_slot(self, self._slotting, taking, waiter))
             if held.wait_s > 0:  # the rate permit's wait, the slot held
                 time.sleep(held.wait_s)
             return held
@@ -325,49 +339,6 @@ class GatewayLimiter(LimiterCore):
             raise
         finally:
             self._slotting.forget(lease_id)
-
-    def _taking(self, taking: Taking, waiter: Waiter) -> Held:
-        state, rule = self._slotting, taking.rule
-        url = rule.url
-        failed = False
-        while True:
-            seen = state.wakeups.generation(url)
-            remaining = taking.remaining()
-            if self._shared and not failed and self._breaker.allows():
-                state.subscribe(functools.partial(listen, self.settings, self.backend.client))
-                reply = waiter.claim()  # a release handed this caller a slot: go
-                if reply is None:
-                    call = taking.call(state, self.settings, remaining)
-                    asked = attempt(self._slot_script, call, parse_take)
-                    if isinstance(asked, BackendError):
-                        self._backend_failed(asked)
-                        failed = True  # the failure policy decides this attempt
-                        continue
-                    reply = asked
-                held = taking.answered(self, state, reply, remaining)
-                if held is None:
-                    waiter.wait(pause_s(remaining, reply.lapses_s, state.listening))
-                    continue
-                self._start_renewer()
-                return held
-            # memory://: the whole cap here; Redis away: the failure policy's share of it
-            if self._shared:
-                cap = fallback_cap(self.policy.kind, rule, self._fleet.size)
-            else:
-                cap = rule.max_concurrent
-            if cap is not None and not state.local.take(url, cap):
-                taking.no_local_slot(self, state, remaining)
-                # a local release wakes this; so does the breaker's next probe
-                state.wakeups.wait(
-                    url, seen, min(remaining, max(0.01, self.settings.breaker_seconds))
-                )
-                failed = False  # Redis may be asked again, once the breaker allows
-                continue
-            if self._shared:
-                outcome = self._settled(rule, *self._fall_back(rule, 1, remaining, taking.key))
-            else:
-                outcome = self._ask_backend(Ask(rule, 1, remaining, taking.key, None))
-            return taking.local_answered(self, state, outcome, remaining, cap)
 
     def _slot_script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
         return parse(self.backend.script(call))

@@ -36,6 +36,7 @@ from gateway_limiter.core.failure import Breaker, FailurePolicy, Policy
 from gateway_limiter.core.fleet import Fleet
 from gateway_limiter.core.leases import Leases
 from gateway_limiter.core.local_refusal import LocalRefusals
+from gateway_limiter.core.steps import Await, Reserve, Send, Steps, Woken, raw
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.observe.logs import SHADOW_REPORT_SECONDS, Throttle, held_back, log, one_line
@@ -500,6 +501,24 @@ class LimiterCore:
         ask = Ask(rule, permits, budget_s, None, None, call)
         ask.renewing = call is None and wait  # else: the plain way (``bucket.lua``)
         return ask
+
+    def _leasing(self, ask: Ask) -> Steps[Outcome]:
+        """A lease row's round trip (``core/leases.py``), after any waits for another
+        caller's renewal (at most ``LEASE_WAITS``), as steps for the shell."""
+        waited = 0
+        while ask.renewing:  # another caller renews the lease: wait for it
+            waited += 1
+            renewed = Woken()
+            wait_s = self._lease_wait(ask, renewed.wake)
+            if wait_s is not None:
+                yield Await(renewed, wait_s)
+            again = self._lease_again(ask, waited)
+            if not isinstance(again, Ask):
+                return again
+            ask = again
+        if ask.lease is None:  # the plain way after all (bucket.lua)
+            return self._finish(ask, (yield Reserve(ask)))
+        return self._finish_lease(ask, (yield Send(ask.lease, raw)))
 
     def _lease_wait(self, ask: Ask, wake: Callable[[], None]) -> float | None:
         """How long to wait for the renewal ``ask`` waits for, ``wake`` called when it

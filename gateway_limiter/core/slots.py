@@ -46,6 +46,7 @@ from gateway_limiter.backends.slots import (
     TAKEN,
     SlotReply,
     parse_grant,
+    parse_take,
     release_call,
     renew_call,
     take_call,
@@ -55,6 +56,14 @@ from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.decision import Decision, Reason
 from gateway_limiter.core.failure import FailurePolicy
 from gateway_limiter.core.pipeline import Ask, LimiterCore, Outcome, allowed_wait_s
+from gateway_limiter.core.steps import (
+    START_RENEWER,
+    SUBSCRIBE,
+    Await,
+    Reserve,
+    Send,
+    Steps,
+)
 from gateway_limiter.errors import Refused
 from gateway_limiter.observe.logs import log
 from gateway_limiter.observe.metrics import ProcessMetrics
@@ -181,6 +190,24 @@ class Waiter:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._woken.wait(), timeout_s)
         self._woken.clear()
+
+
+class Moved:
+    """``url``'s generation moving on from ``seen`` (``Wakeups``): what a caller with no
+    local slot free waits for."""
+
+    __slots__ = ("seen", "url", "wakeups")
+
+    def __init__(self, wakeups: Wakeups, url: str, seen: tuple[int, int]) -> None:
+        self.wakeups, self.url, self.seen = wakeups, url, seen
+
+    def wait(self, seconds: float) -> None:
+        """Block until it moved, at most ``seconds``."""
+        self.wakeups.wait(self.url, self.seen, seconds)
+
+    async def wait_async(self, seconds: float) -> None:
+        """``wait``, awaited."""
+        await self.wakeups.wait_async(self.url, self.seen, seconds)
 
 
 class LocalSlots:
@@ -428,6 +455,55 @@ class Taking:
             count_refusal(core._metrics, url)
             raise self._refused(decision._replace(waited=0.0), False)
         return Held(url, decision, local=cap is not None, wait_s=allowed_wait_s(outcome[0]))
+
+
+def take_slot(core: LimiterCore, state: SlotState, taking: Taking, waiter: Waiter) -> Steps[Held]:
+    """One ``slot()`` taking its slot, as steps for the shell: ask Redis (a grant heard
+    needs no asking), wait in the queue for a grant, or, while Redis cannot be asked (or
+    on ``memory://``), take one of this process's share of the slots and the rate
+    permit from the failure policy (the backend, in-process). The slot, or ``Refused``."""
+    rule = taking.rule
+    url = rule.url
+    failed = False
+    while True:
+        seen = state.wakeups.generation(url)
+        remaining = taking.remaining()
+        if core._shared and not failed and core._breaker.allows():
+            if not state.subscribed:
+                yield SUBSCRIBE
+            reply = waiter.claim()  # a release handed this caller a slot: go
+            if reply is None:
+                call = taking.call(state, core.settings, remaining)
+                asked = yield Send(call, parse_take, given_up(rule, taking.lease_id))
+                if isinstance(asked, BackendError):
+                    core._backend_failed(asked)
+                    failed = True  # the failure policy decides this attempt
+                    continue
+                reply = asked
+            held = taking.answered(core, state, reply, remaining)
+            if held is None:
+                yield Await(waiter, pause_s(remaining, reply.lapses_s, state.listening))
+                continue
+            yield START_RENEWER
+            return held
+        # memory://: the whole cap here; Redis away: the failure policy's share of it
+        if core._shared:
+            cap = fallback_cap(core.policy.kind, rule, core._fleet.size)
+        else:
+            cap = rule.max_concurrent
+        if cap is not None and not state.local.take(url, cap):
+            taking.no_local_slot(core, state, remaining)
+            # a local release wakes this; so does the breaker's next probe
+            moved = Moved(state.wakeups, url, seen)
+            yield Await(moved, min(remaining, max(0.01, core.settings.breaker_seconds)))
+            failed = False  # Redis may be asked again, once the breaker allows
+            continue
+        if core._shared:
+            outcome = core._settled(rule, *core._fall_back(rule, 1, remaining, taking.key))
+        else:
+            ask = Ask(rule, 1, remaining, taking.key, None)
+            outcome = core._finish(ask, (yield Reserve(ask)))
+        return taking.local_answered(core, state, outcome, remaining, cap)
 
 
 def _seconds(value: float) -> str:
