@@ -142,6 +142,16 @@ def route(snapshot: Snapshot, url: str, key: str | None = None) -> Rule | None:
     return snapshot.rules.get(url)
 
 
+def slot_rule(snapshot: Snapshot, url: str) -> Rule | None:
+    """The rule whose ``maxConcurrent`` counts ``url``'s slots for ``in_flight``: its
+    own, else a named caller's with a cap (the slots are the interface's, one pool)."""
+    rule = route(snapshot, url)
+    if (rule is None or rule.max_concurrent is None) and snapshot.switch and snapshot.named:
+        capped = (r for (u, _), r in snapshot.named.items() if u == url and r.max_concurrent)
+        return next(capped, rule)
+    return rule
+
+
 #: What a reservation comes to: the verdict to honour, its reason, and the rule (None:
 #: not limited). Built once per decision; the unlimited ones are built here, once.
 Outcome = tuple[Verdict, Reason, Rule | None]
