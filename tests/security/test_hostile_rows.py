@@ -358,3 +358,33 @@ def test_text_that_is_not_utf8_skips_its_row_and_later_edits_still_load(
     assert "Traceback" not in caplog.text and not [
         r for r in caplog.records if r.levelno >= logging.ERROR
     ]
+
+
+@pytest.mark.parametrize("warmup", [1e-305, 5e-324, 0.0009])
+def test_a_warm_up_too_short_to_compute_is_skipped_naming_it_not_an_outage(
+    sqlite_lim: GatewayLimiter, sqlite_engine: Engine, warmup: float
+) -> None:
+    # 1e-305 s was accepted: the warm-up slope overflowed, the script failed, the breaker
+    # opened for every interface, and the fallback raised "cannot convert float NaN to
+    # integer" to the caller.
+    replace_rows(
+        sqlite_engine,
+        untyped_table(sqlite_engine),
+        [
+            {"interfaceUrl": "/good", "rateLimit": 5, "cache": 0.1, "status": 1},
+            {
+                "interfaceUrl": "/wu",
+                "rateLimit": 1000,
+                "cache": 0.1,
+                "status": 1,
+                "algorithm": "warm_up",
+                "warmupPeriod": warmup,
+            },
+        ],
+    )
+    summary = sqlite_lim.reload()
+    assert [str(s) for s in summary.skipped] == [
+        f"configId 2: warm_up needs warmupPeriod from 0.001 to 3600 seconds, got {warmup!r}"
+    ]
+    assert sqlite_lim.try_acquire("/wu", timeout=0) and sqlite_lim.try_acquire("/good", timeout=0)
+    assert sqlite_lim.backend_healthy and sqlite_lim.backend_fallbacks == 0
