@@ -603,6 +603,15 @@ class LimiterCore:
             return 0.0
         if reason == Reason.CLOSED:
             raise InterfaceClosed(f"interface {url!r} is closed (rateLimit 0)")
+        whole = min((r.rate for r in rule.limits if r.algorithm in WINDOWS), default=0)
+        if not verdict.allowed and reason == Reason.BACKEND_FALLBACK and permits <= whole:
+            part = self._fleet.share(rule) if self.policy.kind is FailurePolicy.SHARE else rule
+            most = min((r.rate for r in part.limits if r.algorithm in WINDOWS), default=0)
+            raise BackendUnavailable(
+                f"Redis is unreachable, and meanwhile this process's part of a window of "
+                f"{url!r} holds at most {most} permits (on_backend_error is "
+                f"{self.policy.kind.value!r}): got {permits}"
+            )
         return acquired_wait_s(verdict, rule, permits)
 
     def _settled(self, rule: Rule, verdict: Verdict, reason: Reason) -> Outcome:

@@ -8,14 +8,14 @@ import pytest
 import redis
 from sqlalchemy import Engine
 
-from gateway_limiter import GatewayLimiter
+from gateway_limiter import BackendUnavailable, GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.connections import call_error
 from gateway_limiter.core.failure import script_fault
 from gateway_limiter.core.pipeline import MAX_PERMITS, MAX_WINDOW_PERMITS
 from tests.support.limiting import write_row
-from tests.support.services import RedisServer
+from tests.support.services import RedisServer, free_port
 
 DAY = "/edge/one-a-day"  # 1 per 86,400 s
 THOUSAND = "/edge/thousand-a-day"
@@ -115,3 +115,27 @@ def test_a_script_failing_on_one_calls_values_leaves_the_breaker_closed(
     lim.reserve(DAY, permits=MAX_PERMITS, timeout=1e16)  # the script fails on its PX
     assert lim.backend_healthy
     assert lim.decide(OTHER, timeout=0).reason == "admitted"
+
+
+@pytest.fixture
+def away_redis_url() -> str:
+    return f"redis://127.0.0.1:{free_port()}"
+
+
+def test_acquire_beyond_a_windows_share_during_an_outage_says_so(
+    limiter_db: tuple[str, Engine], away_redis_url: str, key_prefix: str
+) -> None:
+    # A window of 10 shared out to 2 per process (5 processes) while Redis is away:
+    # acquire(permits=5) raised "permits must be at most 10 ... got 5".
+    write_row(limiter_db[1], "/edge/w10", rateLimit=10, cache=0.0, algorithm="sliding_window")
+    with GatewayLimiter(
+        database_url=limiter_db[0],
+        redis_url=away_redis_url,
+        key_prefix=key_prefix,
+        fleet_size=5,
+        reload_interval=3600,
+    ) as lim:
+        with pytest.raises(BackendUnavailable, match=r"holds at most 2 permits .*: got 5"):
+            lim.acquire("/edge/w10", permits=5)
+        with pytest.raises(ValueError, match="permits must be at most 10 for"):
+            lim.acquire("/edge/w10", permits=11)  # more than the window itself: as ever
