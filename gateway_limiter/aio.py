@@ -93,6 +93,7 @@ from gateway_limiter.core.pipeline import (
     allowed_wait_s,
     check_args,
     route,
+    slot_rule,
 )
 from gateway_limiter.core.slots import (
     Held,
@@ -409,7 +410,7 @@ class AsyncGatewayLimiter(LimiterCore):
         check_args(url, 1, timeout, key)
         if not self._started:
             raise NotStarted(self._NOT_STARTED)
-        rule = route(self.registry.snapshot, url)
+        rule = route(self.registry.snapshot, url, key)
         if rule is None or rule.max_concurrent is None or rule.shadow or rule.closed:
             decision = await self.decide(url, 1, timeout, key)
             if not decision.allowed:
@@ -482,7 +483,7 @@ class AsyncGatewayLimiter(LimiterCore):
 
     async def in_flight(self, url: str) -> int | None:
         """``GatewayLimiter.in_flight``, awaited."""
-        rule = route(self.registry.snapshot, url)
+        rule = slot_rule(self.registry.snapshot, url)
         if rule is None or rule.max_concurrent is None:
             return None
         if not self._shared:

@@ -38,6 +38,7 @@ from gateway_limiter.core.pipeline import (
     allowed_wait_s,
     check_args,
     route,
+    slot_rule,
 )
 from gateway_limiter.core.slots import (
     Held,
@@ -307,7 +308,7 @@ class GatewayLimiter(LimiterCore):
         check_args(url, 1, timeout, key)
         if not self._started:
             raise NotStarted(self._NOT_STARTED)
-        rule = route(self.registry.snapshot, url)
+        rule = route(self.registry.snapshot, url, key)
         if rule is None or rule.max_concurrent is None or rule.shadow or rule.closed:
             decision = self.decide(url, 1, timeout, key)
             if not decision.allowed:
@@ -383,7 +384,7 @@ class GatewayLimiter(LimiterCore):
         """Calls to ``url`` in flight across the fleet now (one round trip), or None when
         its row has no ``maxConcurrent`` (or Redis cannot be asked: then this process's
         own, under the failure policy)."""
-        rule = route(self.registry.snapshot, url)
+        rule = slot_rule(self.registry.snapshot, url)
         if rule is None or rule.max_concurrent is None:
             return None
         if not self._shared:

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.scripts import Commands, ScriptCall, parse_reply
-from gateway_limiter.backends.state import channel_tag
+from gateway_limiter.backends.state import channel_tag, interface_base
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import Verdict
 
@@ -52,7 +52,7 @@ def slot_keys(prefix: str, url: str, channel: str | None = None) -> list[str]:
     (its capped ``channel``'s where one caps it), so one script call touches one
     Cluster slot."""
     if channel is None:
-        base = f"{prefix}:{{{url}}}:"
+        base = f"{interface_base(prefix, url)}:"
     else:
         base = f"{prefix}:{{{channel_tag(channel)}}}:{url}:"
     return [base + suffix for suffix in ("slots", "slotq", "slotl", "slotn", "slota", "slotg")]

@@ -48,10 +48,20 @@ _PLAIN_CALLER = re.compile(rf"[A-Za-z0-9._:@/+=-]{{0,{MAX_PLAIN_CALLER}}}")
 def state_key(prefix: str, rule: Rule) -> str:
     """The key of ``rule``'s own limit, without the caller part (see ``caller_part``)."""
     if rule.channel is None:
-        key = f"{prefix}:{{{rule.url}}}:{rule.kind}"
+        key = f"{interface_base(prefix, rule.url)}:{rule.kind}"
     else:  # under its channel's hash tag: one slot for the channel and its interfaces
         key = f"{prefix}:{{{channel_tag(rule.channel)}}}:{rule.url}:{rule.kind}"
     return key if rule.period == 1 else f"{key}:{rule.period}s"
+
+
+def interface_base(prefix: str, url: str) -> str:
+    """``<prefix>:{<url>}``, the start of every key of ``url`` (no channel caps it). A URL
+    that begins with ``}`` would make ``{}`` an empty hash tag, which Redis Cluster
+    ignores (each key would hash whole, to slots of its own): its tag is the SHA1 of the
+    URL, and the URL follows it."""
+    if url[:1] == "}":
+        return f"{prefix}:{{#{sha1(url.encode('utf-8', 'surrogatepass')).hexdigest()}}}:{url}"
+    return f"{prefix}:{{{url}}}"
 
 
 def channel_tag(channel: str) -> str:
@@ -98,7 +108,7 @@ def pushback_base(prefix: str, url: str, channel: str | None = None) -> str:
     """``url``'s pushback key without a caller part (under its channel's hash tag where a
     channel caps it)."""
     if channel is None:
-        return f"{prefix}:{{{url}}}:pb"
+        return f"{interface_base(prefix, url)}:pb"
     return f"{prefix}:{{{channel_tag(channel)}}}:{url}:pb"
 
 

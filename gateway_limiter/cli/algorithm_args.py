@@ -74,7 +74,7 @@ def algorithm_args_problem(
     if culprit == "algorithm":  # an unknown name written by SQL
         fix = f"the row has algorithm {left!r}: add --algorithm {{{','.join(ALGORITHMS)}}}"
     elif left is None:  # warm_up without a warmupPeriod
-        fix = f"add {flag} S (seconds, more than 0, at most 3600)"
+        fix = f"add {flag} S (seconds, from 0.001 to 3600)"
     else:
         value = fmt_field(culprit, left)
         fix = f"the row has {column} {value}: add '{flag} {NONE_WORD}' to clear it"

@@ -82,6 +82,8 @@ MAX_CHANNEL = 24
 MAX_PERIOD = 86_400
 #: The longest ``leaseMs``: a minute (a longer lease is no longer a rate limit).
 MAX_LEASE_MS = 60_000
+#: The shortest warmupPeriod (s): shorter, the warm-up slope overflows a double.
+MIN_WARMUP = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,8 +412,8 @@ def algorithm_problem(
     if max_permits is not None and (max_permits < 1 or algorithm != Algorithm.TOKEN_BUCKET):
         return f"maxPermits {max_permits} is invalid for {algorithm} (token_bucket only, >= 1)"
     if algorithm == Algorithm.WARM_UP:
-        if warmup is None or not (math.isfinite(warmup) and 0 < warmup <= 3600):
-            return f"warm_up needs warmupPeriod between 0 and 3600 seconds, got {warmup!r}"
+        if warmup is None or not (math.isfinite(warmup) and MIN_WARMUP <= warmup <= 3600):
+            return f"warm_up needs warmupPeriod from 0.001 to 3600 seconds, got {warmup!r}"
         if period != 1:
             return f"warm_up paces per second: periodSeconds must be 1, got {period}"
         if per_caller:

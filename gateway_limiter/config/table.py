@@ -26,6 +26,7 @@ from sqlalchemy import (
     String,
     Text,
     create_engine,
+    event,
     func,
     inspect,
     make_url,
@@ -189,13 +190,31 @@ def make_engine(url: str, *, timeout: float = 5.0) -> Engine:
     elif url.startswith("sqlite"):
         connect_args = {"timeout": timeout, "check_same_thread": False}
     try:
-        return create_engine(url, pool_pre_ping=True, pool_recycle=3600, connect_args=connect_args)
+        engine = create_engine(
+            url, pool_pre_ping=True, pool_recycle=3600, connect_args=connect_args
+        )
     except (ArgumentError, NoSuchModuleError, ValueError) as e:
         raise DatabaseUrlError(f"database_url {url_error(url, e)}") from None
     except ImportError as e:  # a dialect SQLAlchemy knows, whose driver is not installed
         raise DatabaseUrlError(
             f"database_url {mask_secrets(url)}: its driver is not installed ({e})"
         ) from None
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_text)
+    return engine
+
+
+def _sqlite_text(dbapi_connection: Any, _: Any) -> None:
+    # SQLite keeps text that is not UTF-8 (CAST(X'ff' AS TEXT)); sqlite3 fails the whole
+    # query on it. Read it as bytes instead: its row is skipped as "not text", naming it.
+    dbapi_connection.text_factory = _text
+
+
+def _text(value: bytes) -> str | bytes:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value
 
 
 def missing_sqlite_file(url: str | URL) -> Path | None:

@@ -118,6 +118,43 @@ class Breaker:
         return False
 
 
+#: What an error reply names when Redis itself is in trouble (out of memory, loading, a
+#: replica, a cluster reconfiguring), even from inside a script.
+_REDIS_CONDITIONS = (
+    "OOM ",
+    "BUSY",
+    "LOADING",
+    "READONLY",
+    "MASTERDOWN",
+    "MISCONF",
+    "NOREPLICAS",
+    "CLUSTERDOWN",
+    "TRYAGAIN",
+)
+_SCRIPT_FAULTS = Throttle(60.0)
+
+
+def script_fault(error: BaseException) -> bool:
+    """True when ``error`` is a decision script failing on what it was given (an error
+    reply raised inside the script: the call's arguments or its row's values), not
+    Redis failing: Redis answered, so the breaker stays closed. Logged, at most once a
+    minute."""
+    text = str(error)
+    if "ResponseError: " not in text or "user_script" not in text:
+        return False
+    if any(condition in text for condition in _REDIS_CONDITIONS):
+        return False
+    held = _SCRIPT_FAULTS.ready("script")
+    if held is not None:
+        log.error(
+            "a limiter script failed on the values of one call (%s): that call is decided "
+            "by on_backend_error, the breaker stays closed%s",
+            one_line(text),
+            held_back(held),
+        )
+    return True
+
+
 #: Buckets ``share`` has started empty in one outage, kept at most (past this the record
 #: starts over: emptying a bucket already in use again is refused and changes nothing).
 _STARTED_KEPT = 100_000

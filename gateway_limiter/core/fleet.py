@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from importlib import metadata
-from typing import Final
+from typing import Any, Final
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.fleet import Heartbeat, encode_demand, encode_member, encode_tallies
@@ -95,22 +95,26 @@ def _one(rule: Rule, n: int) -> Rule:
     return replace(rule, rate=1, period=math.ceil(rule.period * n / rule.rate), also=())
 
 
-def shared_by(rule: Rule, part: float) -> Rule:
+def shared_by(rule: Rule, part: float, channel_part: float | None = None) -> Rule:
     """``rule`` at ``part`` (0 to 1) of its rate and capacity: ``shared_out`` for a
     demand-weighted claim instead of 1/n. Token bucket: the rate exactly ``part`` of it,
     the capacity ``floor(burst x part)``, at least 1; windows: ``floor(rate x part)`` per
     period, or 1 per a period stretched to ``ceil(period / (rate x part))``. A part of 0
-    (the fleet's claims are all taken) admits nothing: the rule closed."""
-    if part >= 1.0:
+    (the fleet's claims are all taken) admits nothing: the rule closed.
+
+    ``channel_part`` (None: ``part``) scales the channel's limits instead: a claim is
+    on one interface, and the channel spans others that other processes claim."""
+    channel = part if channel_part is None else channel_part
+    if part >= 1.0 and channel >= 1.0:
         return rule
     if part <= 0.0:
         return replace(rule, rate=0, also=())
-    first, *others = [_part(limit, part) for limit in rule.limits]
+    first, *others = [_part(r, channel if r.caps_channel else part) for r in rule.limits]
     return replace(first, also=tuple(others))
 
 
 def _part(rule: Rule, part: float) -> Rule:
-    if rule.closed:
+    if rule.closed or part >= 1.0:
         return replace(rule, also=())
     if not rule.spec.window:
         # periods are whole seconds: ``part`` of the refill as rate x part x S permits
@@ -250,8 +254,10 @@ class Fleet:
         """``rule`` as this process decides it alone under ``share``: its last claim on
         it, or 1/N of it without one (an interface added since the last heartbeat)."""
         part = self.claims.get(rule.url)
-        if part is not None:
-            return self._cached(rule, part, shared_by)
+        if part is not None:  # the channel's limits at 1/N: claims are per interface
+            n = self.size
+            parts = (part, 1.0 if n <= 1 else 1.0 / n)
+            return self._cached(rule, parts, lambda r, p: shared_by(r, *p))
         n = self.size
         if n == 0:
             if not self._warned:
@@ -267,7 +273,7 @@ class Fleet:
             return rule
         return self._cached(rule, 1.0 / n, lambda r, _: shared_out(r, n))
 
-    def _cached(self, rule: Rule, part: float, scale: Callable[[Rule, float], Rule]) -> Rule:
+    def _cached(self, rule: Rule, part: Any, scale: Callable[[Rule, Any], Rule]) -> Rule:
         cached = self._scaled.get(rule)
         if cached is not None and cached[0] == part:
             return cached[1]

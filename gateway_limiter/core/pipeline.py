@@ -29,10 +29,10 @@ from gateway_limiter.backends.base import Backend, BackendError
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.config.reload import Registry, ReloadSummary, Snapshot
-from gateway_limiter.config.rules import Rule
+from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.config.settings import Settings, load_settings
 from gateway_limiter.core.decision import ADMIT, REFUSE, Decision, Reason, decision_of
-from gateway_limiter.core.failure import Breaker, FailurePolicy, Policy
+from gateway_limiter.core.failure import Breaker, FailurePolicy, Policy, script_fault
 from gateway_limiter.core.fleet import Fleet
 from gateway_limiter.core.leases import Leases
 from gateway_limiter.core.local_refusal import LocalRefusals
@@ -50,6 +50,13 @@ MAX_PERMITS = 2**31 - 1
 LEASE_WAITS = 3
 #: The largest timeout: a finite float (an int beyond it would overflow converting).
 _MAX_TIMEOUT_S = sys.float_info.max
+#: The longest wait a reservation may take: a year. A longer budget counts as a year,
+#: and ``permits`` that a limit refills in more than a year are refused (a wait beyond
+#: it overflows what Redis takes as a key's expiry, and what ``time.sleep`` takes).
+MAX_WAIT_S = 365 * 86_400.0
+#: The most permits one call may ask of an interface with a sliding window: each
+#: permit is one entry of its log, written in the one script call.
+MAX_WINDOW_PERMITS = 1_000
 
 
 def _shown(value: object) -> str:
@@ -86,6 +93,25 @@ def check_args(url: object, permits: object, timeout: object, key: object = None
         if not 0 <= timeout <= _MAX_TIMEOUT_S:
             raise ValueError(
                 f"timeout must be a finite number of seconds >= 0, got {_shown(timeout)}"
+            )
+
+
+def check_permits(rule: Rule, url: str, permits: int) -> None:
+    """Raise ValueError naming ``permits`` when ``rule`` cannot serve that many in one
+    call: more than ``MAX_WINDOW_PERMITS`` on a sliding window (more than the window
+    holds is refused as ever: nothing is written), or more than a limit refills in
+    ``MAX_WAIT_S``. Only for ``permits`` > 1: one permit always fits."""
+    for r in rule.limits:
+        if r.algorithm is Algorithm.SLIDING_WINDOW and MAX_WINDOW_PERMITS < permits <= r.rate:
+            raise ValueError(
+                f"permits must be at most {MAX_WINDOW_PERMITS} for {url!r} (a sliding "
+                f"window records each permit), got {_shown(permits)}"
+            )
+        if r.rate > 0 and not r.spec.window and permits * r.period > MAX_WAIT_S * r.rate:
+            most = math.floor(MAX_WAIT_S * r.rate / r.period)
+            raise ValueError(
+                f"permits must be at most {most} for {url!r} (what it refills in a year), "
+                f"got {_shown(permits)}"
             )
 
 
@@ -140,6 +166,16 @@ def route(snapshot: Snapshot, url: str, key: str | None = None) -> Rule | None:
     if key is not None and snapshot.named:  # empty unless some row names a caller
         return snapshot.named.get((url, key)) or snapshot.rules.get(url)
     return snapshot.rules.get(url)
+
+
+def slot_rule(snapshot: Snapshot, url: str) -> Rule | None:
+    """The rule whose ``maxConcurrent`` counts ``url``'s slots for ``in_flight``: its
+    own, else a named caller's with a cap (the slots are the interface's, one pool)."""
+    rule = route(snapshot, url)
+    if (rule is None or rule.max_concurrent is None) and snapshot.switch and snapshot.named:
+        capped = (r for (u, _), r in snapshot.named.items() if u == url and r.max_concurrent)
+        return next(capped, rule)
+    return rule
 
 
 #: What a reservation comes to: the verdict to honour, its reason, and the rule (None:
@@ -451,7 +487,11 @@ class LimiterCore:
             return self._outcomes.unlimited(snapshot, url)
         if rule.closed:
             return self._settled(rule, REFUSE, Reason.CLOSED)
+        if permits > 1:
+            check_permits(rule, url, permits)
         budget_s = None if forever else rule.cache if timeout_s is None else timeout_s
+        if budget_s is not None and budget_s > MAX_WAIT_S:
+            budget_s = MAX_WAIT_S
         if rule.lease_ms and self._leases is not None:  # from the lease (core.leases)
             return self._from_lease(rule, permits, budget_s, wait=True)
         # The local refusals (``core.local_refusal``), inline: every decision passes here.
@@ -586,6 +626,15 @@ class LimiterCore:
             return 0.0
         if reason == Reason.CLOSED:
             raise InterfaceClosed(f"interface {url!r} is closed (rateLimit 0)")
+        whole = min((r.rate for r in rule.limits if r.spec.window), default=0)
+        if not verdict.allowed and reason == Reason.BACKEND_FALLBACK and permits <= whole:
+            part = self._fleet.share(rule) if self.policy.kind is FailurePolicy.SHARE else rule
+            most = min((r.rate for r in part.limits if r.spec.window), default=0)
+            raise BackendUnavailable(
+                f"Redis is unreachable, and meanwhile this process's part of a window of "
+                f"{url!r} holds at most {most} permits (on_backend_error is "
+                f"{self.policy.kind.value!r}): got {permits}"
+            )
         return acquired_wait_s(verdict, rule, permits)
 
     def _settled(self, rule: Rule, verdict: Verdict, reason: Reason) -> Outcome:
@@ -672,6 +721,8 @@ class LimiterCore:
             return REFUSE, Reason.BACKEND_FALLBACK  # a shadow rule never stops a call
 
     def _backend_failed(self, error: BackendError) -> None:
+        if script_fault(error):  # the call's or its row's, not Redis': the breaker stays
+            return
         if not self._breaker.is_open:  # an outage begins (not a failed probe in one)
             self.policy.outage_began(start_empty=self._fleet.size != 0)
         self._breaker.failed(error)

@@ -10,7 +10,8 @@ exceed ``r``, ``t`` is at least one window after the admission that must drop ou
 caller waits until ``t`` if that is within its timeout, and is refused at once
 otherwise. The window is one second plus ``WINDOW_GUARD_US`` so that the few
 milliseconds by which a sleeping caller wakes late never put ``r + 1`` calls into
-one real second. Memory is bounded by ``r`` times per interface.
+one real second. Memory is bounded by ``r`` times per interface (the model keeps
+them as runs, one per moment: ``SlidingLog``).
 
 Periods
 -------
@@ -101,9 +102,66 @@ class FixedWindow(NamedTuple):
     used: float  # permits reserved in it
 
 
-#: The state of one limit: a bucket's, a sliding window's admission times (oldest
+class SlidingLog(NamedTuple):
+    """A sliding window's last admissions, oldest first, as runs: ``counts[i]``
+    admissions at ``times[i]`` (times strictly increasing), ``total`` in all.
+
+    ``limits.lua`` keeps one list entry per admission; the model keeps one run per
+    moment, so its memory and time follow the calls, never the permits: a window of a
+    billion, started full (``share``) or given a million permits at once, is one run.
+    ``SlidingLog.of`` reads the script's list as runs (the tests compare the two).
+    """
+
+    times: tuple[float, ...]
+    counts: tuple[int, ...]
+    total: int
+
+    @classmethod
+    def of(cls, admissions: Sequence[float]) -> SlidingLog:
+        """The runs of ``admissions`` (oldest first, one entry per admission)."""
+        times: list[float] = []
+        counts: list[int] = []
+        for t in admissions:
+            if times and times[-1] == t:
+                counts[-1] += 1
+            else:
+                times.append(t)
+                counts.append(1)
+        return cls(tuple(times), tuple(counts), len(admissions))
+
+    def nth(self, n: int) -> float:
+        """The time of the ``n``-th admission, oldest first (1-based, ``n <= total``)."""
+        for t, c in zip(self.times, self.counts, strict=True):
+            if n <= c:
+                return t
+            n -= c
+        raise IndexError(n)
+
+    def add(self, n: int, at_us: float, keep: int) -> SlidingLog:
+        """``n`` admissions at ``at_us`` (no earlier than the last), then only the last
+        ``keep`` of them all kept."""
+        times, counts = list(self.times), list(self.counts)
+        if times and times[-1] == at_us:
+            counts[-1] += n
+        else:
+            times.append(at_us)
+            counts.append(n)
+        total = self.total + n
+        drop = total - keep
+        if drop > 0:
+            total = keep
+            while drop >= counts[0]:
+                drop -= counts.pop(0)
+                times.pop(0)
+            counts[0] -= drop
+        return SlidingLog(tuple(times), tuple(counts), total)
+
+
+#: The state of one limit: a bucket's, a sliding window's admissions (runs, oldest
 #: first), or a fixed window's counter.
-LimitState: TypeAlias = BucketState | tuple[float, ...] | FixedWindow
+LimitState: TypeAlias = BucketState | SlidingLog | FixedWindow
+
+_EMPTY_LOG = SlidingLog((), (), 0)
 
 
 # --- one sliding window of one second ----------------------------------------------------
@@ -152,6 +210,17 @@ def window_slot(
     need = len(times) + permits - rate  # admissions that must have left the window
     if need > 0:
         at_us = max(at_us, times[need - 1] + window_us)
+    return at_us
+
+
+def log_slot(log: SlidingLog, rate: int, permits: int, now_us: float, window_us: float) -> float:
+    """``window_slot`` on a ``SlidingLog``: the same time, from runs."""
+    at_us = now_us
+    if log.total:
+        at_us = max(at_us, log.times[-1])
+    need = log.total + permits - rate  # admissions that must have left the window
+    if need > 0:
+        at_us = max(at_us, log.nth(need) + window_us)
     return at_us
 
 
@@ -258,22 +327,21 @@ class SlidingLimit:
         """Its earliest slot (``window_slot``); ``reserve_limits`` applies ``until_us``."""
         if permits > limit.rate:
             return None
-        times = cast(tuple[float, ...], state or ())
-        return window_slot(times, int(limit.rate), permits, now_us, limit.size), times
+        log = cast(SlidingLog, state or _EMPTY_LOG)
+        return log_slot(log, int(limit.rate), permits, now_us, limit.size), log
 
     def next_free_at(self, limit: Limit, state: LimitState, now_us: float) -> float:
         """Its earliest slot for one permit."""
-        return window_slot(cast(tuple[float, ...], state), int(limit.rate), 1, now_us, limit.size)
+        return log_slot(cast(SlidingLog, state), int(limit.rate), 1, now_us, limit.size)
 
     def record(self, limit: Limit, state: LimitState, n: float, at_us: float) -> LimitState:
-        """T, once per permit, and only the last ``rate`` times kept."""
-        times = cast(tuple[float, ...], state)
-        return (*times, *([at_us] * int(n)))[-int(limit.rate) :]
+        """T, once per permit (one run), and only the last ``rate`` admissions kept."""
+        return cast(SlidingLog, state).add(int(n), at_us, int(limit.rate))
 
     def expiry_ms(self, limit: Limit, state: LimitState, now_us: float) -> int:
         """Once the latest admission has left the window."""
-        times = cast(tuple[float, ...], state)
-        return math.ceil((times[-1] + limit.size - now_us) / 1000.0) + EXPIRY_GRACE_MS
+        log = cast(SlidingLog, state)
+        return math.ceil((log.times[-1] + limit.size - now_us) / 1000.0) + EXPIRY_GRACE_MS
 
 
 class FixedLimit:

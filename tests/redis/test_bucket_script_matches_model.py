@@ -21,7 +21,13 @@ from gateway_limiter.backends.state import bucket_key, limit, own_limits, state_
 from gateway_limiter.config.rules import CHANNEL_URL, Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import BucketState, expiry_ms, reserve
-from gateway_limiter.model.limits import FixedWindow, LimitState, reserve_limits, reserve_window
+from gateway_limiter.model.limits import (
+    FixedWindow,
+    LimitState,
+    SlidingLog,
+    reserve_limits,
+    reserve_window,
+)
 from tests.support.services import RedisServer
 
 START = 1_795_000_000_000_000.0  # microseconds, a 2026 wall clock
@@ -227,7 +233,8 @@ def stored_limit(client: redis.Redis, rule: Rule) -> LimitState | None:
     """What limits.lua keeps for ``rule``'s limit, read back exactly."""
     key = state_key("prop", rule)
     if rule.algorithm == "sliding_window":
-        return tuple(float(t) for t in client.lrange(key, 0, -1)) or None
+        admissions = [float(t) for t in client.lrange(key, 0, -1)]
+        return SlidingLog.of(admissions) if admissions else None
     raw = client.get(key)
     if not isinstance(raw, bytes):
         return None

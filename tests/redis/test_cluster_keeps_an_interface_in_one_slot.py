@@ -88,3 +88,35 @@ def test_limits_of_one_interface_are_decided_in_one_slot(
     assert len(keys) == 2 + 3  # the two shared limits, the fixed window of 3 callers
     slots = {client.cluster("KEYSLOT", key) for key in keys}
     assert len(slots) == 1
+
+
+@pytest.mark.parametrize("url", ["}ibe/search", "}", "}}{x}"])
+def test_an_interface_whose_url_begins_with_a_closing_brace_stays_in_one_slot(
+    migrated_db: tuple[str, Engine], cluster_node: RedisServer, key_prefix: str, url: str
+) -> None:
+    # "{}" is an empty hash tag: Redis hashed each key whole, the limits of one call
+    # landed in different slots (CROSSSLOT) and the breaker opened for every interface.
+    _, engine = migrated_db
+    write_row(engine, url, rateLimit=5, cache=0.0, maxConcurrent=2)
+    write_row(engine, url, add=True, rateLimit=200, cache=0.0, periodSeconds=60, perCaller=1)
+    lim = limiter(
+        migrated_db[0],
+        cluster_node.url,
+        key_prefix,
+        on_backend_error="deny",
+        redis_timeout=2.0,
+        redis_timeout_ceiling=2.0,
+    )
+    try:
+        assert [lim.try_acquire(url, timeout=0, key=k) for k in ("a", "b c", None)] == [True] * 3
+        lim.pushback(url, key="a")
+        with lim.slot(url, timeout=0, key="a") as held:
+            assert held.in_flight == 1
+        assert lim.in_flight(url) == 0
+        assert lim.backend_healthy and lim.backend_fallbacks == 0  # Redis decided each
+    finally:
+        lim.close()
+    client: redis.Redis = cluster_node.client()
+    keys = state_keys(client, key_prefix)
+    assert len(keys) >= 2
+    assert len({client.cluster("KEYSLOT", key) for key in keys}) == 1

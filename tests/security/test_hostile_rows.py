@@ -308,3 +308,83 @@ def test_a_value_of_the_wrong_type_in_sqlite_skips_its_row_and_the_rest_apply(
     assert [str(s) for s in summary.skipped] == [f"configId 2: {reason}"]
     assert re.search(f"row skipped: configId 2: {re.escape(reason)}", caplog.text)
     check_conf_list(sqlite_db, sqlite_lim, capsys)
+
+
+@pytest.mark.parametrize(
+    ("column", "hex_bytes", "reason"),
+    [
+        ("interfaceUrl", "2f62ff", r"interfaceUrl b'/b\xff' is not text"),
+        ("algorithm", "c3", r"algorithm b'\xc3' is not text"),
+        ("callerKey", "80", r"callerKey b'\x80' is not text"),
+        ("channelType", "fe", r"channelType b'\xfe' is not text"),
+    ],
+)
+def test_text_that_is_not_utf8_skips_its_row_and_later_edits_still_load(
+    sqlite_lim: GatewayLimiter,
+    sqlite_db: str,
+    sqlite_engine: Engine,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+    column: str,
+    hex_bytes: str,
+    reason: str,
+) -> None:
+    # SQLite keeps text that is not UTF-8; reading it raised OperationalError ("Could not
+    # decode to UTF-8 column") out of the whole query: "NO LIMITS IN FORCE", every other
+    # row unenforced, and later edits never loaded.
+    replace_rows(
+        sqlite_engine,
+        untyped_table(sqlite_engine),
+        [
+            {"interfaceUrl": "/good", "rateLimit": 5, "cache": 0.1, "status": 1},
+            {"interfaceUrl": "/bad", "rateLimit": 5, "cache": 0.1, "status": 1, "perCaller": 1},
+        ],
+    )
+    with sqlite_engine.begin() as conn:
+        conn.exec_driver_sql(
+            f"update {CONF_TABLE} set {column} = CAST(X'{hex_bytes}' AS TEXT) where configId = 2"
+        )
+    caplog.set_level(logging.WARNING, logger="gateway_limiter")
+    summary = sqlite_lim.reload()
+    assert summary.ok, summary.error
+    assert list(sqlite_lim.registry.snapshot.rules) == ["/good"]
+    assert [str(s) for s in summary.skipped] == [f"configId 2: {reason}"]
+    assert "NO LIMITS" not in caplog.text
+    check_conf_list(sqlite_db, sqlite_lim, capsys)
+    with sqlite_engine.begin() as conn:  # a later edit is loaded
+        conn.exec_driver_sql(f"update {CONF_TABLE} set rateLimit = 7 where configId = 1")
+    assert sqlite_lim.reload().ok
+    assert sqlite_lim.registry.snapshot.rules["/good"].rate == 7
+    assert "Traceback" not in caplog.text and not [
+        r for r in caplog.records if r.levelno >= logging.ERROR
+    ]
+
+
+@pytest.mark.parametrize("warmup", [1e-305, 5e-324, 0.0009])
+def test_a_warm_up_too_short_to_compute_is_skipped_naming_it_not_an_outage(
+    sqlite_lim: GatewayLimiter, sqlite_engine: Engine, warmup: float
+) -> None:
+    # 1e-305 s was accepted: the warm-up slope overflowed, the script failed, the breaker
+    # opened for every interface, and the fallback raised "cannot convert float NaN to
+    # integer" to the caller.
+    replace_rows(
+        sqlite_engine,
+        untyped_table(sqlite_engine),
+        [
+            {"interfaceUrl": "/good", "rateLimit": 5, "cache": 0.1, "status": 1},
+            {
+                "interfaceUrl": "/wu",
+                "rateLimit": 1000,
+                "cache": 0.1,
+                "status": 1,
+                "algorithm": "warm_up",
+                "warmupPeriod": warmup,
+            },
+        ],
+    )
+    summary = sqlite_lim.reload()
+    assert [str(s) for s in summary.skipped] == [
+        f"configId 2: warm_up needs warmupPeriod from 0.001 to 3600 seconds, got {warmup!r}"
+    ]
+    assert sqlite_lim.try_acquire("/wu", timeout=0) and sqlite_lim.try_acquire("/good", timeout=0)
+    assert sqlite_lim.backend_healthy and sqlite_lim.backend_fallbacks == 0
