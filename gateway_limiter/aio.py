@@ -87,7 +87,6 @@ from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.decision import Decision
 from gateway_limiter.core.failure import attempt_async
 from gateway_limiter.core.pipeline import (
-    Ask,
     LimiterCore,
     Outcome,
     allowed_wait_s,
@@ -111,6 +110,7 @@ from gateway_limiter.core.status import (
     has_shared_bucket,
 )
 from gateway_limiter.core.steps import (
+    Ask,
     Await,
     Reserve,
     Send,

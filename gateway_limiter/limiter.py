@@ -32,7 +32,6 @@ from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.decision import Decision
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.core.pipeline import (
-    Ask,
     LimiterCore,
     Outcome,
     allowed_wait_s,
@@ -50,6 +49,7 @@ from gateway_limiter.core.slots import (
 )
 from gateway_limiter.core.status import BucketStatus, chosen, describe_interface
 from gateway_limiter.core.steps import (
+    Ask,
     Await,
     Reserve,
     Send,

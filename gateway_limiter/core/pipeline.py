@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
@@ -34,9 +33,9 @@ from gateway_limiter.config.settings import Settings, load_settings
 from gateway_limiter.core.decision import ADMIT, REFUSE, Decision, Reason, decision_of
 from gateway_limiter.core.failure import Breaker, FailurePolicy, Policy, script_fault
 from gateway_limiter.core.fleet import Fleet
-from gateway_limiter.core.leases import Leases
+from gateway_limiter.core.leases import Leases, from_lease, leasing
 from gateway_limiter.core.local_refusal import LocalRefusals
-from gateway_limiter.core.steps import Await, Reserve, Send, Steps, Woken, raw
+from gateway_limiter.core.steps import Ask, Steps
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.observe.logs import SHADOW_REPORT_SECONDS, Throttle, held_back, log, one_line
@@ -45,9 +44,6 @@ from gateway_limiter.observe.metrics import ProcessMetrics, Source, interface_la
 #: The most permits one call may ask for: a row's rateLimit is an INT(11), and beyond
 #: this a reservation's debt stops being exact in the script's doubles.
 MAX_PERMITS = 2**31 - 1
-#: How many renewals of a lease a caller waits for, one after another, before it is
-#: decided the plain way (each wait: at most twice ``redis_timeout_ceiling``).
-LEASE_WAITS = 3
 #: The largest timeout: a finite float (an int beyond it would overflow converting).
 _MAX_TIMEOUT_S = sys.float_info.max
 #: The longest wait a reservation may take: a year. A longer budget counts as a year,
@@ -262,35 +258,6 @@ class Outcomes:
         return shadowed, Reason.SHADOW, rule
 
 
-class Ask:
-    """What ``LimiterCore._begin`` leaves to the shell: ask the backend to ``reserve``
-    ``permits`` of ``rule`` within ``budget_s`` (None: however long), for ``key``."""
-
-    __slots__ = ("asked", "budget_s", "key", "lease", "permits", "renewing", "rule")
-
-    def __init__(
-        self,
-        rule: Rule,
-        permits: int,
-        budget_s: float | None,
-        key: str | None,
-        asked: tuple[float, int] | None,
-        lease: ScriptCall | None = None,
-    ) -> None:
-        self.rule = rule
-        self.permits = permits
-        self.budget_s = budget_s
-        self.key = key
-        #: When the request left (monotonic s) and the local refusals' generation then;
-        #: None without local refusals.
-        self.asked = asked
-        #: A lease row's ``lease.lua`` call, sent instead of ``reserve`` (``core.leases``)
-        self.lease = lease
-        #: A lease row whose lease another caller is renewing: the shell waits for that
-        #: (``LimiterCore._lease_wait``), then asks again (``_lease_again``)
-        self.renewing = False
-
-
 def settings_from(settings: Settings | str | Path | None, overrides: dict[str, Any]) -> Settings:
     """Settings from an object, a file path, or the usual lookup, plus keyword overrides."""
     if isinstance(settings, Settings):
@@ -493,7 +460,7 @@ class LimiterCore:
         if budget_s is not None and budget_s > MAX_WAIT_S:
             budget_s = MAX_WAIT_S
         if rule.lease_ms and self._leases is not None:  # from the lease (core.leases)
-            return self._from_lease(rule, permits, budget_s, wait=True)
+            return from_lease(self, self._leases, rule, permits, budget_s, wait=True)
         # The local refusals (``core.local_refusal``), inline: every decision passes here.
         refusals = self._local_refusals
         if refusals is None:
@@ -517,75 +484,10 @@ class LimiterCore:
             refused = refused._replace(factor=factor)  # what the last reply said
         return self._settled(rule, refused, Reason.LIMITED)
 
-    def _from_lease(
-        self, rule: Rule, permits: int, budget_s: float | None, *, wait: bool
-    ) -> Outcome | Ask:
-        """A lease row (``core.leases``): from this process's lease, refused in-process
-        while the bucket refills what the last lease lacked, or the lease call (``wait``:
-        a caller who finds another renewing waits for that renewal).
-
-        The local refusals of plain rows do not apply: another process handing back its
-        lease makes the interface free sooner than a reply said.
-        """
-        leases = self._leases
-        assert leases is not None
-        now_s = time.monotonic()
-        verdict = leases.take(rule, permits, budget_s, now_s)
-        if verdict is not None:
-            return self._settled(
-                rule, verdict, Reason.ADMITTED if verdict.allowed else Reason.LIMITED
-            )
-        if not self._breaker.allows():  # the lease is spent: the failure policy decides
-            return self._settled(rule, *self._fall_back(rule, permits, budget_s, None))
-        call = leases.refill(rule, permits, budget_s, now_s)
-        ask = Ask(rule, permits, budget_s, None, None, call)
-        ask.renewing = call is None and wait  # else: the plain way (``bucket.lua``)
-        return ask
-
     def _leasing(self, ask: Ask) -> Steps[Outcome]:
-        """A lease row's round trip (``core/leases.py``), after any waits for another
-        caller's renewal (at most ``LEASE_WAITS``), as steps for the shell."""
-        waited = 0
-        while ask.renewing:  # another caller renews the lease: wait for it
-            waited += 1
-            renewed = Woken()
-            wait_s = self._lease_wait(ask, renewed.wake)
-            if wait_s is not None:
-                yield Await(renewed, wait_s)
-            again = self._lease_again(ask, waited)
-            if not isinstance(again, Ask):
-                return again
-            ask = again
-        if ask.lease is None:  # the plain way after all (bucket.lua)
-            return self._finish(ask, (yield Reserve(ask)))
-        return self._finish_lease(ask, (yield Send(ask.lease, raw)))
-
-    def _lease_wait(self, ask: Ask, wake: Callable[[], None]) -> float | None:
-        """How long to wait for the renewal ``ask`` waits for, ``wake`` called when it
-        ends; None: it has ended already (ask again at once)."""
-        leases = self._leases
-        assert leases is not None
-        if not leases.wait(ask.rule, wake):
-            return None
-        return 2 * self.settings.redis_timeout_ceiling
-
-    def _lease_again(self, ask: Ask, waited: int) -> Outcome | Ask:
-        """After ``waited`` waits for renewals: from the lease, a renewal of its own, a
-        wait for the next renewal (at most ``LEASE_WAITS`` in all), or the plain way."""
-        return self._from_lease(ask.rule, ask.permits, ask.budget_s, wait=waited < LEASE_WAITS)
-
-    def _finish_lease(self, ask: Ask, reply: Any) -> Outcome:
-        """The lease call of ``ask`` answered (or failed): the Outcome."""
-        leases = self._leases
-        assert leases is not None
-        if isinstance(reply, BackendError):
-            leases.failed(ask.rule)
-            return self._finish(ask, reply)
-        try:
-            verdict = leases.filled(ask.rule, ask.permits, reply)
-        except BackendError as e:
-            return self._finish(ask, e)
-        return self._finish(ask, verdict)
+        """A lease row's decision, as steps for the shell (``core.leases.leasing``)."""
+        assert self._leases is not None
+        return leasing(self, self._leases, ask)
 
     def _lease_returns(self, closing: bool = False) -> list[ScriptCall]:
         """The calls that hand back leases (on the heartbeat; every lease when closing)."""

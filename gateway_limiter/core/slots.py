@@ -55,10 +55,11 @@ from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.decision import Decision, Reason
 from gateway_limiter.core.failure import FailurePolicy
-from gateway_limiter.core.pipeline import Ask, LimiterCore, Outcome, allowed_wait_s
+from gateway_limiter.core.pipeline import LimiterCore, Outcome, allowed_wait_s
 from gateway_limiter.core.steps import (
     START_RENEWER,
     SUBSCRIBE,
+    Ask,
     Await,
     Reserve,
     Send,

@@ -19,12 +19,41 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias, TypeVar
 
 from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.config.rules import Rule
 
-if TYPE_CHECKING:  # core/pipeline.py and core/slots.py import this module
-    from gateway_limiter.core.pipeline import Ask
+if TYPE_CHECKING:  # core/slots.py imports this module
     from gateway_limiter.core.slots import Held
 
 T = TypeVar("T")
+
+
+class Ask:
+    """What ``LimiterCore._begin`` leaves to the shell: ask the backend to ``reserve``
+    ``permits`` of ``rule`` within ``budget_s`` (None: however long), for ``key``."""
+
+    __slots__ = ("asked", "budget_s", "key", "lease", "permits", "renewing", "rule")
+
+    def __init__(
+        self,
+        rule: Rule,
+        permits: int,
+        budget_s: float | None,
+        key: str | None,
+        asked: tuple[float, int] | None,
+        lease: ScriptCall | None = None,
+    ) -> None:
+        self.rule = rule
+        self.permits = permits
+        self.budget_s = budget_s
+        self.key = key
+        #: When the request left (monotonic s) and the local refusals' generation then;
+        #: None without local refusals.
+        self.asked = asked
+        #: A lease row's ``lease.lua`` call, sent instead of ``reserve`` (``core.leases``)
+        self.lease = lease
+        #: A lease row whose lease another caller is renewing: the shell waits for that
+        #: (``core.leases.leasing``), then asks again
+        self.renewing = False
 
 
 class Reserve(NamedTuple):
