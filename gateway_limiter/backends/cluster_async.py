@@ -306,8 +306,6 @@ class AsyncRedisClusterBackend:
         """Once, when the cluster first answers (``backends/readiness.py``): SCRIPT LOAD on
         every master, and the eviction check of every master. BackendError when no node
         answers; the next caller tries again."""
-        if not self._readiness.claim():
-            return
 
         async def load() -> list[str | None]:
             for source in scripts.SCRIPTS.values():
@@ -320,12 +318,7 @@ class AsyncRedisClusterBackend:
                 return []
             return cluster_policies(replies)
 
-        try:
-            policies = await self._queued(load)
-        except BaseException:
-            self._readiness.release()
-            raise
-        self._readiness.done(policies)
+        await self._readiness.get_ready_async(lambda: self._queued(load))
 
     async def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None

@@ -153,16 +153,13 @@ class ScriptBackend:
         """Once, on the first connection that works (``backends/readiness.py``): SCRIPT
         LOAD, and warn when Redis may evict the limiter's keys. Raises what the client
         raises; then the next caller tries again."""
-        if not self._readiness.claim():
-            return
-        try:
+
+        def load() -> list[str | None]:
             for source in SCRIPTS.values():
                 client.script_load(source)
-            policies = self._policies(client)
-        except BaseException:
-            self._readiness.release()
-            raise
-        self._readiness.done(policies)
+            return self._policies(client)
+
+        self._readiness.get_ready(load)
 
     def reserve(
         self,

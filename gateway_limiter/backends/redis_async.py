@@ -496,8 +496,6 @@ class AsyncRedisBackend:
         """Once, on the first connection that works (``backends/readiness.py``): SCRIPT
         LOAD, so a decision is one round trip, not NOSCRIPT + load, and the eviction
         check. BackendError when Redis does not answer; the next caller tries again."""
-        if not self._readiness.claim():
-            return  # done, or another caller is on it: decide meanwhile (NOSCRIPT loads)
 
         async def load() -> list[str | None]:
             async with Deadline(self._connect_seconds + self._read_seconds):
@@ -508,12 +506,7 @@ class AsyncRedisBackend:
                 except ResponseError:  # CONFIG refused (ACL, renamed): nothing to check
                     return []
 
-        try:
-            policies = await self._queued(load)
-        except BaseException:
-            self._readiness.release()
-            raise
-        self._readiness.done(policies)
+        await self._readiness.get_ready_async(lambda: self._queued(load))
 
     async def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
