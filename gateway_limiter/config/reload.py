@@ -154,6 +154,10 @@ class Registry:
         self._scheduler: Any = None
         self._outages = Throttle(OUTAGE_REPORT_SECONDS)
         self._outage_reported = False
+        #: Taken to decide whether an outage is reported yet: the reload's thread and
+        #: the scheduler's (a reload stuck on the database) may both want to say so.
+        self._outage_lock = threading.Lock()
+        self._reload_began: float | None = None  # time.monotonic() of a reload running
         #: The rows the last reload recorded plain SQL changes against (None: not yet).
         self._audited_rows: list[ConfRow] | None = None
         self._audited_switch: bool | None = None
@@ -178,7 +182,11 @@ class Registry:
         take the gateway down with it.
         """
         with self._reload_lock:  # one reload at a time (the scheduler and a caller may race)
-            summary = self._reload()
+            self._reload_began = time.monotonic()
+            try:
+                summary = self._reload()
+            finally:
+                self._reload_began = None
         for listener in self.listeners:
             listener(summary)
         return summary
@@ -385,6 +393,13 @@ class Registry:
 
     def _failed(self, error: BaseException) -> ReloadSummary:
         reason = describe_db_error(error)
+        with self._outage_lock:
+            self._report_failure(reason)
+        return ReloadSummary(
+            ok=False, switch=self.snapshot.switch, rules=len(self.snapshot.rules), error=reason
+        )
+
+    def _report_failure(self, reason: str) -> None:
         if self.snapshot.loaded_at is None and not self._db_down:
             log.error(
                 "cannot load limits from the database (%s): NO LIMITS IN FORCE, every call "
@@ -408,15 +423,36 @@ class Registry:
         else:
             log.debug("reload still failing: %s", reason)
         self._db_down = True
-        return ReloadSummary(
-            ok=False, switch=self.snapshot.switch, rules=len(self.snapshot.rules), error=reason
-        )
+
+    def _reload_stuck(self) -> None:
+        """The scheduler found the last reload still running at a tick (the database
+        does not answer within its timeouts): one error for the outage, not one a tick."""
+        began = self._reload_began
+        running = 0.0 if began is None else time.monotonic() - began
+        with self._outage_lock:
+            if self._db_down:  # this outage is reported already
+                log.debug("reload still running after %.1f s", running)
+                return
+            self._db_down = True
+            held = self._outages.ready("database")  # as _report_failure: flaps throttled
+            self._outage_reported = held is not None
+            if held is None:
+                log.debug("reload still running after %.1f s", running)
+                return
+            log.error(
+                "a reload has been running for %.1f s (reload_interval %s s): the database "
+                "does not answer in time; keeping the last good limits until a reload ends%s",
+                running,
+                self.settings.reload_interval,
+                held_back(held),
+            )
 
     def _succeeded(self, old: Snapshot, new: Snapshot) -> ReloadSummary:
-        if self._db_down:
-            if self._outage_reported:
-                log.warning("database reachable again; limits reloaded")
-            self._db_down = False
+        with self._outage_lock:
+            if self._db_down:
+                if self._outage_reported:
+                    log.warning("database reachable again; limits reloaded")
+                self._db_down = False
         added = tuple(sorted(u for u in new.rules if u not in old.rules))
         removed = tuple(sorted(u for u in old.rules if u not in new.rules))
         changed = tuple(
@@ -467,7 +503,9 @@ class Registry:
 
             quiet_scheduler_logs()
             interval = self.settings.reload_interval
-            scheduler = BackgroundScheduler(daemon=True)
+            # Its own log, through which a tick that finds the last reload still running
+            # is one error per outage (_reload_stuck), not a warning on every tick.
+            scheduler = BackgroundScheduler(daemon=True, logger=SchedulerLog(self))
             scheduler.add_job(
                 self.reload,
                 spread_interval(interval, interval * RELOAD_JITTER),
@@ -495,6 +533,23 @@ class Registry:
         if self._switch_recorder is not None:
             self._switch_records.put(None)
         self._engine.dispose()
+
+
+class SchedulerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """APScheduler's logger for one registry: its lines as they are, but for "skipped:
+    maximum number of running instances reached", which it logs on every tick while a
+    reload runs, and which goes to ``Registry._reload_stuck`` instead."""
+
+    def __init__(self, registry: Registry) -> None:
+        super().__init__(logging.getLogger(f"{SCHEDULER_LOGGER}.scheduler"), {})
+        self._registry = registry
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        """Log as the scheduler's logger does, but for the one line above."""
+        if isinstance(msg, str) and "maximum number of running instances" in msg:
+            self._registry._reload_stuck()
+            return
+        super().log(level, msg, *args, **kwargs)
 
 
 def spread_interval(interval: float, jitter: float) -> Any:
