@@ -281,11 +281,15 @@ class Registry:
             finally:
                 self._switch_records.task_done()
 
-    def start_following(self) -> None:
+    def switch_follower_reached(self) -> bool:
+        """Whether the switch's source (etcd, Apollo) has answered this process yet."""
+        return self._follower is not None and self._follower.reached
+
+    def start_following(self, *, wait: bool = False) -> None:
         """Follow the switch's source on a thread of its own (etcd, Apollo; nothing for
-        the table) without waiting for its first reading."""
+        the table); ``wait``: up to ``FIRST_READING_WAIT_S`` for its first reading."""
         if self._watcher is not None:
-            self._watcher.start_thread(wait_s=0.0)
+            self._watcher.start_thread(wait_s=FIRST_READING_WAIT_S if wait else 0.0)
 
     async def start_following_async(self) -> None:
         """Follow the switch's source as a task on the running loop (the asyncio limiter),

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,78 +31,11 @@ from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.table import make_engine, write_switch
 from tests.support.limiting import write_row
-from tests.support.switch_sources import ApolloServer, EtcdServer
+from tests.support.switch_sources import ApolloCentre, ApolloServer, Centre, EtcdCentre, EtcdServer
 
 ROOT = Path(__file__).parents[2]
 #: The promise: a change at the source reaches every process within this long.
 FOLLOW_S = 1.0
-
-
-class Centre:
-    """A configuration centre as a test drives it: one key, set, deleted, stopped."""
-
-    kind = ""
-
-    def url(self) -> str:
-        raise NotImplementedError
-
-    def set(self, value: str) -> None:
-        raise NotImplementedError
-
-    def delete(self) -> None:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        raise NotImplementedError
-
-    def start(self) -> None:
-        raise NotImplementedError
-
-
-class EtcdCentre(Centre):
-    kind = "etcd"
-
-    def __init__(self, server: EtcdServer) -> None:
-        self.server = server
-        self.key = f"gwl/{uuid.uuid4().hex[:8]}/switch"
-
-    def url(self) -> str:
-        return self.server.url(self.key)
-
-    def set(self, value: str) -> None:
-        self.server.put(self.key, value)
-
-    def delete(self) -> None:
-        self.server.delete(self.key)
-
-    def stop(self) -> None:
-        self.server.kill()
-
-    def start(self) -> None:
-        self.server.start()
-
-
-class ApolloCentre(Centre):
-    kind = "apollo"
-
-    def __init__(self, server: ApolloServer) -> None:
-        self.server = server
-        self.app = f"gw{uuid.uuid4().hex[:8]}"
-
-    def url(self) -> str:
-        return self.server.url(self.app, "application", "limiter.switch")
-
-    def set(self, value: str) -> None:
-        self.server.release(self.app, "application", {"limiter.switch": value, "other": "x"})
-
-    def delete(self) -> None:
-        self.server.release(self.app, "application", {"other": "y"})
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def start(self) -> None:
-        self.server.start()
 
 
 @pytest.fixture(scope="module")
@@ -111,19 +43,6 @@ def etcd() -> Iterator[EtcdServer]:
     server = EtcdServer().start()
     yield server
     server.stop()
-
-
-@pytest.fixture(params=["etcd", "apollo"])
-def centre(request: pytest.FixtureRequest) -> Iterator[Centre]:
-    """Each source in turn, private to the test (it may stop it)."""
-    if request.param == "etcd":
-        server = EtcdServer().start()
-        yield EtcdCentre(server)
-        server.stop()
-    else:
-        apollo = ApolloServer().start()
-        yield ApolloCentre(apollo)
-        apollo.stop()
 
 
 @pytest.fixture

@@ -30,6 +30,9 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -296,3 +299,87 @@ def _handler(apollo: ApolloServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(body)
 
     return Handler
+
+
+class Centre:
+    """A configuration centre as a test drives it: one key, set, deleted, stopped."""
+
+    kind = ""
+
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def set(self, value: str) -> None:
+        raise NotImplementedError
+
+    def delete(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+
+class EtcdCentre(Centre):
+    kind = "etcd"
+
+    def __init__(self, server: EtcdServer) -> None:
+        self.server = server
+        self.key = f"gwl/{uuid.uuid4().hex[:8]}/switch"
+
+    def url(self) -> str:
+        return self.server.url(self.key)
+
+    def set(self, value: str) -> None:
+        self.server.put(self.key, value)
+
+    def delete(self) -> None:
+        self.server.delete(self.key)
+
+    def stop(self) -> None:
+        self.server.kill()
+
+    def start(self) -> None:
+        self.server.start()
+
+
+class ApolloCentre(Centre):
+    kind = "apollo"
+
+    def __init__(self, server: ApolloServer) -> None:
+        self.server = server
+        self.app = f"gw{uuid.uuid4().hex[:8]}"
+
+    def url(self) -> str:
+        return self.server.url(self.app, "application", "limiter.switch")
+
+    def set(self, value: str) -> None:
+        self.server.release(self.app, "application", {"limiter.switch": value, "other": "x"})
+
+    def delete(self) -> None:
+        self.server.release(self.app, "application", {"other": "y"})
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def start(self) -> None:
+        self.server.start()
+
+
+@contextmanager
+def private_centre(kind: str) -> Iterator[Centre]:
+    """A private etcd or Apollo (the test may stop it), removed afterwards."""
+    if kind == "etcd":
+        server = EtcdServer().start()
+        try:
+            yield EtcdCentre(server)
+        finally:
+            server.stop()
+    else:
+        apollo = ApolloServer().start()
+        try:
+            yield ApolloCentre(apollo)
+        finally:
+            apollo.stop()
