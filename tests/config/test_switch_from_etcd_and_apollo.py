@@ -330,3 +330,30 @@ def test_the_audit_records_each_change_at_the_source_once(
     assert [e["source"] for e in entries] == ["etcd"] * 3, entries
     assert [e["afterRow"]["enabled"] for e in reversed(entries)] == [True, False, True]
     assert {e["actor"] for e in entries} == {centre.url()}
+
+
+def test_an_etcd_that_wants_a_login_is_followed_and_the_password_never_logged(
+    db: tuple[str, Engine], records: Records
+) -> None:
+    server = EtcdServer().start()
+    try:
+        centre = EtcdCentre(server)
+        password = "s3cr@t:pw"
+        server.enable_auth(password)
+        centre.set("off")
+        port, key = server.port, centre.key
+        limiter = started(db[0], f"etcd://root:s3cr%40t%3Apw@127.0.0.1:{port}/{key}")
+        try:
+            assert limiter.registry.snapshot.switch is False
+            heard = Heard(limiter)
+            centre.set("on")
+            assert heard.next() is True
+        finally:
+            limiter.close()
+        wrong = started(db[0], f"etcd://root:not-{password}@127.0.0.1:{port}/{key}", switch=False)
+        wrong.close()
+        (error,) = records.lines(logging.ERROR)
+        assert "never reached" in error and "authenticate" in error
+        assert all("s3cr" not in r.getMessage() for r in records.records)
+    finally:
+        server.stop()

@@ -52,6 +52,8 @@ class EtcdServer:
         self.dir = Path(tempfile.mkdtemp(prefix="gwl-etcd-"))
         self.log = self.dir / "etcd.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        #: "user:password" etcdctl logs in with, once ``enable_auth`` has run
+        self.root = ""
 
     @property
     def endpoint(self) -> str:
@@ -113,8 +115,9 @@ class EtcdServer:
         binary = shutil.which("etcdctl")
         if binary is None:
             require("etcdctl", "not on PATH (Debian package etcd-client)")
+        login = [f"--user={self.root}"] if self.root else []
         done = subprocess.run(
-            [str(binary), f"--endpoints={self.endpoint}", *args],
+            [str(binary), f"--endpoints={self.endpoint}", *login, *args],
             env={**os.environ, "ETCDCTL_API": "3"},
             capture_output=True,
             text=True,
@@ -122,6 +125,13 @@ class EtcdServer:
             check=True,
         )
         return done.stdout
+
+    def enable_auth(self, password: str) -> None:
+        """Add the user ``root`` with ``password`` and turn authentication on: from now
+        on every request must log in."""
+        self._etcdctl("user", "add", f"root:{password}", "--interactive=false")
+        self._etcdctl("auth", "enable")
+        self.root = f"root:{password}"
 
     def put(self, key: str, value: str) -> None:
         """``etcdctl put key value``."""
