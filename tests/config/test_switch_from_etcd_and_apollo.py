@@ -31,6 +31,7 @@ from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.table import make_engine, write_switch
 from tests.support.limiting import write_row
+from tests.support.services import TlsFiles
 from tests.support.switch_sources import ApolloCentre, ApolloServer, Centre, EtcdCentre, EtcdServer
 
 ROOT = Path(__file__).parents[2]
@@ -355,5 +356,30 @@ def test_an_etcd_that_wants_a_login_is_followed_and_the_password_never_logged(
         (error,) = records.lines(logging.ERROR)
         assert "never reached" in error and "authenticate" in error
         assert all("s3cr" not in r.getMessage() for r in records.records)
+    finally:
+        server.stop()
+
+
+def test_an_etcd_over_tls_with_a_client_certificate_is_followed(
+    db: tuple[str, Engine], tmp_path: Path, records: Records
+) -> None:
+    server = EtcdServer(tls=TlsFiles.make(tmp_path)).start()
+    try:
+        centre = EtcdCentre(server)
+        centre.set("off")
+        limiter = started(db[0], centre.url())
+        try:
+            assert limiter.registry.snapshot.switch is False
+            heard = Heard(limiter)
+            centre.set("on")
+            assert heard.next() is True
+        finally:
+            limiter.close()
+        # Without its client certificate the server refuses it: never reached.
+        bare = centre.url().split("&ssl_certfile")[0]
+        refused = started(db[0], bare, switch=False)
+        assert refused.registry.snapshot.switch_source == "settings"
+        refused.close()
+        assert len(records.lines(logging.ERROR)) == 1
     finally:
         server.stop()

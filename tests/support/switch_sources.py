@@ -26,6 +26,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -40,13 +41,15 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import httpx
 
-from tests.support.services import free_port, require
+from tests.support.services import TlsFiles, free_port, require
 
 
 class EtcdServer:
     """A private single-member etcd on 127.0.0.1, which a test may stop and restart."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: TlsFiles | None = None) -> None:
+        #: TLS only, with client certificates required (``tls.client_cert``)
+        self.tls = tls
         self.port = free_port()
         self.peer_port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="gwl-etcd-"))
@@ -58,11 +61,35 @@ class EtcdServer:
     @property
     def endpoint(self) -> str:
         """Its client URL."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def url(self, key: str) -> str:
-        """A ``switch_source`` naming ``key`` on this server."""
-        return f"etcd://127.0.0.1:{self.port}/{key}"
+        """A ``switch_source`` naming ``key`` on this server (with TLS: the CA and the
+        client certificate in its query)."""
+        if self.tls is None:
+            return f"etcd://127.0.0.1:{self.port}/{key}"
+        t = self.tls
+        query = f"ssl_ca_certs={t.ca}&ssl_certfile={t.client_cert}&ssl_keyfile={t.client_key}"
+        return f"etcds://127.0.0.1:{self.port}/{key}?{query}"
+
+    def _tls_arguments(self) -> list[str]:
+        t = self.tls
+        if t is None:
+            return []
+        return [
+            f"--cert-file={t.server_cert}",
+            f"--key-file={t.server_key}",
+            f"--trusted-ca-file={t.ca}",
+            "--client-cert-auth",
+        ]
+
+    def _tls_client(self) -> dict[str, Any]:
+        t = self.tls
+        if t is None:
+            return {}
+        context = ssl.create_default_context(cafile=str(t.ca))
+        context.load_cert_chain(str(t.client_cert), str(t.client_key))
+        return {"verify": context}
 
     def start(self) -> EtcdServer:
         """Start (or restart, on the same ports and data) and wait until it answers."""
@@ -82,6 +109,7 @@ class EtcdServer:
                     f"--initial-advertise-peer-urls={peer}",
                     f"--initial-cluster=gwl={peer}",
                     "--log-level=error",
+                    *self._tls_arguments(),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -89,7 +117,8 @@ class EtcdServer:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"{self.endpoint}/health", timeout=1).status_code == 200:
+                answer = httpx.get(f"{self.endpoint}/health", timeout=1, **self._tls_client())
+                if answer.status_code == 200:
                     return self
             except httpx.HTTPError:
                 if self.proc.poll() is not None:
@@ -116,6 +145,9 @@ class EtcdServer:
         if binary is None:
             require("etcdctl", "not on PATH (Debian package etcd-client)")
         login = [f"--user={self.root}"] if self.root else []
+        if self.tls is not None:
+            t = self.tls
+            login += [f"--cacert={t.ca}", f"--cert={t.client_cert}", f"--key={t.client_key}"]
         done = subprocess.run(
             [str(binary), f"--endpoints={self.endpoint}", *login, *args],
             env={**os.environ, "ETCDCTL_API": "3"},
