@@ -587,6 +587,9 @@ class SwitchWatcher:
 
     def start_thread(self, wait_s: float = FIRST_READING_WAIT_S) -> None:
         """Follow in a daemon thread; wait up to ``wait_s`` for the first reading."""
+        if self._thread is not None and self._thread.is_alive():
+            self.settled.wait(wait_s)  # following already (a second start)
+            return
         ready = threading.Event()
 
         def run() -> None:
@@ -623,6 +626,8 @@ class SwitchWatcher:
     async def start_task(self, wait_s: float = FIRST_READING_WAIT_S) -> None:
         """Follow as a task on the running loop; wait up to ``wait_s`` for the first
         reading (without blocking the loop)."""
+        if self._task is not None and not self._task.done():
+            return  # following already (a second start)
         settled = self._settled_here = asyncio.Event()
         self._task = asyncio.create_task(self.follow(), name="gateway-limiter-switch")
         # On a timeout the task goes on; the switch setting applies until it reads.

@@ -149,6 +149,9 @@ def test_a_flip_at_the_source_reaches_the_process_within_a_second(
         heard = Heard(limiter)
         snapshot = limiter.registry.snapshot
         assert (snapshot.switch, snapshot.switch_source) == (True, centre.kind)
+        limiter.registry.start_following()  # a second start follows with the same thread
+        watchers = [t for t in threading.enumerate() if t.name == "gateway-limiter-switch"]
+        assert len(watchers) == 1
         assert admitted(limiter) == 1  # 1 call/s: the limit applies
         for value, expected in (("OFF", False), ("true", True), ("0", False), ("Y", True)):
             centre.set(value)

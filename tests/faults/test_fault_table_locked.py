@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterator
 
 import pymysql
@@ -74,6 +75,36 @@ def test_a_locked_switch_table_keeps_the_switch_and_the_rows_of_the_last_good_re
         assert reg.snapshot.switch is True
     finally:
         reg.close()
+
+
+def test_a_switch_table_it_may_no_longer_read_keeps_the_last_good_switch(
+    migrated_db: tuple[str, Engine], locker: pymysql.connections.Connection
+) -> None:
+    url, engine = migrated_db
+    name = url.rsplit("/", 1)[-1]
+    user = f"gwl_{uuid.uuid4().hex[:8]}"
+    with locker.cursor() as cur:
+        cur.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw-{user}'")
+        # Table privileges: a REVOKE of one applies to the next statement of a session
+        # already open (a database privilege would wait for its next USE).
+        for table in ("t_ratelimite_conf", "t_ratelimite_switch"):
+            cur.execute(f"GRANT SELECT ON `{name}`.{table} TO '{user}'@'%'")
+    try:
+        write_switch(engine, True)
+        limited = url.replace("root@", f"{user}:pw-{user}@")
+        reg = registry(limited, switch=False)
+        try:
+            assert reg.reload().ok and reg.snapshot.switch is True
+            with locker.cursor() as cur:
+                cur.execute(f"REVOKE SELECT ON `{name}`.t_ratelimite_switch FROM '{user}'@'%'")
+            summary = reg.reload()
+            assert not summary.ok and "denied" in (summary.error or "")
+            assert (reg.snapshot.switch, reg.snapshot.switch_source) == (True, "database")
+        finally:
+            reg.close()
+    finally:
+        with locker.cursor() as cur:
+            cur.execute(f"DROP USER '{user}'@'%'")
 
 
 def test_only_a_missing_switch_table_means_the_switch_setting(
