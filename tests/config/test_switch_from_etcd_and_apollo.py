@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
@@ -136,6 +137,10 @@ def started(db_url: str, source: str, **settings: Any) -> GatewayLimiter:
     return limiter
 
 
+def reloads_counted() -> float:
+    return REGISTRY.get_sample_value("gateway_limiter_reloads_total", {"outcome": "ok"}) or 0.0
+
+
 def admitted(limiter: GatewayLimiter, calls: int = 5) -> int:
     return sum(limiter.try_acquire("/x", timeout=0) for _ in range(calls))
 
@@ -153,15 +158,19 @@ def test_a_flip_at_the_source_reaches_the_process_within_a_second(
         watchers = [t for t in threading.enumerate() if t.name == "gateway-limiter-switch"]
         assert len(watchers) == 1
         assert admitted(limiter) == 1  # 1 call/s: the limit applies
+        reloads = reloads_counted()
         for value, expected in (("OFF", False), ("true", True), ("0", False), ("Y", True)):
             centre.set(value)
             assert heard.next() is expected, value
         centre.set("n")
         assert heard.next() is False
         assert admitted(limiter) == 5  # off: nothing is limited
+        assert REGISTRY.get_sample_value("gateway_limiter_switch_on") == 0.0
         centre.set("1")
         assert heard.next() is True
         assert limiter.registry.snapshot.switch_source == centre.kind
+        assert REGISTRY.get_sample_value("gateway_limiter_switch_on") == 1.0
+        assert reloads_counted() == reloads  # a flip is no reload
     finally:
         limiter.close()
     assert not records.lines(logging.ERROR)
@@ -306,10 +315,9 @@ def test_three_processes_follow_one_key_within_a_second(
 
 
 def test_the_audit_records_each_change_at_the_source_once(
-    etcd: EtcdServer, migrated_db: tuple[str, Engine]
+    centre: Centre, migrated_db: tuple[str, Engine]
 ) -> None:
     url, engine = migrated_db
-    centre = EtcdCentre(etcd)
     centre.set("on")
     write_switch(engine, True)  # the row is not in force: it is no part of what follows
     fleet = [started(url, centre.url()) for _ in range(2)]
@@ -331,7 +339,7 @@ def test_the_audit_records_each_change_at_the_source_once(
     # entries are never mistaken for a change of the row.
     assert [e["afterRow"] for e in switches if e["source"] == "sql"] == [{"enabled": True}]
     entries = [e for e in switches if e["source"] != "sql"]
-    assert [e["source"] for e in entries] == ["etcd"] * 3, entries
+    assert [e["source"] for e in entries] == [centre.kind] * 3, entries
     assert [e["afterRow"]["enabled"] for e in reversed(entries)] == [True, False, True]
     assert {e["actor"] for e in entries} == {centre.url()}
 
