@@ -182,8 +182,10 @@ class AsyncGatewayLimiter(LimiterCore):
                 beat = attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand)
                 self._beat(await beat)
             self._heartbeats = asyncio.create_task(self._beating(), name="gateway-limiter-fleet")
-        # The registry's first reload and its reload thread, exactly as the sync limiter's.
-        return self._running(await asyncio.to_thread(self.registry.start))
+        # The switch's source (etcd, Apollo) followed by a task on this loop; then the
+        # registry's first reload and its reload thread, exactly as the sync limiter's.
+        await self.registry.start_following_async()
+        return self._running(await asyncio.to_thread(self.registry.start, follow_switch=False))
 
     async def _beating(self) -> None:
         """Renew this process's fleet membership every ``fleet_heartbeat`` s: a task of
@@ -225,6 +227,7 @@ class AsyncGatewayLimiter(LimiterCore):
             await attempt_async(self.backend.script, call)  # type: ignore[attr-defined]
         await self._stop_heartbeats()
         await self._stop_renewer()
+        await self.registry.stop_following_async()
         await asyncio.to_thread(self.registry.close)  # disposing the engine is database I/O
         await self.backend.aclose()
 

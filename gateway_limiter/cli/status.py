@@ -25,6 +25,7 @@ from gateway_limiter.model.bucket import US_PER_S, shape
 from gateway_limiter.observe.redact import mask_secrets
 
 if TYPE_CHECKING:
+    from gateway_limiter.config.reload import Registry
     from gateway_limiter.core.status import BucketStatus
     from gateway_limiter.limiter import GatewayLimiter
 
@@ -82,6 +83,9 @@ def cmd_status(ctx: Context) -> int:
         raise CliError("--interval and --count go with --watch", code=2)
     limiter = open_limiter(relaxed(ctx.settings))
     try:
+        # The switch of etcd or Apollo as a gateway starting now would see it (and
+        # followed, while --watch refreshes).
+        limiter.registry.start_following(wait=True)
         summary = limiter.registry.reload()
         if not summary.ok:
             raise CliError(database_problem(ctx.database, summary.error or "reload failed"))
@@ -96,6 +100,21 @@ def cmd_status(ctx: Context) -> int:
     return 0
 
 
+def switch_origin(registry: Registry) -> str:
+    """Where the switch in force comes from, in words (``status``)."""
+    origin, source = registry.snapshot.switch_source, registry.switch_source
+    if origin == "database":
+        return "database row"
+    if not source.external:
+        return "settings default"
+    where = f"{source.kind} {source.shown}"
+    if origin == source.kind:
+        return where
+    if registry.switch_follower_reached():
+        return f"settings default: no key {source.key!r} at {where}"
+    return f"settings default: {where} not reached"
+
+
 def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
     """What ``status`` shows, from the limiter's current snapshot and live bucket state;
     and the first error reading bucket state ("" when none)."""
@@ -105,8 +124,7 @@ def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
     snapshot = limiter.registry.snapshot
     states = limiter.status(url)
     report: Report = []
-    source = "database row" if snapshot.switch_source == "database" else "settings default"
-    report.append(f"switch: {on_off(snapshot.switch)} ({source})")
+    report.append(f"switch: {on_off(snapshot.switch)} ({switch_origin(limiter.registry)})")
     if not snapshot.switch:
         report.append(
             "the switch is off: nothing is limited now; the rules below apply when it is on"

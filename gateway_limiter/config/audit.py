@@ -49,6 +49,11 @@ SOURCE_CLI: Final = "cli"
 SOURCE_CONSOLE: Final = "console"
 SOURCE_SQL: Final = "sql"
 SOURCE_ADMIN: Final = "admin"
+#: The switch as a configuration centre changed it (setting ``switch_source``).
+SOURCE_ETCD: Final = "etcd"
+SOURCE_APOLLO: Final = "apollo"
+#: The sources that record the switch of a configuration centre, not the switch row.
+CENTRE_SOURCES: Final = (SOURCE_ETCD, SOURCE_APOLLO)
 
 #: The named lock (MySQL/MariaDB ``GET_LOCK``) one reload at a time holds while it
 #: records the changes plain SQL made.
@@ -165,7 +170,7 @@ def _latest(conn: Connection) -> tuple[dict[int, str | None], str | None]:
     rows = {int(c): after for c, after in found if c is not None}
     switch_after = conn.execute(
         select(AuditEntry.after_row)
-        .where(AuditEntry.config_id.is_(None))
+        .where(AuditEntry.config_id.is_(None), AuditEntry.source.not_in(CENTRE_SOURCES))
         .order_by(AuditEntry.audit_id.desc())
         .limit(1)
     ).scalar_one_or_none()
@@ -248,6 +253,59 @@ def record_sql_changes(engine: Engine, actor: str | None = None) -> int | None:
                 conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": SQL_AUDIT_LOCK})
                 conn.commit()
     return written
+
+
+def record_source_switch(
+    engine: Engine, kind: str, where: str, enabled: bool | None, version: str
+) -> bool:
+    """Record that the configuration centre ``kind`` (``etcd``, ``apollo``) at ``where``
+    (masked) now says ``enabled`` (None: no key, the setting applies), as of
+    ``version`` (etcd's mod_revision, Apollo's releaseKey); returns whether it wrote.
+
+    Every process of a fleet sees the change and calls this: under the audit's lock,
+    a change already recorded (the same value and version, or the same value as the
+    source's latest entry) is not recorded again.
+    """
+    after = {"enabled": enabled, "version": version}
+    mysql = engine.dialect.name in ("mysql", "mariadb")
+    with engine.connect() as conn:
+        if not inspect(conn).has_table(AUDIT_TABLE):
+            return False
+        conn.commit()
+        if mysql:
+            got = conn.execute(
+                text("SELECT GET_LOCK(:name, :wait)"), {"name": SQL_AUDIT_LOCK, "wait": 10}
+            ).scalar()
+            conn.commit()
+            if got != 1:
+                raise TimeoutError("the audit's lock stayed busy for 10 s")
+        try:
+            with conn.begin():
+                mine = (AuditEntry.config_id.is_(None), AuditEntry.source == kind)
+                latest = conn.execute(
+                    select(AuditEntry.after_row)
+                    .where(*mine)
+                    .order_by(AuditEntry.audit_id.desc())
+                    .limit(1)
+                ).scalar_one_or_none()
+                before = None if latest is None else json.loads(latest)
+                same = before is not None and before.get("enabled") == enabled
+                seen = (
+                    version != ""
+                    and conn.execute(
+                        select(AuditEntry.audit_id)
+                        .where(*mine, AuditEntry.after_row == _dump(after))
+                        .limit(1)
+                    ).first()
+                )
+                if same or seen:
+                    return False
+                record_change(conn, ChangedBy(where, kind), None, "switch", before, after)
+        finally:
+            if mysql:
+                conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": SQL_AUDIT_LOCK})
+                conn.commit()
+    return True
 
 
 # --- reading it ----------------------------------------------------------------------------

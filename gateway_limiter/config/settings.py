@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from gateway_limiter.config.switch_source import SwitchSourceError, parse_switch_source
 from gateway_limiter.observe.logs import log
 from gateway_limiter.observe.redact import mask_secrets, mask_url
 
@@ -51,6 +52,9 @@ class Settings:
     key_prefix: str = "gwl"
     reload_interval: float = 10.0
     switch: bool = True
+    #: Where the switch comes from: ``table`` (the switch row, then ``switch``), or a key
+    #: in etcd (``etcd://host:port/key``) or Apollo (``apollo://host:port/app/ns?key=K``).
+    switch_source: str = "table"
     default_cache: float = 0.5
     on_backend_error: str = "share"
     redis_timeout: float = 0.05
@@ -102,7 +106,7 @@ class Settings:
 
 _FIELDS: Final = {f.name: f for f in dataclasses.fields(Settings)}
 #: Settings whose value is one URL, masked exactly (``mask_url``).
-_URL_KEYS: Final = ("database_url", "redis_url")
+_URL_KEYS: Final = ("database_url", "redis_url", "switch_source")
 #: Settings that are secrets: shown as ``_SECRET_SHOWN`` when set, never as they are.
 _SECRET_KEYS: Final = ("console_token",)
 _SECRET_SHOWN: Final = "***"
@@ -137,6 +141,10 @@ def _validate(s: Settings) -> None:
     scheme = s.redis_url.split("://", 1)[0].lower() if "://" in s.redis_url else ""
     if scheme not in REDIS_SCHEMES:
         raise _bad("redis_url", s.redis_url, f"scheme must be one of {', '.join(REDIS_SCHEMES)}")
+    try:
+        parse_switch_source(s.switch_source)
+    except SwitchSourceError as e:
+        raise SettingsError(str(e)) from None
     if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,32}", s.key_prefix):
         raise _bad("key_prefix", s.key_prefix, "must be 1-32 of letters, digits, _ . : -")
     if s.on_backend_error not in POLICIES:

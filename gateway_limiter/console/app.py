@@ -20,6 +20,7 @@ Database and Redis calls run in Starlette's thread pool, never on the event loop
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import time
@@ -49,12 +50,21 @@ from gateway_limiter.config.edits import (
     written_warnings,
 )
 from gateway_limiter.config.rules import CHANNEL_URL, build_rules
+from gateway_limiter.config.switch_source import (
+    BadSwitchValue,
+    parse_switch_source,
+    read_once,
+    switch_value,
+)
 from gateway_limiter.config.table import ConfRow, read_rows, read_switch, write_switch
 from gateway_limiter.console.sources import Sources
+from gateway_limiter.observe.logs import one_line
 
 HERE: Final = Path(__file__).resolve().parent
 #: Audit rows one request may ask for.
 MAX_AUDIT: Final = 1000
+#: The switch of a configuration centre (etcd, Apollo) is read again after this long (s).
+CENTRE_MAX_AGE_S: Final = 1.0
 #: Headers on every response: the page loads nothing from elsewhere and cannot be framed.
 SECURITY_HEADERS: Final = {
     "Content-Security-Policy": (
@@ -257,7 +267,41 @@ def make_app(sources: Sources) -> Starlette:
 
     # --- switch -------------------------------------------------------------------------
 
+    centre = parse_switch_source(settings.switch_source)
+    centre_read: list[tuple[float, dict[str, Any]]] = []  # the last reading, and when
+
+    def centre_now() -> dict[str, Any]:
+        """The switch as the configuration centre holds it (read at most once a second:
+        every open page asks every second)."""
+        if centre_read and time.monotonic() - centre_read[0][0] < CENTRE_MAX_AGE_S:
+            return centre_read[0][1]
+        shown: dict[str, Any] = {
+            "enabled": None,
+            "effective": None,
+            "source": centre.kind,
+            "where": centre.shown,
+            "change": centre.where_to_change(),
+            "value": None,
+            "error": None,
+        }
+        try:
+            reading = asyncio.run(read_once(centre))
+        except Exception as e:  # unreachable, or httpx missing: said on the page
+            shown["error"] = one_line(str(e) or type(e).__name__)
+        else:
+            shown["value"] = reading.text
+            try:
+                shown["effective"] = (
+                    settings.switch if reading.text is None else switch_value(reading.text)
+                )
+            except BadSwitchValue:
+                shown["error"] = f"{reading.text!r} is not on/off: processes keep the last good"
+        centre_read[:] = [(time.monotonic(), shown)]
+        return shown
+
     def switch_now() -> dict[str, Any]:
+        if centre.external:
+            return centre_now()
         stored = read_switch(sources.engine)
         return {
             "enabled": stored,
@@ -274,6 +318,12 @@ def make_app(sources: Sources) -> Starlette:
             raise ApiError(422, 'the body must be {"enabled": true | false | null}', "enabled")
         if values["enabled"] is not None and not isinstance(values["enabled"], bool):
             raise ApiError(422, 'the body must be {"enabled": true | false | null}', "enabled")
+        if centre.external:
+            raise ApiError(
+                409,
+                f"the switch is kept in {centre.kind} {centre.shown} (setting switch_source), "
+                f"not in the table: {centre.where_to_change()}",
+            )
         by = changed_by(request)
         await run_in_threadpool(write_switch, sources.engine, values["enabled"], by)
         return _json(await run_in_threadpool(switch_now))
@@ -353,6 +403,8 @@ def make_app(sources: Sources) -> Starlette:
                 "read_only": not token,
                 "key_prefix": settings.key_prefix,
                 "database": settings.masked()["database_url"],
+                # a configuration centre's switch is changed there: no buttons, but where
+                "switch_centre": centre.where_to_change() if centre.external else "",
             },
         )
         response.headers.update(SECURITY_HEADERS)

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,10 @@ import pytest
 from sqlalchemy import Engine, text
 
 from gateway_limiter.config.audit import read_audit
-from tests.console.conftest import LIVE_URL, TOKEN, Served
+from tests.console.conftest import LIVE_URL, TOKEN, Served, serve
 from tests.support.limiting import write_row
-from tests.support.services import require
+from tests.support.services import RedisServer, require
+from tests.support.switch_sources import Centre
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import (  # noqa: E402
@@ -325,3 +327,34 @@ def test_ten_thousand_rows_page_and_filter(
     )
     # "Without visible lag": a frame is 16 ms; a loaded shared machine gets 10 times that.
     assert took_ms < 160
+
+
+def test_a_switch_kept_in_a_centre_is_shown_with_where_to_change_it_and_no_buttons(
+    browser: Any,
+    centre: Centre,
+    migrated_db: tuple[str, Engine],
+    redis_server: RedisServer,
+    key_prefix: str,
+) -> None:
+    db, engine = migrated_db
+    centre.set("off")
+    with contextmanager(serve)(
+        db, engine, redis_server.url, key_prefix, TOKEN, switch_source=centre.url()
+    ) as served:
+        browser.get(served.url + "/")
+        shown = f'off ({centre.kind} {centre.url()}: value "off")'
+        until(browser, shown, lambda d: d.find_element(By.ID, "switch-state").text == shown)
+        assert not browser.find_elements(By.CSS_SELECTOR, "button[data-switch]")
+        where = browser.find_element(By.ID, "switch-where").text
+        assert where.startswith("The switch is not kept in the table: to change it, set it in")
+        centre.set("ON")  # the live refresh reads it again
+        shown = f'on ({centre.kind} {centre.url()}: value "ON")'
+        until(browser, shown, lambda d: d.find_element(By.ID, "switch-state").text == shown)
+        centre.stop()
+        until(
+            browser,
+            "the source unreachable",
+            lambda d: d.find_element(By.ID, "switch-state").text.startswith(
+                f"unknown ({centre.kind} {centre.url()}: "
+            ),
+        )

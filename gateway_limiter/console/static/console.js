@@ -213,6 +213,14 @@ async function addRow(event) {
 // --- switch, live, fleet, audit -----------------------------------------------------------
 
 function drawSwitch(s) {
+  if (s.source === "etcd" || s.source === "apollo") {
+    // a configuration centre: what it holds now, or why it cannot be read
+    const state = s.effective === null ? "unknown" : (s.effective ? "on" : "off");
+    const held = s.error ? s.error : (s.value === null ? "no key: the switch setting applies"
+      : "value " + JSON.stringify(s.value));
+    $("#switch-state").textContent = state + " (" + s.source + " " + s.where + ": " + held + ")";
+    return;
+  }
   $("#switch-state").textContent = (s.effective ? "on" : "off") + " (" +
     (s.source === "database" ? "database row" : "settings default") + ")";
 }
