@@ -70,6 +70,7 @@ def set_limit(
     The change is recorded in the audit table (source ``admin``, actor ``user@host``).
     """
     from gateway_limiter.config.audit import SOURCE_ADMIN, ChangedBy, local_actor
+    from gateway_limiter.config.edits import single_float_problem
     from gateway_limiter.config.rules import Skipped, rule_from_row
     from gateway_limiter.config.table import ConfRow, make_engine, upsert_conf
 
@@ -108,6 +109,9 @@ def set_limit(
     checked = rule_from_row(planned, default_cache=0.0)
     if isinstance(checked, Skipped):
         raise ValueError(f"limit on {interface_url!r} refused: {checked.reason}")
+    if warmup_period is not None and single_float_problem(warmup_period):
+        problem = single_float_problem(warmup_period)
+        raise ValueError(f"limit on {interface_url!r} refused: warmupPeriod {problem}")
     engine = make_engine(database_url)
     try:
         by = ChangedBy(local_actor(), SOURCE_ADMIN)

@@ -8,7 +8,8 @@ the package speaks SQL, and no SQL here is built from strings.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,9 @@ from sqlalchemy import (
     String,
     Text,
     create_engine,
+    delete,
     func,
+    insert,
     inspect,
     make_url,
     select,
@@ -263,8 +266,10 @@ _ROW_FIELDS = {
 
 
 #: Columns only people read (``conf list``); the reload leaves them out. (channelType is
-#: read: a channel row caps the interfaces whose rows name its channel.)
-_DISPLAY_ONLY = frozenset({"interfaceNo", "lastModifyTime"})
+#: read: a channel row caps the interfaces whose rows name its channel; interfaceNo is
+#: read: the audit records it, and the reload is how a change of it made with plain SQL
+#: is found.)
+_DISPLAY_ONLY = frozenset({"lastModifyTime"})
 
 
 def read_rows(engine: Engine, *, display: bool = True) -> list[ConfRow]:
@@ -280,8 +285,19 @@ def read_rows(engine: Engine, *, display: bool = True) -> list[ConfRow]:
         return read_rows_on(conn, display=display)
 
 
-def read_rows_on(conn: Connection, *, display: bool = True) -> list[ConfRow]:
-    """``read_rows`` on an open connection (inside the caller's transaction)."""
+def read_rows_on(
+    conn: Connection,
+    *,
+    display: bool = True,
+    lock: bool = False,
+    config_ids: Sequence[int] | None = None,
+) -> list[ConfRow]:
+    """``read_rows`` on an open connection (inside the caller's transaction).
+
+    ``lock``: a locking read (``SELECT ... FOR UPDATE`` on MySQL/MariaDB), which reads
+    the newest committed rows and holds them until the transaction ends; see
+    ``lock_table``. ``config_ids``: only those rows.
+    """
     t = RateLimitConf.__table__
     present = {c["name"] for c in inspect(conn).get_columns(CONF_TABLE)}
     if not display:
@@ -291,7 +307,12 @@ def read_rows_on(conn: Connection, *, display: bool = True) -> list[ConfRow]:
     # it is given ('abc' in cache), and a value the column's type cannot convert
     # must cost its row (rules skips it), not the whole reload.
     raw = [type_coerce(c, NullType()).label(c.name) for c in columns]
-    rows = conn.execute(select(*raw).order_by(t.c.configId)).all()
+    query = select(*raw).order_by(t.c.configId)
+    if config_ids is not None:
+        query = query.where(t.c.configId.in_(list(config_ids)))
+    if lock:
+        query = query.with_for_update()
+    rows = conn.execute(query).all()
     dialect = conn.dialect
     converters = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns]
     names = [_ROW_FIELDS[c.name] for c in columns]
@@ -356,7 +377,82 @@ def find_rows(engine: Engine, url: str) -> list[RateLimitConf]:
             .order_by(RateLimitConf.config_id)
         ).all()
         session.expunge_all()
-        return list(rows)
+    # The database's comparison may ignore case, accents or trailing spaces (a table
+    # not yet at revision 0008): a row is the URL it holds, exactly.
+    return [r for r in rows if r.interface_url == url]
+
+
+def lock_table(conn: Connection) -> list[ConfRow]:
+    """Every row of the limits table, locked until the caller's transaction ends: what
+    each change is checked against (``config.edits``) and what the audit compares.
+
+    MySQL/MariaDB: ``SELECT ... FOR UPDATE`` over the whole table (no index narrows it,
+    so InnoDB locks every row and the gaps between them: no row can be changed,
+    inserted or deleted by another writer that locks, until this transaction ends).
+    SQLite: a write that changes nothing first, which takes the database's write lock
+    (a second writer waits, up to the connection's timeout). Readers never wait.
+    """
+    if conn.dialect.name == "sqlite":
+        conn.execute(
+            update(RateLimitConf)
+            .where(RateLimitConf.config_id.is_(None))
+            .values(status=RateLimitConf.status)
+        )
+    return read_rows_on(conn, lock=True)
+
+
+@dataclass(slots=True)
+class LockedTable:
+    """A transaction holding the limits table (``lock_table``): ``rows`` as they are
+    now, ``conn`` to write on. Leaving the ``with`` commits; an exception rolls back."""
+
+    conn: Connection
+    rows: list[ConfRow]
+
+    def row(self, config_id: int) -> ConfRow | None:
+        """The row ``config_id`` as it is now in this transaction (None: there is none)."""
+        found = read_rows_on(self.conn, lock=True, config_ids=[config_id])
+        return found[0] if found else None
+
+    def insert(self, fields: dict[str, Any]) -> ConfRow:
+        """Insert a row with ``fields`` (model attributes); the row as stored."""
+        result = self.conn.execute(insert(RateLimitConf).values(**fields))
+        key = result.inserted_primary_key
+        assert key is not None  # an INSERT of one row
+        config_id = int(key[0])
+        made = self.row(config_id)
+        assert made is not None  # just inserted, in this transaction
+        self.rows.append(made)
+        return made
+
+    def update(self, config_id: int, fields: dict[str, Any]) -> ConfRow | None:
+        """Set ``fields`` (model attributes) on row ``config_id``; the row as stored."""
+        if fields:
+            self.conn.execute(
+                update(RateLimitConf).where(RateLimitConf.config_id == config_id).values(**fields)
+            )
+        now = self.row(config_id)
+        self.rows = [now if r.config_id == config_id and now else r for r in self.rows]
+        return now
+
+    def delete(self, config_id: int) -> None:
+        """Delete row ``config_id``."""
+        self.conn.execute(delete(RateLimitConf).where(RateLimitConf.config_id == config_id))
+        self.rows = [r for r in self.rows if r.config_id != config_id]
+
+
+@contextmanager
+def locked_table(engine: Engine) -> Iterator[LockedTable]:
+    """One transaction over the locked limits table (``lock_table``): check a change
+    against ``rows`` and write it, with its audit rows, before anyone else can."""
+    with engine.connect() as conn, conn.begin():
+        yield LockedTable(conn, lock_table(conn))
+
+
+def same_scope(row: ConfRow, where: dict[str, Any]) -> bool:
+    """Whether ``row`` has every value ``where`` names (model attribute -> value), each
+    compared exactly as Python compares it: the row's identity (docs/design.md)."""
+    return all(getattr(row, name) == value for name, value in where.items())
 
 
 def upsert_conf(
@@ -366,50 +462,31 @@ def upsert_conf(
     where: dict[str, Any] | None = None,
     by: ChangedBy | None = None,
     **fields: Any,
-) -> tuple[RateLimitConf, bool]:
+) -> tuple[ConfRow, bool]:
     """Update the lowest-configId row for ``url`` with ``fields``, or insert one.
 
     ``where`` (model attribute -> value) narrows the rows to choose from, e.g. to one
     period and scope, and a row inserted gets those values too. Returns the row and
-    whether it was created. One transaction: all or nothing, the audit row (``by``)
-    included.
+    whether it was created. One transaction over the locked table: all or nothing, the
+    audit rows (``by``) included. The row is found by its exact values, never by the
+    database's comparison of text.
     """
     # config.audit imports this module: imported here, where it is used, not above.
-    from gateway_limiter.config.audit import record_change, row_record
+    from gateway_limiter.config.audit import record_change, record_unrecorded, row_record
 
     where = where or {}
-    with Session(engine, expire_on_commit=False) as session, session.begin():
-        row = session.scalars(
-            select(RateLimitConf)
-            .where(RateLimitConf.interface_url == url)
-            .filter_by(**where)
-            .order_by(RateLimitConf.config_id)
-            .limit(1)
-        ).first()
-        created = row is None
-        before = None if row is None else row_record(row)
-        if row is None:
-            row = RateLimitConf(interface_url=url, status=0, **where)
-            session.add(row)
-        for name, value in fields.items():
-            setattr(row, name, value)
-        session.flush()
-        session.refresh(row)
-        after = row_record(row)
+    with locked_table(engine) as table:
+        old = next((r for r in table.rows if r.interface_url == url and same_scope(r, where)), None)
+        if old is None:
+            row = table.insert({"interface_url": url, "status": 0, **where, **fields})
+            if by is not None:
+                record_change(table.conn, by, row.config_id, "insert", None, row_record(row))
+            return row, True
+        if by is not None:
+            record_unrecorded(table.conn, [old], by)
+        now = table.update(old.config_id, fields)
+        assert now is not None  # locked: nobody deleted it
+        before, after = row_record(old), row_record(now)
         if by is not None and before != after:
-            action = "insert" if created else "update"
-            record_change(session.connection(), by, row.config_id, action, before, after)
-    return row, created
-
-
-def set_status(engine: Engine, url: str, status: int, **where: Any) -> int:
-    """Set ``status`` on every row of ``url`` (narrowed by ``where``: model attribute ->
-    value); returns how many rows there were."""
-    with engine.begin() as conn:
-        result = conn.execute(
-            update(RateLimitConf)
-            .where(RateLimitConf.interface_url == url)
-            .filter_by(**where)
-            .values(status=status)
-        )
-        return int(result.rowcount)
+            record_change(table.conn, by, now.config_id, "update", before, after)
+        return now, False

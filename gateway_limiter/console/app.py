@@ -49,7 +49,13 @@ from gateway_limiter.config.edits import (
     written_warnings,
 )
 from gateway_limiter.config.rules import CHANNEL_URL, build_rules
-from gateway_limiter.config.table import ConfRow, read_rows, read_switch, write_switch
+from gateway_limiter.config.table import (
+    ConfRow,
+    locked_table,
+    read_rows,
+    read_switch,
+    write_switch,
+)
 from gateway_limiter.console.sources import Sources
 
 HERE: Final = Path(__file__).resolve().parent
@@ -80,6 +86,12 @@ class ApiError(Exception):
 
 def _json(value: Any, status: int = 200) -> JSONResponse:
     return JSONResponse(value, status_code=status, headers=SECURITY_HEADERS)
+
+
+def _digits(text: str) -> bool:
+    """Whether ``text`` is a whole number written in ASCII digits (``str.isdigit`` is
+    also true for '²', which ``int`` refuses)."""
+    return text.isascii() and text.isdigit()
 
 
 def _row_json(row: ConfRow, skipped: dict[int, str]) -> dict[str, Any]:
@@ -176,38 +188,39 @@ def make_app(sources: Sources) -> Starlette:
         channel_cap = fields["interface_url"] == CHANNEL_URL
         if channel_cap and not fields.get("channel_type"):
             raise FieldError("channelType", "a channel cap (interfaceUrl '*') names its channel")
-        rows = read_rows(sources.engine)
-        same = [
-            r
-            for r in rows
-            if (r.interface_url, r.period_seconds, r.per_caller, r.caller_key)
-            == (
-                fields["interface_url"],
-                fields["period_seconds"],
-                fields["per_caller"],
-                fields.get("caller_key"),
+        with locked_table(sources.engine) as table:
+            rows = table.rows
+            same = [
+                r
+                for r in rows
+                if (r.interface_url, r.period_seconds, r.per_caller, r.caller_key)
+                == (
+                    fields["interface_url"],
+                    fields["period_seconds"],
+                    fields["per_caller"],
+                    fields.get("caller_key"),
+                )
+                # each channel has its own cap row
+                and (not channel_cap or r.channel_type == fields["channel_type"])
+            ]
+            if same:
+                raise ApiError(
+                    409,
+                    f"configId {same[0].config_id} is already the row of this URL, period "
+                    "and scope: change it with PATCH /api/rules/{configId}",
+                    "interfaceUrl",
+                )
+            after = ConfRow(
+                config_id=max([0, *(r.config_id for r in rows)]) + 1,
+                channel_type=None,
+                interface_no=None,
+                interface_url=None,
+                rate_limit=None,
+                cache=None,
+                status=0,
             )
-            # each channel has its own cap row
-            and (not channel_cap or r.channel_type == fields["channel_type"])
-        ]
-        if same:
-            raise ApiError(
-                409,
-                f"configId {same[0].config_id} is already the row of this URL, period and "
-                "scope: change it with PATCH /api/rules/{configId}",
-                "interfaceUrl",
-            )
-        after = ConfRow(
-            config_id=max([0, *(r.config_id for r in rows)]) + 1,
-            channel_type=None,
-            interface_no=None,
-            interface_url=None,
-            rate_limit=None,
-            cache=None,
-            status=0,
-        )
-        planned(rows, replace(after, **fields))
-        made = insert_row(sources.engine, fields, by)
+            planned(rows, replace(after, **fields))
+            made = insert_row(table, fields, by)
         # the row as before, and what the reload will warn about it, as a PATCH answers:
         # a row added beside a leased one (or a channel cap over it) makes its lease ignored
         warnings = written_warnings(
@@ -222,7 +235,7 @@ def make_app(sources: Sources) -> Starlette:
 
     def config_id_of(request: Request) -> int:
         text = request.path_params["config_id"]
-        if not text.isdigit() or len(text) > 10:
+        if not _digits(text) or len(text) > 10:
             raise ApiError(404, f"no row with configId {text!r}", "configId")
         return int(text)
 
@@ -230,17 +243,17 @@ def make_app(sources: Sources) -> Starlette:
         if not values:
             raise ApiError(400, "nothing to change: give columns and their new values")
         fields = check_values(values)
-        rows = read_rows(sources.engine)
-        current = next((r for r in rows if r.config_id == config_id), None)
-        if current is None:
-            raise ApiError(404, f"no row with configId {config_id}", "configId")
-        planned(rows, replace(current, **fields))
-        done = update_row(sources.engine, config_id, fields, by)
-        if done is None:
-            raise ApiError(404, f"no row with configId {config_id}", "configId")
+        # checked against the row as it is in the transaction that writes it: a change
+        # another session makes meanwhile waits for this one, or this one for it
+        with locked_table(sources.engine) as table:
+            current = next((r for r in table.rows if r.config_id == config_id), None)
+            if current is None:
+                raise ApiError(404, f"no row with configId {config_id}", "configId")
+            planned(table.rows, replace(current, **fields))
+            before, after = update_row(table, current, fields, by)
         # what the reload will warn about this row (a leaseMs it ignores), as conf set says
         warnings = written_warnings(read_rows(sources.engine), [config_id], settings.default_cache)
-        return {"before": done[0], "after": done[1], "warnings": warnings}
+        return {"before": before, "after": after, "warnings": warnings}
 
     async def patch_rule(request: Request) -> Response:
         config_id = config_id_of(request)
@@ -248,11 +261,16 @@ def make_app(sources: Sources) -> Starlette:
         by = changed_by(request)
         return _json(await run_in_threadpool(change, config_id, values, by))
 
+    def remove(config_id: int, by: ChangedBy) -> dict[str, Any]:
+        with locked_table(sources.engine) as table:
+            current = next((r for r in table.rows if r.config_id == config_id), None)
+            if current is None:
+                raise ApiError(404, f"no row with configId {config_id}", "configId")
+            return delete_row(table, current, by)
+
     async def delete_rule(request: Request) -> Response:
         config_id = config_id_of(request)
-        gone = await run_in_threadpool(delete_row, sources.engine, config_id, changed_by(request))
-        if gone is None:
-            raise ApiError(404, f"no row with configId {config_id}", "configId")
+        gone = await run_in_threadpool(remove, config_id, changed_by(request))
         return _json({"deleted": gone})
 
     # --- switch -------------------------------------------------------------------------
@@ -329,10 +347,10 @@ def make_app(sources: Sources) -> Starlette:
 
     async def get_audit(request: Request) -> Response:
         limit_text = request.query_params.get("limit", "100")
-        if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_AUDIT:
+        if not _digits(limit_text) or not 1 <= int(limit_text) <= MAX_AUDIT:
             raise ApiError(400, f"limit {limit_text!r}: must be 1 to {MAX_AUDIT}", "limit")
         wanted = request.query_params.get("configId")
-        if wanted is not None and not wanted.isdigit():
+        if wanted is not None and (not _digits(wanted) or len(wanted) > 10):
             raise ApiError(400, f"configId {wanted!r}: must be a whole number", "configId")
         entries = await run_in_threadpool(
             lambda: read_audit(
