@@ -8,11 +8,12 @@ the package speaks SQL, and no SQL here is built from strings.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import (
     BigInteger,
@@ -33,6 +34,7 @@ from sqlalchemy import (
     inspect,
     make_url,
     select,
+    text,
     type_coerce,
     update,
 )
@@ -174,6 +176,54 @@ class AuditEntry(Base):
     action: Mapped[str] = mapped_column("action", String(16), nullable=False)
     before_row: Mapped[str | None] = mapped_column("beforeRow", Text)
     after_row: Mapped[str | None] = mapped_column("afterRow", Text)
+
+
+#: The text columns that identify a row (with its period and scope), and their lengths:
+#: compared byte for byte from revision 0008 on, as the limiter compares them.
+IDENTIFYING_COLUMNS: Final = {"interfaceUrl": 128, "channelType": 24, "callerKey": 64}
+
+
+def column_charset(conn: Connection, column: str) -> str:
+    """The character set of ``column`` of the limits table (MySQL/MariaDB)."""
+    found = conn.execute(
+        text(
+            "SELECT CHARACTER_SET_NAME FROM information_schema.COLUMNS WHERE "
+            "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t AND COLUMN_NAME = :c"
+        ),
+        {"t": CONF_TABLE, "c": column},
+    ).scalar_one()
+    return str(found)
+
+
+def binary_collation(conn: Connection, charset: str) -> str:
+    """The binary collation of ``charset`` that pads no spaces if the server has one
+    (MariaDB ``_nopad_bin``, MySQL 8 ``_0900_bin``), else its ``_bin``."""
+    for name in (f"{charset}_nopad_bin", f"{charset}_0900_bin", f"{charset}_bin"):
+        known = conn.execute(
+            text("SELECT COUNT(*) FROM information_schema.COLLATIONS WHERE COLLATION_NAME = :n"),
+            {"n": name},
+        ).scalar_one()
+        if known:
+            return name
+    raise ValueError(f"character set {charset} has no binary collation")
+
+
+def collation_collisions(
+    conn: Connection, column: str, collation: str
+) -> list[tuple[int, str, int, str]]:
+    """Pairs of rows (configId, value, configId, value) whose ``column`` differs byte
+    for byte yet compares equal under ``collation`` (MySQL/MariaDB)."""
+    if not re.fullmatch(r"[A-Za-z0-9_]+", collation) or column not in IDENTIFYING_COLUMNS:
+        raise ValueError(f"not a column and collation: {column!r}, {collation!r}")
+    found = conn.execute(
+        text(
+            f"SELECT a.configId, a.`{column}`, b.configId, b.`{column}` "
+            f"FROM {CONF_TABLE} a JOIN {CONF_TABLE} b ON a.configId < b.configId "
+            f"AND a.`{column}` COLLATE {collation} = b.`{column}` COLLATE {collation} "
+            f"AND BINARY a.`{column}` <> BINARY b.`{column}` ORDER BY a.configId, b.configId"
+        )
+    ).all()
+    return [(int(a), str(va), int(b), str(vb)) for a, va, b, vb in found]
 
 
 class DatabaseUrlError(ValueError):
