@@ -4,6 +4,8 @@ newest revision: whichever it is, every command finds the row that holds the tex
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -32,3 +34,25 @@ def collated_db(request: pytest.FixtureRequest, mariadb_db: str) -> Iterator[tup
     assert collation.endswith("_ci") == (request.param == BEFORE_BINARY), collation
     yield mariadb_db, engine
     engine.dispose()
+
+
+def wait_for_lock_wait(engine: Engine, database: str, done: threading.Event) -> bool:
+    """Wait until a session of ``database`` waits for a row lock (True), or ``done`` is
+    set first (False): what a writer that checks on a locked read does while another
+    transaction holds the row. Polls information_schema, which is all it can tell."""
+    query = text(
+        "select count(*) from information_schema.INNODB_TRX t join "
+        "information_schema.PROCESSLIST p on p.ID = t.trx_mysql_thread_id "
+        "where t.trx_state = 'LOCK WAIT' and p.DB = :db"
+    )
+    deadline = time.monotonic() + 30
+    with engine.connect() as conn:
+        while time.monotonic() < deadline:
+            if conn.execute(query, {"db": database}).scalar_one():
+                return True
+            conn.commit()
+            # InnoDB refreshes what INNODB_TRX shows only once it has not been read for
+            # 0.1 s: asking more often would keep showing the first answer
+            if done.wait(0.25):
+                return False
+    raise AssertionError("nobody waited for the lock within 30 s")
