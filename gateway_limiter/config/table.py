@@ -27,6 +27,7 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Text,
+    cast,
     create_engine,
     delete,
     func,
@@ -215,13 +216,14 @@ def collation_collisions(
     for byte yet compares equal under ``collation`` (MySQL/MariaDB)."""
     if not re.fullmatch(r"[A-Za-z0-9_]+", collation) or column not in IDENTIFYING_COLUMNS:
         raise ValueError(f"not a column and collation: {column!r}, {collation!r}")
+    t = RateLimitConf.__table__
+    one, other = t.alias("a"), t.alias("b")
     found = conn.execute(
-        text(
-            f"SELECT a.configId, a.`{column}`, b.configId, b.`{column}` "
-            f"FROM {CONF_TABLE} a JOIN {CONF_TABLE} b ON a.configId < b.configId "
-            f"AND a.`{column}` COLLATE {collation} = b.`{column}` COLLATE {collation} "
-            f"AND BINARY a.`{column}` <> BINARY b.`{column}` ORDER BY a.configId, b.configId"
-        )
+        select(one.c.configId, one.c[column], other.c.configId, other.c[column])
+        .join_from(one, other, one.c.configId < other.c.configId)
+        .where(one.c[column].collate(collation) == other.c[column].collate(collation))
+        .where(cast(one.c[column], mysql.BINARY()) != cast(other.c[column], mysql.BINARY()))
+        .order_by(one.c.configId, other.c.configId)
     ).all()
     return [(int(a), str(va), int(b), str(vb)) for a, va, b, vb in found]
 

@@ -12,6 +12,9 @@ Safety, in one place:
 - **Nothing from the table runs.** The page builds every cell with ``textContent``
   (never ``innerHTML``), and the template autoescapes; a strict Content-Security-Policy
   (scripts and styles only from this origin) backs that up.
+- **Only its own Host.** A request whose ``Host`` is not the address the console listens
+  on (or a name of ``console_hosts``) is refused: a site whose name is made to resolve
+  to the console's address (DNS rebinding) cannot read it from a browser.
 - **No secret shown.** Responses carry settings only through ``Settings.masked()``
   (passwords and the token hidden).
 
@@ -21,9 +24,11 @@ Database and Redis calls run in Starlette's thread pool, never on the event loop
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
+import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
@@ -35,6 +40,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway_limiter.config.audit import SOURCE_CONSOLE, ChangedBy, read_audit
 from gateway_limiter.config.edits import (
@@ -49,6 +55,7 @@ from gateway_limiter.config.edits import (
     written_warnings,
 )
 from gateway_limiter.config.rules import CHANNEL_URL, build_rules
+from gateway_limiter.config.settings import console_host_names
 from gateway_limiter.config.table import (
     ConfRow,
     locked_table,
@@ -109,8 +116,83 @@ def _row_json(row: ConfRow, skipped: dict[int, str]) -> dict[str, Any]:
     return shown
 
 
-def make_app(sources: Sources) -> Starlette:
-    """The console over ``sources``."""
+def host_allowed(host_header: str, listen_host: str, extra: Sequence[str] = ()) -> bool:
+    """Whether a request whose ``Host`` header is ``host_header`` is for this console,
+    listening on ``listen_host``: the address it listens on, the names of this machine's
+    loopback (``localhost``) when it listens on loopback, any address of this machine
+    and its own names when it listens on all of them, and the names in ``extra`` (the
+    ``console_hosts`` setting). Anything else is another site's name pointed at this
+    address (DNS rebinding): its page must read nothing."""
+    name = _host_name(host_header)
+    if not name:
+        return False
+    listen = listen_host.strip("[]").lower()
+    if name in extra or name == listen:
+        return True
+    literal = _address(name)
+    if listen in ("", "0.0.0.0", "::"):  # all of this machine's addresses
+        own = {socket.gethostname().lower(), socket.getfqdn().lower(), "localhost"}
+        return literal is not None or name in own
+    listening = _address(listen)
+    loopback = listening.is_loopback if listening is not None else listen == "localhost"
+    if loopback:
+        return name == "localhost" or (literal is not None and literal.is_loopback)
+    return literal is not None and literal == listening
+
+
+def _host_name(header: str) -> str:
+    """The name or address of a ``Host`` header, without its port, in lower case."""
+    header = header.strip().lower()
+    if header.startswith("["):  # [::1]:8088
+        end = header.find("]")
+        return header[1:end] if end > 0 else ""
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+class _Guard:
+    """Around the whole app: a request for another ``Host`` is refused (400) before it
+    reaches a route, and every response, an error's too (404, 405, 500), carries the
+    security headers."""
+
+    def __init__(self, app: ASGIApp, allowed: Callable[[str], bool]) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        host = headers.get(b"host", b"").decode("latin-1")
+        if not self.allowed(host):
+            refused = _json({"error": f"this console does not answer to Host {host!r}"}, 400)
+            await refused(scope, receive, send)
+            return
+
+        async def guarded(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                have = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [
+                    (k.lower().encode(), v.encode())
+                    for k, v in SECURITY_HEADERS.items()
+                    if k.lower().encode() not in have
+                ]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, guarded)
+
+
+def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
+    """The console over ``sources``, answering requests for ``listen_host`` (the
+    address it listens on; see ``host_allowed``)."""
     settings = sources.settings
     token = settings.console_token
     templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -389,4 +471,5 @@ def make_app(sources: Sources) -> Starlette:
         Route("/api/audit", api(get_audit), methods=["GET"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    return Starlette(routes=routes)
+    extra = console_host_names(settings.console_hosts)
+    return _Guard(Starlette(routes=routes), lambda host: host_allowed(host, listen_host, extra))

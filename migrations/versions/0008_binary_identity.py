@@ -22,6 +22,7 @@ Create Date: 2026-11-28
 from __future__ import annotations
 
 from alembic import op
+from sqlalchemy.dialects import mysql
 
 from gateway_limiter.config.table import (
     IDENTIFYING_COLUMNS,
@@ -58,9 +59,11 @@ def upgrade() -> None:
             )
         plan.append((column, length, charset, collation))
     for column, length, charset, collation in plan:
-        op.execute(
-            f"ALTER TABLE {TABLE} MODIFY `{column}` VARCHAR({length}) "
-            f"CHARACTER SET {charset} COLLATE {collation} NULL"
+        op.alter_column(
+            TABLE,
+            column,
+            type_=mysql.VARCHAR(length, charset=charset, collation=collation),
+            existing_nullable=True,
         )
 
 
@@ -69,7 +72,10 @@ def downgrade() -> None:
     if conn.dialect.name not in ("mysql", "mariadb"):
         return
     for column, length in IDENTIFYING_COLUMNS.items():
-        charset = column_charset(conn, column)
-        op.execute(
-            f"ALTER TABLE {TABLE} MODIFY `{column}` VARCHAR({length}) CHARACTER SET {charset} NULL"
+        # the character set's default collation, as before this revision
+        op.alter_column(
+            TABLE,
+            column,
+            type_=mysql.VARCHAR(length, charset=column_charset(conn, column)),
+            existing_nullable=True,
         )
