@@ -228,6 +228,23 @@ def record_unrecorded(conn: Connection, rows: Sequence[ConfRow], by: ChangedBy) 
     return len(found)
 
 
+def record_unrecorded_switch(conn: Connection, was: int | None, by: ChangedBy) -> bool:
+    """Before a change ``by`` makes to the switch (read locked as ``was``): record, with
+    source ``sql``, a change plain SQL made to it since its latest audit. Whether one
+    was recorded."""
+    if not inspect(conn).has_table(AUDIT_TABLE):
+        return False
+    _, switch_after = _latest(conn, [])
+    known = None if switch_after is None else json.loads(switch_after)
+    now = switch_record(was)
+    # never recorded and NULL (the settings decide): nothing was changed
+    if known == now or (known is None and was is None):
+        return False
+    actor = f"found by {by.source} change of {by.actor}"
+    _insert_found(conn, ChangedBy(actor[:128], SOURCE_SQL), [(None, "switch", known, now)])
+    return True
+
+
 def _sql_changes(conn: Connection, by: ChangedBy) -> int:
     # Locked as every change by the command line or the console locks it: none can
     # commit between this read and the inserts below, so an entry is never stale.

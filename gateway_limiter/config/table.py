@@ -404,7 +404,8 @@ def write_switch(engine: Engine, enabled: bool | None, by: ChangedBy | None = No
     ``by``: record the change in the audit table, in the same transaction.
     """
     with Session(engine) as session, session.begin():
-        row = session.get(LimiterSwitch, SWITCH_ROW_ID)
+        # locked as the audit's recording reads it: what was is what the record says
+        row = session.get(LimiterSwitch, SWITCH_ROW_ID, with_for_update=True)
         was = None if row is None else row.enabled
         value = None if enabled is None else int(enabled)
         if row is None:
@@ -412,9 +413,14 @@ def write_switch(engine: Engine, enabled: bool | None, by: ChangedBy | None = No
         else:
             row.enabled = value
         if by is not None and was != value:
-            from gateway_limiter.config.audit import record_change, switch_record
+            from gateway_limiter.config.audit import (
+                record_change,
+                record_unrecorded_switch,
+                switch_record,
+            )
 
             session.flush()
+            record_unrecorded_switch(session.connection(), was, by)
             record_change(
                 session.connection(), by, None, "switch", switch_record(was), switch_record(value)
             )
@@ -513,6 +519,7 @@ def upsert_conf(
     *,
     where: dict[str, Any] | None = None,
     by: ChangedBy | None = None,
+    check: Callable[[list[ConfRow], ConfRow | None], None] | None = None,
     **fields: Any,
 ) -> tuple[ConfRow, bool]:
     """Update the lowest-configId row for ``url`` with ``fields``, or insert one.
@@ -521,7 +528,8 @@ def upsert_conf(
     period and scope, and a row inserted gets those values too. Returns the row and
     whether it was created. One transaction over the locked table: all or nothing, the
     audit rows (``by``) included. The row is found by its exact values, never by the
-    database's comparison of text.
+    database's comparison of text. ``check(rows, row)``, called with the rows as they
+    are in that transaction and the row found (None: one is made), raises to refuse.
     """
     # config.audit imports this module: imported here, where it is used, not above.
     from gateway_limiter.config.audit import record_change, record_unrecorded, row_record
@@ -529,6 +537,8 @@ def upsert_conf(
     where = where or {}
     with locked_table(engine) as table:
         old = next((r for r in table.rows if r.interface_url == url and same_scope(r, where)), None)
+        if check is not None:
+            check(table.rows, old)
         if old is None:
             row = table.insert({"interface_url": url, "status": 0, **where, **fields})
             if by is not None:

@@ -135,3 +135,13 @@ def test_a_warm_up_period_mariadb_would_store_as_zero_is_refused_everywhere(
     ran = cli(capsys, "--database-url", db, "conf", "set", URL, "--warmup", "1e-44")
     assert ran.code == 0, ran.err
     assert _skipped(engine) == []
+
+
+def test_admin_refuses_a_limit_the_reload_would_skip_beside_the_rows_of_its_url(
+    migrated_db: tuple[str, Engine],
+) -> None:
+    db, engine = migrated_db
+    write_row(engine, URL, rateLimit=10, periodSeconds=60)
+    with pytest.raises(ValueError, match="the reload would skip"):
+        admin.set_limit(db, URL, 5, algorithm="warm_up", warmup_period=3)
+    assert _skipped(engine) == []

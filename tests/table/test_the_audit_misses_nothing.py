@@ -164,3 +164,21 @@ def _full_row(engine: Engine, config_id: int, rate: int) -> str:
     (row,) = [r for r in read_rows(engine) if r.config_id == config_id]
     record = row_record(row) | {"rateLimit": rate}
     return json.dumps(record, sort_keys=True, default=str)
+
+
+def test_an_sql_change_of_the_switch_is_recorded_before_the_command_that_follows_it(
+    capsys: pytest.CaptureFixture[str], migrated_db: tuple[str, Engine]
+) -> None:
+    db, engine = migrated_db
+    assert cli(capsys, "--database-url", db, "switch", "off").code == 0
+    with engine.begin() as conn:
+        conn.execute(text("update t_ratelimite_switch set enabled = 1"))
+    assert cli(capsys, "--database-url", db, "switch", "default").code == 0
+    entries = [
+        (e["source"], e["beforeRow"], e["afterRow"]) for e in reversed(read_audit(engine, limit=10))
+    ]
+    assert entries == [
+        ("cli", {"enabled": None}, {"enabled": False}),
+        ("sql", {"enabled": False}, {"enabled": True}),
+        ("cli", {"enabled": True}, {"enabled": None}),
+    ]
