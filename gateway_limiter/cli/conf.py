@@ -43,8 +43,10 @@ from gateway_limiter.cli.describe import (
     url_effect,
 )
 from gateway_limiter.cli.output import Column
+from gateway_limiter.config.audit import record_change, record_unrecorded, row_record
 from gateway_limiter.config.edits import (
     combination_problem,
+    row_problem,
     written_warnings,
 )
 from gateway_limiter.config.rules import (
@@ -58,10 +60,9 @@ from gateway_limiter.config.rules import (
 from gateway_limiter.config.table import (
     CONF_TABLE,
     ConfRow,
-    RateLimitConf,
-    find_rows,
+    locked_table,
     read_rows,
-    upsert_conf,
+    same_scope,
 )
 
 if TYPE_CHECKING:
@@ -309,25 +310,6 @@ def cmd_conf_list(ctx: Context) -> int:
     return 0
 
 
-def _refuse_collation_twins(engine: Engine, url: str) -> list[RateLimitConf]:
-    """The rows the database matches for ``url``; an error if it matches another spelling.
-
-    MySQL's default collations compare case- and trailing-space-insensitively, the
-    limiter's lookup does not: '/IBE/x' would update the row of '/ibe/x', and neither
-    URL would then be limited as the operator meant.
-    """
-    matches = find_rows(engine, url)
-    twins = [r for r in matches if r.interface_url != url]
-    if twins:
-        other = twins[0]
-        raise CliError(
-            f"the database matches URL {url!r} to configId {other.config_id} "
-            f"({other.interface_url!r}), which the limiter treats as another URL; "
-            "use that row's exact URL"
-        )
-    return matches
-
-
 # --- conf set ------------------------------------------------------------------------------
 
 _CONF_FIELDS = (
@@ -364,7 +346,6 @@ def cmd_conf_set(ctx: Context) -> int:
             f"argument --caller: {caller!r} names one caller of a per-caller row: add --per-caller",
             "conf set",
         )
-    everything = _refuse_collation_twins(engine, a.url)
     scope: dict[str, Any] = {
         "period_seconds": period,
         "per_caller": int(per_caller),
@@ -379,21 +360,7 @@ def cmd_conf_set(ctx: Context) -> int:
                 "conf set",
             )
         scope["channel_type"] = a.channel
-    before = [
-        r
-        for r in everything
-        if (r.period_seconds, r.per_caller, r.caller_key) == (period, per_caller, caller)
-        and (a.url != CHANNEL_URL or r.channel_type == a.channel)
-    ]
-    old = before[0] if before else None
     given = given_algorithm_fields(a)
-    problem = algorithm_args_problem(given, old, period, per_caller)
-    if problem:
-        raise UsageError(problem, "conf set")
-    if a.rate is None and old is None:
-        raise UsageError(
-            f"{a.url} has no row for this period and scope: a new row needs --rate", "conf set"
-        )
     fields: dict[str, Any] = dict(given)
     if a.rate is not None:
         fields["rate_limit"] = a.rate
@@ -411,26 +378,58 @@ def cmd_conf_set(ctx: Context) -> int:
         fields["max_concurrent"] = a.max_concurrent
     if hasattr(a, "lease_ms"):  # SUPPRESS: absent unless given (None: clear it)
         fields["lease_ms"] = a.lease_ms
-    rows = read_rows(engine)
-    if old is None:
-        target = ConfRow(
-            config_id=max([0, *(r.config_id for r in rows)]) + 1,
-            channel_type=None,
-            interface_no=None,
-            interface_url=a.url,
-            rate_limit=None,
-            cache=None,
-            status=0,
-            period_seconds=period,
-            per_caller=int(per_caller),
-            caller_key=caller,
-        )
-    else:
-        target = next(r for r in rows if r.config_id == old.config_id)
-    clash = combination_problem(rows, a.url, replace(target, **fields), ctx.settings.default_cache)
-    if clash:
-        raise CliError(f"{a.url} would not be limited as meant: the reload would skip {clash}", 2)
-    row, created = upsert_conf(engine, a.url, where=scope, by=ctx.changed_by(), **fields)
+    by = ctx.changed_by()
+    # Every check is made on the rows as they are in the transaction that writes: a
+    # change another session makes meanwhile waits for this one (or this one for it),
+    # so what is checked is what is written. Rows are found by their exact values.
+    with locked_table(engine) as table:
+        everything = [r for r in table.rows if r.interface_url == a.url]
+        before = [r for r in everything if same_scope(r, scope)]
+        old = before[0] if before else None
+        problem = algorithm_args_problem(given, old, period, per_caller)
+        if problem:
+            raise UsageError(problem, "conf set")
+        if a.rate is None and old is None:
+            raise UsageError(
+                f"{a.url} has no row for this period and scope: a new row needs --rate",
+                "conf set",
+            )
+        if old is None:
+            target = ConfRow(
+                config_id=max([0, *(r.config_id for r in table.rows)]) + 1,
+                channel_type=None,
+                interface_no=None,
+                interface_url=a.url,
+                rate_limit=None,
+                cache=None,
+                status=0,
+                period_seconds=period,
+                per_caller=int(per_caller),
+                caller_key=caller,
+            )
+        else:
+            target = old
+        changed = replace(target, **fields)
+        problem_row = row_problem(changed)
+        if problem_row is not None:
+            raise CliError(f"{a.url} would not be limited as meant: {problem_row}", 2)
+        clash = combination_problem(table.rows, a.url, changed, ctx.settings.default_cache)
+        if clash:
+            raise CliError(
+                f"{a.url} would not be limited as meant: the reload would skip {clash}", 2
+            )
+        if old is None:
+            row = table.insert({"interface_url": a.url, "status": 0, **scope, **fields})
+            record_change(table.conn, by, row.config_id, "insert", None, row_record(row))
+            created = True
+        else:
+            record_unrecorded(table.conn, [old], by)
+            row = table.update(old.config_id, fields) or old
+            if row_record(row) != row_record(old):
+                record_change(
+                    table.conn, by, row.config_id, "update", row_record(old), row_record(row)
+                )
+            created = False
     if created or old is None:  # (old is None only when created; this tells mypy)
         values = ", ".join(
             f"{column} {fmt_field(name, getattr(row, name))}" for name, column in _CONF_FIELDS
@@ -487,7 +486,7 @@ def _lease_in_force(ctx: Context, rows: Sequence[ConfRow], config_id: int, url: 
     return rule is not None and rule.lease_ms != 0
 
 
-def _scope_flags(row: RateLimitConf) -> str:
+def _scope_flags(row: ConfRow) -> str:
     """The ``conf enable/disable`` flags that pick ``row``'s period and scope."""
     return f" --period {row.period_seconds} --{'per-caller' if row.per_caller else 'shared'}"
 
@@ -527,70 +526,54 @@ def _rows(count: int) -> str:
     return f"{count} row{'' if count == 1 else 's'}"
 
 
+def _picked(rows: Sequence[ConfRow], url: str, scope: dict[str, Any]) -> list[ConfRow]:
+    """The rows of ``url`` that ``scope`` picks, each compared exactly (docs/design.md:
+    a row's identity is its exact text, whatever the database's collation says)."""
+    return [r for r in rows if r.interface_url == url and same_scope(r, scope)]
+
+
 def flip_rows(
     engine: Engine, url: str, status: int, scope: dict[str, Any], by: ChangedBy | None = None
 ) -> tuple[list[int], list[int]]:
     """Set ``status`` on the rows of ``url`` that ``scope`` picks, in one transaction
-    (with an audit row per row changed, ``by``); return the configIds picked and those
-    that changed (their status was another)."""
-    from sqlalchemy import select
-    from sqlalchemy.orm import Session
-
-    from gateway_limiter.config.audit import record_change, row_record
-
-    with Session(engine) as session, session.begin():
-        picked = session.scalars(
-            select(RateLimitConf)
-            .where(RateLimitConf.interface_url == url)
-            .where(*(getattr(RateLimitConf, name) == value for name, value in scope.items()))
-            .order_by(RateLimitConf.config_id)
-        ).all()
+    over the locked table (with an audit row per row changed, ``by``); return the
+    configIds picked and those that changed (their status was another)."""
+    with locked_table(engine) as table:
+        picked = _picked(table.rows, url, scope)
         changed = []
         for row in picked:
             if row.status == status:
                 continue
-            before = row_record(row)
-            row.status = status
+            if by is not None:
+                record_unrecorded(table.conn, [row], by)
+            now = table.update(row.config_id, {"status": status}) or row
             changed.append(row.config_id)
             if by is not None:
-                session.flush()
-                after = row_record(row)
-                record_change(session.connection(), by, row.config_id, "update", before, after)
-        ids = [row.config_id for row in picked]
-    return ids, changed
+                record_change(
+                    table.conn, by, row.config_id, "update", row_record(row), row_record(now)
+                )
+    return [row.config_id for row in picked], changed
 
 
 def delete_rows(
     engine: Engine, url: str, scope: dict[str, Any], by: ChangedBy | None = None
 ) -> list[int]:
-    """Delete the rows of ``url`` that ``scope`` picks, in one transaction (with an
-    audit row each, ``by``); return their configIds."""
-    from sqlalchemy import select
-    from sqlalchemy.orm import Session
-
-    from gateway_limiter.config.audit import record_change, row_record
-
-    with Session(engine) as session, session.begin():
-        picked = session.scalars(
-            select(RateLimitConf)
-            .where(RateLimitConf.interface_url == url)
-            .where(*(getattr(RateLimitConf, name) == value for name, value in scope.items()))
-            .order_by(RateLimitConf.config_id)
-        ).all()
-        ids = [row.config_id for row in picked]
+    """Delete the rows of ``url`` that ``scope`` picks, in one transaction over the
+    locked table (with an audit row each, ``by``); return their configIds."""
+    with locked_table(engine) as table:
+        picked = _picked(table.rows, url, scope)
         for row in picked:
-            before = row_record(row)
-            session.delete(row)
             if by is not None:
-                session.flush()
-                record_change(session.connection(), by, before["configId"], "delete", before, None)
-    return ids
+                record_unrecorded(table.conn, [row], by)
+            table.delete(row.config_id)
+            if by is not None:
+                record_change(table.conn, by, row.config_id, "delete", row_record(row), None)
+    return [row.config_id for row in picked]
 
 
 def _cmd_conf_status(ctx: Context, status: int) -> int:
     url = ctx.args.url
     engine = ctx.engine()
-    _refuse_collation_twins(engine, url)
     scope = _scope_of(ctx.args)
     picked, changed = flip_rows(engine, url, status, scope, ctx.changed_by())
     if not picked:
@@ -629,7 +612,6 @@ def cmd_conf_delete(ctx: Context) -> int:
     """Delete the rows of a URL (every row, or those --period/--per-caller pick)."""
     url = ctx.args.url
     engine = ctx.engine()
-    _refuse_collation_twins(engine, url)
     scope = _scope_of(ctx.args)
     gone = delete_rows(engine, url, scope, ctx.changed_by())
     if not gone:

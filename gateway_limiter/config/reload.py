@@ -158,9 +158,10 @@ class Registry:
         #: the scheduler's (a reload stuck on the database) may both want to say so.
         self._outage_lock = threading.Lock()
         self._reload_began: float | None = None  # time.monotonic() of a reload running
-        #: The rows the last reload recorded plain SQL changes against (None: not yet).
-        self._audited_rows: list[ConfRow] | None = None
-        self._audited_switch: bool | None = None
+        #: The rows and switch the last recording of plain SQL changes that succeeded
+        #: was asked for (None: none yet), and those the latest reload asks for.
+        self._audited: tuple[list[ConfRow], bool | None] | None = None
+        self._audit_wanted: tuple[list[ConfRow], bool | None] | None = None
         self._audit_lock = threading.Lock()
         self._auditing = False
         self._audit_again = False
@@ -304,15 +305,17 @@ class Registry:
 
     def _audit_sql(self, rows: list[ConfRow], stored_switch: bool | None) -> None:
         """Have what plain SQL changed recorded (config.audit), when the rows or the
-        switch differ from the last reload's: an unchanged table costs nothing more.
+        switch differ from those of the last recording that succeeded: an unchanged
+        table costs nothing more. A recording that fails or finds the lock taken leaves
+        them unmarked, so the next reload tries again.
 
         The recording runs on a thread of its own, never in the reload: a first reload
         of a 10,000-row table would otherwise wait for 10,000 audit rows to be written.
         """
-        if rows == self._audited_rows and stored_switch == self._audited_switch:
+        if (rows, stored_switch) == self._audited:
             return
-        self._audited_rows, self._audited_switch = rows, stored_switch
         with self._audit_lock:
+            self._audit_wanted = (rows, stored_switch)
             if self._auditing:  # the running one goes round once more when done
                 self._audit_again = True
                 return
@@ -324,13 +327,23 @@ class Registry:
 
     def _record_sql_changes(self) -> None:
         while True:
+            with self._audit_lock:
+                wanted = self._audit_wanted
             try:
                 if record_sql_changes(self._engine) is None:
                     # Another process holds the lock: compare again at the next reload.
-                    self._audited_rows = None
+                    log.debug("the audit lock is taken: compared again at the next reload")
+                else:
+                    # recorded: what this reload read is audited (read before the
+                    # recording, so a change made since is found at the next reload)
+                    self._audited = wanted
             except Exception as e:  # the audit must never cost the gateway its limits
                 reason = describe_db_error(e)
-                log.warning("could not record the table's changes in the audit: %s", reason)
+                log.warning(
+                    "could not record the table's changes in the audit (tried again at "
+                    "the next reload): %s",
+                    reason,
+                )
             with self._audit_lock:
                 if not self._audit_again or self._closed:
                     self._auditing = False

@@ -58,11 +58,11 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway_limiter.config.table import ConfRow
 
@@ -275,6 +275,10 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
             row.config_id,
             f"interfaceUrl contains the control character {bad[1]!r} (character {bad[0]})",
         )
+    if url != url.strip():
+        # it never matches a call (callers pass the URL without them), and MySQL's
+        # padding collations would match it to the URL without its trailing spaces
+        return Skipped(row.config_id, f"interfaceUrl {url!r} starts or ends with whitespace")
     if row.rate_limit is None:
         return Skipped(row.config_id, "rateLimit is NULL")
     if row.rate_limit < 0:
@@ -611,6 +615,57 @@ def _leased(rule: Rule, warnings: list[str]) -> Rule:
     return replace(rule, lease_ms=0, also=tuple(replace(r, lease_ms=0) for r in rule.also))
 
 
+def folded(text: str) -> str:
+    """``text`` as MySQL's and MariaDB's default collations compare it: case, accents
+    and trailing spaces ignored (an approximation of their tables, which is all a
+    warning needs)."""
+    if not text.isascii():
+        decomposed = unicodedata.normalize("NFKD", text)
+        text = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return text.casefold().rstrip(" ")
+
+
+def twin_warnings(rows: Sequence[ConfRow]) -> list[RowWarning]:
+    """Rows whose identifying text differs, yet only in case, accents or trailing spaces
+    (``/api/x`` and ``/API/x``; channelType ``IBE+`` and ``ibe+``; callerKey
+    ``Partner`` and ``partner`` on one URL): the limiter and every command treat them
+    as two, a database comparing text by its default collation as one. One warning per
+    pair of spellings, naming a row of each."""
+    found: list[RowWarning] = []
+
+    def look(column: str, keyed: Iterable[tuple[Any, str, ConfRow]]) -> None:
+        first: dict[tuple[Any, str], dict[str, ConfRow]] = {}
+        for scope, value, row in keyed:
+            spellings = first.setdefault((scope, folded(value)), {})
+            spellings.setdefault(value, row)
+        for spellings in first.values():
+            if len(spellings) < 2:
+                continue
+            (one, a), *others = spellings.items()
+            for other, b in others:
+                found.append(
+                    RowWarning(
+                        f"{column} {one!r} (configId {a.config_id}) and {other!r} (configId "
+                        f"{b.config_id}) differ only in case, accents or trailing spaces: "
+                        "the limiter treats them as two, a database comparing text by its "
+                        "default collation as one",
+                        [a.config_id, b.config_id],
+                    )
+                )
+
+    texts = [r for r in rows if isinstance(r.interface_url, str)]
+    look("interfaceUrl", ((None, r.interface_url or "", r) for r in texts))
+    look(
+        "channelType",
+        ((None, r.channel_type, r) for r in rows if isinstance(r.channel_type, str)),
+    )
+    look(
+        "callerKey",
+        ((r.interface_url, r.caller_key, r) for r in texts if isinstance(r.caller_key, str)),
+    )
+    return found
+
+
 def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
     """Turn rows into rules: skip bad rows, resolve duplicate limits (stricter wins),
     gather each URL's limits into one Rule, with its channel's cap and named callers."""
@@ -620,7 +675,8 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
     skipped: list[Skipped] = []
     disabled: set[str] = set()
     leases = False
-    warnings: list[str] = []
+    rows = list(rows)
+    warnings: list[str] = list(twin_warnings(rows))
     for row in rows:
         row = _without_bad_lease(row, warnings, default_cache)  # noqa: PLW2901
         outcome = rule_from_row(row, default_cache)

@@ -80,6 +80,9 @@ class Settings:
     audit_sql_changes: bool = True
     #: The console's write token (``Authorization: Bearer``); "" : the console is read only.
     console_token: str = ""
+    #: Names the console answers to besides the address it listens on (comma-separated;
+    #: the names a proxy in front of it forwards in ``Host``).
+    console_hosts: str = ""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -113,6 +116,8 @@ _SECRET_SHOWN: Final = "***"
 
 
 def _bad(key: str, value: object, why: str) -> SettingsError:
+    if key in _SECRET_KEYS:  # whatever its type: a secret written as a number is one too
+        return SettingsError(f"setting {key}={_SECRET_SHOWN}: {why}")
     if isinstance(value, str):
         shown = mask_url(value) if key in _URL_KEYS else mask_secrets(value)
     else:
@@ -167,10 +172,22 @@ def _validate(s: Settings) -> None:
             f"setting console_token: must be at least 16 characters without surrounding "
             f"spaces (it has {len(token)})"
         )
+    for name in console_host_names(s.console_hosts):
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]", name):
+            raise _bad(
+                "console_hosts",
+                s.console_hosts,
+                f"{name!r} is not a host name (comma-separated names, no ports)",
+            )
     if not 0 <= s.fleet_size <= 100_000:
         raise _bad("fleet_size", s.fleet_size, "must be between 0 (unknown) and 100000")
     if not (math.isfinite(s.slot_lease) and 0.1 <= s.slot_lease <= 3600):
         raise _bad("slot_lease", s.slot_lease, "must be between 0.1 and 3600 seconds")
+
+
+def console_host_names(text: str) -> list[str]:
+    """The names of the ``console_hosts`` setting, in lower case."""
+    return [name.strip().lower() for name in text.split(",") if name.strip()]
 
 
 def _positive(key: str, value: float, *, low: float) -> None:

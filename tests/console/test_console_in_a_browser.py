@@ -188,32 +188,109 @@ def test_a_rate_edited_on_the_page_reaches_the_row_and_the_audit(
     )
 
 
-def test_any_column_can_be_edited_through_the_page(browser: Any, console: Served) -> None:
-    config_id = write_row(console.engine, "/ibe/flight/search", rateLimit=20)
+def _edit(browser: Any, config_id: int, values: dict[str, str]) -> str:
+    """Open "edit…" of row ``config_id``, set each field of ``values`` (typed into a text
+    input, chosen in a select), save; the page's message."""
+    from selenium.webdriver.support.ui import Select
+
+    row = f"#rules tr[data-config-id='{config_id}']"
+    browser.find_element(By.CSS_SELECTOR, f"{row} button.more").click()
+    dialog = until(
+        browser,
+        "the edit form",
+        lambda d: (
+            d.find_element(By.ID, "edit-dialog")
+            if d.find_element(By.ID, "edit-dialog").get_attribute("open") is not None
+            else None
+        ),
+    )
+    assert dialog.find_element(By.ID, "edit-title").text == f"configId {config_id}"
+    for name, value in values.items():
+        field = dialog.find_element(By.NAME, name)
+        if field.tag_name == "select":
+            Select(field).select_by_value(value)
+        else:
+            field.clear()
+            field.send_keys(value)
+    browser.execute_script("document.querySelector('#message').textContent = ''")
+    dialog.find_element(By.ID, "edit-save").click()
+    return str(
+        until(browser, "the page's answer", lambda d: d.find_element(By.ID, "message").text or None)
+    )
+
+
+def _stored(engine: Engine, config_id: int, *columns: str) -> tuple[Any, ...]:
+    with engine.connect() as conn:
+        return tuple(
+            conn.execute(
+                text(f"select {', '.join(columns)} from t_ratelimite_conf where configId = :i"),
+                {"i": config_id},
+            ).one()
+        )
+
+
+def _with_token(browser: Any, console: Served, rows: int) -> None:
     browser.get(console.url + "/")
     browser.execute_script("sessionStorage.setItem('gwl-console-token', arguments[0])", TOKEN)
     browser.get(console.url + "/")
-    loaded(browser, 1)
-    browser.find_element(By.CSS_SELECTOR, "#rules button.more").click()
-    prompt = until(browser, "the edit prompt", lambda d: d.switch_to.alert)
-    assert prompt.text.startswith(f"configId {config_id}: ")
-    prompt.send_keys(
-        "rateLimit=20 periodSeconds=1 cache=0.3 status=1 shadow=1 algorithm=token_bucket "
-        "maxPermits=null warmupPeriod=null perCaller=0 callerKey=null maxConcurrent=4 "
-        "channelType=IBE+ interfaceNo=null"
-    )
-    prompt.accept()
-    until(
+    loaded(browser, rows)
+
+
+def test_any_column_can_be_edited_through_the_page(browser: Any, console: Served) -> None:
+    config_id = write_row(console.engine, "/ibe/flight/search", rateLimit=20)
+    _with_token(browser, console, 1)
+    message = _edit(
         browser,
-        "the page to say what changed",
-        lambda d: "shadow 0 -> 1" in d.find_element(By.ID, "message").text,
+        config_id,
+        {"cache": "0.3", "shadow": "1", "maxConcurrent": "4", "channelType": "IBE+"},
     )
-    with console.engine.connect() as conn:
-        cache, shadow, slots = conn.execute(
-            text("select cache, shadow, maxConcurrent from t_ratelimite_conf where configId = :i"),
-            {"i": config_id},
-        ).one()
-    assert (round(cache, 2), shadow, slots) == (0.3, 1, 4)
+    assert message.startswith(f"configId {config_id}: "), message
+    assert "shadow 0 -> 1" in message and 'channelType null -> "IBE+"' in message
+    cache, shadow, slots, channel, rate = _stored(
+        console.engine, config_id, "cache", "shadow", "maxConcurrent", "channelType", "rateLimit"
+    )
+    assert (round(cache, 2), shadow, slots, channel, rate) == (0.3, 1, 4, "IBE+", 20)
+
+
+def test_text_holding_spaces_equals_and_digits_stays_text_through_an_edit(
+    browser: Any, console: Served
+) -> None:
+    config_id = write_row(
+        console.engine,
+        "/ibe/fare/quote",
+        rateLimit=10,
+        interfaceNo="x rateLimit=99999",
+        channelType="1001",
+    )
+    _with_token(browser, console, 1)
+    # an edit of cache alone sends cache alone: the text columns are not read as pairs
+    message = _edit(browser, config_id, {"cache": "0.25"})
+    assert message == f"configId {config_id}: cache null -> 0.25"
+    assert _stored(console.engine, config_id, "rateLimit", "interfaceNo", "channelType") == (
+        10,
+        "x rateLimit=99999",
+        "1001",
+    )
+    latest = read_audit(console.engine)[0]
+    changed = {k for k in latest["afterRow"] if latest["beforeRow"].get(k) != latest["afterRow"][k]}
+    assert changed == {"cache"}
+    # digits typed into a text column are that text; an emptied text column is NULL
+    message = _edit(browser, config_id, {"channelType": " a = b 7 ", "interfaceNo": "1002"})
+    assert 'interfaceNo "x rateLimit=99999" -> "1002"' in message, message
+    assert _stored(console.engine, config_id, "interfaceNo", "channelType") == ("1002", " a = b 7 ")
+    _edit(browser, config_id, {"interfaceNo": ""})
+    assert _stored(console.engine, config_id, "interfaceNo") == (None,)
+
+
+def test_a_read_only_console_shows_values_not_inputs(
+    browser: Any, read_only_console: Served
+) -> None:
+    write_row(read_only_console.engine, "/ibe/flight/search", rateLimit=20)
+    browser.get(read_only_console.url + "/")
+    loaded(browser, 1)
+    rules = browser.find_element(By.ID, "rules")
+    assert rules.find_elements(By.CSS_SELECTOR, "input, select, button") == []
+    assert "20" in [td.text for td in rules.find_elements(By.CSS_SELECTOR, "tbody td")]
 
 
 def test_a_row_added_on_the_page_says_what_the_reload_will_ignore(
