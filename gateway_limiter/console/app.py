@@ -300,6 +300,9 @@ def make_app(sources: Sources) -> Starlette:
                     "stored": None if b.stored is None else round(b.stored, 3),
                     "debtMs": round(b.debt_ms, 3),
                     "nextFreeMs": None if b.next_free_ms is None else round(b.next_free_ms, 3),
+                    # a window: permits counted in its window now, ms until that is 0
+                    "used": None if b.used is None else round(b.used),
+                    "resetMs": None if b.reset_ms is None else round(b.reset_ms, 3),
                     # after pushback, in the row's units (per periodSeconds); the hold left
                     "effectiveRate": None
                     if b.effective_rate is None
