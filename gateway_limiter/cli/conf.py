@@ -48,6 +48,7 @@ from gateway_limiter.config.rules import (
     Algorithm,
     build_rules,
     scope_text,
+    url_shape_problem,
 )
 from gateway_limiter.config.table import (
     ConfRow,
@@ -221,6 +222,12 @@ def _register_set(conf: Any) -> None:
     shadow.add_argument(
         "--no-shadow", dest="shadow", action="store_const", const=0, help="shadow 0: enforce"
     )
+    setp.add_argument(
+        "--any-key",
+        action="store_true",
+        help="URL is a key callers pass to the limiter themselves, not a request path: "
+        "write it even though it does not start with '/' (the integrations decide on paths)",
+    )
 
 
 def _refuse_collation_twins(engine: Engine, url: str) -> list[RateLimitConf]:
@@ -271,6 +278,9 @@ def cmd_conf_set(ctx: Context) -> int:
     written: the reload never skips a row ``conf set`` wrote for its algorithm columns.
     """
     a = ctx.args
+    shape = url_shape_problem(a.url)
+    if shape and not a.any_key:
+        raise UsageError(f"argument URL: {shape} (or add --any-key: written as is)", "conf set")
     engine = ctx.engine()
     period, per_caller, caller = a.period or 1, bool(a.per_caller), a.caller_key
     if caller is not None and not per_caller:

@@ -48,7 +48,7 @@ from gateway_limiter.config.edits import (
     update_row,
     written_warnings,
 )
-from gateway_limiter.config.rules import CHANNEL_URL, build_rules
+from gateway_limiter.config.rules import CHANNEL_URL, build_rules, url_shape_problem
 from gateway_limiter.config.table import ConfRow, read_rows, read_switch, write_switch
 from gateway_limiter.console.sources import Sources
 
@@ -165,7 +165,20 @@ def make_app(sources: Sources) -> Starlette:
         if clash:
             raise ApiError(422, f"the reload would skip {clash}", "algorithm")
 
+    def path_only(values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` without ``anyKey``; FieldError when the interfaceUrl they write is
+        not a path the integrations decide on and ``anyKey`` does not say it is a key
+        callers pass themselves (as ``conf set --any-key``)."""
+        values = dict(values)
+        any_key = values.pop("anyKey", False) is True
+        url = values.get("interfaceUrl")
+        shape = url_shape_problem(url) if isinstance(url, str) else ""
+        if shape and not any_key:
+            raise FieldError("interfaceUrl", f"{shape} (or send anyKey: true: written as is)")
+        return values
+
     def create(values: dict[str, Any], by: ChangedBy) -> dict[str, Any]:
+        values = path_only(values)
         for needed in ("interfaceUrl", "rateLimit"):
             if needed not in values:
                 raise FieldError(needed, "a new row needs it")
@@ -227,6 +240,7 @@ def make_app(sources: Sources) -> Starlette:
         return int(text)
 
     def change(config_id: int, values: dict[str, Any], by: ChangedBy) -> dict[str, Any]:
+        values = path_only(values)
         if not values:
             raise ApiError(400, "nothing to change: give columns and their new values")
         fields = check_values(values)
