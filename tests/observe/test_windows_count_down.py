@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
+from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.model.bucket import US_PER_S
 from gateway_limiter.model.limits import (
     WINDOW_GUARD_US,
@@ -21,10 +22,19 @@ from gateway_limiter.model.limits import (
     LimitKind,
     reserve_limits,
 )
+from tests.support.clusters import LocalCluster
 from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
 DAY = 86_400
+#: A fresh cluster on a loaded host can take more than the default 50 ms to answer:
+#: these tests read what Redis holds, so no decision may fall back to in-process state.
+PATIENT: dict[str, Any] = {
+    "reload_interval": 3600,
+    "redis_timeout": 1.0,
+    "redis_timeout_ceiling": 2.0,
+    "redis_connect_timeout": 2.0,
+}
 
 
 @pytest.fixture
@@ -60,6 +70,15 @@ def limiter_redis_url(request: pytest.FixtureRequest, redis_server: RedisServer)
     return redis_server.url if request.param == "redis" else "memory://"
 
 
+@pytest.fixture(params=["redis", "memory", "cluster"])
+def status_redis_url(request: pytest.FixtureRequest, redis_server: RedisServer) -> str:
+    """Where ``status`` reads windows: one Redis, ``memory://``, a Redis Cluster."""
+    if request.param == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        return cluster.url
+    return redis_server.url if request.param == "redis" else "memory://"
+
+
 @pytest.fixture
 def limiter_settings() -> dict[str, Any]:
     return {"reload_interval": 3600}
@@ -82,6 +101,54 @@ def test_several_limits_report_what_the_binding_one_has_left(lim: GatewayLimiter
     decisions = [lim.decide("/mixed") for _ in range(4)]
     assert [d.allowed for d in decisions] == [True, True, True, False]
     assert [d.remaining for d in decisions] == [2, 1, 0, 0]
+
+
+def _window_statuses(statuses: list[Any]) -> dict[str, tuple[float | None, float | None]]:
+    return {s.rule.url: (s.used, s.reset_ms) for s in statuses}
+
+
+def test_status_reads_what_each_window_has_used_and_when_it_resets(
+    limiter_db: tuple[str, Engine], status_redis_url: str, key_prefix: str
+) -> None:
+    with GatewayLimiter(
+        database_url=limiter_db[0],
+        redis_url=status_redis_url,
+        key_prefix=key_prefix,
+        **PATIENT,
+    ) as lim:
+        for _ in range(3):
+            assert lim.decide("/daily/fixed_window").allowed
+            assert lim.decide("/daily/sliding_window").allowed
+        shown = _window_statuses(lim.status())
+        idle = lim.status("/mixed")
+    used, reset_ms = shown["/daily/fixed_window"]
+    assert used == 3 and reset_ms is not None and 0 < reset_ms <= DAY * 1000  # to midnight UTC
+    used, reset_ms = shown["/daily/sliding_window"]
+    assert used == 3 and reset_ms is not None and (DAY - 60) * 1000 < reset_ms <= DAY * 1000 + 10
+    # a window nothing has used: 0 of its limit, nothing to reset; a bucket: no count
+    assert [(s.rule.algorithm, s.used, s.reset_ms) for s in idle] == [
+        ("token_bucket", None, None),
+        ("fixed_window", 0.0, None),
+    ]
+
+
+async def test_the_asyncio_limiter_reads_windows_too(
+    limiter_db: tuple[str, Engine], status_redis_url: str, key_prefix: str
+) -> None:
+    async with AsyncGatewayLimiter(
+        database_url=limiter_db[0],
+        redis_url=status_redis_url,
+        key_prefix=key_prefix,
+        **PATIENT,
+    ) as alim:
+        for _ in range(10):
+            assert (await alim.decide("/daily/sliding_window")).allowed
+        assert (await alim.decide("/daily/fixed_window")).remaining == 9
+        shown = _window_statuses(await alim.status())
+        refused = await alim.decide("/daily/sliding_window")
+    assert not refused.allowed and refused.remaining == 0
+    assert shown["/daily/sliding_window"][0] == 10
+    assert shown["/daily/fixed_window"][0] == 1
 
 
 def test_admissions_that_left_a_sliding_window_no_longer_count() -> None:
