@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from gateway_limiter.cli import listing
 from gateway_limiter.cli.algorithm_args import (
     algorithm_args_problem,
     given_algorithm_fields,
@@ -33,16 +34,9 @@ from gateway_limiter.cli.arguments import (
 )
 from gateway_limiter.cli.context import PROG, CliError, Context, UsageError, warning_line
 from gateway_limiter.cli.describe import (
-    fmt_cache,
     fmt_field,
-    fmt_opt,
-    fmt_seconds,
-    fmt_time,
-    row_effect,
-    switch_line,
     url_effect,
 )
-from gateway_limiter.cli.output import Column
 from gateway_limiter.config.audit import record_change, record_unrecorded, row_record
 from gateway_limiter.config.edits import (
     combination_problem,
@@ -56,9 +50,9 @@ from gateway_limiter.config.rules import (
     Algorithm,
     build_rules,
     scope_text,
+    url_shape_problem,
 )
 from gateway_limiter.config.table import (
-    CONF_TABLE,
     ConfRow,
     locked_table,
     read_rows,
@@ -74,7 +68,11 @@ if TYPE_CHECKING:
 def register(parser: argparse.ArgumentParser) -> None:
     """Add the ``conf`` commands to ``parser``."""
     conf = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    leaf(conf, "list", cmd_conf_list, "every row, its effect, and rows the reload skips")
+    listing.register(
+        leaf(
+            conf, "list", listing.cmd_conf_list, "every row, its effect, and rows the reload skips"
+        )
+    )
     _register_set(conf)
     for name, run, text in (
         ("enable", cmd_conf_enable, "set status 1 on the rows of URL"),
@@ -225,89 +223,12 @@ def _register_set(conf: Any) -> None:
     shadow.add_argument(
         "--no-shadow", dest="shadow", action="store_const", const=0, help="shadow 0: enforce"
     )
-
-
-# --- conf list -----------------------------------------------------------------------------
-
-CONF_COLUMNS = (
-    Column("configId", numeric=True),
-    Column("channelType"),
-    Column("interfaceNo"),
-    Column("interfaceUrl"),
-    Column("rateLimit", numeric=True),
-    Column("cache", numeric=True),
-    Column("status", numeric=True),
-    Column("shadow", numeric=True),
-    Column("lastModifyTime"),
-    Column("algorithm"),
-    Column("maxPermits", numeric=True),
-    Column("warmupPeriod", numeric=True),
-    Column("periodSeconds", numeric=True),
-    Column("perCaller", numeric=True),
-    Column("callerKey"),
-    Column("effect"),
-)
-#: Shown before ``effect`` when some row has a ``maxConcurrent`` (schema 0006).
-MAX_CONCURRENT_COLUMN = Column("maxConcurrent", numeric=True)
-#: Shown before ``effect`` when some row has a ``leaseMs`` (schema 0007).
-LEASE_MS_COLUMN = Column("leaseMs", numeric=True)
-
-
-def cmd_conf_list(ctx: Context) -> int:
-    """Every row, what the reload makes of it, and each skipped row with its reason."""
-    engine = ctx.engine()
-    rows = read_rows(engine)
-    ruleset = build_rules(rows, ctx.settings.default_cache)
-    ctx.out.line(switch_line(engine, ctx.settings))
-    if not rows:
-        ctx.out.line(
-            f"{CONF_TABLE} is empty: nothing is limited. Add a row with "
-            f"'{PROG} conf set URL --rate N --enable'"
-        )
-        return 0
-    caps = any(r.max_concurrent is not None for r in rows)
-    leases = any(r.lease_ms is not None for r in rows)
-    columns = (
-        *CONF_COLUMNS[:-1],
-        *([MAX_CONCURRENT_COLUMN] if caps else []),
-        *([LEASE_MS_COLUMN] if leases else []),
-        CONF_COLUMNS[-1],
+    setp.add_argument(
+        "--any-key",
+        action="store_true",
+        help="URL is a key callers pass to the limiter themselves, not a request path: "
+        "write it even though it does not start with '/' (the integrations decide on paths)",
     )
-    ctx.out.table(
-        columns,
-        [
-            [
-                str(r.config_id),
-                fmt_opt(r.channel_type),
-                fmt_opt(r.interface_no),
-                fmt_opt(r.interface_url),
-                fmt_opt(r.rate_limit),
-                fmt_cache(r.cache),
-                fmt_opt(r.status),
-                "-" if r.shadow is None else str(r.shadow),  # None: schema before 0005
-                fmt_time(r),
-                fmt_opt(r.algorithm),
-                fmt_opt(r.max_permits),
-                fmt_seconds(r.warmup_period),
-                fmt_opt(r.period_seconds),
-                fmt_opt(r.per_caller),
-                fmt_opt(r.caller_key),
-                *([fmt_opt(r.max_concurrent)] if caps else []),
-                *([fmt_opt(r.lease_ms)] if leases else []),
-                row_effect(r, ruleset),
-            ]
-            for r in rows
-        ],
-    )
-    if any(r.cache is None and r.status == 1 for r in rows):
-        ctx.out.line(
-            f"cache NULL: callers wait up to default_cache = {ctx.settings.default_cache:g} s"
-        )
-    for s in ruleset.skipped:
-        ctx.out.line(f"skipped by the reload: {s}")
-    for warning in ruleset.warnings:
-        ctx.out.line(f"warning: {warning}")
-    return 0
 
 
 # --- conf set ------------------------------------------------------------------------------
@@ -339,6 +260,9 @@ def cmd_conf_set(ctx: Context) -> int:
     written: the reload never skips a row ``conf set`` wrote for its algorithm columns.
     """
     a = ctx.args
+    shape = url_shape_problem(a.url)
+    if shape and not a.any_key:
+        raise UsageError(f"argument URL: {shape} (or add --any-key: written as is)", "conf set")
     engine = ctx.engine()
     period, per_caller, caller = a.period or 1, bool(a.per_caller), a.caller_key
     if caller is not None and not per_caller:

@@ -57,6 +57,7 @@ decision can say "disabled" rather than "not configured".
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -222,6 +223,40 @@ def control_character(url: str) -> tuple[int, str] | None:
         if unicodedata.category(char) in BAD_URL_CATEGORIES:
             return position, char
     return None
+
+
+_SCHEME_AND_HOST = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)([^?#]*)")
+
+
+def url_shape_problem(url: str) -> str:
+    """Why ``url`` is not a path the integrations decide on ("" when it is, and for the
+    channel cap ``*``).
+
+    The HTTP integrations and the ASGI middleware limit a request by its path
+    (``/ibe/flight/search``): a row whose interfaceUrl has a scheme and host, or does
+    not start with ``/``, never matches one of their requests. It still limits callers
+    that pass that exact key to the limiter themselves (``try_acquire(url)``), or that
+    map requests to it with ``interface=``: the reload applies it with a warning, and
+    ``conf set`` and the console refuse to write it unless told it is such a key.
+    """
+    if url == CHANNEL_URL or url.startswith("/"):
+        return ""
+    how = (
+        "; to limit requests by another key, map them to it with interface= (e.g. "
+        "LimiterTransport(limiter, interface=lambda request: ...)) and write that key"
+    )
+    full = _SCHEME_AND_HOST.match(url)
+    if full is not None:
+        path = full.group(2) or "/"
+        return (
+            f"interfaceUrl {url!r} has a scheme and host: the integrations decide on the "
+            f"request's path alone ({path!r} here), so no request of theirs ever matches it" + how
+        )
+    return (
+        f"interfaceUrl {url!r} does not start with '/': the integrations decide on the "
+        f"request's path, which always does ('/{url}'), so no request of theirs ever "
+        "matches it" + how
+    )
 
 
 def type_problem(row: ConfRow) -> str:
@@ -688,6 +723,9 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
             skipped.append(outcome)
             continue
         leases = leases or outcome.lease_ms != 0
+        shape = url_shape_problem(outcome.url)
+        if shape:  # applied: callers may pass such a key to the limiter themselves
+            warnings.append(RowWarning(f"configId {row.config_id}: {shape}", [row.config_id]))
         if outcome.channel is not None:  # a channel row
             _place(
                 caps.setdefault(outcome.channel, {}),

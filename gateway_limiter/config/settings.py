@@ -91,7 +91,7 @@ class Settings:
         """A copy with ``changes`` applied (validated the same way)."""
         for key in changes:
             if key not in _FIELDS:
-                raise TypeError(f"unknown setting {key!r}")
+                raise TypeError(f"unknown setting {key!r}; {key_hint(key)}")
         coerced = {k: float(v) if _is_float_field(k, v) else v for k, v in changes.items()}
         return dataclasses.replace(self, **coerced)  # type: ignore[arg-type]
 
@@ -267,7 +267,7 @@ def load_settings(
     if file is not None:
         for key, value in _read_file(file).items():
             if key not in _FIELDS:
-                raise SettingsError(f"settings file {file}: unknown key {key!r}")
+                raise SettingsError(f"settings file {file}: unknown key {key!r}; {key_hint(key)}")
             values[key] = float(value) if _is_float_field(key, value) else value
     for key in _FIELDS:
         text = env.get(ENV_PREFIX + key.upper())
@@ -277,7 +277,7 @@ def load_settings(
         _warn_unknown_env(name)
     for key, value in overrides.items():
         if key not in _FIELDS:
-            raise TypeError(f"unknown setting {key!r}")
+            raise TypeError(f"unknown setting {key!r}; {key_hint(key)}")
         if value is not None:
             values[key] = float(value) if _is_float_field(key, value) else value
     return Settings(**values)
@@ -312,6 +312,16 @@ def unknown_env_message(name: str) -> str:
     else:
         hint = f"the variables read are {', '.join(sorted(ENV_NAMES))}"
     return f"environment variable {name} is not a setting and is ignored; {hint}"
+
+
+def key_hint(key: str) -> str:
+    """What to say of the unknown setting ``key``: the nearest key (as a misspelt
+    variable gets), or every key when none is near."""
+    keys = sorted(_FIELDS)
+    nearest = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    if nearest:
+        return f"did you mean {nearest[0]!r}?"
+    return f"the keys are {', '.join(keys)}"
 
 
 def _is_float_field(key: str, value: object) -> bool:

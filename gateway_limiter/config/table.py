@@ -253,6 +253,7 @@ def make_engine(url: str, *, timeout: float = 5.0) -> Engine:
     except ImportError as e:  # a dialect SQLAlchemy knows, whose driver is not installed
         raise DatabaseUrlError(
             f"database_url {mask_secrets(url)}: its driver is not installed ({e})"
+            + _driver_hint(url)
         ) from None
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_text)
@@ -270,6 +271,15 @@ def _text(value: bytes) -> str | bytes:
         return value.decode("utf-8")
     except UnicodeDecodeError:
         return value
+
+
+def _driver_hint(url: str) -> str:
+    """For ``mysql://`` or ``mariadb://`` (SQLAlchemy's default driver, MySQLdb, which
+    is not installed): the URL with the driver that is, PyMySQL."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("mysql", "mariadb"):
+        return f"; use {scheme}+pymysql://{mask_secrets(rest)} (PyMySQL comes with gateway-limiter)"
+    return ""
 
 
 def missing_sqlite_file(url: str | URL) -> Path | None:

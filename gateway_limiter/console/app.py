@@ -55,7 +55,7 @@ from gateway_limiter.config.edits import (
     update_row,
     written_warnings,
 )
-from gateway_limiter.config.rules import CHANNEL_URL, build_rules
+from gateway_limiter.config.rules import CHANNEL_URL, build_rules, url_shape_problem
 from gateway_limiter.config.settings import console_host_names
 from gateway_limiter.config.switch_source import (
     BadSwitchValue,
@@ -269,7 +269,20 @@ def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
         if clash:
             raise ApiError(422, f"the reload would skip {clash}", "algorithm")
 
+    def path_only(values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` without ``anyKey``; FieldError when the interfaceUrl they write is
+        not a path the integrations decide on and ``anyKey`` does not say it is a key
+        callers pass themselves (as ``conf set --any-key``)."""
+        values = dict(values)
+        any_key = values.pop("anyKey", False) is True
+        url = values.get("interfaceUrl")
+        shape = url_shape_problem(url) if isinstance(url, str) else ""
+        if shape and not any_key:
+            raise FieldError("interfaceUrl", f"{shape} (or send anyKey: true: written as is)")
+        return values
+
     def create(values: dict[str, Any], by: ChangedBy) -> dict[str, Any]:
+        values = path_only(values)
         for needed in ("interfaceUrl", "rateLimit"):
             if needed not in values:
                 raise FieldError(needed, "a new row needs it")
@@ -332,6 +345,7 @@ def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
         return int(text)
 
     def change(config_id: int, values: dict[str, Any], by: ChangedBy) -> dict[str, Any]:
+        values = path_only(values)
         if not values:
             raise ApiError(400, "nothing to change: give columns and their new values")
         fields = check_values(values)
@@ -450,6 +464,9 @@ def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
                     "stored": None if b.stored is None else round(b.stored, 3),
                     "debtMs": round(b.debt_ms, 3),
                     "nextFreeMs": None if b.next_free_ms is None else round(b.next_free_ms, 3),
+                    # a window: permits counted in its window now, ms until that is 0
+                    "used": None if b.used is None else round(b.used),
+                    "resetMs": None if b.reset_ms is None else round(b.reset_ms, 3),
                     # after pushback, in the row's units (per periodSeconds); the hold left
                     "effectiveRate": None
                     if b.effective_rate is None

@@ -187,6 +187,9 @@ def test_a_url_another_spelling_of_a_row_gets_its_own_row(
         ('redis_url = "ftp://x"\n', "setting redis_url=ftp://x"),
         ("reload_interval = -1\n", "setting reload_interval"),
         ("no_such_key = 1\n", "unknown key 'no_such_key'"),
+        # a typo gets the nearest key, as a misspelt environment variable does
+        ('redis_ulr = "redis://x"\n', "unknown key 'redis_ulr'; did you mean 'redis_url'?"),
+        ("reload_intervall = 5\n", "did you mean 'reload_interval'?"),
         ("this is not toml\n", "cannot be read"),
     ],
 )
@@ -197,6 +200,24 @@ def test_a_bad_settings_file_is_one_line_naming_the_key(
     settings.write_text(content)
     ran = cli(capsys, "--settings", str(settings), "conf", "list")
     assert_one_line_error(ran, 2, needle)  # bad usage, as the README says
+
+
+@pytest.mark.parametrize("scheme", ["mysql", "mariadb"])
+def test_a_mysql_url_without_a_driver_suggests_pymysql(
+    capsys: pytest.CaptureFixture[str], scheme: str
+) -> None:
+    ran = cli(capsys, "--database-url", f"{scheme}://root:pw@127.0.0.1/test", "conf", "list")
+    assert_one_line_error(ran, 2, f"use {scheme}+pymysql://root:***@127.0.0.1/test")
+    assert "pw@" not in ran.err
+
+
+def test_an_unknown_keyword_setting_names_the_nearest() -> None:
+    from gateway_limiter.config.settings import Settings, load_settings
+
+    with pytest.raises(TypeError, match="did you mean 'key_prefix'"):
+        load_settings(environ={}, key_prefx="x")
+    with pytest.raises(TypeError, match="did you mean 'redis_timeout'"):
+        Settings().replace(redis_timout=1.0)
 
 
 def test_a_missing_settings_file_and_a_bad_database_url_are_one_line(

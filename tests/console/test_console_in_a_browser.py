@@ -435,3 +435,57 @@ def test_a_switch_kept_in_a_centre_is_shown_with_where_to_change_it_and_no_butto
                 f"unknown ({centre.kind} {centre.url()}: "
             ),
         )
+
+
+def test_live_table_reads_long_periods_without_a_pushback_and_a_spent_window_as_spent(
+    browser: Any, console: Served, tmp_path: Path
+) -> None:
+    """A daily fixed window, a sliding hour and a bucket of 10 a minute: their effective
+    rate is their limit in their own units, never a "(pushback)" that did not happen, and
+    a spent window shows its count and when it resets, never "full"."""
+    from gateway_limiter import GatewayLimiter
+
+    engine = console.engine
+    write_row(engine, "/sup/daily", rateLimit=3, periodSeconds=86_400, algorithm="fixed_window")
+    write_row(engine, "/sup/hour", rateLimit=5, periodSeconds=3600, algorithm="sliding_window")
+    write_row(engine, "/sup/tb60", rateLimit=10, periodSeconds=60)
+    s = console.settings
+    with GatewayLimiter(
+        database_url=s.database_url, redis_url=s.redis_url, key_prefix=s.key_prefix
+    ) as gateway:
+        assert [gateway.try_acquire("/sup/daily", timeout=0) for _ in range(4)] == [
+            True,
+            True,
+            True,
+            False,
+        ]
+        assert gateway.try_acquire("/sup/hour", timeout=0)
+    browser.get(console.url + "/")
+
+    def row(url: str) -> Callable[[Any], dict[str, str] | None]:
+        def read(d: Any) -> dict[str, str] | None:
+            cells = d.find_elements(By.CSS_SELECTOR, f"#live tr[data-url='{url}'] td")
+            texts = [c.text for c in cells]
+            if len(texts) < 12:
+                return None
+            return {
+                "effective": texts[3],
+                "stored": texts[7],
+                "next": texts[9],
+                "resets": texts[10],
+            }
+
+        return read
+
+    daily = until(browser, "the daily window's row", row("/sup/daily"))
+    assert daily["effective"] == "3 / 86400 s"
+    assert daily["stored"] == "3 / 3 used"
+    assert " h" in daily["resets"] and daily["next"] == daily["resets"]
+    hour = until(browser, "the sliding hour's row", row("/sup/hour"))
+    assert hour["effective"] == "5 / 3600 s" and hour["stored"] == "1 / 5 used"
+    assert hour["next"] == "0 ms" and "min" in hour["resets"]
+    tb60 = until(browser, "the bucket's row", row("/sup/tb60"))
+    assert tb60["effective"] == "10 / 60 s" and tb60["stored"] == "full"
+    page = browser.find_element(By.ID, "live").text
+    assert "pushback" not in page
+    screenshot(browser, "console-long-periods.png", tmp_path)

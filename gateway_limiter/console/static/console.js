@@ -302,6 +302,34 @@ async function setSwitch(value) {
 
 function rate(v) { return v === undefined || v === null ? "" : Number(v).toFixed(1); }
 
+// A span of milliseconds as people read it: 350 ms, 12.5 s, 4 min 05 s, 23 h 59 min, 2 d 03 h.
+function span(ms) {
+  if (ms === undefined || ms === null) return "";
+  if (ms < 1000) return Math.round(ms) + " ms";
+  const s = ms / 1000;
+  if (s < 60) return (Math.round(s * 10) / 10) + " s";
+  const whole = Math.floor(s), two = (n) => String(n).padStart(2, "0");
+  if (whole >= 86400) return Math.floor(whole / 86400) + " d " + two(Math.floor(whole % 86400 / 3600)) + " h";
+  if (whole >= 3600) return Math.floor(whole / 3600) + " h " + two(Math.floor(whole % 3600 / 60)) + " min";
+  return Math.floor(whole / 60) + " min " + two(whole % 60) + " s";
+}
+
+// A rate in the row's own units: "5/s", "3 / 86400 s" (whole permits stay whole).
+function perPeriod(amount, periodSeconds) {
+  const shown = Number.isInteger(amount) ? String(amount) : amount.toFixed(2);
+  return periodSeconds === 1 ? shown + "/s" : shown + " / " + periodSeconds + " s";
+}
+
+// A bucket's stored permits ("full": no state stored yet); a window's count of its limit;
+// nothing where the state is not read (per caller, a closed interface, a failed read).
+function storedOrUsed(b, windowed) {
+  if (b.error) return "?";
+  if (b.rate === 0) return "closed";
+  if (b.perCaller) return "";
+  if (windowed) return b.used === null || b.used === undefined ? "" : b.used + " / " + b.rate + " used";
+  return b.stored === null ? "full" : b.stored;
+}
+
 async function loadLive() {
   const data = await api("GET", "/api/status");
   drawSwitch(data.switch);
@@ -318,19 +346,22 @@ async function loadLive() {
     cell(tr, b.configId, "num");
     cell(tr, b.rate + " / " + b.periodSeconds + " s " + b.algorithm);
     // After pushback the fleet runs at factor x the row's rate (the lowest any member saw).
-    // The bucket's own reading wins where there is one (it also knows a hold).
+    // The limit's own reading wins where there is one (it also knows a hold). Both in the
+    // row's units, compared with its rateLimit: a long period is no pushback.
     const factor = t.factor === undefined ? 1 : t.factor;
-    const perSecond = b.effectiveRate === null || b.effectiveRate === undefined
-      ? b.perSecond * factor : b.effectiveRate / b.periodSeconds;
+    const effective = b.effectiveRate === null || b.effectiveRate === undefined
+      ? b.rate * factor : b.effectiveRate;
     const held = b.heldMs > 0 ? " (held " + (b.heldMs / 1000).toFixed(1) + " s)" : "";
-    const slowed = perSecond < b.perSecond - 1e-9 ? " (pushback)" : "";
-    cell(tr, perSecond.toFixed(2) + slowed + held, "num effective");
+    const slowed = effective < b.rate * (1 - 1e-9) ? " (pushback)" : "";
+    cell(tr, perPeriod(effective, b.periodSeconds) + slowed + held, "num effective");
     cell(tr, rate(t.admitted), "num admitted");
     cell(tr, rate(t.waited), "num waited");
     cell(tr, rate(t.refused), "num refused");
-    cell(tr, b.stored === null ? "full" : b.stored, "num");
-    cell(tr, b.debtMs, "num");
-    cell(tr, b.nextFreeMs, "num");
+    const windowed = b.algorithm === "fixed_window" || b.algorithm === "sliding_window";
+    cell(tr, storedOrUsed(b, windowed), "num stored");
+    cell(tr, windowed ? "" : b.debtMs, "num");
+    cell(tr, span(b.nextFreeMs), "num next-free");
+    cell(tr, span(b.resetMs), "num resets");
     cell(tr, b.inFlight === null || b.inFlight === undefined ? ""
       : b.inFlight + " / " + b.maxConcurrent, "num in-flight");
     body.appendChild(tr);
