@@ -34,7 +34,6 @@ from gateway_limiter.config.switch_source import (
     Reading,
     SwitchFollower,
     SwitchWatcher,
-    need_httpx,
     parse_switch_source,
     switch_value,
 )
@@ -137,7 +136,6 @@ class Registry:
         self.snapshot = Snapshot(switch=settings.switch)
         #: Where the switch comes from (setting ``switch_source``).
         self.switch_source = source = parse_switch_source(settings.switch_source)
-        need_httpx(source)
         #: The reload and the switch's watcher both replace ``snapshot``: one at a time.
         self._swap_lock = threading.Lock()
         self._follower: SwitchFollower | None = None

@@ -232,15 +232,13 @@ def _host_port(text: str, item: str, default: int) -> tuple[str, int]:
 
 def need_httpx(source: SwitchSource) -> None:
     """``SwitchSourceError`` unless httpx (the extra of ``source``'s kind) is installed."""
-    if not source.external:
-        return
-    try:
-        import httpx  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if source.external and importlib.util.find_spec("httpx") is None:
         raise SwitchSourceError(
-            f"switch_source {source.shown} needs httpx: "
+            f"setting switch_source={source.shown}: needs httpx: "
             f"pip install 'gateway-limiter[{source.kind}]'"
-        ) from None
+        )
 
 
 # --- what a reading means ------------------------------------------------------------------
