@@ -279,6 +279,20 @@ class Registry:
             finally:
                 self._switch_records.task_done()
 
+    def wait_for_switch_source(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the switch's source (etcd, Apollo) to be read
+        once (``start`` waits only ``FIRST_READING_WAIT_S``); whether it has been. True
+        at once for the table."""
+        if self._watcher is None:
+            return True
+        deadline = time.monotonic() + timeout_s
+        while not self.switch_follower_reached():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._watcher.reached.wait(left)
+        return True
+
     def switch_follower_reached(self) -> bool:
         """Whether the switch's source (etcd, Apollo) has answered this process yet."""
         return self._follower is not None and self._follower.reached

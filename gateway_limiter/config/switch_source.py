@@ -543,6 +543,8 @@ class SwitchWatcher:
         self.follower = follower
         #: Set after the first reading or failure (the thread's start waits for it).
         self.settled = threading.Event()
+        #: Set after the first reading.
+        self.reached = threading.Event()
         self._settled_here: asyncio.Event | None = None  # the same, for start_task
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -562,6 +564,7 @@ class SwitchWatcher:
                 try:
                     async for reading in follow:
                         self.follower.seen(reading)
+                        self.reached.set()
                         self._settle()
                         pause = RETRY_MIN_S
                     continue  # idle, not a failure: open it again at once

@@ -238,9 +238,11 @@ def test_a_process_that_never_reached_the_source_starts_from_the_setting_and_say
         assert limiter.registry.snapshot.switch_source == "settings"
         (error,) = records.lines(logging.ERROR)
         assert "never reached" in error and "starting from the switch setting" in error
+        assert not limiter.registry.wait_for_switch_source(0.0)
         heard = Heard(limiter)
         centre.start()
         assert heard.next(timeout=5.0) is True  # read as soon as it answers
+        assert limiter.registry.wait_for_switch_source(0.0)
     finally:
         limiter.close()
 
