@@ -551,12 +551,13 @@ class SwitchWatcher:
         self._task: asyncio.Task[None] | None = None
 
     async def follow(self) -> None:
-        """Read, watch, and on any failure try the next host after a short pause; until
-        cancelled. Every failure keeps the last good state (``SwitchFollower.lost``)."""
+        """Read, watch, and on any failure try the next host; until cancelled. The
+        source is unreachable (``SwitchFollower.lost``: the state stays) only once
+        every host has failed in a row, and each such round ends with a short pause."""
         source = self.follower.source
         pause = RETRY_MIN_S
         hosts = source.bases()
-        at = 0
+        at = failed = 0
         async with _client(source) as client:
             while True:
                 base = hosts[at % len(hosts)]
@@ -564,6 +565,7 @@ class SwitchWatcher:
                 try:
                     async for reading in follow:
                         self.follower.seen(reading)
+                        failed = 0
                         self.reached.set()
                         self._settle()
                         pause = RETRY_MIN_S
@@ -571,13 +573,18 @@ class SwitchWatcher:
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # any failure of the source: keep the state
-                    self.follower.lost(_reason(base, e))
-                    self._settle()
+                    failed += 1
+                    if failed < len(hosts):
+                        log.debug("switch source %s: %s", source.shown, _reason(base, e))
+                    else:
+                        self.follower.lost(_reason(base, e))
+                        self._settle()
                 finally:
                     await follow.aclose()  # type: ignore[attr-defined]
                 at += 1
-                await asyncio.sleep(pause)
-                pause = min(RETRY_MAX_S, pause * 2)
+                if failed >= len(hosts):  # every host failed: pause before the next round
+                    await asyncio.sleep(pause)
+                    pause = min(RETRY_MAX_S, pause * 2)
 
     def _settle(self) -> None:
         self.settled.set()
