@@ -34,7 +34,6 @@ from gateway_limiter.config.switch_source import (
     Reading,
     SwitchFollower,
     SwitchWatcher,
-    need_httpx,
     parse_switch_source,
     switch_value,
 )
@@ -137,7 +136,6 @@ class Registry:
         self.snapshot = Snapshot(switch=settings.switch)
         #: Where the switch comes from (setting ``switch_source``).
         self.switch_source = source = parse_switch_source(settings.switch_source)
-        need_httpx(source)
         #: The reload and the switch's watcher both replace ``snapshot``: one at a time.
         self._swap_lock = threading.Lock()
         self._follower: SwitchFollower | None = None
@@ -281,6 +279,20 @@ class Registry:
                     failing = True
             finally:
                 self._switch_records.task_done()
+
+    def wait_for_switch_source(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the switch's source (etcd, Apollo) to be read
+        once (``start`` waits only ``FIRST_READING_WAIT_S``); whether it has been. True
+        at once for the table."""
+        if self._watcher is None:
+            return True
+        deadline = time.monotonic() + timeout_s
+        while not self.switch_follower_reached():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._watcher.reached.wait(left)
+        return True
 
     def switch_follower_reached(self) -> bool:
         """Whether the switch's source (etcd, Apollo) has answered this process yet."""

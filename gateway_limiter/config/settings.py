@@ -19,7 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from gateway_limiter.config.switch_source import SwitchSourceError, parse_switch_source
+from gateway_limiter.config.switch_source import (
+    SwitchSourceError,
+    need_httpx,
+    parse_switch_source,
+)
 from gateway_limiter.observe.logs import log
 from gateway_limiter.observe.redact import mask_secrets, mask_url
 
@@ -147,7 +151,7 @@ def _validate(s: Settings) -> None:
     if scheme not in REDIS_SCHEMES:
         raise _bad("redis_url", s.redis_url, f"scheme must be one of {', '.join(REDIS_SCHEMES)}")
     try:
-        parse_switch_source(s.switch_source)
+        need_httpx(parse_switch_source(s.switch_source))  # its extra: checked at start
     except SwitchSourceError as e:
         raise SettingsError(str(e)) from None
     if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,32}", s.key_prefix):

@@ -232,15 +232,13 @@ def _host_port(text: str, item: str, default: int) -> tuple[str, int]:
 
 def need_httpx(source: SwitchSource) -> None:
     """``SwitchSourceError`` unless httpx (the extra of ``source``'s kind) is installed."""
-    if not source.external:
-        return
-    try:
-        import httpx  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if source.external and importlib.util.find_spec("httpx") is None:
         raise SwitchSourceError(
-            f"switch_source {source.shown} needs httpx: "
+            f"setting switch_source={source.shown}: needs httpx: "
             f"pip install 'gateway-limiter[{source.kind}]'"
-        ) from None
+        )
 
 
 # --- what a reading means ------------------------------------------------------------------
@@ -545,18 +543,21 @@ class SwitchWatcher:
         self.follower = follower
         #: Set after the first reading or failure (the thread's start waits for it).
         self.settled = threading.Event()
+        #: Set after the first reading.
+        self.reached = threading.Event()
         self._settled_here: asyncio.Event | None = None  # the same, for start_task
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def follow(self) -> None:
-        """Read, watch, and on any failure try the next host after a short pause; until
-        cancelled. Every failure keeps the last good state (``SwitchFollower.lost``)."""
+        """Read, watch, and on any failure try the next host; until cancelled. The
+        source is unreachable (``SwitchFollower.lost``: the state stays) only once
+        every host has failed in a row, and each such round ends with a short pause."""
         source = self.follower.source
         pause = RETRY_MIN_S
         hosts = source.bases()
-        at = 0
+        at = failed = 0
         async with _client(source) as client:
             while True:
                 base = hosts[at % len(hosts)]
@@ -564,19 +565,26 @@ class SwitchWatcher:
                 try:
                     async for reading in follow:
                         self.follower.seen(reading)
+                        failed = 0
+                        self.reached.set()
                         self._settle()
                         pause = RETRY_MIN_S
                     continue  # idle, not a failure: open it again at once
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # any failure of the source: keep the state
-                    self.follower.lost(_reason(base, e))
-                    self._settle()
+                    failed += 1
+                    if failed < len(hosts):
+                        log.debug("switch source %s: %s", source.shown, _reason(base, e))
+                    else:
+                        self.follower.lost(_reason(base, e))
+                        self._settle()
                 finally:
                     await follow.aclose()  # type: ignore[attr-defined]
                 at += 1
-                await asyncio.sleep(pause)
-                pause = min(RETRY_MAX_S, pause * 2)
+                if failed >= len(hosts):  # every host failed: pause before the next round
+                    await asyncio.sleep(pause)
+                    pause = min(RETRY_MAX_S, pause * 2)
 
     def _settle(self) -> None:
         self.settled.set()

@@ -32,7 +32,7 @@ from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.table import make_engine, write_switch
 from tests.support.limiting import write_row
-from tests.support.services import TlsFiles
+from tests.support.services import TlsFiles, free_port
 from tests.support.switch_sources import ApolloCentre, ApolloServer, Centre, EtcdCentre, EtcdServer
 
 ROOT = Path(__file__).parents[2]
@@ -238,9 +238,11 @@ def test_a_process_that_never_reached_the_source_starts_from_the_setting_and_say
         assert limiter.registry.snapshot.switch_source == "settings"
         (error,) = records.lines(logging.ERROR)
         assert "never reached" in error and "starting from the switch setting" in error
+        assert not limiter.registry.wait_for_switch_source(0.0)
         heard = Heard(limiter)
         centre.start()
         assert heard.next(timeout=5.0) is True  # read as soon as it answers
+        assert limiter.registry.wait_for_switch_source(0.0)
     finally:
         limiter.close()
 
@@ -394,3 +396,21 @@ def test_an_etcd_over_tls_with_a_client_certificate_is_followed(
         assert len(records.lines(logging.ERROR)) == 1
     finally:
         server.stop()
+
+
+def test_several_etcd_hosts_one_of_them_down_are_followed_without_an_error(
+    etcd: EtcdServer, db: tuple[str, Engine], records: Records
+) -> None:
+    centre = EtcdCentre(etcd)
+    centre.set("off")
+    down = free_port()  # nothing listens there
+    source = f"etcd://127.0.0.1:{down},127.0.0.1:{etcd.port}/{centre.key}"
+    limiter = started(db[0], source)
+    try:
+        assert limiter.registry.snapshot.switch is False
+        heard = Heard(limiter)
+        centre.set("on")
+        assert heard.next() is True
+    finally:
+        limiter.close()
+    assert not records.lines(logging.ERROR)  # a host down is no outage while another answers

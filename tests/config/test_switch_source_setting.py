@@ -114,3 +114,17 @@ def test_what_each_reading_does(caplog: pytest.LogCaptureFixture) -> None:
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 2 and "keeping the last good state: switch on" in errors[1]
     assert follower.enabled is True
+
+
+def test_a_configuration_centre_without_its_extra_is_a_settings_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "httpx" else real(name, *a)
+    )
+    with pytest.raises(SettingsError, match=r"needs httpx: pip install 'gateway-limiter\[etcd\]'"):
+        Settings(switch_source="etcd://u:secret@h/k")
+    assert Settings().switch_source == "table"  # the table needs nothing more

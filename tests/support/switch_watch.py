@@ -1,7 +1,8 @@
 """One gateway process following the switch's source, for the fleet test of the switch.
 
 ``python -m tests.support.switch_watch DATABASE_URL SWITCH_SOURCE`` starts a
-``GatewayLimiter`` (buckets in ``memory://``), prints ``ready on|off``, then one line
+``GatewayLimiter`` (buckets in ``memory://``), prints ``ready on|off`` once it has read
+the source, then one line
 ``switch on|off <time.time()>`` each time the switch changes (a registry listener: the
 moment the process swapped it in), until its stdin closes.
 """
@@ -34,6 +35,10 @@ def main(database_url: str, switch_source: str) -> None:
 
     limiter.registry.listeners.append(heard)
     limiter.start()
+    # start() waits 2 s for the first reading; a loaded host may need longer to start
+    # three processes at once, and the test flips only once each has read the key.
+    if not limiter.registry.wait_for_switch_source(30.0):
+        raise SystemExit("the switch's source was never read")
     last[0] = limiter.registry.snapshot.switch
     print(f"ready {'on' if last[0] else 'off'}", flush=True)
     sys.stdin.read()  # until the test closes it
