@@ -107,7 +107,7 @@ from gateway_limiter.core.status import (
     bucket_status,
     chosen,
     has_pushback_state,
-    has_shared_bucket,
+    has_shared_state,
 )
 from gateway_limiter.core.steps import (
     Ask,
@@ -192,8 +192,10 @@ class AsyncGatewayLimiter(LimiterCore):
                 beat = attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand)
                 self._beat(await beat)
             self._heartbeats = asyncio.create_task(self._beating(), name="gateway-limiter-fleet")
-        # The registry's first reload and its reload thread, exactly as the sync limiter's.
-        return self._running(await asyncio.to_thread(self.registry.start))
+        # The switch's source (etcd, Apollo) followed by a task on this loop; then the
+        # registry's first reload and its reload thread, exactly as the sync limiter's.
+        await self.registry.start_following_async()
+        return self._running(await asyncio.to_thread(self.registry.start, follow_switch=False))
 
     async def _beating(self) -> None:
         """Renew this process's fleet membership every ``fleet_heartbeat`` s: a task of
@@ -235,6 +237,7 @@ class AsyncGatewayLimiter(LimiterCore):
             await attempt_async(self.backend.script, call)
         await self._stop_heartbeats()
         await self._stop_renewer()
+        await self.registry.stop_following_async()
         await asyncio.to_thread(self.registry.close)  # disposing the engine is database I/O
         await self.backend.aclose()
 
@@ -388,7 +391,7 @@ class AsyncGatewayLimiter(LimiterCore):
         out = []
         for rule in limits:
             peeked = (
-                await attempt_async(self.backend.peek, rule) if has_shared_bucket(rule) else None
+                await attempt_async(self.backend.peek, rule) if has_shared_state(rule) else None
             )
             out.append(bucket_status(rule, self.backend.shared, peeked, interface, pushed))
         return out

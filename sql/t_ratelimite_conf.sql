@@ -38,6 +38,14 @@ alter table t_ratelimite_conf
 alter table t_ratelimite_conf
     add column leaseMs INT(11) NULL;  -- ms of the rate one process takes per round trip; NULL/0 = off
 
+-- Revision 0008: the text that identifies a row compares byte for byte, as the limiter
+-- compares it (no case, accent or trailing-space folding). MariaDB's collation; on
+-- MySQL 8 write utf8mb4_0900_bin, on MySQL 5.7 utf8mb4_bin.
+alter table t_ratelimite_conf
+    modify interfaceUrl VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NULL,
+    modify channelType  VARCHAR(24)  CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NULL,
+    modify callerKey    VARCHAR(64)  CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NULL;
+
 -- Every change to a limit or the switch: through the command line or the console,
 -- or found by the reload after plain SQL (source = 'sql').
 create table t_ratelimite_audit (

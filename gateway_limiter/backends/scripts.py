@@ -45,6 +45,7 @@ from gateway_limiter.backends.state import (
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.algorithms import KIND_CODES
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
+from gateway_limiter.model.limits import FixedWindow, LimitKind, LimitState, SlidingLog
 from gateway_limiter.model.pushback import PushbackState
 
 BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
@@ -325,6 +326,31 @@ def parse_state(raw: object) -> BucketState | None:
         return None
     state = BucketState(*STATE.unpack_from(raw))
     return None if state.stored < 0 else state  # -1: pushback state alone
+
+
+#: A fixed window's counter in Redis: the window k, the permits in it (limits.lua).
+FIXED = struct.Struct("<2d")
+
+
+def is_sliding(rule: Rule) -> bool:
+    """True when ``rule``'s limit is a sliding window: a list, read with LRANGE (any
+    other limit is one string, read with GET)."""
+    return rule.kind is LimitKind.SLIDING_WINDOW
+
+
+def parse_limit_state(rule: Rule, raw: object) -> LimitState | None:
+    """What ``peek`` read of ``rule``'s own limit: a bucket's state, a fixed window's
+    counter (GET), a sliding window's admission times (LRANGE), or None when there is
+    none (or the key holds something else: lost state, as the scripts treat it)."""
+    if is_sliding(rule):
+        if not isinstance(raw, list) or not raw:
+            return None
+        return SlidingLog.of([float(t) for t in raw])
+    if rule.kind is LimitKind.FIXED_WINDOW:
+        if not isinstance(raw, bytes) or len(raw) != FIXED.size:
+            return None
+        return FixedWindow(*FIXED.unpack(raw))
+    return parse_state(raw)
 
 
 def parse_pushback_state(raw: object, in_bucket: bool) -> PushbackState | None:

@@ -59,10 +59,10 @@ class Decision(NamedTuple):
     ``retry_after``: when refused, seconds after which the same call would fit its wait
     budget if nobody else took permits meanwhile; None when allowed, or when waiting
     cannot help (a closed interface, more permits than the limit can ever give).
-    ``remaining``: whole permits left in the bucket after this call (0 while a
-    pushback's ``retry_after`` holds the interface); None when the
-    call is not limited, or the algorithm keeps no count (``sliding_window``), or the
-    failure policy ``allow``/``deny`` decided.
+    ``remaining``: whole permits left after this call by the limit that binds (a
+    bucket's stored permits; a window's count less what its window holds), 0 while a
+    pushback's ``retry_after`` holds the interface; None when the call is not limited,
+    or the failure policy ``allow``/``deny`` decided.
     ``limit``: the row's ``rateLimit`` (permits per second); None when not limited.
     ``shadow``: the rule is in shadow mode: decided and counted, never enforced.
     ``effective_rate``: the rate the interface runs at after the supplier's pushbacks
@@ -128,7 +128,7 @@ def decision_of(
             retry_after = max(0.0, verdict.wait_us / US_PER_S - budget_s)
     if rule.closed:
         remaining: int | None = 0
-    elif verdict is ADMIT or verdict is REFUSE or not rule.spec.shows_remaining:
+    elif verdict is ADMIT or verdict is REFUSE:
         remaining = None
     elif verdict.held_us > 0.0:  # a pushback's hold: nothing goes before it ends
         remaining = 0

@@ -1,5 +1,5 @@
 """The algorithms, each defined once: what the ``algorithm`` column may say, and for each
-the kind of state it keeps, its code in the scripts, how big it is, and how it is shown.
+the kind of state it keeps, its code in the scripts, and whether it is a window.
 
 Everything else reads this table: the rows (``config/rules.py``: ``Rule.kind``,
 ``Rule.most``), the model (``model/limits.py``: one ``LimitModel`` per kind), the keys and
@@ -44,18 +44,15 @@ class Spec(NamedTuple):
     #: True: it counts calls in windows of its period (holds ``rate``); False: a bucket
     #: that holds its capacity (``maxPermits``, else the rate) and refills
     window: bool
-    #: True: a decision shows the permits left (``Decision.remaining``); a sliding
-    #: window's left count changes as its window slides, so it shows none
-    shows_remaining: bool
 
 
 #: Every algorithm, defined once.
 ALGORITHM_TABLE: Final[dict[Algorithm, Spec]] = {
-    Algorithm.TOKEN_BUCKET: Spec(LimitKind.TOKEN_BUCKET, 1.0, False, True),
+    Algorithm.TOKEN_BUCKET: Spec(LimitKind.TOKEN_BUCKET, 1.0, False),
     # a bucket whose stored permits cost: the same state and script code as a bucket
-    Algorithm.WARM_UP: Spec(LimitKind.TOKEN_BUCKET, 1.0, False, True),
-    Algorithm.SLIDING_WINDOW: Spec(LimitKind.SLIDING_WINDOW, 2.0, True, False),
-    Algorithm.FIXED_WINDOW: Spec(LimitKind.FIXED_WINDOW, 3.0, True, True),
+    Algorithm.WARM_UP: Spec(LimitKind.TOKEN_BUCKET, 1.0, False),
+    Algorithm.SLIDING_WINDOW: Spec(LimitKind.SLIDING_WINDOW, 2.0, True),
+    Algorithm.FIXED_WINDOW: Spec(LimitKind.FIXED_WINDOW, 3.0, True),
 }
 
 #: Each kind of state's code in the scripts (from the table).

@@ -284,8 +284,10 @@ class ProcessMetrics:
         self.backend_fallbacks.inc()
 
     def reloaded(self, summary: ReloadSummary) -> None:
-        """A reload finished (Registry listener)."""
-        self.reloads.labels(outcome="ok" if summary.ok else "failed").inc()
+        """A reload finished (Registry listener); a switch etcd or Apollo changed is no
+        reload, and not counted as one."""
+        if not summary.switch_only:
+            self.reloads.labels(outcome="ok" if summary.ok else "failed").inc()
 
     def attach(self, source: Source) -> None:
         """Make ``source`` the one the gauges describe (the newest attached wins)."""
