@@ -1,0 +1,128 @@
+"""The deployment recipes (examples/deploy/, docs/deploy.md) under the real servers:
+gunicorn (sync and gthread workers, with and without ``--preload``: the limiter is
+started at import, so with ``--preload`` it starts in the master before the fork),
+uvicorn and hypercorn workers (the limiter starts in the lifespan).
+
+One server start per setup, on a real MariaDB table and a private Redis; each checks:
+
+- ``gateway-limiter fleet`` lists exactly the worker processes (not a master that only
+  forks);
+- a row change reaches every worker within ``reload_interval`` (1 s here);
+- the workers together admit exactly what the row allows (one shared bucket).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from tests.support.deploy import BIN, Answer, ask, fleet_pids, free_port, limiter_env, poll, serve
+from tests.support.limiting import write_row
+from tests.support.services import RedisServer
+
+pytestmark = pytest.mark.slow
+
+WORKERS = 2
+RELOAD_S = 1.0
+#: One reload interval, its jitter (a tenth), a reload's own time and a loaded host.
+REACHED_WITHIN_S = RELOAD_S * 1.1 + 1.0
+RATE = "/sup/rate"
+COUNTED = "/sup/counted"
+COUNTED_LIMIT = 10
+
+
+def gunicorn(*options: str) -> list[str]:
+    return [str(BIN / "gunicorn"), "-w", str(WORKERS), *options]
+
+
+SETUPS = {
+    "gunicorn-sync": (gunicorn(), "wsgi_gunicorn:app"),
+    "gunicorn-sync-preload": (gunicorn("--preload"), "wsgi_gunicorn:app"),
+    "gunicorn-gthread": (gunicorn("-k", "gthread", "--threads", "4"), "wsgi_gunicorn:app"),
+    "gunicorn-gthread-preload": (
+        gunicorn("-k", "gthread", "--threads", "4", "--preload"),
+        "wsgi_gunicorn:app",
+    ),
+    "uvicorn": ([str(BIN / "uvicorn"), "--workers", str(WORKERS)], "asgi_workers:app"),
+    "hypercorn": ([str(BIN / "hypercorn"), "--workers", str(WORKERS)], "asgi_workers:app"),
+}
+
+
+def bind(name: str, port: int) -> list[str]:
+    if name.startswith("gunicorn"):
+        return ["-b", f"127.0.0.1:{port}"]
+    if name == "uvicorn":
+        return ["--host", "127.0.0.1", "--port", str(port)]
+    return ["-b", f"127.0.0.1:{port}"]
+
+
+@pytest.fixture
+def redis() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+def test_every_worker_follows_the_table_and_the_fleet_is_the_workers(
+    setup: str,
+    migrated_db: tuple[str, Engine],
+    redis: RedisServer,
+    key_prefix: str,
+    tmp_path: Path,
+) -> None:
+    db, engine = migrated_db
+    write_row(engine, RATE, rateLimit=1000, cache=0)
+    write_row(engine, COUNTED, rateLimit=COUNTED_LIMIT, periodSeconds=3600, cache=0)
+    env = limiter_env(db, redis.url, key_prefix)
+    port = free_port()
+    command, app = SETUPS[setup]
+    with serve(
+        [*command, *bind(setup, port), app], env, port, tmp_path / "server.log", WORKERS
+    ) as served:
+        workers = served.workers()
+        assert len(workers) == WORKERS
+
+        # Every worker has decided and beaten: the fleet is the workers, nothing else.
+        seen: dict[int, Answer] = {}
+
+        def every_worker_answered() -> bool:
+            answer = ask(port, RATE)
+            assert answer.status == 200, (answer, served.output())
+            if answer.pid is not None:
+                seen[answer.pid] = answer
+            return set(seen) == workers
+
+        assert poll(every_worker_answered, 30, every_s=0), (seen, workers)
+        assert {a.limit for a in seen.values()} == {1000}
+        assert poll(lambda: fleet_pids(env) == workers, 10), (fleet_pids(env), workers)
+
+        # A row change reaches every worker within the reload interval.
+        write_row(engine, RATE, rateLimit=2000)
+        changed_at = time.monotonic()
+        last_old = changed_at
+        new: set[int] = set()
+
+        def every_worker_follows() -> bool:
+            nonlocal last_old
+            answer = ask(port, RATE)
+            if answer.limit == 1000:
+                last_old = answer.sent_at
+            elif answer.limit == 2000 and answer.pid is not None:
+                new.add(answer.pid)
+            return new == workers
+
+        assert poll(every_worker_follows, 15, every_s=0), (new, workers, served.output())
+        assert last_old - changed_at < REACHED_WITHIN_S
+
+        # The workers share one bucket: 10 per hour, whoever asks.
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(lambda _: ask(port, COUNTED), range(3 * COUNTED_LIMIT)))
+        assert sorted({a.status for a in answers}) == [200, 429]
+        assert sum(a.status == 200 for a in answers) == COUNTED_LIMIT
+        assert fleet_pids(env) == workers  # still the workers, after all that
