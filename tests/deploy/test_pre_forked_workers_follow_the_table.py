@@ -8,17 +8,21 @@ One server start per setup, on a real MariaDB table and a private Redis; each ch
 - ``gateway-limiter fleet`` lists exactly the worker processes (not a master that only
   forks);
 - a row change reaches every worker within ``reload_interval`` (1 s here);
-- the workers together admit exactly what the row allows (one shared bucket).
+- the workers together admit exactly what the row allows (one shared bucket);
+- with ``--preload`` and prometheus-client's multiprocess mode, each worker writes
+  its own metrics (a file of its pid, its gauges set afresh after the fork).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from prometheus_client.mmap_dict import MmapedDict
 from sqlalchemy import Engine
 
 from tests.support.deploy import BIN, Answer, ask, fleet_pids, free_port, limiter_env, poll, serve
@@ -79,7 +83,11 @@ def test_every_worker_follows_the_table_and_the_fleet_is_the_workers(
     db, engine = migrated_db
     write_row(engine, RATE, rateLimit=1000, cache=0)
     write_row(engine, COUNTED, rateLimit=COUNTED_LIMIT, periodSeconds=3600, cache=0)
-    env = limiter_env(db, redis.url, key_prefix)
+    metrics = tmp_path / "prometheus"
+    metrics.mkdir()
+    preloaded = setup.endswith("-preload")
+    more = {"PROMETHEUS_MULTIPROC_DIR": str(metrics), "GATEWAY_LIMITER_METRICS": "true"}
+    env = limiter_env(db, redis.url, key_prefix, **(more if preloaded else {}))
     port = free_port()
     command, app = SETUPS[setup]
     with serve(
@@ -126,3 +134,21 @@ def test_every_worker_follows_the_table_and_the_fleet_is_the_workers(
         assert sorted({a.status for a in answers}) == [200, 429]
         assert sum(a.status == 200 for a in answers) == COUNTED_LIMIT
         assert fleet_pids(env) == workers  # still the workers, after all that
+
+    if preloaded:  # each worker's own files, its gauges set since the fork
+        for pid in workers:
+            assert published(metrics / f"gauge_mostrecent_{pid}.db", "effective_rate") == {
+                RATE: 2000.0,
+                COUNTED: 10.0,
+            }
+            assert published(metrics / f"counter_{pid}.db", "decisions_total").keys() >= {RATE}
+
+
+def published(path: Path, metric: str) -> dict[str, float]:
+    """interface -> value of ``gateway_limiter_<metric>`` in one worker's file."""
+    found = {}
+    for key, value, _, _ in MmapedDict.read_all_values_from_file(str(path)):  # type: ignore[no-untyped-call]
+        _, name, labels, _ = json.loads(key)
+        if name == f"gateway_limiter_{metric}":
+            found[labels["interface"]] = value
+    return found
