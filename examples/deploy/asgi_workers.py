@@ -2,7 +2,6 @@
 
     uvicorn --workers 4 asgi_workers:app
     hypercorn --workers 4 asgi_workers:app
-    gunicorn -w 4 -k uvicorn.workers.UvicornWorker asgi_workers:app
 
 An ``AsyncGatewayLimiter`` belongs to the event loop it runs on, so each worker starts
 its own in the app's lifespan, on the worker's loop, and closes it at shutdown (a
