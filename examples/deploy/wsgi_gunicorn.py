@@ -18,6 +18,7 @@ Decision's ``X-RateLimit-*`` headers go with it (429 with ``Retry-After`` when r
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 from collections.abc import Callable, Iterable
@@ -26,7 +27,10 @@ from typing import Any
 from gateway_limiter import GatewayLimiter
 
 limiter = GatewayLimiter.from_settings()
-limiter.start()  # closed when the process exits; gunicorn's worker_exit hook may close it
+limiter.start()
+# A worker that exits (gunicorn ends each with sys.exit) closes its limiter and leaves
+# the fleet at once, rather than after its membership's time to live.
+atexit.register(limiter.close)
 
 
 def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

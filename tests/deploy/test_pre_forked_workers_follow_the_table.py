@@ -9,6 +9,7 @@ One server start per setup, on a real MariaDB table and a private Redis; each ch
   forks);
 - a row change reaches every worker within ``reload_interval`` (1 s here);
 - the workers together admit exactly what the row allows (one shared bucket);
+- stopped, the workers leave the fleet at once;
 - with ``--preload`` and prometheus-client's multiprocess mode, each worker writes
   its own metrics (a file of its pid, its gauges set afresh after the fork).
 """
@@ -134,6 +135,8 @@ def test_every_worker_follows_the_table_and_the_fleet_is_the_workers(
         assert sorted({a.status for a in answers}) == [200, 429]
         assert sum(a.status == 200 for a in answers) == COUNTED_LIMIT
         assert fleet_pids(env) == workers  # still the workers, after all that
+    # stopped: every worker closed its limiter and left (a member lapses after 15 s)
+    assert fleet_pids(env) == set()
 
     if preloaded:  # each worker's own files, its gauges set since the fork
         for pid in workers:
