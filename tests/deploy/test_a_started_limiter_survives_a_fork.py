@@ -22,18 +22,26 @@ from tests.support.limiting import write_row
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 URL = "/sup/forked"
+SLOT_URL = "/sup/one-at-a-time"
+SLOT_LEASE_S = 1.0
 RELOAD_S = 1.0
 REACHED_WITHIN_S = RELOAD_S * 1.1 + 1.0
 
 
 @pytest.fixture
 def limiter_settings() -> dict[str, Any]:
-    return {"reload_interval": RELOAD_S, "fleet_heartbeat": 0.5, "redis_timeout": 2.0}
+    return {
+        "reload_interval": RELOAD_S,
+        "fleet_heartbeat": 0.5,
+        "redis_timeout": 2.0,
+        "slot_lease": SLOT_LEASE_S,
+    }
 
 
 @pytest.fixture
 def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
     write_row(limiter_db[1], URL, rateLimit=1000, cache=0)
+    write_row(limiter_db[1], SLOT_URL, rateLimit=1000, cache=0, maxConcurrent=1)
     return limiter_db
 
 
@@ -131,3 +139,23 @@ async def test_an_asyncio_limiter_started_before_a_fork_runs_anew_in_the_child(
     assert await asyncio.to_thread(poll, lambda: fleet() == set(), 5), fleet()  # it left
     assert (await alim.decide(URL, timeout=0)).limit == 2000  # the parent reloads still
     assert await asyncio.to_thread(poll, lambda: fleet() == {os.getpid()}, 5), fleet()
+
+
+def test_a_forked_child_renews_its_own_slots(lim: GatewayLimiter) -> None:
+    """The parent's slot renewer is a thread the child lacks: the child starts its own,
+    so a slot it holds past its lease stays held."""
+    with lim.slot(SLOT_URL):  # the parent's renewer thread runs from here on
+        pass
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+
+        def hold_past_the_lease() -> dict[str, Any]:
+            with lim.slot(SLOT_URL, timeout=0):
+                time.sleep(2.5 * SLOT_LEASE_S)  # the lease lapses unless renewed
+                return {"in_flight": lim.in_flight(SLOT_URL)}
+
+        in_child(write, hold_past_the_lease)
+    os.close(write)
+    assert wait_child(pid, read) == {"in_flight": 1}
+    assert lim.in_flight(SLOT_URL) == 0  # given back as the child's block ended
