@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.errors import NotStarted
-from tests.support.deploy import free_port
+from tests.support.deploy import free_port, limiter_env
 from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
@@ -47,15 +47,9 @@ async def test_readme_asgi_example_starts_in_the_lifespan_and_limits_callers(
 ) -> None:
     url, engine = migrated_db
     write_row(engine, "/ibe/flight/search", rateLimit=2, cache=0.0)
-    for name, value in {
-        "DATABASE_URL": url,
-        "REDIS_URL": redis_server.url,
-        "KEY_PREFIX": key_prefix,
-        "REDIS_TIMEOUT": "2",
-        "METRICS": "false",
-    }.items():
-        monkeypatch.setenv(f"GATEWAY_LIMITER_{name}", value)
-    monkeypatch.setenv("GATEWAY_LIMITER_SETTINGS", "/dev/null")
+    for name, value in limiter_env(url, redis_server.url, key_prefix).items():
+        if name.startswith("GATEWAY_LIMITER_"):  # as a deployment's environment gives them
+            monkeypatch.setenv(name, value)
     namespace: dict[str, Any] = {"__name__": "readme_example"}
     exec(compile(readme_asgi_block(), str(README), "exec"), namespace)
     limiter: AsyncGatewayLimiter = namespace["async_limiter"]

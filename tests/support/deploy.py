@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,3 +202,27 @@ def poll(check: object, timeout_s: float, every_s: float = 0.1) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(every_s)
+
+
+#: One answer from a worker: when its request left (monotonic s), the worker's pid
+#: (None: not said) and the limit it decided by (None: not said).
+Seen = tuple[float, int | None, int | None]
+
+
+def reached_by(
+    workers: set[int], new_limit: int, ask_batch: Callable[[], Iterable[Seen]], timeout_s: float
+) -> float:
+    """Ask batches until every worker has answered with ``new_limit``; how long after the
+    start the last answer with another limit was asked for (0.0: none was). Fails the
+    test when some worker has not followed within ``timeout_s``."""
+    started = time.monotonic()
+    followed: set[int] = set()
+    last_old = started
+    while followed != workers:
+        assert time.monotonic() - started < timeout_s, (followed, workers)
+        for sent_at, pid, limit in ask_batch():
+            if limit == new_limit and pid is not None:
+                followed.add(pid)
+            elif limit is not None and limit != new_limit:
+                last_old = max(last_old, sent_at)
+    return last_old - started
