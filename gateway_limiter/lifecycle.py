@@ -21,10 +21,11 @@ decision path (a decision never checks a pid):
   (closing would tear down the parent's connections): the database pool is dropped
   without closing (``Engine.dispose(close=False)``), and the rest is kept, unused, so
   that no finaliser touches a socket or an event loop the parent still runs.
-  A threaded ``GatewayLimiter`` starts at once in the child (first reload,
-  heartbeat). An ``AsyncGatewayLimiter`` reloads and schedules its reloads at once;
-  its heartbeat is a task of the child's event loop, started by its first decision on
-  a limited interface (no loop runs at the fork).
+  The child reloads at once and every ``reload_interval`` after, whatever it decides
+  on. It joins the fleet with its first decision on a limited interface: a child that
+  never decides (a pool of workers for other work) is not counted. The heartbeat is
+  then a thread (``GatewayLimiter``) or a task of the child's own event loop
+  (``AsyncGatewayLimiter``: no loop runs at the fork), beating at once.
 - **In the parent**, each limiter stops beating and leaves the fleet, so
   ``fleet_size`` counts the processes that decide. It keeps its limits and reloads,
   and rejoins the fleet with its next decision on a limited interface (a parent that
@@ -39,10 +40,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable
 from typing import Any, Final, Literal
 
-from gateway_limiter.core.failure import attempt_async
+from gateway_limiter.core.failure import attempt, attempt_async
 from gateway_limiter.observe.logs import log
 from gateway_limiter.observe.metrics import after_fork_in_child
 
@@ -119,12 +119,10 @@ def _restart(limiter: Any, kind: Kind) -> None:
     limiter._renewer = None
     if kind == THREADED:
         limiter._stop_beating = None
-        limiter.start()
-        return
-    # asyncio: no event loop runs at the fork. The reloads are threads: start them now;
-    # the first decision on a limited interface, on the child's loop, starts the heartbeat.
+    # The reloads start now (a thread), so that the child follows the table whatever it
+    # decides on; the fleet counts it from its first decision on a limited interface.
     limiter._running(limiter.registry.start())
-    _beat_on_first_decision(limiter, lambda: _start_async_heartbeat(limiter))
+    _beat_on_first_decision(limiter, kind)
 
 
 def _attributes(limiter: Any) -> dict[str, object]:
@@ -137,27 +135,48 @@ def _attributes(limiter: Any) -> dict[str, object]:
     return held
 
 
-def _start_async_heartbeat(limiter: Any) -> None:
-    if limiter._shared and limiter._started and limiter._heartbeats is None:
-        loop = asyncio.get_running_loop()
-        limiter._heartbeats = loop.create_task(limiter._beating(), name="gateway-limiter-fleet")
+def _join_fleet(limiter: Any, kind: Kind) -> None:
+    """Beat now, then every ``fleet_heartbeat`` s: on a thread of its own (threaded), or
+    as a task of the running loop (asyncio), never on the deciding caller's time."""
+    if not (limiter._shared and limiter._started and limiter._heartbeats is None):
+        return
+    fleet = limiter._fleet
+    if kind == THREADED:
+
+        def join() -> None:
+            demand = fleet.demand(limiter.registry.snapshot.rules)
+            limiter._beat(attempt(limiter.backend.heartbeat, fleet.member, fleet.ttl_ms, demand))
+            if limiter._started:
+                limiter._start_heartbeats()
+
+        threading.Thread(target=join, name="gateway-limiter-fleet-join", daemon=True).start()
+        return
+
+    async def join_async() -> None:
+        demand = fleet.demand(limiter.registry.snapshot.rules)
+        beat = attempt_async(limiter.backend.heartbeat, fleet.member, fleet.ttl_ms, demand)
+        limiter._beat(await beat)
+        await limiter._beating()
+
+    loop = asyncio.get_running_loop()
+    limiter._heartbeats = loop.create_task(join_async(), name="gateway-limiter-fleet")
 
 
-def _beat_on_first_decision(limiter: Any, start_beating: Callable[[], None]) -> None:
-    """Until ``limiter``'s next decision on a limited interface, that decision also starts
-    its heartbeat (once; every later decision counts as before, at no extra cost)."""
+def _beat_on_first_decision(limiter: Any, kind: Kind) -> None:
+    """Until ``limiter``'s next decision on a limited interface, that decision also has
+    it join the fleet (once; every later decision counts as before, at no extra cost)."""
     count = limiter._fleet.tallies.add
-    once = [start_beating]
+    once = [kind]
 
     def first(url: str, allowed: bool, waited: bool) -> None:
         limiter._tally = count
         count(url, allowed, waited)
         try:
-            start = once.pop()  # atomic: of two threads deciding at once, one starts it
+            once.pop()  # atomic: of two threads deciding at once, one has it join
         except IndexError:
             return
         _parked.discard(id(limiter))
-        start()
+        _join_fleet(limiter, kind)
 
     limiter._tally = first
 
@@ -180,7 +199,7 @@ def _leave_fleet(limiter: Any, kind: Kind) -> None:
     _parked.add(id(limiter))
     if kind == THREADED:
         limiter._stop_heartbeats()  # joins the heartbeat thread, then leaves the set
-        _beat_on_first_decision(limiter, limiter._start_heartbeats)
+        _beat_on_first_decision(limiter, kind)
         return
     task, limiter._heartbeats = limiter._heartbeats, None
     if task is not None:
@@ -194,7 +213,7 @@ def _leave_fleet(limiter: Any, kind: Kind) -> None:
         leaving = loop.create_task(attempt_async(limiter.backend.heartbeat, fleet.member, 0))
         _left_behind.append(leaving)  # keep a reference until it has run
         leaving.add_done_callback(_left_behind.remove)
-    _beat_on_first_decision(limiter, lambda: _start_async_heartbeat(limiter))
+    _beat_on_first_decision(limiter, kind)
 
 
 os.register_at_fork(after_in_child=_in_child, after_in_parent=_in_parent)

@@ -1,6 +1,7 @@
 """A limiter started before ``os.fork`` (gateway_limiter/lifecycle.py): the child gets
-a limiter of its own that reloads and beats, the parent leaves the fleet at the fork
-and rejoins with its next decision. Threaded and asyncio, on real MariaDB and Redis.
+a limiter of its own that reloads, renews its slots, and joins the fleet with its first
+decision; the parent leaves the fleet at the fork and rejoins with its next decision.
+Threaded and asyncio, on real MariaDB and Redis.
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ def in_child(report: int, work: Any) -> None:
         os._exit(code)
 
 
-def threaded_child(lim: GatewayLimiter) -> dict[str, Any]:
-    """Decide until the row's new rate shows (the parent changes it once told)."""
+def threaded_child(lim: GatewayLimiter, go: int) -> dict[str, Any]:
+    """Once the parent says go, decide until the row's new rate shows."""
+    os.read(go, 1)
     first = lim.decide(URL, timeout=0)
     started = time.monotonic()
     while (decision := lim.decide(URL, timeout=0)).limit != 2000:
@@ -100,11 +102,14 @@ def test_a_threaded_limiter_started_before_a_fork_runs_anew_in_the_child(
     assert lim.decide(URL, timeout=0).allowed
     assert poll(lambda: fleet_pids(env) == {os.getpid()}, 5)
     read, write = os.pipe()
+    go_read, go = os.pipe()
     pid = os.fork()
     if pid == 0:
-        in_child(write, lambda: threaded_child(lim))
+        in_child(write, lambda: threaded_child(lim, go_read))
     os.close(write)
-    # the parent only forked: the fleet is the child alone
+    # the parent only forked, the child has not decided yet: neither is in the fleet
+    assert poll(lambda: fleet_pids(env) == set(), 10), fleet_pids(env)
+    os.write(go, b"!")
     assert poll(lambda: fleet_pids(env) == {pid}, 10), fleet_pids(env)
     write_row(limiter_db[1], URL, rateLimit=2000)
     changed_at = time.monotonic()
