@@ -1,7 +1,7 @@
 """A started limiter in a process that forks: what the child and the parent do.
 
 Pre-forking servers (gunicorn with ``--preload``, a ``multiprocessing`` pool with the
-fork start method, uWSGI without lazy apps) may import the application, and start its
+fork start method) may import the application, and start its
 limiter, before they fork their workers. A forked child has none of its parent's
 threads: no reload schedule, no fleet heartbeat, no slot renewer. Its connections
 (Redis, the database, an event loop's sockets) are the parent's, in use by the parent.
@@ -79,11 +79,6 @@ def unwatch(limiter: Any) -> None:
         if id(limiter) in _watched:
             _watched = {k: v for k, v in _watched.items() if k != id(limiter)}
         _parked.discard(id(limiter))
-
-
-def watched() -> list[Any]:
-    """The started limiters of this process (for the tests and the curious)."""
-    return [limiter for limiter, _ in _watched.values()]
 
 
 # --- the child ----------------------------------------------------------------------------

@@ -4,8 +4,8 @@
 
 Each line on stdin is a batch of jobs (interfaces, separated by spaces), spread over the
 pool's workers; each job's decision is printed as a line of JSON, in order. The limiter
-is started in the parent, before the pool forks its workers, so that a bad setting or
-an unreachable database fails the service at once, before any work is taken. Each
+is started in the parent, before the pool forks its workers, so that a bad setting
+fails the service at once, before any work is taken. Each
 worker then runs a limiter of its own (its connections, reloads and fleet membership:
 gateway_limiter/lifecycle.py); the parent, which only hands out jobs, leaves the fleet.
 Settings come from ``settings.toml`` or ``GATEWAY_LIMITER_*`` variables.
