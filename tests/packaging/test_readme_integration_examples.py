@@ -1,8 +1,11 @@
-"""The README's ASGI example runs as written: its block is executed unchanged (settings
-from ``GATEWAY_LIMITER_*``, as a deployment gives them), and the app it builds is served
-by uvicorn on loopback, lifespan and all, on a real MariaDB table and Redis: the
-limiter starts in the lifespan, the middleware answers 429 past the row's rate, and the
-limiter leaves the fleet at shutdown."""
+"""The README's integration examples run as written, on a real MariaDB table and Redis.
+
+The ASGI block is executed unchanged (settings from ``GATEWAY_LIMITER_*``, as a
+deployment gives them), and the app it builds is served by uvicorn on loopback,
+lifespan and all: the limiter starts in the lifespan, the middleware answers 429 past
+the row's rate, and the limiter is closed at shutdown. The HTTP clients' block runs
+with the ``limiter`` the README builds before it, on a closed interface: refused
+before any request leaves, as it says."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import pytest
 import uvicorn
 from sqlalchemy import Engine
 
+from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.errors import NotStarted
 from tests.support.deploy import free_port, limiter_env
@@ -25,18 +29,27 @@ from tests.support.services import RedisServer
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def readme_asgi_block() -> str:
-    """The python block of the README's Integrations section that adds the ASGI
-    middleware."""
+def readme_integration_block(showing: str) -> str:
+    """The python block of the README's Integrations section that shows ``showing``."""
     section = README.read_text(encoding="utf-8").split("\n## Integrations\n", 1)[1]
     section = section.split("\n## ")[0]
     blocks = [
         block
         for block in re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-        if "RateLimitMiddleware" in block
+        if showing in block
     ]
-    assert len(blocks) == 1, "the Integrations section should show the ASGI middleware once"
+    assert len(blocks) == 1, f"the Integrations section should show {showing} once"
     return str(blocks[0])
+
+
+def test_readme_http_clients_example_refuses_before_the_request(
+    lim: GatewayLimiter, limiter_db: tuple[str, Engine], capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_row(limiter_db[1], "/ibe/flight/search", rateLimit=0, cache=0.0)  # closed
+    lim.reload()
+    namespace: dict[str, Any] = {"__name__": "readme_example", "limiter": lim}
+    exec(compile(readme_integration_block("LimiterTransport"), str(README), "exec"), namespace)
+    assert capsys.readouterr().out == "closed None\n"  # refused: supplier.example never asked
 
 
 async def test_readme_asgi_example_starts_in_the_lifespan_and_limits_callers(
@@ -51,7 +64,7 @@ async def test_readme_asgi_example_starts_in_the_lifespan_and_limits_callers(
         if name.startswith("GATEWAY_LIMITER_"):  # as a deployment's environment gives them
             monkeypatch.setenv(name, value)
     namespace: dict[str, Any] = {"__name__": "readme_example"}
-    exec(compile(readme_asgi_block(), str(README), "exec"), namespace)
+    exec(compile(readme_integration_block("RateLimitMiddleware"), str(README), "exec"), namespace)
     limiter: AsyncGatewayLimiter = namespace["async_limiter"]
 
     port = free_port()
