@@ -33,6 +33,15 @@ decision path (a decision never checks a pid):
 
 A limiter built but not started before the fork needs none of this: it connects on
 first use, in the process that uses it.
+
+The seam with the shells: they call ``watch`` at the end of ``start`` and ``unwatch``
+first in ``close`` (and ``abandon``). This module rebuilds a limiter through its own
+``__init__`` with its ``settings`` and reads or sets, by name: ``registry``,
+``backend``, ``_started``, ``_metrics``, ``_source``, ``_shared``, ``_fleet``,
+``_tally`` (the decision path's one counter call, which a parked limiter's next
+decision goes through), ``_running``, ``_beat``, ``backend_healthy``, the heartbeat's
+``_heartbeats`` / ``_start_heartbeats`` / ``_stop_heartbeats`` / ``_beating`` /
+``_stop_beating``, and ``_renewer``. ``tests/deploy/`` exercises every one of them.
 """
 
 from __future__ import annotations
