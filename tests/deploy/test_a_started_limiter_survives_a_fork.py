@@ -13,12 +13,13 @@ import time
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, make_url
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from tests.support.deploy import fleet_pids, limiter_env, poll
 from tests.support.limiting import write_row
+from tests.support.services import TcpProxy
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -164,3 +165,46 @@ def test_a_forked_child_renews_its_own_slots(lim: GatewayLimiter) -> None:
     os.close(write)
     assert wait_child(pid, read) == {"in_flight": 1}
     assert lim.in_flight(SLOT_URL) == 0  # given back as the child's block ended
+
+
+def test_a_child_forked_while_the_database_is_down_decides_by_the_parents_limits(
+    limiter_db: tuple[str, Engine], limiter_redis_url: str, key_prefix: str
+) -> None:
+    """The last good limits go with the fork, as a value: a child whose first reload
+    fails still limits, and follows the table once the database is back."""
+    url, engine = limiter_db
+    real = make_url(url)
+    proxy = TcpProxy(real.host or "127.0.0.1", real.port or 3306).start()
+    proxied = real.set(host="127.0.0.1", port=proxy.port).render_as_string(False)
+    parent = GatewayLimiter(
+        database_url=proxied, redis_url=limiter_redis_url, key_prefix=key_prefix,
+        reload_interval=RELOAD_S, redis_timeout=2.0,
+    )  # fmt: skip
+    try:
+        parent.start()
+        assert parent.decide(URL, timeout=0).limit == 1000
+        proxy.cut()  # the database is away at the fork
+        read, write = os.pipe()
+        decided, said = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+
+            def decide_by_what_was_known() -> dict[str, Any]:
+                first = parent.decide(URL, timeout=0).limit
+                os.write(said, b"!")  # the parent brings the database back now
+                started = time.monotonic()
+                while (limit := parent.decide(URL, timeout=0).limit) != 2000:
+                    if time.monotonic() - started > 20:
+                        break
+                    time.sleep(0.05)
+                return {"first": first, "last": limit}
+
+            in_child(write, decide_by_what_was_known)
+        os.close(write)
+        assert os.read(decided, 1) == b"!"
+        write_row(engine, URL, rateLimit=2000)
+        proxy.restore()
+        assert wait_child(pid, read) == {"first": 1000, "last": 2000}
+    finally:
+        parent.close()
+        proxy.cut()
