@@ -13,7 +13,8 @@ What is left for Redis is decided so:
   turn with its own keys and arguments and, if any refuses, puts every key back: all
   or nothing, in one round trip. On a Redis Cluster the interfaces lie in different
   slots, and they are decided one after the other instead (each still all or nothing
-  with its own channel cap), so one may take its permits while another refuses;
+  with its own channel cap), so one may take its permits while another refuses; but
+  the interfaces of one capped channel share its hash tag, and go in one call there too;
 - a refusal decided without Redis (a closed row, a local refusal, the ``deny`` policy)
   sends nothing for the others: nothing is taken.
 
@@ -75,16 +76,18 @@ class Judge:
     the channelType, and only interfaces under that channel's cap are limited for it.
     """
 
-    __slots__ = ("_combined", "_commands", "domain_channel", "limiter")
+    __slots__ = ("_cluster", "_combined", "_commands", "domain_channel", "limiter")
 
     def __init__(self, limiter: AsyncGatewayLimiter, domain_channel: bool = False) -> None:
         self.limiter = limiter
         self.domain_channel = domain_channel
         self._commands = Commands(limiter.settings.key_prefix)
         url = limiter.settings.redis_url.lower()
-        #: One script call can hold several interfaces: one Redis or a Sentinel's master
-        #: (a Cluster puts them in different slots; memory:// has no scripts)
+        #: One script call holds several interfaces on one Redis or a Sentinel's master;
+        #: on a Cluster only those under one hash tag (one channel's); memory:// has no
+        #: scripts
         self._combined = not url.startswith(("redis+cluster:", "memory:"))
+        self._cluster = url.startswith("redis+cluster:")
 
     async def judge(self, domain: str, wanted: list[Wanted]) -> Judgement:
         """Decide every descriptor of one request: all or nothing (see the module)."""
@@ -113,13 +116,13 @@ class Judge:
                     outcomes[i] = await limiter._ask_backend(step)
                 else:
                     enforced.append(i)
-        if len(enforced) == 1 or (enforced and not self._combined):
-            for i in enforced:  # the limiter's own round trip each (see the module)
-                outcome = outcomes[i] = await limiter._ask_backend(steps[i])
-                admitted[i] = outcome[0].allowed
-        elif enforced:
-            asks = [s for s in (steps[i] for i in enforced) if isinstance(s, Ask)]
+        asks = [s for s in (steps[i] for i in enforced) if isinstance(s, Ask)]
+        if len(asks) > 1 and (self._combined or (self._cluster and self._one_slot(asks))):
             await self._together(asks, enforced, outcomes, admitted)
+        else:
+            for i, ask in zip(enforced, asks, strict=True):  # the limiter's own round trip
+                outcome = outcomes[i] = await limiter._ask_backend(ask)
+                admitted[i] = outcome[0].allowed
         allowed = all(admitted) and not any(o is not None and not o[0].allowed for o in outcomes)
         judged = tuple(Judged(w, o, a) for w, o, a in zip(wanted, outcomes, admitted, strict=True))
         return Judgement(allowed, judged, self._decided_by(outcomes))
@@ -169,6 +172,16 @@ class Judge:
             keys += own_keys
             argv += [one.name, str(numkeys), str(len(own_args)), *own_args]
         return ScriptCall("descriptors", [len(keys), *keys, *argv])
+
+    def _one_slot(self, asks: list[Ask]) -> bool:
+        """True when every key of ``asks`` carries one hash tag: one Cluster slot (the
+        interfaces of one capped channel)."""
+        tags = {
+            key[key.index("{") + 1 : key.index("}")]
+            for ask in asks
+            for key in self._commands(ask.rule, ask.permits, 0.0, ask.key, None).args[1:2]
+        }
+        return len(tags) == 1
 
     def _decided_by(self, outcomes: list[Outcome | None]) -> str:
         reasons = {o[1] for o in outcomes if o is not None and o[2] is not None}

@@ -11,7 +11,9 @@ from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.rls.answers import DECIDED_BY, answer
 from gateway_limiter.rls.descriptors import Wanted
 from gateway_limiter.rls.judge import Judge
+from tests.support.clusters import LocalCluster
 from tests.support.limiting import write_row
+from tests.support.services import RedisServer
 
 HOUR = 3600
 
@@ -106,3 +108,38 @@ async def test_the_answer_names_the_row_in_envoys_units(alim: AsyncGatewayLimite
     assert done.headers["X-RateLimit-Remaining"] == "0"
     assert 3000 < int(done.headers["Retry-After"]) <= HOUR
     assert done.headers[DECIDED_BY] == "redis"
+
+
+async def test_the_script_is_loaded_again_after_a_flush(
+    alim: AsyncGatewayLimiter, redis_server: RedisServer
+) -> None:
+    judge = Judge(alim)
+    assert (await judge.judge("d", [w("/a"), w("/w")])).allowed
+    redis_server.client().script_flush()
+    assert (await judge.judge("d", [w("/a"), w("/w")])).allowed
+    assert (await alim.decide("/a", timeout=0)).remaining == 0
+
+
+@pytest.mark.slow
+async def test_on_a_cluster_one_channel_goes_together_and_other_interfaces_one_by_one(
+    limiter_db: tuple[str, Engine], redis_cluster: LocalCluster, key_prefix: str
+) -> None:
+    settings = {
+        "database_url": limiter_db[0],
+        "redis_url": redis_cluster.url,
+        "key_prefix": key_prefix,
+    }
+    async with AsyncGatewayLimiter(**settings) as limiter, AsyncGatewayLimiter(**settings) as other:
+        judge = Judge(limiter)
+        # one channel, one hash tag: together, all or nothing, as on one Redis
+        assert (await judge.judge("d", [w("/c1"), w("/c2")])).allowed
+        assert not (await judge.judge("d", [w("/c1"), w("/c2")])).allowed
+        assert (await limiter.decide("/c1", timeout=0)).allowed  # the channel's third
+        # interfaces of their own slots: one by one, so /a took its permit though /b
+        # refused (the documented difference)
+        # (/b spent by another process: this one has learnt nothing of it, and asks)
+        assert (await other.decide("/b", timeout=0)).allowed
+        refused = await judge.judge("d", [w("/a"), w("/b")])
+        assert not refused.allowed
+        assert [j.admitted for j in refused.judged] == [True, False]
+        assert (await limiter.decide("/a", timeout=0)).remaining == 1

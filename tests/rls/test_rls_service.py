@@ -173,3 +173,27 @@ async def test_the_domain_names_the_channel_when_asked(
         assert (await ask(running.port, ibe)).overall_code == OVER
     finally:
         await running.stop(0.5)
+
+
+def sample(name: str, **labels: str) -> float:
+    import prometheus_client
+
+    return prometheus_client.REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_its_metrics_count_requests_by_code_and_time_them(server: RlsServer) -> None:
+    before = {
+        code: sample("gateway_limiter_rls_requests_total", code=code)
+        for code in ("ok", "over_limit", "invalid_argument")
+    }
+    timed = sample("gateway_limiter_rls_request_seconds_count")
+    await ask(server.port, request({"interface": "/a"}))
+    await ask(server.port, request({"interface": "/a"}, hits=5))
+    with pytest.raises(grpc.aio.AioRpcError):
+        await ask(server.port, request({"interface": "/a"}, domain=""))
+    for code, count in before.items():
+        assert sample("gateway_limiter_rls_requests_total", code=code) == count + 1
+    assert sample("gateway_limiter_rls_request_seconds_count") == timed + 3
+    # the limiter's own metrics, as in any process
+    refused = {"interface": "/a", "outcome": "refused", "reason": "limited"}
+    assert sample("gateway_limiter_decisions_total", **refused) >= 1
