@@ -4,6 +4,7 @@ failure policy while Redis is away (``gateway_limiter/rls/server.py``)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -197,3 +198,28 @@ async def test_its_metrics_count_requests_by_code_and_time_them(server: RlsServe
     # the limiter's own metrics, as in any process
     refused = {"interface": "/a", "outcome": "refused", "reason": "limited"}
     assert sample("gateway_limiter_decisions_total", **refused) >= 1
+
+
+async def test_stopping_lets_the_calls_in_flight_finish(
+    db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
+) -> None:
+    running = await serving(
+        db[0], private_redis.url, key_prefix, redis_timeout=3.0, redis_timeout_ceiling=3.0
+    )
+    port = running.port
+    assert (await ask(port, request({"interface": "/a"}))).overall_code == OK
+    private_redis.client().client_pause(1500)
+    in_flight = asyncio.create_task(ask(port, request({"interface": "/a"})))
+    await asyncio.sleep(0.5)  # the call waits for Redis inside the service
+    stopping = asyncio.create_task(running.stop(5.0))
+    await asyncio.sleep(0.1)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with pytest.raises(grpc.aio.AioRpcError):  # no new calls while it stops
+            await rls_pb2_grpc.RateLimitServiceStub(channel).ShouldRateLimit(
+                request({"interface": "/a"}), timeout=2
+            )
+    answered = await in_flight  # decided by Redis once the pause ends
+    assert answered.overall_code == OK
+    headers = {h.key: h.value for h in answered.response_headers_to_add}
+    assert headers["X-RateLimit-Decided-By"] == "redis"
+    await stopping
