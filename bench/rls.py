@@ -16,8 +16,11 @@ latency is timed from the client's send to its answer. In-process: the same requ
 decided by ``Judge.judge`` and answered by ``answers.answer`` on an
 ``AsyncGatewayLimiter`` in this process, the same number in flight: what the service
 does less the gRPC layer (protobuf, HTTP/2, the server's and the client's event loops).
-Each is measured with one descriptor, and with two (two interfaces decided together
-in one ``descriptors.lua`` call). The floor: a gRPC server in a process of its own
+Each row also gives the CPU time (user + system) the deciding process spent per call
+(the service's, or this process's in-process) and what one core would answer at that
+cost: the figure a busy, shared host moves least. Each is measured with one
+descriptor, and with two (two interfaces decided together in one ``descriptors.lua``
+call). The floor: a gRPC server in a process of its own
 whose ``ShouldRateLimit`` answers OK at once, asked the same way: what ``grpc.aio``
 alone costs on this machine. The client shares the machine's cores with the
 service and Redis, so the gRPC figures are what one client process gets; docs/envoy.md
@@ -51,7 +54,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from bench.harness.args import description, positive_float, positive_int
 from bench.harness.limiters import OPEN_RATE, sqlite_table
 from bench.harness.report import load_average, machine_facts, table, version
-from bench.harness.servers import free_port, private_redis
+from bench.harness.servers import cpu_seconds, free_port, private_redis
 from bench.harness.stats import percentile
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.rls.answers import answer
@@ -75,10 +78,24 @@ def request(descriptors: int) -> Any:
     )
 
 
+#: What a row measured: calls/s, p50 and p99 (ms), refusals, and the deciding process's
+#: CPU (user + system) per call, µs
+Result = tuple[float, float, float, int, float]
+
+
 async def measure(
-    call: Callable[[], Awaitable[bool]], in_flight: int, warmup_s: float, seconds: float
-) -> tuple[float, float, float, int]:
-    """``in_flight`` tasks calling in a loop: calls/s, p50 and p99 (ms), and refusals."""
+    call: Callable[[], Awaitable[bool]],
+    in_flight: int,
+    warmup_s: float,
+    seconds: float,
+    pid: int | None = None,
+) -> Result:
+    """``in_flight`` tasks calling in a loop: calls/s, p50 and p99 (ms), refusals, and
+    the CPU per call of process ``pid`` (None: this one)."""
+
+    def cpu() -> float:
+        return time.process_time() if pid is None else cpu_seconds(pid)
+
     counting = stop = False
     latencies: list[float] = []
     refused = 0
@@ -95,14 +112,15 @@ async def measure(
     tasks = [asyncio.create_task(worker()) for _ in range(in_flight)]
     try:
         await asyncio.sleep(warmup_s)
-        counting, began = True, time.perf_counter()
+        counting, began, cpu_began = True, time.perf_counter(), cpu()
         await asyncio.sleep(seconds)
-        counting, took = False, time.perf_counter() - began
+        counting, took, cpu_took = False, time.perf_counter() - began, cpu() - cpu_began
     finally:
         stop = True
         await asyncio.gather(*tasks)
     ms = [x * 1000 for x in latencies]
-    return len(ms) / took, percentile(ms, 0.5), percentile(ms, 0.99), refused
+    per_call_us = cpu_took / max(1, len(ms)) * 1e6
+    return len(ms) / took, percentile(ms, 0.5), percentile(ms, 0.99), refused, per_call_us
 
 
 class Floor(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[misc]
@@ -158,8 +176,8 @@ def start_service(settings: Path | None, port: int) -> subprocess.Popen[bytes]:
 
 
 async def grpc_row(
-    port: int, connections: int, descriptors: int, args: argparse.Namespace
-) -> tuple[float, float, float, int]:
+    port: int, pid: int, connections: int, descriptors: int, args: argparse.Namespace
+) -> Result:
     channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(connections)]
     stubs = [rls_pb2_grpc.RateLimitServiceStub(c) for c in channels]
     req = request(descriptors)
@@ -172,7 +190,7 @@ async def grpc_row(
         return bool(reply.overall_code == rls_pb2.RateLimitResponse.OK)
 
     try:
-        return await measure(call, args.in_flight, args.warmup, args.seconds)
+        return await measure(call, args.in_flight, args.warmup, args.seconds, pid)
     finally:
         for channel in channels:
             await channel.close()
@@ -180,7 +198,7 @@ async def grpc_row(
 
 async def in_process_row(
     limiter: AsyncGatewayLimiter, descriptors: int, args: argparse.Namespace
-) -> tuple[float, float, float, int]:
+) -> Result:
     judge = Judge(limiter)
     wanted = [Wanted(url, None, 1) for url in URLS[:descriptors]]
 
@@ -194,9 +212,19 @@ async def run(args: argparse.Namespace, database_url: str, redis_url: str) -> li
     prefix = f"bench-rls-{uuid.uuid4().hex[:6]}"
     rows: list[list[str]] = []
 
-    def row(what: str, result: tuple[float, float, float, int]) -> None:
-        rate, p50, p99, refused = result
-        rows.append([what, f"{rate:,.0f}", f"{p50:.2f}", f"{p99:.2f}", str(refused)])
+    def row(what: str, result: Result) -> None:
+        rate, p50, p99, refused, cpu_us = result
+        rows.append(
+            [
+                what,
+                f"{rate:,.0f}",
+                f"{p50:.2f}",
+                f"{p99:.2f}",
+                str(refused),
+                f"{cpu_us:,.0f}",
+                f"{1e6 / cpu_us:,.0f}" if cpu_us > 0 else "n/a",
+            ]
+        )
 
     async with AsyncGatewayLimiter(
         database_url=database_url,
@@ -218,7 +246,7 @@ async def run(args: argparse.Namespace, database_url: str, redis_url: str) -> li
         try:
             for n in (1, 2):
                 for connections in (1, 8):
-                    result = await grpc_row(port, connections, n, args)
+                    result = await grpc_row(port, service.pid, connections, n, args)
                     row(f"gRPC, {connections} connection(s), {n} descriptor(s)", result)
         finally:
             service.terminate()
@@ -227,7 +255,7 @@ async def run(args: argparse.Namespace, database_url: str, redis_url: str) -> li
         floor = start_service(None, port)
         try:
             for connections in (1, 8):
-                result = await grpc_row(port, connections, 1, args)
+                result = await grpc_row(port, floor.pid, connections, 1, args)
                 row(f"floor: gRPC answering OK at once, {connections} connection(s)", result)
         finally:
             floor.terminate()
@@ -265,7 +293,12 @@ def main() -> None:
         print(f"in flight: {args.in_flight}; {args.seconds:g} s per row after {args.warmup:g} s")
         rows = asyncio.run(run(args, database_url, redis_url))
         print("\nShouldRateLimit: calls/s and latency (ms), service and client on this machine")
-        print(table(["how", "calls/s", "p50 ms", "p99 ms", "refused"], rows))
+        print(
+            "(CPU: the deciding process's user + system time per call: the service's for "
+            "the gRPC rows, this process's in-process; per core: 1 s / that)"
+        )
+        headers = ["how", "calls/s", "p50 ms", "p99 ms", "refused", "CPU µs/call", "per core/s"]
+        print(table(headers, rows))
         rate = {r[0]: float(r[1].replace(",", "")) for r in rows}
         grpc_best = max(v for k, v in rate.items() if k.startswith("gRPC") and "1 desc" in k)
         floor_best = max(v for k, v in rate.items() if k.startswith("floor"))

@@ -5,6 +5,7 @@ same rows, algorithms, periods and channel caps as a Python caller gets, all or 
 from __future__ import annotations
 
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import Engine
 
 from gateway_limiter.aio import AsyncGatewayLimiter
@@ -90,8 +91,12 @@ async def test_closed_and_shadow_rows(alim: AsyncGatewayLimiter) -> None:
     closed = await judge.judge("d", [w("/a"), w("/closed")])
     assert not closed.allowed
     assert (await alim.decide("/a", timeout=0)).remaining == 2  # nothing was taken
+    shadowed = {"interface": "/s", "outcome": "admitted", "reason": "shadow"}
+    before = REGISTRY.get_sample_value("gateway_limiter_decisions_total", shadowed) or 0.0
     for _ in range(3):  # the shadow row would refuse after one: answered OK all the same
         assert (await judge.judge("d", [w("/s")])).allowed
+    # and counted as a Python caller's would be: two of the three it would have refused
+    assert REGISTRY.get_sample_value("gateway_limiter_decisions_total", shadowed) == before + 2
 
 
 async def test_the_answer_names_the_row_in_envoys_units(alim: AsyncGatewayLimiter) -> None:

@@ -92,14 +92,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def test_two_envoys_and_two_python_gateways_stay_within_one_row(stack: Stack) -> None:
     seconds = 3.0
-    start_at = time.time() + 2.5  # the gateway processes start meanwhile
     config = {
         "database_url": stack.database_url,
         "redis_url": stack.redis_url,
         "key_prefix": stack.key_prefix,
         "supplier": stack.supplier.port,
         "url": "/shared",
-        "start_at": start_at,
         "seconds": seconds,
         "threads": 2,
     }
@@ -107,10 +105,19 @@ def test_two_envoys_and_two_python_gateways_stay_within_one_row(stack: Stack) ->
         subprocess.Popen(
             [sys.executable, "-m", "tests.support.envoy", "gateway", json.dumps(config)],
             cwd=ROOT,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            text=True,
         )
         for _ in range(2)
     ]
+    for gateway in gateways:  # started: the table read, Redis reached
+        assert gateway.stdout is not None and gateway.stdout.readline() == "ready\n"
+    start_at = time.time() + 0.3
+    for gateway in gateways:
+        assert gateway.stdin is not None
+        gateway.stdin.write(f"{start_at}\n")
+        gateway.stdin.flush()
     envoys = (stack.allowing, stack.denying)
     loads = [envoy_load(e, "/shared", start_at, seconds, 2) for e in envoys]
     through_envoy = [load.join() for load in loads]

@@ -6,9 +6,10 @@ processes, for tests/rls/test_envoy_egress.py.
 records its arrival (monotonic s) per path; ``GET /__arrivals`` answers them as JSON.
 
 ``python -m tests.support.envoy gateway CONFIG_JSON``: a Python gateway: a
-``GatewayLimiter`` and a few threads that, from ``start_at`` (wall clock) for
-``seconds``, decide ``url`` with ``timeout=0`` and call the supplier when admitted;
-prints ``{"admitted": n, "refused": m}``.
+``GatewayLimiter`` started, then ``ready`` on stdout; it reads the moment to start
+(wall clock) from stdin, and from then for ``seconds`` a few threads decide ``url``
+with ``timeout=0`` and call the supplier when admitted; prints
+``{"admitted": n, "refused": m}``.
 """
 
 from __future__ import annotations
@@ -267,12 +268,14 @@ def run_gateway(config: dict[str, Any]) -> None:
         key_prefix=config["key_prefix"],
         reload_interval=3600,
     ) as limiter:
+        print("ready", flush=True)
+        start_at = float(sys.stdin.readline())
 
         def work() -> None:
             conn = http.client.HTTPConnection("127.0.0.1", config["supplier"], timeout=10)
-            while time.time() < config["start_at"]:
+            while time.time() < start_at:
                 time.sleep(0.005)
-            end = config["start_at"] + config["seconds"]
+            end = start_at + config["seconds"]
             while time.time() < end:
                 if limiter.try_acquire(config["url"], timeout=0):
                     conn.request("GET", config["url"])
