@@ -117,7 +117,10 @@ class Judge:
                 else:
                     enforced.append(i)
         asks = [s for s in (steps[i] for i in enforced) if isinstance(s, Ask)]
-        if len(asks) > 1 and (self._combined or (self._cluster and self._one_slot(asks))):
+        if refused_here:
+            self._unsent([s for s in steps if isinstance(s, Ask)])
+        elif len(asks) > 1 and (self._combined or (self._cluster and self._one_slot(asks))):
+            self._unsent(asks)  # decided by bucket.lua in the call, not from a lease
             await self._together(asks, enforced, outcomes, admitted)
         else:
             for i, ask in zip(enforced, asks, strict=True):  # the limiter's own round trip
@@ -172,6 +175,15 @@ class Judge:
             keys += own_keys
             argv += [one.name, str(numkeys), str(len(own_args)), *own_args]
         return ScriptCall("descriptors", [len(keys), *keys, *argv])
+
+    def _unsent(self, asks: list[Ask]) -> None:
+        """A rate lease's renewal that ``_begin`` began for ``asks`` will not be sent:
+        give it up now, or the limiter's next callers on that row would wait for it.
+        What the old lease had left is not handed back (the bucket under-admits it)."""
+        leases = self.limiter._leases
+        for ask in asks:
+            if ask.lease is not None and leases is not None:
+                leases.failed(ask.rule)
 
     def _one_slot(self, asks: list[Ask]) -> bool:
         """True when every key of ``asks`` carries one hash tag: one Cluster slot (the

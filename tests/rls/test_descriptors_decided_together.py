@@ -4,6 +4,8 @@ same rows, algorithms, periods and channel caps as a Python caller gets, all or 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import Engine
@@ -32,6 +34,7 @@ def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
     write_row(engine, "/p", rateLimit=2, periodSeconds=HOUR, perCaller=1, cache=0.0)
     write_row(engine, "/closed", rateLimit=0, cache=0.0)
     write_row(engine, "/s", rateLimit=1, periodSeconds=HOUR, shadow=1, cache=0.0)
+    write_row(engine, "/lease", rateLimit=1000, leaseMs=1000, cache=0.0)
     return limiter_db
 
 
@@ -148,3 +151,16 @@ async def test_on_a_cluster_one_channel_goes_together_and_other_interfaces_one_b
         assert not refused.allowed
         assert [j.admitted for j in refused.judged] == [True, False]
         assert (await limiter.decide("/a", timeout=0)).remaining == 1
+
+
+async def test_a_lease_row_among_several_leaves_the_lease_free_for_the_next_caller(
+    alim: AsyncGatewayLimiter,
+) -> None:
+    judge = Judge(alim)
+    for _ in range(3):
+        assert (await judge.judge("d", [w("/lease"), w("/c1")])).allowed
+        # the lease renewal the request began and did not send is given up at once:
+        # the next caller does not wait for it
+        began = time.monotonic()
+        assert (await alim.decide("/lease", timeout=0)).allowed
+        assert time.monotonic() - began < 0.2
