@@ -6,9 +6,11 @@ The Envoy configuration is examples/envoy/egress.yaml, the one docs/envoy.md sho
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +29,7 @@ from tests.support.envoy import (
     most_in_any_window,
 )
 from tests.support.limiting import write_row
-from tests.support.services import fresh_mariadb_database, mariadb_url, redis_server
+from tests.support.services import free_port, fresh_mariadb_database, mariadb_url, redis_server
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +47,7 @@ class Stack:
     settings: Path
     supplier: ArrivalSupplier
     rls: RlsProcess
+    metrics_port: int
     #: failure_mode_deny false, and true
     allowing: Envoy
     denying: Envoy
@@ -74,14 +77,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         write_row(engine, "/edit", rateLimit=1, periodSeconds=HOUR, cache=0.0)
         settings = settings_file(directory, url, redis.url, "envoy")
         supplier = ArrivalSupplier()
-        rls = RlsProcess(settings)
+        metrics_port = free_port()
+        rls = RlsProcess(settings, "--metrics-port", str(metrics_port))
         envoys: list[Envoy] = []
         try:
             envoys.append(Envoy(directory, supplier=supplier.port, rls=rls.port))
             envoys.append(
                 Envoy(directory, supplier=supplier.port, rls=rls.port, failure_mode_deny=True)
             )
-            yield Stack(url, engine, redis.url, "envoy", settings, supplier, rls, *envoys)
+            yield Stack(
+                url, engine, redis.url, "envoy", settings, supplier, rls, metrics_port, *envoys
+            )
         finally:
             for envoy in envoys:
                 envoy.stop()
@@ -160,6 +166,15 @@ def test_a_channel_cap_and_a_per_caller_row_through_descriptors(stack: Stack) ->
     arrivals = stack.supplier.arrivals()
     assert len(arrivals["/ch1"]) + len(arrivals["/ch2"]) == 4
     assert len(arrivals["/pc"]) == 4
+    # the service's metrics, on --metrics-port: these answers among them
+    url = f"http://127.0.0.1:{stack.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        metrics = reply.read().decode()
+    over = re.search(
+        r'^gateway_limiter_rls_requests_total\{code="over_limit"\} (\S+)$', metrics, re.M
+    )
+    assert over is not None and float(over.group(1)) >= 4
+    assert "gateway_limiter_rls_request_seconds_bucket" in metrics
 
 
 def test_a_row_edited_takes_effect_within_the_reload_interval(stack: Stack) -> None:

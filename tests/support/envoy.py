@@ -142,8 +142,8 @@ class Envoy:
 class RlsProcess:
     """``gateway-limiter --settings FILE rls --listen 127.0.0.1:PORT`` as its own process."""
 
-    def __init__(self, settings: Path, port: int | None = None) -> None:
-        self.port = port or free_port()
+    def __init__(self, settings: Path, *extra: str) -> None:
+        self.port = free_port()
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -154,6 +154,7 @@ class RlsProcess:
                 "rls",
                 "--listen",
                 f"127.0.0.1:{self.port}",
+                *extra,
             ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
