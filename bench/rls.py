@@ -14,7 +14,8 @@ The client is this process: ``--in-flight`` calls kept in flight at once (asynci
 tasks on ``grpc.aio``), over 1 and over 8 connections (channels); each call's
 latency is timed from the client's send to its answer. In-process: the same requests
 decided by ``Judge.judge`` and answered by ``answers.answer`` on an
-``AsyncGatewayLimiter`` in this process, the same number in flight: what the service
+``AsyncGatewayLimiter`` in this process, the same number in flight (and once with one
+call in flight, so that each call makes its own Redis round trip): what the service
 does less the gRPC layer (protobuf, HTTP/2, the server's and the client's event loops).
 Each row also gives the CPU time (user + system) the deciding process spent per call
 (the service's, or this process's in-process) and what one core would answer at that
@@ -197,7 +198,10 @@ async def grpc_row(
 
 
 async def in_process_row(
-    limiter: AsyncGatewayLimiter, descriptors: int, args: argparse.Namespace
+    limiter: AsyncGatewayLimiter,
+    descriptors: int,
+    args: argparse.Namespace,
+    in_flight: int | None = None,
 ) -> Result:
     judge = Judge(limiter)
     wanted = [Wanted(url, None, 1) for url in URLS[:descriptors]]
@@ -205,7 +209,7 @@ async def in_process_row(
     async def call() -> bool:
         return answer(limiter, await judge.judge("bench", wanted)).ok
 
-    return await measure(call, args.in_flight, args.warmup, args.seconds)
+    return await measure(call, in_flight or args.in_flight, args.warmup, args.seconds)
 
 
 async def run(args: argparse.Namespace, database_url: str, redis_url: str) -> list[list[str]]:
@@ -235,6 +239,10 @@ async def run(args: argparse.Namespace, database_url: str, redis_url: str) -> li
     ) as limiter:
         for n in (1, 2):
             row(f"in-process, {n} descriptor(s)", await in_process_row(limiter, n, args))
+        # one call at a time: every call its own Redis round trip, as calls that reach
+        # the service one by one mostly make
+        alone = await in_process_row(limiter, 1, args, in_flight=1)
+        row("in-process, 1 descriptor, 1 call in flight", alone)
     with tempfile.TemporaryDirectory(prefix="gwl-bench-rls-") as workdir:
         settings = Path(workdir) / "settings.toml"
         settings.write_text(
