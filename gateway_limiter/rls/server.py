@@ -119,7 +119,7 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
     ) -> rls_pb2.RateLimitResponse:
         """Decide every descriptor of ``request`` together (``judge.py``)."""
         began = time.perf_counter()
-        code = "error"
+        code: str | None = "error"  # None: counted already
         try:
             try:
                 wanted = read_request(
@@ -135,7 +135,9 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
                     request.hits_addend,
                 )
             except BadRequest as e:
-                code = "invalid_argument"
+                # counted before the answer goes: abort sends it at once
+                self._count("invalid_argument", began)
+                code = None
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             judgement = await self.judge.judge(request.domain, wanted)
             response = to_proto(answer(self.limiter, judgement))
@@ -148,9 +150,14 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
                     self.metrics.errors.inc()
             raise
         finally:
-            if self.metrics is not None:
-                self.metrics.by_code[code].inc()
-                self.metrics.seconds.observe(time.perf_counter() - began)
+            if code is not None:
+                self._count(code, began)
+
+    def _count(self, code: str, began: float) -> None:
+        """One request answered with ``code``, ``began`` (perf_counter) ago."""
+        if self.metrics is not None:
+            self.metrics.by_code[code].inc()
+            self.metrics.seconds.observe(time.perf_counter() - began)
 
 
 class RlsServer:
