@@ -149,8 +149,10 @@ async def test_redis_away_the_failure_policy_decides_and_says_so(
     try:
         assert (await ask(running.port, request({"interface": "/a"}))).overall_code == OK
         private_redis.kill()
-        away = await ask(running.port, request({"interface": "/a"}))
+        # two interfaces: the one script call fails, and the policy decides each
+        away = await ask(running.port, request({"interface": "/a"}, {"interface": "/ten"}))
         assert away.overall_code == code
+        assert [s.code for s in away.statuses] == [code, code]
         headers = {h.key: h.value for h in away.response_headers_to_add}
         assert headers["X-RateLimit-Decided-By"] == f"on_backend_error:{policy}"
     finally:
