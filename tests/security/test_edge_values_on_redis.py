@@ -148,6 +148,8 @@ def store(
     for client in clients:
         client.config_set("slowlog-log-slower-than", SLOW_US)
         client.slowlog_reset()
+        # a bound on what one script may build, should one ever try (refused: OOM)
+        client.config_set("maxmemory", "256mb")
     return url, clients
 
 
