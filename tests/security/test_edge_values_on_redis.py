@@ -21,6 +21,7 @@ each property runs in seconds.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Iterator
@@ -235,50 +236,126 @@ def test_any_row_and_call_at_the_edges_is_served_or_refused_naming_it(
     assert slow == [], slow
 
 
-@PROPERTY
-@given(
-    rate=st.sampled_from([1, 2, 1000, INT11_MAX]),
-    period=st.sampled_from([1, 60, 86_400]),
-    algorithm=st.sampled_from(["token_bucket", "sliding_window", "fixed_window"]),
-    n=st.sampled_from([1, 2, 1000, 1001, 10_000, INT11_MAX]),
-    timeout=st.sampled_from([0.0, TINY, 9.99, 1e16, 2**53, 1e308]),
-)
+RATES = [1, 2, 1000, INT11_MAX]
+PERIODS = [1, 60, 86_400]
+WINDOWED = ["token_bucket", "sliding_window", "fixed_window"]
+PERMITS = [1, 2, 1000, 1001, 10_000, INT11_MAX]
+BUDGETS = [0.0, TINY, 9.99, 1e16, 2**53, 1e308]
+
+
 def test_permits_at_the_edges_of_a_limit_are_served_or_refused_before_redis(
-    lim: GatewayLimiter,
-    edge_db: tuple[str, Engine],
-    store: tuple[str, list[redis.Redis]],
-    rate: int,
-    period: int,
-    algorithm: str,
-    n: int,
-    timeout: float,
+    lim: GatewayLimiter, edge_db: tuple[str, Engine], store: tuple[str, list[redis.Redis]]
 ) -> None:
+    # Every (rate, period, algorithm) x (permits, timeout): a reload per limit, a round
+    # trip per call, a few seconds in all.
     url = "}edge:{p}"  # an empty hash tag were it not handled
-    write_rows(
-        edge_db[1],
-        [
-            {
-                "interfaceUrl": url,
-                "rateLimit": rate,
-                "periodSeconds": period,
-                "algorithm": algorithm,
-                "cache": 0.0,
-                "status": 1,
-            }
-        ],
-    )
-    assert lim.reload().ok
-    refill_s = n * period / rate
-    try:
-        verdict = lim.reserve(url, n, timeout)
-    except ValueError as e:  # only what the docs say cannot be served
-        assert "permits must be at most" in str(e) and repr(url) in str(e)
-        assert (algorithm == "sliding_window" and 1000 < n <= rate) or (
-            algorithm == "token_bucket" and refill_s > 365 * 86_400
-        )
-    else:
-        if verdict.allowed:
-            assert verdict.wait_us <= min(timeout, 365 * 86_400) * 1e6 + 1
-            assert math.isfinite(verdict.wait_us)
-    assert lim.backend_healthy and lim.backend_fallbacks == 0
+    for rate, period, algorithm in itertools.product(RATES, PERIODS, WINDOWED):
+        row = {"interfaceUrl": url, "rateLimit": rate, "periodSeconds": period, "status": 1}
+        write_rows(edge_db[1], [row | {"algorithm": algorithm, "cache": 0.0}])
+        assert lim.reload().ok
+        for n, timeout in itertools.product(PERMITS, BUDGETS):
+            case = (rate, period, algorithm, n, timeout)
+            try:
+                verdict = lim.reserve(url, n, timeout)
+            except ValueError as e:  # only what the docs say cannot be served
+                assert "permits must be at most" in str(e) and repr(url) in str(e), case
+                assert (algorithm == "sliding_window" and 1000 < n <= rate) or (
+                    algorithm == "token_bucket" and n * period / rate > 365 * 86_400
+                ), case
+            else:
+                if verdict.allowed:
+                    assert verdict.wait_us <= min(timeout, 365 * 86_400) * 1e6 + 1, case
+                    assert math.isfinite(verdict.wait_us), case
+            assert lim.backend_healthy and lim.backend_fallbacks == 0, case
     assert [e for c in store[1] for e in c.slowlog_get(16)] == []
+
+
+#: Each column's edges (docs/design.md, "The table"): every value is tried alone, on an
+#: otherwise valid row of each algorithm it can go with.
+EDGES: dict[str, list[Any]] = {
+    "interfaceUrl": [*URLS[:-1], *BAD_URLS],
+    "rateLimit": [0, 1, 2, INT11_MAX, -1, None, 2**53, 2.5],
+    "cache": [None, 0.0, -0.0, TINY, 9.99, 10.0, 1e300, INF, -INF, NAN],
+    "periodSeconds": [1, 86_400, 0, 86_401, -1, 2**53],
+    "maxPermits": [1, INT11_MAX, 0, -1, 2**53],
+    "warmupPeriod": [TINY, 1e-305, 0.0009, 0.001, 3600.0, 3600.5, INF, NAN, -1.0],
+    "perCaller": [0, 1, 2],
+    "callerKey": ["", "vip", "{k}", "}", "a:b", "\x01", "é" * 64, "é" * 65],
+    "channelType": ["IBE+", "{c}", "}", "a:b", "\x00", "c" * 24, "c" * 25],
+    "maxConcurrent": [0, 1, INT11_MAX, -1, 2**53],
+    "leaseMs": [0, 1, 60_000, 60_001, -1],
+    "shadow": [0, 1, 2],
+    "algorithm": ["", "x{y}", "TOKEN_BUCKET"],
+}
+ALL_ALGORITHMS = ["token_bucket", "warm_up", "sliding_window", "fixed_window"]
+ALGORITHMS_OF = {
+    "maxPermits": ["token_bucket"],
+    "warmupPeriod": ["warm_up"],
+    "rateLimit": ALL_ALGORITHMS,
+    "periodSeconds": ALL_ALGORITHMS,
+    "cache": ALL_ALGORITHMS,
+}
+#: The columns that make a key (a cluster's slots differ only there).
+KEYED = ("interfaceUrl", "callerKey", "channelType", "perCaller")
+
+
+def edge_rows(column: str, value: Any, algorithm: str) -> list[dict[str, Any]]:
+    """A valid row of ``algorithm`` with ``column`` at ``value`` (and what the column
+    needs to mean anything: a per-caller row for callerKey, a channel row for
+    channelType)."""
+    row: dict[str, Any] = {
+        "interfaceUrl": "/edge",
+        "rateLimit": 1000,
+        "cache": 0.0,
+        "periodSeconds": 1,
+        "status": 1,
+        "algorithm": algorithm,
+        "warmupPeriod": 1.0 if algorithm == "warm_up" else None,
+        column: value,
+    }
+    if column == "callerKey":
+        row["perCaller"] = 1
+    written = [row]
+    if column == "channelType":
+        written.append(
+            {"interfaceUrl": "*", "rateLimit": 100, "cache": 0.0, "status": 1, "channelType": value}
+        )
+    return written
+
+
+def test_each_column_at_each_edge_is_served_or_skipped_naming_its_row(
+    lim: GatewayLimiter, edge_db: tuple[str, Engine], store: tuple[str, list[redis.Redis]]
+) -> None:
+    # Every (column, value, algorithm), one after the other on one limiter: a few
+    # milliseconds each (on a cluster, the columns that make a key). The URL of the
+    # row is called in every way the API has.
+    tried = 0
+    cluster = store[0].startswith("redis+cluster")
+    for column, values in EDGES.items():
+        if cluster and column not in KEYED:
+            continue
+        for value in values:
+            for algorithm in ALGORITHMS_OF.get(column, ["token_bucket", "sliding_window"]):
+                written = edge_rows(column, value, algorithm)
+                write_rows(edge_db[1], written)
+                summary = lim.reload()
+                assert summary.ok, (column, value, summary.error)
+                url = written[0]["interfaceUrl"]
+                if not isinstance(url, str):
+                    url = "/edge"
+                for key in (None, "vip") if column in KEYED else (None,):
+                    for call in (
+                        ("reserve", url, 1, 0, key, None),
+                        ("reserve", url, 1000, 1e16, key, None),
+                        ("reserve", url, INT11_MAX, 1e16, key, None),
+                        ("slot", url, 1, 0, key, None),
+                        ("pushback", url, 1, None, key, None),
+                        ("in_flight", url, 1, None, key, None),
+                    ):
+                        one_call(lim, call)
+                state = (column, value, algorithm)
+                assert lim.backend_healthy and lim.backend_fallbacks == 0, state
+                tried += 1
+    assert tried > (60 if cluster else 150)
+    slow = [e for c in store[1] for e in c.slowlog_get(16)]
+    assert slow == [], slow
