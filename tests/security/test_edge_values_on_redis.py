@@ -299,13 +299,13 @@ ALGORITHMS_OF = {
 KEYED = ("interfaceUrl", "callerKey", "channelType", "perCaller")
 
 
-def edge_rows(column: str, value: Any, algorithm: str) -> list[dict[str, Any]]:
+def edge_rows(column: str, value: Any, algorithm: str, rate: int) -> list[dict[str, Any]]:
     """A valid row of ``algorithm`` with ``column`` at ``value`` (and what the column
     needs to mean anything: a per-caller row for callerKey, a channel row for
     channelType)."""
     row: dict[str, Any] = {
         "interfaceUrl": "/edge",
-        "rateLimit": 1000,
+        "rateLimit": rate,
         "cache": 0.0,
         "periodSeconds": 1,
         "status": 1,
@@ -335,8 +335,11 @@ def test_each_column_at_each_edge_is_served_or_skipped_naming_its_row(
         if cluster and column not in KEYED:
             continue
         for value in values:
-            for algorithm in ALGORITHMS_OF.get(column, ["token_bucket", "sliding_window"]):
-                written = edge_rows(column, value, algorithm)
+            for algorithm, rate in itertools.product(
+                ALGORITHMS_OF.get(column, ["token_bucket", "sliding_window"]),
+                (1, 1000) if column in ("warmupPeriod", "maxPermits") else (1000,),
+            ):
+                written = edge_rows(column, value, algorithm, rate)
                 write_rows(edge_db[1], written)
                 summary = lim.reload()
                 assert summary.ok, (column, value, summary.error)
@@ -346,6 +349,7 @@ def test_each_column_at_each_edge_is_served_or_skipped_naming_its_row(
                 for key in (None, "vip") if column in KEYED else (None,):
                     for call in (
                         ("reserve", url, 1, 0, key, None),
+                        ("reserve", url, 2, 0.5, key, None),
                         ("reserve", url, 1000, 1e16, key, None),
                         ("reserve", url, INT11_MAX, 1e16, key, None),
                         ("slot", url, 1, 0, key, None),
@@ -353,7 +357,7 @@ def test_each_column_at_each_edge_is_served_or_skipped_naming_its_row(
                         ("in_flight", url, 1, None, key, None),
                     ):
                         one_call(lim, call)
-                state = (column, value, algorithm)
+                state = (column, value, algorithm, rate)
                 assert lim.backend_healthy and lim.backend_fallbacks == 0, state
                 tried += 1
     assert tried > (60 if cluster else 150)
