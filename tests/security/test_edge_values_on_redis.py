@@ -21,6 +21,7 @@ each property runs in seconds.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 import time
@@ -35,6 +36,7 @@ from sqlalchemy import Column, Engine, Integer, MetaData, Table, delete, insert,
 from sqlalchemy.types import NullType
 
 from gateway_limiter import GatewayLimiter, Refused
+from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.config.migrate import upgrade
 from gateway_limiter.config.table import CONF_TABLE, RateLimitConf, make_engine
 from tests.support.clusters import LocalCluster
@@ -363,3 +365,75 @@ def test_each_column_at_each_edge_is_served_or_skipped_naming_its_row(
     assert tried > (60 if cluster else 150)
     slow = [e for c in store[1] for e in c.slowlog_get(16)]
     assert slow == [], slow
+
+
+async def one_async_call(lim: AsyncGatewayLimiter, call: tuple[Any, ...]) -> None:
+    """``one_call`` for the asyncio limiter."""
+    kind, url, n, timeout, key, retry_after = call
+    try:
+        if kind == "reserve":
+            await lim.reserve(url, n, timeout, key)
+        elif kind == "try_acquire":
+            await lim.try_acquire(url, n, no_wait(timeout), key)
+        elif kind == "decide":
+            await lim.decide(url, n, no_wait(timeout), key)
+        elif kind == "slot":
+            async with lim.slot(url, 0, key):
+                pass
+        elif kind == "pushback":
+            await lim.pushback(url, retry_after, key)
+        else:
+            in_flight = await lim.in_flight(url)
+            assert in_flight is None or in_flight >= 0
+    except (TypeError, ValueError) as e:
+        assert any(name in str(e) for name in NAMES), e
+    except Refused:
+        assert kind == "slot"
+
+
+@pytest.fixture
+def async_lim(
+    edge_db: tuple[str, Engine], store: tuple[str, list[redis.Redis]], key_prefix: str
+) -> Iterator[tuple[asyncio.Runner, AsyncGatewayLimiter]]:
+    """A started asyncio limiter and the one event loop it lives on, across examples."""
+    with asyncio.Runner() as runner:
+        lim = AsyncGatewayLimiter(
+            database_url=edge_db[0],
+            redis_url=store[0],
+            key_prefix=key_prefix,
+            reload_interval=3600,
+            audit_sql_changes=False,
+            slot_lease=0.5,
+            redis_timeout=2.0,
+            redis_timeout_ceiling=2.0,
+        )
+        runner.run(lim.start())
+        try:
+            yield runner, lim
+        finally:
+            runner.run(lim.aclose())
+
+
+@settings(PROPERTY, max_examples=25)
+@given(written=st.lists(rows, min_size=1, max_size=4), made=calls)
+def test_the_asyncio_limiter_serves_or_refuses_the_edges_alike(
+    async_lim: tuple[asyncio.Runner, AsyncGatewayLimiter],
+    edge_db: tuple[str, Engine],
+    store: tuple[str, list[redis.Redis]],
+    written: list[dict[str, Any]],
+    made: list[tuple[Any, ...]],
+) -> None:
+    runner, lim = async_lim
+    write_rows(edge_db[1], written)
+
+    async def check() -> None:
+        summary = await lim.reload()
+        assert summary.ok, summary.error
+        for call in made:
+            started = time.monotonic()
+            await one_async_call(lim, call)
+            assert time.monotonic() - started < SLOW_CALL_S, call
+
+    runner.run(check())
+    assert lim.backend_healthy and lim.backend_fallbacks == 0
+    assert [e for c in store[1] for e in c.slowlog_get(16)] == []
