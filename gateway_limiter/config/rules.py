@@ -81,6 +81,9 @@ MAX_PERIOD = 86_400
 MAX_LEASE_MS = 60_000
 #: The shortest warmupPeriod (s): shorter, the warm-up slope overflows a double.
 MIN_WARMUP = 0.001
+#: The longest a token bucket may take to fill (s): a year. A bucket's key expires once
+#: it would be full, and an expiry far beyond that is more than Redis takes.
+MAX_FILL_S = 365 * 86_400
 
 
 class Algorithm(StrEnum):
@@ -336,6 +339,16 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         return Skipped(row.config_id, problem)
     if row.max_concurrent is not None and row.max_concurrent < 0:
         return Skipped(row.config_id, f"maxConcurrent {row.max_concurrent} is negative")
+    if (
+        row.max_permits
+        and row.rate_limit
+        and row.max_permits * period > MAX_FILL_S * row.rate_limit
+    ):
+        return Skipped(
+            row.config_id,
+            f"maxPermits {row.max_permits} takes more than a year to fill at rateLimit "
+            f"{row.rate_limit} per {period} s",
+        )
     problem = lease_range_problem(row)
     if problem:  # build_rules clears such a leaseMs first: only the edits' checks see this
         return Skipped(row.config_id, problem)
