@@ -145,3 +145,27 @@ def test_admin_refuses_a_limit_the_reload_would_skip_beside_the_rows_of_its_url(
     with pytest.raises(ValueError, match="the reload would skip"):
         admin.set_limit(db, URL, 5, algorithm="warm_up", warmup_period=3)
     assert _skipped(engine) == []
+
+
+def test_conf_enable_refuses_a_row_the_reload_would_skip(
+    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+) -> None:
+    db, engine = migrated_any_db
+    empty = write_row(engine, "/no-rate", status=0)  # rateLimit NULL, written by SQL
+    ran = cli(capsys, "--database-url", db, "conf", "enable", "/no-rate")
+    assert ran.code == 2
+    assert f"configId {empty} would not be limited once enabled" in ran.err
+    assert "rateLimit" in ran.err
+    write_row(engine, URL, rateLimit=10, periodSeconds=60)
+    warm = write_row(
+        engine, URL, add=True, rateLimit=5, algorithm="warm_up", warmupPeriod=3, status=0
+    )
+    ran = cli(capsys, "--database-url", db, "conf", "enable", URL, "--period", "1")
+    assert ran.code == 2
+    assert f"configId {warm} would not be limited once enabled" in ran.err
+    with engine.connect() as conn:
+        statuses = conn.execute(
+            text("select status from t_ratelimite_conf order by configId")
+        ).scalars()
+        assert list(statuses) == [0, 1, 0]
+    assert _skipped(engine) == []
