@@ -681,10 +681,15 @@ def twin_warnings(rows: Sequence[ConfRow]) -> list[RowWarning]:
     pair of spellings, naming a row of each."""
     found: list[RowWarning] = []
 
-    def look(column: str, keyed: Iterable[tuple[Any, str, ConfRow]]) -> None:
+    def look(column: str, keyed: list[tuple[Any, str, ConfRow]]) -> None:
+        # Fold each distinct value once, and look closer only when two fold alike.
+        distinct = {(scope, value) for scope, value, _ in keyed}
+        folds = {key: (key[0], folded(key[1])) for key in distinct}
+        if len(set(folds.values())) == len(folds):
+            return
         first: dict[tuple[Any, str], dict[str, ConfRow]] = {}
         for scope, value, row in keyed:
-            spellings = first.setdefault((scope, folded(value)), {})
+            spellings = first.setdefault(folds[(scope, value)], {})
             spellings.setdefault(value, row)
         for spellings in first.values():
             if len(spellings) < 2:
@@ -702,14 +707,14 @@ def twin_warnings(rows: Sequence[ConfRow]) -> list[RowWarning]:
                 )
 
     texts = [r for r in rows if isinstance(r.interface_url, str)]
-    look("interfaceUrl", ((None, r.interface_url or "", r) for r in texts))
+    look("interfaceUrl", [(None, r.interface_url or "", r) for r in texts])
     look(
         "channelType",
-        ((None, r.channel_type, r) for r in rows if isinstance(r.channel_type, str)),
+        [(None, r.channel_type, r) for r in rows if isinstance(r.channel_type, str)],
     )
     look(
         "callerKey",
-        ((r.interface_url, r.caller_key, r) for r in texts if isinstance(r.caller_key, str)),
+        [(r.interface_url, r.caller_key, r) for r in texts if isinstance(r.caller_key, str)],
     )
     return found
 
