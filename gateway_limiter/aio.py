@@ -125,6 +125,7 @@ from gateway_limiter.errors import (
     LimiterError,
     NotStarted,
 )
+from gateway_limiter.lifecycle import ASYNCIO, unwatch, watch
 from gateway_limiter.model.bucket import Verdict
 
 __all__ = [
@@ -192,6 +193,7 @@ class AsyncGatewayLimiter(LimiterCore):
                 beat = attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand)
                 self._beat(await beat)
             self._heartbeats = asyncio.create_task(self._beating(), name="gateway-limiter-fleet")
+        watch(self, ASYNCIO)  # a fork restarts it in the child (lifecycle.py)
         # The switch's source (etcd, Apollo) followed by a task on this loop; then the
         # registry's first reload and its reload thread, exactly as the sync limiter's.
         await self.registry.start_following_async()
@@ -232,6 +234,7 @@ class AsyncGatewayLimiter(LimiterCore):
 
     async def aclose(self) -> None:
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
+        unwatch(self)
         self._stopping()
         for call in self._lease_returns(closing=True):  # best effort: else they expire
             await attempt_async(self.backend.script, call)
@@ -245,6 +248,7 @@ class AsyncGatewayLimiter(LimiterCore):
         """Stop reloading and leave the metrics' gauges, with no I/O on the connections
         (for a limiter whose event loop is gone, and its connections with it, and its
         heartbeat task)."""
+        unwatch(self)
         self._stopping()
         self._heartbeats = self._renewer = None
         self._slotting.close()

@@ -74,6 +74,16 @@ def with_lease(bucket_source: str) -> str:
     return f"local function bucket_decision(KEYS, ARGV)\n{bucket_source}\nend\n{_lua('lease.lua')}"
 
 
+def with_descriptors() -> str:
+    """``descriptors.lua`` composed after both decision scripts wrapped as the functions
+    it calls, as ``with_slot`` composes ``slot.lua``: several interfaces decided
+    together, all or nothing (Envoy's rate limit service, ``gateway_limiter/rls/``)."""
+    return (
+        f"local function rate_bucket(KEYS, ARGV)\n{BUCKET_LUA}\nend\n"
+        f"local function rate_limits(KEYS, ARGV)\n{LIMITS_LUA}\nend\n{_lua('descriptors.lua')}"
+    )
+
+
 #: Script name -> source; a backend registers each once. The ``slot_`` ones are
 #: ``limiter.slot``'s (``backends/slots.py``).
 SCRIPTS = {
@@ -83,6 +93,7 @@ SCRIPTS = {
     "slot": with_slot(),
     "slot_renew": _lua("slot_renew.lua"),
     "lease": with_lease(BUCKET_LUA),
+    "descriptors": with_descriptors(),
 }
 #: Script name -> SHA1 of its source (what EVALSHA names).
 SHAS = {name: sha1(source.encode()).hexdigest() for name, source in SCRIPTS.items()}

@@ -456,8 +456,32 @@ def _picked(rows: Sequence[ConfRow], url: str, scope: dict[str, Any]) -> list[Co
     return [r for r in rows if r.interface_url == url and same_scope(r, scope)]
 
 
+def _refuse_skipped(rows: Sequence[ConfRow], enabling: Sequence[ConfRow], cache: float) -> None:
+    """Exit 2, changing nothing, when a row of ``enabling`` would be skipped by the
+    reload once enabled (its own values, or beside the other rows of its URL)."""
+    for row in enabling:
+        problem = row_problem(row)
+        clash = (
+            ""
+            if problem
+            else combination_problem(rows, row.interface_url or "", replace(row, status=1), cache)
+        )
+        if problem or clash:
+            why = str(problem) if problem else f"the reload would skip {clash}"
+            raise CliError(
+                f"configId {row.config_id} would not be limited once enabled: {why}; "
+                "nothing changed",
+                2,
+            )
+
+
 def flip_rows(
-    engine: Engine, url: str, status: int, scope: dict[str, Any], by: ChangedBy | None = None
+    engine: Engine,
+    url: str,
+    status: int,
+    scope: dict[str, Any],
+    by: ChangedBy | None = None,
+    default_cache: float = 0.5,
 ) -> tuple[list[int], list[int]]:
     """Set ``status`` on the rows of ``url`` that ``scope`` picks, in one transaction
     over the locked table (with an audit row per row changed, ``by``); return the
@@ -465,6 +489,8 @@ def flip_rows(
     with locked_table(engine) as table:
         picked = _picked(table.rows, url, scope)
         changed = []
+        if status == 1:
+            _refuse_skipped(table.rows, [r for r in picked if r.status != 1], default_cache)
         for row in picked:
             if row.status == status:
                 continue
@@ -499,7 +525,9 @@ def _cmd_conf_status(ctx: Context, status: int) -> int:
     url = ctx.args.url
     engine = ctx.engine()
     scope = _scope_of(ctx.args)
-    picked, changed = flip_rows(engine, url, status, scope, ctx.changed_by())
+    picked, changed = flip_rows(
+        engine, url, status, scope, ctx.changed_by(), ctx.settings.default_cache
+    )
     if not picked:
         raise _no_row(ctx, scope, f"create one with '{PROG} conf set {url} --rate N'")
     verb = "enabled" if status else "disabled"

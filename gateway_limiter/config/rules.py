@@ -85,6 +85,9 @@ MAX_PERIOD = 86_400
 MAX_LEASE_MS = 60_000
 #: The shortest warmupPeriod (s): shorter, the warm-up slope overflows a double.
 MIN_WARMUP = 0.001
+#: The longest a token bucket may take to fill (s): a year. A bucket's key expires once
+#: it would be full, and an expiry far beyond that is more than Redis takes.
+MAX_FILL_S = 365 * 86_400
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +344,16 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         return Skipped(row.config_id, problem)
     if row.max_concurrent is not None and row.max_concurrent < 0:
         return Skipped(row.config_id, f"maxConcurrent {row.max_concurrent} is negative")
+    if (
+        row.max_permits
+        and row.rate_limit
+        and row.max_permits * period > MAX_FILL_S * row.rate_limit
+    ):
+        return Skipped(
+            row.config_id,
+            f"maxPermits {row.max_permits} takes more than a year to fill at rateLimit "
+            f"{row.rate_limit} per {period} s",
+        )
     problem = lease_range_problem(row)
     if problem:  # build_rules clears such a leaseMs first: only the edits' checks see this
         return Skipped(row.config_id, problem)
@@ -673,10 +686,15 @@ def twin_warnings(rows: Sequence[ConfRow]) -> list[RowWarning]:
     pair of spellings, naming a row of each."""
     found: list[RowWarning] = []
 
-    def look(column: str, keyed: Iterable[tuple[Any, str, ConfRow]]) -> None:
+    def look(column: str, keyed: list[tuple[Any, str, ConfRow]]) -> None:
+        # Fold each distinct value once, and look closer only when two fold alike.
+        distinct = {(scope, value) for scope, value, _ in keyed}
+        folds = {key: (key[0], folded(key[1])) for key in distinct}
+        if len(set(folds.values())) == len(folds):
+            return
         first: dict[tuple[Any, str], dict[str, ConfRow]] = {}
         for scope, value, row in keyed:
-            spellings = first.setdefault((scope, folded(value)), {})
+            spellings = first.setdefault(folds[(scope, value)], {})
             spellings.setdefault(value, row)
         for spellings in first.values():
             if len(spellings) < 2:
@@ -694,14 +712,14 @@ def twin_warnings(rows: Sequence[ConfRow]) -> list[RowWarning]:
                 )
 
     texts = [r for r in rows if isinstance(r.interface_url, str)]
-    look("interfaceUrl", ((None, r.interface_url or "", r) for r in texts))
+    look("interfaceUrl", [(None, r.interface_url or "", r) for r in texts])
     look(
         "channelType",
-        ((None, r.channel_type, r) for r in rows if isinstance(r.channel_type, str)),
+        [(None, r.channel_type, r) for r in rows if isinstance(r.channel_type, str)],
     )
     look(
         "callerKey",
-        ((r.interface_url, r.caller_key, r) for r in texts if isinstance(r.caller_key, str)),
+        [(r.interface_url, r.caller_key, r) for r in texts if isinstance(r.caller_key, str)],
     )
     return found
 

@@ -87,6 +87,12 @@ class Settings:
     #: Names the console answers to besides the address it listens on (comma-separated;
     #: the names a proxy in front of it forwards in ``Host``).
     console_hosts: str = ""
+    #: Envoy's rate limit service (``gateway-limiter rls``): the descriptor entry whose
+    #: value is the interfaceUrl, and the one whose value is the caller key.
+    rls_interface_entry: str = "interface"
+    rls_caller_entry: str = "caller"
+    #: True: a request's domain names the channelType whose interfaces it limits.
+    rls_domain_channel: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -187,6 +193,11 @@ def _validate(s: Settings) -> None:
         raise _bad("fleet_size", s.fleet_size, "must be between 0 (unknown) and 100000")
     if not (math.isfinite(s.slot_lease) and 0.1 <= s.slot_lease <= 3600):
         raise _bad("slot_lease", s.slot_lease, "must be between 0.1 and 3600 seconds")
+    for key in ("rls_interface_entry", "rls_caller_entry"):
+        if not re.fullmatch(r"[\x21-\x7e]{1,64}", getattr(s, key)):
+            raise _bad(key, getattr(s, key), "must be 1-64 printable characters, no spaces")
+    if s.rls_interface_entry == s.rls_caller_entry:
+        raise _bad("rls_caller_entry", s.rls_caller_entry, "must differ from rls_interface_entry")
 
 
 def console_host_names(text: str) -> list[str]:

@@ -122,8 +122,8 @@ def test_a_warm_up_period_mariadb_would_store_as_zero_is_refused_everywhere(
     config_id = write_row(engine, URL, rateLimit=10, algorithm="warm_up", warmupPeriod=5)
     ran = cli(capsys, "--database-url", db, "conf", "set", URL, "--warmup", "1e-46")
     assert ran.code == 2
-    assert "single-precision FLOAT" in ran.err
-    with pytest.raises(ValueError, match="single-precision FLOAT"):
+    assert "warmupPeriod" in ran.err or "--warmup" in ran.err
+    with pytest.raises(ValueError, match=r"warmupPeriod.*1e-46"):
         admin.set_limit(db, URL, 10, algorithm="warm_up", warmup_period=1e-46)
     for served in serve(db, engine, redis_server.url, key_prefix, TOKEN):
         with served.client() as client:
@@ -131,8 +131,8 @@ def test_a_warm_up_period_mariadb_would_store_as_zero_is_refused_everywhere(
     assert answer.status_code == 422, answer.text
     assert answer.json()["field"] == "warmupPeriod"
     assert _row(engine, config_id) == ("warm_up", None, 5.0)
-    # the smallest a FLOAT holds is still a warm-up period: stored and applied as such
-    ran = cli(capsys, "--database-url", db, "conf", "set", URL, "--warmup", "1e-44")
+    # the shortest warm-up period a row may have is stored and applied as such
+    ran = cli(capsys, "--database-url", db, "conf", "set", URL, "--warmup", "0.001")
     assert ran.code == 0, ran.err
     assert _skipped(engine) == []
 
@@ -144,4 +144,28 @@ def test_admin_refuses_a_limit_the_reload_would_skip_beside_the_rows_of_its_url(
     write_row(engine, URL, rateLimit=10, periodSeconds=60)
     with pytest.raises(ValueError, match="the reload would skip"):
         admin.set_limit(db, URL, 5, algorithm="warm_up", warmup_period=3)
+    assert _skipped(engine) == []
+
+
+def test_conf_enable_refuses_a_row_the_reload_would_skip(
+    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+) -> None:
+    db, engine = migrated_any_db
+    empty = write_row(engine, "/no-rate", status=0)  # rateLimit NULL, written by SQL
+    ran = cli(capsys, "--database-url", db, "conf", "enable", "/no-rate")
+    assert ran.code == 2
+    assert f"configId {empty} would not be limited once enabled" in ran.err
+    assert "rateLimit" in ran.err
+    write_row(engine, URL, rateLimit=10, periodSeconds=60)
+    warm = write_row(
+        engine, URL, add=True, rateLimit=5, algorithm="warm_up", warmupPeriod=3, status=0
+    )
+    ran = cli(capsys, "--database-url", db, "conf", "enable", URL, "--period", "1")
+    assert ran.code == 2
+    assert f"configId {warm} would not be limited once enabled" in ran.err
+    with engine.connect() as conn:
+        statuses = conn.execute(
+            text("select status from t_ratelimite_conf order by configId")
+        ).scalars()
+        assert list(statuses) == [0, 1, 0]
     assert _skipped(engine) == []

@@ -2,7 +2,7 @@
 too) is recorded by the reload; one followed by a command's change before the next
 reload is recorded before it; a recording that fails is made at the next reload; and
 the recording of SQL changes, racing a command's change, records neither stale nor
-twice. MariaDB."""
+twice. MariaDB (and SQLite for what does not race)."""
 
 from __future__ import annotations
 
@@ -42,8 +42,10 @@ def _reload(registry: Registry) -> None:
     assert registry.wait_for_audit()
 
 
-def test_a_change_of_interface_no_alone_is_recorded(migrated_db: tuple[str, Engine]) -> None:
-    db, engine = migrated_db
+def test_a_change_of_interface_no_alone_is_recorded(
+    migrated_any_db: tuple[str, Engine],
+) -> None:
+    db, engine = migrated_any_db
     registry = Registry(Settings(database_url=db), engine=make_engine(db))
     try:
         write_row(engine, URL, rateLimit=10, interfaceNo="1001")
@@ -59,9 +61,9 @@ def test_a_change_of_interface_no_alone_is_recorded(migrated_db: tuple[str, Engi
 
 
 def test_an_sql_change_is_recorded_before_the_command_change_that_follows_it(
-    capsys: pytest.CaptureFixture[str], migrated_db: tuple[str, Engine]
+    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
 ) -> None:
-    db, engine = migrated_db
+    db, engine = migrated_any_db
     assert cli(capsys, "--database-url", db, "conf", "set", URL, "--rate", "10").code == 0
     write_row(engine, URL, rateLimit=15)  # plain SQL, no reload since
     assert cli(capsys, "--database-url", db, "conf", "set", URL, "--rate", "20").code == 0
@@ -167,9 +169,9 @@ def _full_row(engine: Engine, config_id: int, rate: int) -> str:
 
 
 def test_an_sql_change_of_the_switch_is_recorded_before_the_command_that_follows_it(
-    capsys: pytest.CaptureFixture[str], migrated_db: tuple[str, Engine]
+    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
 ) -> None:
-    db, engine = migrated_db
+    db, engine = migrated_any_db
     assert cli(capsys, "--database-url", db, "switch", "off").code == 0
     with engine.begin() as conn:
         conn.execute(text("update t_ratelimite_switch set enabled = 1"))
