@@ -11,9 +11,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway_limiter.backends.base import to_us
+from gateway_limiter.backends.base import BackendError, to_us
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.schemes import register, register_async
+from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.backends.state import (
     caller_part,
     limit,
@@ -150,6 +151,13 @@ class MemoryBackend:
     def prepare(self) -> None:
         """Nothing to prepare."""
 
+    #: No client: the state is in this process.
+    client = None
+
+    def script(self, call: ScriptCall) -> Any:
+        """No scripts run in-process (no slot or lease call is sent to ``memory://``)."""
+        raise BackendError(f"memory:// runs no scripts ({call.name})")
+
     def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
     ) -> Heartbeat:
@@ -241,6 +249,13 @@ class AsyncMemoryBackend:
 
     async def prepare(self) -> None:
         """Nothing to prepare."""
+
+    #: No client: the state is in this process.
+    client = None
+
+    async def script(self, call: ScriptCall) -> Any:
+        """``MemoryBackend.script``: none run here."""
+        return self._memory.script(call)
 
     async def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None

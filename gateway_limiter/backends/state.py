@@ -38,32 +38,19 @@ import re
 from hashlib import sha1
 
 from gateway_limiter.config.rules import Algorithm, Rule
-from gateway_limiter.model.limits import LIMIT_MODELS, Limit, LimitKind
+from gateway_limiter.model.limits import LIMIT_MODELS, Limit
 
 #: Plain caller keys are kept as they are up to this many characters.
 MAX_PLAIN_CALLER = 64
 _PLAIN_CALLER = re.compile(rf"[A-Za-z0-9._:@/+=-]{{0,{MAX_PLAIN_CALLER}}}")
 
-#: algorithm -> the kind of state it keeps (warm-up: a bucket whose stored permits cost)
-KINDS: dict[Algorithm, LimitKind] = {
-    Algorithm.TOKEN_BUCKET: LimitKind.TOKEN_BUCKET,
-    Algorithm.WARM_UP: LimitKind.TOKEN_BUCKET,
-    Algorithm.SLIDING_WINDOW: LimitKind.SLIDING_WINDOW,
-    Algorithm.FIXED_WINDOW: LimitKind.FIXED_WINDOW,
-}
-
-
-def kind(rule: Rule) -> LimitKind:
-    """The kind of state ``rule``'s limit keeps."""
-    return KINDS[rule.algorithm]
-
 
 def state_key(prefix: str, rule: Rule) -> str:
     """The key of ``rule``'s own limit, without the caller part (see ``caller_part``)."""
     if rule.channel is None:
-        key = f"{interface_base(prefix, rule.url)}:{kind(rule)}"
+        key = f"{interface_base(prefix, rule.url)}:{rule.kind}"
     else:  # under its channel's hash tag: one slot for the channel and its interfaces
-        key = f"{prefix}:{{{channel_tag(rule.channel)}}}:{rule.url}:{kind(rule)}"
+        key = f"{prefix}:{{{channel_tag(rule.channel)}}}:{rule.url}:{rule.kind}"
     return key if rule.period == 1 else f"{key}:{rule.period}s"
 
 
@@ -96,7 +83,7 @@ def caller_part(caller: str | None) -> str:
 
 def limit(rule: Rule) -> Limit:
     """``rule``'s own limit as ``limits.lua`` and ``limits.reserve_limits`` take it."""
-    return LIMIT_MODELS[kind(rule)].limit(rule.rate, rule.period, rule.burst)
+    return LIMIT_MODELS[rule.kind].limit(rule.rate, rule.period, rule.burst)
 
 
 def own_limits(rule: Rule) -> int:
@@ -107,7 +94,7 @@ def own_limits(rule: Rule) -> int:
 
 def single_bucket(rule: Rule) -> bool:
     """True when ``rule``'s interface is one token bucket (or warm-up): ``bucket.lua``."""
-    return not rule.also and kind(rule) is LimitKind.TOKEN_BUCKET
+    return not rule.also and not rule.spec.window
 
 
 def pushback_key(prefix: str, rule: Rule, caller: str | None) -> str:
