@@ -1,6 +1,7 @@
 """A table the reload cannot read (locked past the read timeout, permission denied, its
 connection killed mid-read) keeps the last good snapshot, rows and switch together; only
-a missing table means the setting. One error per outage, the scheduler's own included. Against MariaDB.
+a missing table means the setting. One error per outage, the scheduler's own included.
+Against MariaDB.
 """
 
 from __future__ import annotations
