@@ -333,8 +333,10 @@ def record_source_switch(
             return False
         conn.commit()
         if mysql:
+            # a named lock is the server's, not the database's: one per database
+            lock_name = audit_lock_name(str(conn.execute(text("SELECT DATABASE()")).scalar()))
             got = conn.execute(
-                text("SELECT GET_LOCK(:name, :wait)"), {"name": SQL_AUDIT_LOCK, "wait": 10}
+                text("SELECT GET_LOCK(:name, :wait)"), {"name": lock_name, "wait": 10}
             ).scalar()
             conn.commit()
             if got != 1:
@@ -363,7 +365,7 @@ def record_source_switch(
                 record_change(conn, ChangedBy(where, kind), None, "switch", before, after)
         finally:
             if mysql:
-                conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": SQL_AUDIT_LOCK})
+                conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": lock_name})
                 conn.commit()
     return True
 

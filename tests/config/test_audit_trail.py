@@ -15,6 +15,7 @@ from gateway_limiter.config.audit import (
     audit_lock_name,
     local_actor,
     read_audit,
+    record_source_switch,
     record_sql_changes,
 )
 from gateway_limiter.config.reload import Registry
@@ -206,6 +207,47 @@ def test_the_audit_command_names_a_channel_cap_and_a_named_caller(
     assert ran.code == 0, ran.err
     assert "* (channel IBE+) rateLimit 30" in ran.out
     assert f"{URL} (caller partner-a) rateLimit 50" in ran.out
+
+
+def test_a_switch_from_a_centre_is_recorded_under_its_own_databases_lock(
+    migrated_db: tuple[str, Engine],
+) -> None:
+    """A named lock is the server's: the recording of a centre's switch takes the lock of
+    its database, so fleets (and test runs) on other databases of the server never wait
+    for each other, and processes of one database still record one at a time."""
+    db, engine = migrated_db
+    mine = audit_lock_name(db.rsplit("/", 1)[1])
+    holder = engine.connect()
+    try:
+        # another database's lock, and the bare name: neither is this database's
+        for other in (audit_lock_name("elsewhere"), "gateway_limiter.audit"):
+            assert holder.execute(text("SELECT GET_LOCK(:n, 0)"), {"n": other}).scalar() == 1
+        assert record_source_switch(engine, "etcd", "http://etcd:2379", True, "5")
+        holder.execute(text("SELECT RELEASE_ALL_LOCKS()"))
+        # this database's lock: the recording waits for it
+        assert holder.execute(text("SELECT GET_LOCK(:n, 0)"), {"n": mine}).scalar() == 1
+        recorded: list[bool] = []
+        recorder = threading.Thread(
+            target=lambda: recorded.append(
+                record_source_switch(engine, "etcd", "http://etcd:2379", False, "6")
+            )
+        )
+        recorder.start()
+        waiting = (
+            "select count(*) from information_schema.processlist"
+            " where state = 'User lock' and db = database()"
+        )
+        for _ in range(500):
+            with engine.connect() as probe:
+                if probe.execute(text(waiting)).scalar():
+                    break
+            recorder.join(0.01)
+        assert recorder.is_alive() and recorded == []  # waiting for the lock
+        holder.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": mine})
+        recorder.join(10)
+        assert recorded == [True]
+    finally:
+        holder.close()
 
 
 def test_a_reload_that_finds_the_lock_taken_records_at_its_next_reload(

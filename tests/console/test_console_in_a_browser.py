@@ -194,7 +194,12 @@ def _edit(browser: Any, config_id: int, values: dict[str, str]) -> str:
     from selenium.webdriver.support.ui import Select
 
     row = f"#rules tr[data-config-id='{config_id}']"
-    browser.find_element(By.CSS_SELECTOR, f"{row} button.more").click()
+    # found and clicked in one poll: the table a save redraws can replace the row between
+    until(
+        browser,
+        "edit… of the row clicked",
+        lambda d: d.find_element(By.CSS_SELECTOR, f"{row} button.more").click() or True,
+    )
     dialog = until(
         browser,
         "the edit form",
@@ -214,9 +219,20 @@ def _edit(browser: Any, config_id: int, values: dict[str, str]) -> str:
             field.send_keys(value)
     browser.execute_script("document.querySelector('#message').textContent = ''")
     dialog.find_element(By.ID, "edit-save").click()
-    return str(
-        until(browser, "the page's answer", lambda d: d.find_element(By.ID, "message").text or None)
+    message = until(
+        browser, "the page's answer", lambda d: d.find_element(By.ID, "message").text or None
     )
+    # the page says its answer first, then redraws the table and closes the form (or
+    # keeps it open, saying why): the next edit starts from the redrawn table
+    until(
+        browser,
+        "the edit form closed, or saying why not",
+        lambda d: (
+            d.find_element(By.ID, "edit-dialog").get_attribute("open") is None
+            or d.find_element(By.ID, "edit-message").text
+        ),
+    )
+    return str(message)
 
 
 def _stored(engine: Engine, config_id: int, *columns: str) -> tuple[Any, ...]:

@@ -1,11 +1,13 @@
-"""A table the reload cannot read (locked past the read timeout, permission denied) keeps
-the last good snapshot, rows and switch together; only a missing table means the
-setting. One error per outage, the scheduler's own included. Against MariaDB.
+"""A table the reload cannot read (locked past the read timeout, permission denied, its
+connection killed mid-read) keeps the last good snapshot, rows and switch together; only
+a missing table means the setting. One error per outage, the scheduler's own included.
+Against MariaDB.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,7 +16,7 @@ import pymysql
 import pytest
 from sqlalchemy import Engine
 
-from gateway_limiter.config.reload import Registry
+from gateway_limiter.config.reload import Registry, ReloadSummary
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.config.table import make_engine, write_switch
 from tests.support.limiting import write_row
@@ -153,5 +155,61 @@ def test_a_reload_stuck_on_the_database_is_one_error_not_a_warning_each_tick(
             time.sleep(0.05)
         assert "database reachable again" in caplog.text
         assert len(errors(caplog)) == 1
+    finally:
+        reg.close()
+
+
+def test_a_reload_whose_connection_is_killed_mid_read_keeps_the_last_good_snapshot(
+    migrated_db: tuple[str, Engine],
+    locker: pymysql.connections.Connection,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The server ends the reload's session (``KILL``: an operator, a failover, a proxy)
+    while it reads: the reload fails as a whole, and the next one recovers."""
+    url, engine = migrated_db
+    write_row(engine, "/x", rateLimit=5, cache=0.0)
+    write_switch(engine, True)
+    reg = Registry(  # a read timeout far longer than the test: only the KILL ends the read
+        Settings(database_url=url, audit_sql_changes=False, switch=False),
+        make_engine(url, timeout=60),
+    )
+    try:
+        assert reg.reload().ok
+        write_row(engine, "/x", rateLimit=7)  # what the killed reload was about to read
+        with locker.cursor() as cur:
+            cur.execute("LOCK TABLES t_ratelimite_conf WRITE")  # the reload's read waits
+        summaries: list[ReloadSummary] = []
+        with caplog.at_level(logging.DEBUG, logger="gateway_limiter"):
+            reloading = threading.Thread(target=lambda: summaries.append(reg.reload()))
+            reloading.start()
+            blocked = (
+                "select id from information_schema.processlist where db = database()"
+                " and id <> connection_id() and state like '%lock%'"
+            )
+            victim = None
+            for _ in range(1000):  # the reload's session, waiting for the table
+                with locker.cursor() as cur:
+                    cur.execute(blocked)
+                    row = cur.fetchone()
+                if row is not None:
+                    victim = int(row[0])
+                    break
+                reloading.join(0.01)
+            assert victim is not None, "the reload never waited for the table"
+            with locker.cursor() as cur:
+                cur.execute(f"KILL {victim}")
+            reloading.join(30)
+            assert not reloading.is_alive()
+        [summary] = summaries
+        assert not summary.ok
+        assert reg.snapshot.rules["/x"].rate == 5  # the last good rows
+        assert (reg.snapshot.switch, reg.snapshot.switch_source) == (True, "database")
+        assert len(errors(caplog)) == 1, errors(caplog)
+        assert "keeping the last good limits" in errors(caplog)[0]
+        with locker.cursor() as cur:
+            cur.execute("UNLOCK TABLES")
+        assert reg.reload().ok  # on a new connection: the pool let the killed one go
+        assert reg.snapshot.rules["/x"].rate == 7
+        assert reg.snapshot.switch is True
     finally:
         reg.close()

@@ -33,14 +33,18 @@ async def test_coroutines_share_the_lease(
     alim: AsyncGatewayLimiter, redis_client: redis.Redis
 ) -> None:
     before = evalsha_calls(redis_client)
-    admitted = 0
+    admitted, stalled = 0, 0
     for _ in range(5):  # 5 rounds of 100 concurrent callers
+        started = time.monotonic()
         got = await asyncio.gather(*(alim.try_acquire("/hot", timeout=0) for _ in range(100)))
+        # a round that a stalled host stretched past the lease's 1 s outlived the lease
+        # it renewed: one more renewal for it, and only for it
+        stalled += time.monotonic() - started >= 1.0
         admitted += sum(got)
     assert admitted == 500  # half the burst
     # Each round: one coroutine renews the lease (100 permits), the 99 others wait for
     # that renewal and take from it.
-    assert evalsha_calls(redis_client) - before == 5
+    assert 5 <= evalsha_calls(redis_client) - before <= 5 + stalled
 
 
 async def test_coroutines_who_wait_share_a_debt_lease(

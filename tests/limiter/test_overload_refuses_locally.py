@@ -69,12 +69,15 @@ def test_a_burst_past_the_rate_costs_one_round_trip_until_the_next_permit(
 def test_a_caller_who_can_wait_for_the_next_permit_is_asked_about_not_refused(
     lim: GatewayLimiter,
 ) -> None:
+    start = time.monotonic()
     assert lim.try_acquire("/slow")
     assert not lim.try_acquire("/slow")  # learns: next permit in ~1 s
     refused = lim.local_refusals
     verdict = lim.reserve("/slow", timeout=2.0)  # 2 s reaches it: Redis decides
+    took = time.monotonic() - start
     assert verdict.allowed
-    assert 0.5 * US_PER_S < verdict.wait_us <= 1.0 * US_PER_S
+    # the next permit, a second after the first: less only the time the calls took
+    assert (1.0 - took - 0.01) * US_PER_S <= verdict.wait_us <= 1.0 * US_PER_S
     assert lim.local_refusals == refused
 
 
@@ -231,8 +234,12 @@ async def test_asyncio_callers_queued_in_a_burst_learn_no_later_moment_than_the_
     async with AsyncGatewayLimiter(
         database_url=url, redis_url=private_redis.url, key_prefix=key_prefix
     ) as lim:
+        began = time.monotonic()
         answers = await asyncio.gather(*(lim.try_acquire("/burst") for _ in range(600)))
-        assert sum(answers) == 2  # the stored burst, then nothing within 0 s
+        took = time.monotonic() - began
+        # the stored burst, then nothing within 0 s: but for what a loaded host's slow
+        # burst let refill (2/s) while it lasted
+        assert 2 <= sum(answers) <= 2 + int(2 * took)
         start = time.monotonic()
         # One permit comes 0.5 s after the burst: a caller who can wait 0.6 s is not
         # refused in-process, whatever the 600 calls taught.

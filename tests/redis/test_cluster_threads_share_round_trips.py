@@ -80,10 +80,16 @@ def _in_threads(calls: list[Callable[[], Any]]) -> list[Any]:
 
 
 def _paused_then(
-    client: redis.Redis, pause_ms: int, first: Callable[[], Any], rest: list[Callable[[], Any]]
+    client: redis.Redis,
+    pause_ms: int,
+    first: Callable[[], Any],
+    rest: list[Callable[[], Any]],
+    in_flight: Callable[[], bool] | None = None,
 ) -> list[Any]:
     """One master pauses; ``first`` goes (its round trip held in flight), then every call
-    of ``rest`` arrives while it is held; the results, ``first``'s first."""
+    of ``rest`` arrives while it is held; the results, ``first``'s first. ``in_flight``
+    says when the master's round trip is: the calls of ``rest`` wait for it (without
+    it, 50 ms after ``first`` started, which a loaded host can outrun)."""
     command(client, "CLIENT", "PAUSE", pause_ms, "ALL")
     started = threading.Event()
 
@@ -94,7 +100,12 @@ def _paused_then(
     def follow(call: Callable[[], Any]) -> Callable[[], Any]:
         def run() -> Any:
             started.wait(5)
-            time.sleep(0.05)  # the first call is written by now, and held
+            if in_flight is None:
+                time.sleep(0.05)  # the first call is written by now, and held
+            else:
+                deadline = time.monotonic() + 5
+                while not in_flight() and time.monotonic() < deadline:
+                    time.sleep(0.001)
             return call()
 
         return run
@@ -239,13 +250,17 @@ def test_ask_and_moved_in_a_batch_are_followed_one_call_at_a_time_losing_none(
         return backend.reserve(other, 1, 0.0, now=NOW_US)
 
     assert round(decide().stored) == 999  # the bucket is on the source; so says the map
+    sharing = next(s for n, s in backend._sharing.items() if n.endswith(f":{source_port}"))
+
+    def held() -> bool:  # the source's round trip in flight: the calls after it queue
+        return bool(sharing._busy)
 
     # ASK: the slot migrating, its key already on the target (the client's map unchanged)
     command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
     command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
     command(source, "MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
     asks = errors(source, "ASK")
-    results = _paused_then(source, 400, hold, [decide] * 20)
+    results = _paused_then(source, 1000, hold, [decide] * 20, held)
     assert round(results[0].stored) == 999
     assert _stored(results[1:]) == list(range(999 - 20, 999))  # each once: none lost or twice
     # each call met ASK twice: in the batch, and sent again alone (ASK leaves the map)
@@ -255,7 +270,7 @@ def test_ask_and_moved_in_a_batch_are_followed_one_call_at_a_time_losing_none(
     for node in (target, source, third):
         command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
     moved = errors(source, "MOVED")
-    results = _paused_then(source, 400, hold, [decide] * 20)
+    results = _paused_then(source, 1000, hold, [decide] * 20, held)
     assert round(results[0].stored) == 998
     assert _stored(results[1:]) == list(range(999 - 40, 999 - 20))
     # all 20 in the batch, then the ones sent again before the client learnt the move
