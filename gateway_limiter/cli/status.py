@@ -122,7 +122,11 @@ def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
         )
     if url is not None and not states:
         rows = read_rows(limiter.registry.engine)
-        report.append(url_effect(url, rows, build_rules(rows, settings.default_cache)))
+        report.append(
+            url_effect(
+                url, rows, build_rules(rows, settings.default_cache, settings.default_time_zone)
+            )
+        )
         return report, ""
     if not states:
         report.append(f"no enabled rows: nothing is limited (see '{PROG} conf list')")

@@ -146,7 +146,9 @@ class Registry:
             return self._no_database_file(missing)
         try:
             rows = read_rows(self._engine, display=False)
-            ruleset = build_rules(rows, self.settings.default_cache)
+            ruleset = build_rules(
+                rows, self.settings.default_cache, self.settings.default_time_zone
+            )
         except Exception as e:  # whatever it is: see reload's docstring
             return self._failed(e)
         stored_switch = self._read_switch()
