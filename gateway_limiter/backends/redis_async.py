@@ -571,14 +571,7 @@ def queued_verdict(verdict: Verdict, queued_s: float) -> Verdict:
     more_us = queued_s * US_PER_S
     next_free_us = verdict.next_free_us + more_us
     held_us = verdict.held_us + more_us if verdict.held_us > 0.0 else 0.0
-    return Verdict(
-        verdict.allowed,
-        verdict.wait_us,
-        verdict.stored,
-        next_free_us,
-        verdict.factor,
-        held_us,
-    )
+    return verdict._replace(next_free_us=next_free_us, held_us=held_us)
 
 
 def _resolve(
