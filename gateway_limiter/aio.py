@@ -111,7 +111,7 @@ from gateway_limiter.core.status import (
     bucket_status,
     chosen,
     has_pushback_state,
-    has_shared_bucket,
+    peeks,
 )
 from gateway_limiter.errors import (
     BackendUnavailable,
@@ -377,9 +377,7 @@ class AsyncGatewayLimiter(LimiterCore):
         )
         out = []
         for rule in limits:
-            peeked = (
-                await attempt_async(self.backend.peek, rule) if has_shared_bucket(rule) else None
-            )
+            peeked = await attempt_async(self.backend.peek, rule) if peeks(rule) else None
             out.append(bucket_status(rule, self.backend.shared, peeked, interface, pushed))
         return out
 

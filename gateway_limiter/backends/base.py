@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
+from gateway_limiter.model.limits import CalendarWindow
 from gateway_limiter.model.pushback import PushbackState
 
 if TYPE_CHECKING:  # backends/fleet.py imports BackendError from here
@@ -36,7 +37,7 @@ class Backend(Protocol):
         Raises BackendError when the state cannot be reached.
         """
 
-    def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
+    def peek(self, rule: Rule) -> tuple[BucketState | CalendarWindow | None, float]:
         """The stored state of ``rule``'s own shared bucket (None: none stored) and the
         clock, in µs."""
 
@@ -89,7 +90,7 @@ class AsyncBackend(Protocol):
         Raises BackendError when the state cannot be reached. Never sleeps for the wait.
         """
 
-    async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
+    async def peek(self, rule: Rule) -> tuple[BucketState | CalendarWindow | None, float]:
         """The stored state of ``rule``'s bucket (None: none stored) and the clock, in µs."""
 
     async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:

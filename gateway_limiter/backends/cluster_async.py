@@ -87,6 +87,7 @@ from gateway_limiter.backends.topology import parse_endpoints
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import BucketState, Verdict
+from gateway_limiter.model.limits import CalendarWindow
 from gateway_limiter.model.pushback import PushbackState
 
 T = TypeVar("T")
@@ -279,7 +280,7 @@ class AsyncRedisClusterBackend:
         """Any other script call (``limiter.slot``'s), on the master of its keys' slot."""
         return (await self._ask(call))[0]
 
-    async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
+    async def peek(self, rule: Rule) -> tuple[BucketState | CalendarWindow | None, float]:
         """GET, then TIME on the node that holds the key."""
         key = state_key(self._prefix, rule)
 
@@ -289,7 +290,7 @@ class AsyncRedisClusterBackend:
             return raw, await self._client.time(target_nodes=node)
 
         raw, time_reply = await self._queued(both)
-        return scripts.parse_state(raw), scripts.clock_us(time_reply)
+        return scripts.parse_peeked(rule, raw), scripts.clock_us(time_reply)
 
     async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
         """GET, then TIME on the node that holds the key, like ``peek``."""

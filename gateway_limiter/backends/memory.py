@@ -26,7 +26,7 @@ from gateway_limiter.backends.state import (
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict, expiry_ms, reserve
-from gateway_limiter.model.limits import Limit, limit_expiry_ms, reserve_limits
+from gateway_limiter.model.limits import CalendarWindow, Limit, limit_expiry_ms, reserve_limits
 from gateway_limiter.model.pushback import (
     PushbackState,
     factor_at,
@@ -157,11 +157,18 @@ class MemoryBackend:
             self._written(now_us)
             return factor, next_free_us
 
-    def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
-        """The live state of ``rule``'s own shared bucket, if any."""
+    def peek(self, rule: Rule) -> tuple[BucketState | CalendarWindow | None, float]:
+        """The live state of ``rule``'s own shared bucket, if any (a calendar quota's,
+        and the clock, on the wall clock)."""
         with self._lock:
             now_us = self._clock()
-            return self._live(state_key("", rule), False, now_us), now_us
+            state = self._live(state_key("", rule), False, now_us)
+            if rule.calendar is None:
+                return state, now_us
+            offset = self._wall_offset_us
+            if state is not None:
+                state = state._replace(window=state.window + offset)
+            return state, now_us + offset
 
     def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
         """What pushbacks left on ``rule``'s interface for all callers, if anything."""
@@ -253,7 +260,7 @@ class AsyncMemoryBackend:
         """The model's pushback, recorded at once."""
         return self._memory.pushback(rule, retry_after, caller)
 
-    async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
+    async def peek(self, rule: Rule) -> tuple[BucketState | CalendarWindow | None, float]:
         """The live state of ``rule``'s bucket, if any."""
         return self._memory.peek(rule)
 

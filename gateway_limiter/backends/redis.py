@@ -59,10 +59,10 @@ from gateway_limiter.backends.scripts import (
     ScriptCall,
     clock_us,
     describe,
+    parse_peeked,
     parse_pushback,
     parse_pushback_state,
     parse_reply,
-    parse_state,
     pushback_peek_key,
 )
 from gateway_limiter.backends.shared_trips import (
@@ -73,6 +73,7 @@ from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
+from gateway_limiter.model.limits import CalendarWindow
 from gateway_limiter.model.pushback import PushbackState
 from gateway_limiter.observe.redact import url_error
 
@@ -217,7 +218,7 @@ class ScriptBackend:
             except NoScriptError:  # restarted, flushed, promoted: load there, ask again
                 return self._again(client, call)
 
-    def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
+    def peek(self, rule: Rule) -> tuple[BucketState | CalendarWindow | None, float]:
         """GET and TIME in one pipeline (``rule``'s own limit, shared state), on the server
         that holds the key."""
         key = state_key(self._prefix, rule)
@@ -226,7 +227,7 @@ class ScriptBackend:
             pipe.get(key)
             pipe.time()
             raw, time_reply = pipe.execute()
-        return parse_state(raw), clock_us(time_reply)
+        return parse_peeked(rule, raw), clock_us(time_reply)
 
     def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
         """GET and TIME in one pipeline, on the server that holds the interface's keys."""

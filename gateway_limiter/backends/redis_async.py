@@ -93,6 +93,7 @@ from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
+from gateway_limiter.model.limits import CalendarWindow
 from gateway_limiter.model.pushback import PushbackState
 from gateway_limiter.observe.redact import url_error
 
@@ -471,7 +472,7 @@ class AsyncRedisBackend:
         """What a caller gets for an error reply to its call: its own BackendError."""
         return BackendError(_describe(error))
 
-    async def peek(self, rule: Rule) -> tuple[BucketState | None, float]:
+    async def peek(self, rule: Rule) -> tuple[BucketState | CalendarWindow | None, float]:
         """GET and TIME in one pipeline."""
 
         async def both() -> list[Any]:
@@ -482,7 +483,7 @@ class AsyncRedisBackend:
                 return await pipe.execute()
 
         raw, time_reply = await self._queued(both)
-        return scripts.parse_state(raw), scripts.clock_us(time_reply)
+        return scripts.parse_peeked(rule, raw), scripts.clock_us(time_reply)
 
     async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
         """GET and TIME in one pipeline, like ``peek``."""

@@ -46,7 +46,7 @@ from gateway_limiter.backends.state import (
 )
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
-from gateway_limiter.model.limits import LimitKind
+from gateway_limiter.model.limits import CalendarWindow, LimitKind
 from gateway_limiter.model.pushback import PushbackState
 
 BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
@@ -364,6 +364,16 @@ def parse_state(raw: object) -> BucketState | None:
         return None
     state = BucketState(*STATE.unpack_from(raw))
     return None if state.stored < 0 else state  # -1: pushback state alone
+
+
+def parse_peeked(rule: Rule, raw: object) -> BucketState | CalendarWindow | None:
+    """What a GET of ``rule``'s own key holds: a bucket's state, or a calendar quota's
+    count (two doubles: the period's start, µs, and the permits in it); None: none."""
+    if rule.calendar is None:
+        return parse_state(raw)
+    if not isinstance(raw, bytes) or len(raw) != 16:
+        return None
+    return CalendarWindow(*struct.unpack("<2d", raw))
 
 
 def parse_pushback_state(raw: object, in_bucket: bool) -> PushbackState | None:

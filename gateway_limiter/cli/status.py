@@ -4,6 +4,7 @@ state, once or refreshed in place until Ctrl-C."""
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import time
 from contextlib import suppress
 from typing import TYPE_CHECKING
@@ -18,7 +19,13 @@ from gateway_limiter.cli.context import (
     relaxed,
     sigterm_interrupts,
 )
-from gateway_limiter.cli.describe import capacity, fmt_amount, on_off, url_effect
+from gateway_limiter.cli.describe import (
+    calendar_text,
+    capacity,
+    fmt_amount,
+    on_off,
+    url_effect,
+)
 from gateway_limiter.cli.output import Column, Report
 from gateway_limiter.config.rules import Algorithm, Rule, build_rules
 from gateway_limiter.model.bucket import US_PER_S, shape
@@ -203,6 +210,24 @@ def _watch_status(ctx: Context, limiter: GatewayLimiter) -> int:
     return 0
 
 
+def _quota_state(s: BucketStatus) -> str:
+    """A calendar quota's state: "used 1,200 of 50,000; renews 2026-11-30 00:00 CST"."""
+    rule = s.rule
+    assert rule.calendar is not None
+    renews = calendar_text(rule)
+    if rule.per_caller or rule.caller is not None:
+        return f"each caller's count not shown; {renews}"
+    if s.error is not None:
+        return f"error: {s.error}"
+    if s.quota_used is None or s.renews_at is None:
+        return renews
+    when = dt.datetime.fromtimestamp(s.renews_at, rule.calendar.zone)
+    return (
+        f"used {fmt_amount(s.quota_used)} of {fmt_amount(rule.rate)}; "
+        f"renews {when:%Y-%m-%d %H:%M %Z} ({rule.calendar.zone.key})"
+    )
+
+
 def _for_each_caller(rule: Rule, state: str) -> str:
     return f"{state}, for each caller" if rule.per_caller else state
 
@@ -211,6 +236,8 @@ def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
     rule = s.rule
     cap = capacity(rule)
     per = "" if rule.period == 1 else f"/{rule.period}s"  # the rate's and the effective's
+    if rule.calendar is not None:
+        per = f"/{rule.calendar.renewal.period}"
     rate = f"{rule.rate:,}{per}"
     url = f"* (channel {rule.channel})" if rule.caps_channel else rule.url
     head = [url, str(rule.config_id), rate, f"{rule.cache:g}", fmt_amount(cap)]
@@ -246,6 +273,8 @@ def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
 
     if rule.closed:
         return row("-", "-", "closed: every call refused")
+    if rule.calendar is not None:
+        return row("-", "-", _quota_state(s))
     if rule.algorithm == Algorithm.SLIDING_WINDOW:
         # Its state is a list of admission times, not stored permits; not read here.
         state = f"at most {rule.rate} in any {rule.period} s (window state not shown)"

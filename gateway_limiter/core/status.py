@@ -10,11 +10,13 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from gateway_limiter.backends.base import Backend, BackendError
+from gateway_limiter.backends.state import limit as limit_of
 from gateway_limiter.backends.state import pushback_rate
 from gateway_limiter.config.reload import Registry
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.model.bucket import US_PER_S, BucketState, reserve, resync
+from gateway_limiter.model.limits import CalendarLimit, CalendarWindow
 from gateway_limiter.model.pushback import PushbackState, effective_rate, factor_at, until_of
 
 #: Algorithms whose state is a window of admissions, not a bucket.
@@ -23,7 +25,7 @@ WINDOWS: Final = (Algorithm.SLIDING_WINDOW, Algorithm.FIXED_WINDOW)
 #: What a status read got: the stored state (None: none stored) and the backend's clock
 #: (µs); the BackendError that stopped the read; or None, nothing to read (see
 #: ``has_shared_bucket``).
-Peeked = tuple[BucketState | None, float] | BackendError | None
+Peeked = tuple[BucketState | CalendarWindow | None, float] | BackendError | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,10 @@ class BucketStatus:
     #: Calls in flight on the interface across the fleet (``slot()``); None: the row has
     #: no ``maxConcurrent`` (or this is not the interface's first limit).
     in_flight: int | None = None
+    #: A shared calendar quota: permits used in the period the Redis clock is in, and
+    #: when that period ends (Unix seconds); None: not a calendar quota, or not read.
+    quota_used: float | None = None
+    renews_at: float | None = None
 
 
 #: What a pushback read got, as ``Peeked``: the state (None: none) and the clock (µs).
@@ -101,6 +107,28 @@ def has_shared_bucket(rule: Rule) -> bool:
     return rule.algorithm not in WINDOWS and not rule.per_caller
 
 
+def has_shared_quota(rule: Rule) -> bool:
+    """True when ``rule``'s limit is one calendar quota for all callers (peek reads its
+    count)."""
+    return rule.calendar is not None and not rule.per_caller and not rule.closed
+
+
+def peeks(rule: Rule) -> bool:
+    """True when ``status`` reads ``rule``'s own state: a shared bucket or quota."""
+    return has_shared_bucket(rule) or has_shared_quota(rule)
+
+
+def quota_status(rule: Rule, shared: bool, state: object, now_us: float) -> BucketStatus:
+    """A shared calendar quota as ``status`` shows it: used in the period ``now_us`` (the
+    Redis clock) is in, and when that period ends."""
+    spec = limit_of(rule, now_us / US_PER_S)
+    counter = state if isinstance(state, CalendarWindow) else None
+    left, ends_us = CalendarLimit().left(spec, counter, now_us)
+    return BucketStatus(
+        rule, None, 0.0, shared, quota_used=rule.rate - left, renews_at=ends_us / US_PER_S
+    )
+
+
 def bucket_status(
     rule: Rule,
     shared: bool,
@@ -126,6 +154,8 @@ def bucket_status(
     if isinstance(peeked, BackendError):
         return BucketStatus(rule, None, 0.0, shared, str(peeked))
     state, now_us = peeked
+    if rule.calendar is not None or isinstance(state, CalendarWindow):
+        return quota_status(rule, shared, state, now_us)
     next_free_ms = None
     if not rule.closed and has_shared_bucket(rule):
         # What one permit would wait now: the model's own answer, nothing written.
@@ -154,7 +184,7 @@ def describe_state(rule: Rule, backend: Backend) -> BucketStatus:
 
     Windows and per-caller limits have no single bucket to show: no state is read.
     """
-    peeked = attempt(backend.peek, rule) if has_shared_bucket(rule) else None
+    peeked = attempt(backend.peek, rule) if peeks(rule) else None
     return bucket_status(rule, backend.shared, peeked)
 
 
@@ -164,6 +194,6 @@ def describe_interface(interface: Rule, limits: list[Rule], backend: Backend) ->
     pushed = attempt(backend.peek_pushback, interface) if has_pushback_state(interface) else None
     out = []
     for rule in limits:
-        peeked = attempt(backend.peek, rule) if has_shared_bucket(rule) else None
+        peeked = attempt(backend.peek, rule) if peeks(rule) else None
         out.append(bucket_status(rule, backend.shared, peeked, interface, pushed))
     return out

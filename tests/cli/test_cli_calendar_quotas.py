@@ -5,19 +5,25 @@ are skipped by the reload with a warning naming the configId. On MariaDB and SQL
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import time
+from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
+from gateway_limiter.cli import main
 from gateway_limiter.config.rules import build_rules
 from gateway_limiter.config.table import read_rows
-from gateway_limiter.model.calendar import QuotaPeriod
-from tests.support.commandline import Ran
+from gateway_limiter.model.calendar import Calendar, QuotaPeriod
+from tests.support.commandline import Ran, settings_file
 from tests.support.commandline import cli as run
 from tests.support.limiting import write_row
+from tests.support.services import RedisServer
 
 URL = "/ibe/flight/search"
 
@@ -154,3 +160,28 @@ def test_the_reload_skips_bad_calendar_rows_naming_their_config_id(
     assert any(f"configId {zone}: timeZone 'Beijing'" in m for m in said), said
     assert any(f"configId {renews}: quotaRenews '31 00:00' names the 31st" in m for m in said)
     assert good not in {s.config_id for s in summary.skipped}
+
+
+def test_status_shows_what_a_quota_used_and_when_it_renews(
+    capsys: pytest.CaptureFixture[str],
+    migrated_db: tuple[str, Engine],
+    redis_server: RedisServer,
+    key_prefix: str,
+    tmp_path: Path,
+) -> None:
+    db, _ = migrated_db
+    cli(capsys, db, "conf", "set", URL, "--rate", "20", "--cache", "0", "--enable")
+    quota = ("--quota-period", "day", "--time-zone", "Asia/Shanghai", "--enable")
+    cli(capsys, db, "conf", "set", URL, "--rate", "50000", *quota)
+    settings = settings_file(tmp_path, db, redis_server.url, key_prefix)
+    with GatewayLimiter.from_settings(settings) as limiter:
+        assert sum(limiter.try_acquire(URL, timeout=0) for _ in range(3)) == 3
+        (_, daily) = limiter.status(URL)
+    midnight = Calendar.of("day", "Asia/Shanghai").period_at(time.time())[1]
+    assert (daily.quota_used, daily.renews_at) == (3, midnight)
+    capsys.readouterr()
+    assert main(["--settings", str(settings), "status", URL]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if "50,000/day" in line)
+    shown = dt.datetime.fromtimestamp(midnight, ZoneInfo("Asia/Shanghai"))
+    assert f"used 3 of 50,000; renews {shown:%Y-%m-%d} 00:00 CST (Asia/Shanghai)" in line

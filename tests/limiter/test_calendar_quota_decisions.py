@@ -66,6 +66,8 @@ def test_a_daily_quota_is_told_back_and_refuses_until_beijing_midnight(
     assert not again.allowed
     assert (again.limit, again.remaining, again.reset_at) == (3, 0, midnight)
     assert again.retry_after is not None and again.retry_after > refused.retry_after - 5
+    (quota,) = [s for s in lim.status(URL) if s.rule.calendar is not None]
+    assert (quota.quota_used, quota.renews_at) == (3, midnight)
 
 
 def test_a_call_the_per_second_row_refuses_takes_nothing_from_the_quota(
