@@ -77,7 +77,10 @@ def set_limit(
     reload would skip the row (it names why); the tables must exist (``upgrade``).
     The change is recorded in the audit table (source ``admin``, actor ``user@host``).
     """
+    from dataclasses import replace
+
     from gateway_limiter.config.audit import SOURCE_ADMIN, ChangedBy, local_actor
+    from gateway_limiter.config.edits import combination_problem, single_float_problem
     from gateway_limiter.config.rules import Skipped, rule_from_row
     from gateway_limiter.config.table import ConfRow, make_engine, upsert_conf
 
@@ -124,10 +127,24 @@ def set_limit(
     checked = rule_from_row(planned, default_cache=0.0)
     if isinstance(checked, Skipped):
         raise ValueError(f"limit on {interface_url!r} refused: {checked.reason}")
+    if warmup_period is not None and single_float_problem(warmup_period):
+        problem = single_float_problem(warmup_period)
+        raise ValueError(f"limit on {interface_url!r} refused: warmupPeriod {problem}")
+
+    def beside_the_others(rows: list[ConfRow], old: ConfRow | None) -> None:
+        # on the rows as they are in the transaction that writes: a warm_up row beside
+        # other limits of its URL (or one beside it) would be skipped
+        after = replace(planned, config_id=old.config_id if old else -1, status=int(enabled))
+        clash = combination_problem(rows, interface_url, after, 0.0)
+        if clash:
+            raise ValueError(f"limit on {interface_url!r} refused: the reload would skip {clash}")
+
     engine = make_engine(database_url)
     try:
         by = ChangedBy(local_actor(), SOURCE_ADMIN)
-        row, _ = upsert_conf(engine, interface_url, where=scope, by=by, **fields)
+        row, _ = upsert_conf(
+            engine, interface_url, where=scope, by=by, check=beside_the_others, **fields
+        )
     finally:
         engine.dispose()
     return row.config_id

@@ -111,7 +111,7 @@ from gateway_limiter.core.status import (
     bucket_status,
     chosen,
     has_pushback_state,
-    peeks,
+    has_shared_state,
 )
 from gateway_limiter.errors import (
     BackendUnavailable,
@@ -119,6 +119,7 @@ from gateway_limiter.errors import (
     LimiterError,
     NotStarted,
 )
+from gateway_limiter.lifecycle import ASYNCIO, unwatch, watch
 from gateway_limiter.model.bucket import Verdict
 
 __all__ = [
@@ -182,8 +183,11 @@ class AsyncGatewayLimiter(LimiterCore):
                 beat = attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand)
                 self._beat(await beat)
             self._heartbeats = asyncio.create_task(self._beating(), name="gateway-limiter-fleet")
-        # The registry's first reload and its reload thread, exactly as the sync limiter's.
-        return self._running(await asyncio.to_thread(self.registry.start))
+        watch(self, ASYNCIO)  # a fork restarts it in the child (lifecycle.py)
+        # The switch's source (etcd, Apollo) followed by a task on this loop; then the
+        # registry's first reload and its reload thread, exactly as the sync limiter's.
+        await self.registry.start_following_async()
+        return self._running(await asyncio.to_thread(self.registry.start, follow_switch=False))
 
     async def _beating(self) -> None:
         """Renew this process's fleet membership every ``fleet_heartbeat`` s: a task of
@@ -220,11 +224,13 @@ class AsyncGatewayLimiter(LimiterCore):
 
     async def aclose(self) -> None:
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
+        unwatch(self)
         self._stopping()
         for call in self._lease_returns(closing=True):  # best effort: else they expire
             await attempt_async(self.backend.script, call)  # type: ignore[attr-defined]
         await self._stop_heartbeats()
         await self._stop_renewer()
+        await self.registry.stop_following_async()
         await asyncio.to_thread(self.registry.close)  # disposing the engine is database I/O
         await self.backend.aclose()
 
@@ -232,6 +238,7 @@ class AsyncGatewayLimiter(LimiterCore):
         """Stop reloading and leave the metrics' gauges, with no I/O on the connections
         (for a limiter whose event loop is gone, and its connections with it, and its
         heartbeat task)."""
+        unwatch(self)
         self._stopping()
         self._heartbeats = self._renewer = None
         self._slotting.close()
@@ -377,7 +384,9 @@ class AsyncGatewayLimiter(LimiterCore):
         )
         out = []
         for rule in limits:
-            peeked = await attempt_async(self.backend.peek, rule) if peeks(rule) else None
+            peeked = (
+                await attempt_async(self.backend.peek, rule) if has_shared_state(rule) else None
+            )
             out.append(bucket_status(rule, self.backend.shared, peeked, interface, pushed))
         return out
 

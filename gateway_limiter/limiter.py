@@ -52,6 +52,7 @@ from gateway_limiter.core.slots import (
 )
 from gateway_limiter.core.status import BucketStatus, chosen, describe_interface
 from gateway_limiter.errors import NotStarted
+from gateway_limiter.lifecycle import THREADED, unwatch, watch
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 
 __all__ = ["GatewayLimiter"]
@@ -94,6 +95,7 @@ class GatewayLimiter(LimiterCore):
                 demand = fleet.demand(self.registry.snapshot.rules)
                 self._beat(attempt(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand))
             self._start_heartbeats()
+        watch(self, THREADED)  # a fork restarts it in the child (lifecycle.py)
         return self._running(self.registry.start())
 
     def _start_heartbeats(self) -> None:
@@ -133,6 +135,7 @@ class GatewayLimiter(LimiterCore):
 
     def close(self) -> None:
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
+        unwatch(self)
         self._stopping()
         for call in self._lease_returns(closing=True):  # best effort: else they expire
             attempt(self.backend.script, call)  # type: ignore[attr-defined]

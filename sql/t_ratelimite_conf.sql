@@ -38,7 +38,15 @@ alter table t_ratelimite_conf
 alter table t_ratelimite_conf
     add column leaseMs INT(11) NULL;  -- ms of the rate one process takes per round trip; NULL/0 = off
 
--- Revision 0008: calendar quotas (docs/algorithms.md, "Calendar quotas").
+-- Revision 0008: the text that identifies a row compares byte for byte, as the limiter
+-- compares it (no case, accent or trailing-space folding). MariaDB's collation; on
+-- MySQL 8 write utf8mb4_0900_bin, on MySQL 5.7 utf8mb4_bin.
+alter table t_ratelimite_conf
+    modify interfaceUrl VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NULL,
+    modify channelType  VARCHAR(24)  CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NULL,
+    modify callerKey    VARCHAR(64)  CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NULL;
+
+-- Revision 0009: calendar quotas (docs/algorithms.md, "Calendar quotas").
 alter table t_ratelimite_conf
     add column quotaPeriod VARCHAR(8)  NULL,               -- day, week or month: rateLimit per period; NULL = per periodSeconds
     add column timeZone    VARCHAR(64) NULL,               -- IANA zone of the calendar; NULL = the default_time_zone setting

@@ -21,6 +21,7 @@ from gateway_limiter.config.table import make_engine
 from tests.support.clusters import LocalCluster, LocalSentinel
 from tests.support.limiting import limiter
 from tests.support.services import RedisServer, fresh_mariadb_database, mariadb_url
+from tests.support.switch_sources import Centre, private_centre
 
 
 @pytest.fixture(autouse=True)
@@ -210,3 +211,11 @@ async def alim(
         **limiter_settings,
     ) as started:
         yield started
+
+
+@pytest.fixture(params=["etcd", "apollo"])
+def centre(request: pytest.FixtureRequest) -> Iterator[Centre]:
+    """Where the switch is kept besides the table: a private etcd, then a loopback Apollo
+    (tests/support/switch_sources.py), each the test's own (it may stop it)."""
+    with private_centre(request.param) as found:
+        yield found

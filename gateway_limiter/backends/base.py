@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from gateway_limiter.config.rules import Rule
-from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
-from gateway_limiter.model.limits import CalendarWindow
+from gateway_limiter.model.bucket import US_PER_S, Verdict
+from gateway_limiter.model.limits import LimitState
 from gateway_limiter.model.pushback import PushbackState
 
 if TYPE_CHECKING:  # backends/fleet.py imports BackendError from here
@@ -37,9 +37,9 @@ class Backend(Protocol):
         Raises BackendError when the state cannot be reached.
         """
 
-    def peek(self, rule: Rule) -> tuple[BucketState | CalendarWindow | None, float]:
-        """The stored state of ``rule``'s own shared bucket (None: none stored) and the
-        clock, in µs."""
+    def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+        """The stored state of ``rule``'s own shared limit (a bucket's, a window's; None:
+        none stored) and the clock, in µs."""
 
     def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
         """What pushbacks left on ``rule``'s interface for all its callers (None: nothing)
@@ -90,8 +90,8 @@ class AsyncBackend(Protocol):
         Raises BackendError when the state cannot be reached. Never sleeps for the wait.
         """
 
-    async def peek(self, rule: Rule) -> tuple[BucketState | CalendarWindow | None, float]:
-        """The stored state of ``rule``'s bucket (None: none stored) and the clock, in µs."""
+    async def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+        """``Backend.peek``, awaited."""
 
     async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
         """``Backend.peek_pushback``, awaited."""

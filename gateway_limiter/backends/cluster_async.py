@@ -86,8 +86,8 @@ from gateway_limiter.backends.state import state_key
 from gateway_limiter.backends.topology import parse_endpoints
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import BucketState, Verdict
-from gateway_limiter.model.limits import CalendarWindow
+from gateway_limiter.model.bucket import Verdict
+from gateway_limiter.model.limits import LimitState
 from gateway_limiter.model.pushback import PushbackState
 
 T = TypeVar("T")
@@ -280,17 +280,24 @@ class AsyncRedisClusterBackend:
         """Any other script call (``limiter.slot``'s), on the master of its keys' slot."""
         return (await self._ask(call))[0]
 
-    async def peek(self, rule: Rule) -> tuple[BucketState | CalendarWindow | None, float]:
-        """GET, then TIME on the node that holds the key."""
+    async def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+        """GET (a sliding window: LRANGE), then TIME on the node that holds the key."""
         key = state_key(self._prefix, rule)
 
         async def both() -> tuple[Any, Any]:
-            raw = await self._client.get(key)
+            raw: object
+            try:
+                if scripts.is_sliding(rule):
+                    raw = await self._client.lrange(key, 0, -1)
+                else:
+                    raw = await self._client.get(key)
+            except ResponseError:  # WRONGTYPE: another value there, lost state
+                raw = None
             node = self._client.get_node_from_key(key)
             return raw, await self._client.time(target_nodes=node)
 
         raw, time_reply = await self._queued(both)
-        return scripts.parse_peeked(rule, raw), scripts.clock_us(time_reply)
+        return scripts.parse_limit_state(rule, raw), scripts.clock_us(time_reply)
 
     async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
         """GET, then TIME on the node that holds the key, like ``peek``."""

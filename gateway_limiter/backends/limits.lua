@@ -49,7 +49,8 @@ ARGV[5]  the limits, as little-endian doubles (backends/scripts.py packs them on
          than a tonumber per field (each as dear as a line of arithmetic ten times over).
 
 Returns one string of six little-endian doubles, like bucket.lua: allowed (1/0), wait in
-microseconds, the least stored permits of the buckets (0 without one), next free, the
+microseconds, the least permits any limit has left (a bucket its stored permits, a window
+its count less the admissions in the window of T, or of now when refused), next free, the
 pushback factor, held (microseconds from now until a pushback's retry_after ends; 0:
 none). Next free: microseconds from now before which no call can go, the latest of each
 limit's earliest time for one permit after this decision (only time passing brings it
@@ -261,6 +262,22 @@ for i = 1, nlimits do
       call("PEXPIRE", KEYS[i], ceil((at + size - now) / 1000) + 1000)
     end
     if count > 0 and last > earliest then earliest = last end
+    local live = count  -- admissions still in the window at T (now when refused)
+    if count > 0 then
+      local ref = now
+      if allowed == 1 then ref = at end
+      if tonumber(call("LINDEX", KEYS[i], 0)) + size <= ref then  -- stale ones first:
+        local lo, hi = 0, count                                   -- find the first live
+        while hi - lo > 1 do
+          local mid = floor((lo + hi) / 2)
+          if tonumber(call("LINDEX", KEYS[i], mid)) + size <= ref then lo = mid else hi = mid end
+        end
+        live = count - hi
+      end
+    end
+    local cap = rate
+    if factor ~= 1 and i <= own then cap = max(1, floor(rate * factor)) end
+    if least == nil or cap - live < least then least = max(0, cap - live) end
     if count + 1 > rate then
       earliest = max(earliest, tonumber(call("LINDEX", KEYS[i], count - rate)) + size)
     end
@@ -308,6 +325,9 @@ for i = 1, nlimits do
       call("SET", KEYS[i], pack("<dd", window, used),
         "PX", ceil(((window + 1) * size - now) / 1000) + 1000)
     end
+    local cap = rate
+    if factor ~= 1 and i <= own then cap = max(1, floor(rate * factor)) end
+    if least == nil or cap - used < least then least = max(0, cap - used) end
     if used + 1 > rate then
       earliest = (window + 1) * size
     else

@@ -25,8 +25,8 @@ from gateway_limiter.backends.state import (
 )
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict, expiry_ms, reserve
-from gateway_limiter.model.limits import CalendarWindow, Limit, limit_expiry_ms, reserve_limits
+from gateway_limiter.model.bucket import US_PER_S, Verdict, expiry_ms, reserve
+from gateway_limiter.model.limits import Limit, LimitState, limit_expiry_ms, reserve_limits
 from gateway_limiter.model.pushback import (
     PushbackState,
     factor_at,
@@ -157,9 +157,8 @@ class MemoryBackend:
             self._written(now_us)
             return factor, next_free_us
 
-    def peek(self, rule: Rule) -> tuple[BucketState | CalendarWindow | None, float]:
-        """The live state of ``rule``'s own shared bucket, if any (a calendar quota's,
-        and the clock, on the wall clock)."""
+    def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+        """The live state of ``rule``'s own shared limit, if any."""
         with self._lock:
             now_us = self._clock()
             state = self._live(state_key("", rule), False, now_us)
@@ -260,8 +259,8 @@ class AsyncMemoryBackend:
         """The model's pushback, recorded at once."""
         return self._memory.pushback(rule, retry_after, caller)
 
-    async def peek(self, rule: Rule) -> tuple[BucketState | CalendarWindow | None, float]:
-        """The live state of ``rule``'s bucket, if any."""
+    async def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+        """The live state of ``rule``'s own shared limit, if any."""
         return self._memory.peek(rule)
 
     async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:

@@ -59,7 +59,8 @@ from gateway_limiter.backends.scripts import (
     ScriptCall,
     clock_us,
     describe,
-    parse_peeked,
+    is_sliding,
+    parse_limit_state,
     parse_pushback,
     parse_pushback_state,
     parse_reply,
@@ -72,8 +73,8 @@ from gateway_limiter.backends.shared_trips import (
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
-from gateway_limiter.model.limits import CalendarWindow
+from gateway_limiter.model.bucket import US_PER_S, Verdict
+from gateway_limiter.model.limits import LimitState
 from gateway_limiter.model.pushback import PushbackState
 from gateway_limiter.observe.redact import url_error
 
@@ -218,16 +219,16 @@ class ScriptBackend:
             except NoScriptError:  # restarted, flushed, promoted: load there, ask again
                 return self._again(client, call)
 
-    def peek(self, rule: Rule) -> tuple[BucketState | CalendarWindow | None, float]:
-        """GET and TIME in one pipeline (``rule``'s own limit, shared state), on the server
-        that holds the key."""
+    def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+        """GET (a sliding window: LRANGE) and TIME in one pipeline (``rule``'s own limit,
+        shared state), on the server that holds the key."""
         key = state_key(self._prefix, rule)
         with backend_errors():
             pipe = self._server(key).pipeline(transaction=False)
-            pipe.get(key)
+            pipe.lrange(key, 0, -1) if is_sliding(rule) else pipe.get(key)
             pipe.time()
-            raw, time_reply = pipe.execute()
-        return parse_peeked(rule, raw), clock_us(time_reply)
+            raw, time_reply = pipe.execute(raise_on_error=False)
+        return parse_limit_state(rule, raw), clock_us(time_reply)
 
     def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
         """GET and TIME in one pipeline, on the server that holds the interface's keys."""

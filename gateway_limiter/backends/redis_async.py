@@ -92,8 +92,8 @@ from gateway_limiter.backends.schemes import register_async
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
-from gateway_limiter.model.limits import CalendarWindow
+from gateway_limiter.model.bucket import US_PER_S, Verdict
+from gateway_limiter.model.limits import LimitState
 from gateway_limiter.model.pushback import PushbackState
 from gateway_limiter.observe.redact import url_error
 
@@ -472,18 +472,19 @@ class AsyncRedisBackend:
         """What a caller gets for an error reply to its call: its own BackendError."""
         return BackendError(_describe(error))
 
-    async def peek(self, rule: Rule) -> tuple[BucketState | CalendarWindow | None, float]:
-        """GET and TIME in one pipeline."""
+    async def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+        """GET (a sliding window: LRANGE) and TIME in one pipeline."""
+        key = state_key(self._prefix, rule)
 
         async def both() -> list[Any]:
             async with Deadline(self._connect_seconds + self._read_seconds):
                 pipe = self._client.pipeline(transaction=False)
-                pipe.get(state_key(self._prefix, rule))
+                pipe.lrange(key, 0, -1) if scripts.is_sliding(rule) else pipe.get(key)
                 pipe.time()
-                return await pipe.execute()
+                return await pipe.execute(raise_on_error=False)
 
         raw, time_reply = await self._queued(both)
-        return scripts.parse_peeked(rule, raw), scripts.clock_us(time_reply)
+        return scripts.parse_limit_state(rule, raw), scripts.clock_us(time_reply)
 
     async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
         """GET and TIME in one pipeline, like ``peek``."""

@@ -36,6 +36,7 @@ from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.state import (
     calendar_valid,
     caller_part,
+    kind,
     limit,
     own_limits,
     pushback_base,
@@ -46,7 +47,13 @@ from gateway_limiter.backends.state import (
 )
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
-from gateway_limiter.model.limits import CalendarWindow, LimitKind
+from gateway_limiter.model.limits import (
+    CalendarWindow,
+    FixedWindow,
+    LimitKind,
+    LimitState,
+    SlidingLog,
+)
 from gateway_limiter.model.pushback import PushbackState
 
 BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
@@ -75,6 +82,16 @@ def with_lease(bucket_source: str) -> str:
     return f"local function bucket_decision(KEYS, ARGV)\n{bucket_source}\nend\n{_lua('lease.lua')}"
 
 
+def with_descriptors() -> str:
+    """``descriptors.lua`` composed after both decision scripts wrapped as the functions
+    it calls, as ``with_slot`` composes ``slot.lua``: several interfaces decided
+    together, all or nothing (Envoy's rate limit service, ``gateway_limiter/rls/``)."""
+    return (
+        f"local function rate_bucket(KEYS, ARGV)\n{BUCKET_LUA}\nend\n"
+        f"local function rate_limits(KEYS, ARGV)\n{LIMITS_LUA}\nend\n{_lua('descriptors.lua')}"
+    )
+
+
 #: Script name -> source; a backend registers each once. The ``slot_`` ones are
 #: ``limiter.slot``'s (``backends/slots.py``).
 SCRIPTS = {
@@ -84,6 +101,7 @@ SCRIPTS = {
     "slot": with_slot(),
     "slot_renew": _lua("slot_renew.lua"),
     "lease": with_lease(BUCKET_LUA),
+    "descriptors": with_descriptors(),
 }
 #: Script name -> SHA1 of its source (what EVALSHA names).
 SHAS = {name: sha1(source.encode()).hexdigest() for name, source in SCRIPTS.items()}
@@ -366,14 +384,34 @@ def parse_state(raw: object) -> BucketState | None:
     return None if state.stored < 0 else state  # -1: pushback state alone
 
 
-def parse_peeked(rule: Rule, raw: object) -> BucketState | CalendarWindow | None:
-    """What a GET of ``rule``'s own key holds: a bucket's state, or a calendar quota's
-    count (two doubles: the period's start, µs, and the permits in it); None: none."""
-    if rule.calendar is None:
-        return parse_state(raw)
-    if not isinstance(raw, bytes) or len(raw) != 16:
-        return None
-    return CalendarWindow(*struct.unpack("<2d", raw))
+#: A fixed window's counter in Redis: the window k, the permits in it (limits.lua).
+FIXED = struct.Struct("<2d")
+
+
+def is_sliding(rule: Rule) -> bool:
+    """True when ``rule``'s limit is a sliding window: a list, read with LRANGE (any
+    other limit is one string, read with GET)."""
+    return kind(rule) is LimitKind.SLIDING_WINDOW
+
+
+def parse_limit_state(rule: Rule, raw: object) -> LimitState | None:
+    """What ``peek`` read of ``rule``'s own limit: a bucket's state, a fixed window's
+    counter or a calendar quota's count (GET), a sliding window's admission times
+    (LRANGE), or None when there is none (or the key holds something else: lost state,
+    as the scripts treat it)."""
+    if is_sliding(rule):
+        if not isinstance(raw, list) or not raw:
+            return None
+        return SlidingLog.of([float(t) for t in raw])
+    if kind(rule) is LimitKind.FIXED_WINDOW:
+        if not isinstance(raw, bytes) or len(raw) != FIXED.size:
+            return None
+        return FixedWindow(*FIXED.unpack(raw))
+    if kind(rule) is LimitKind.CALENDAR:  # the period's start, µs, and the permits in it
+        if not isinstance(raw, bytes) or len(raw) != FIXED.size:
+            return None
+        return CalendarWindow(*FIXED.unpack(raw))
+    return parse_state(raw)
 
 
 def parse_pushback_state(raw: object, in_bucket: bool) -> PushbackState | None:

@@ -20,9 +20,10 @@ if #lapsed > 0 then
 end
 local renewed = 0
 for i = 2, #ARGV do
-  if redis.call("ZSCORE", KEYS[1], ARGV[i]) then
-    -- GT: never shorten a lease that runs past a rate wait
-    redis.call("ZADD", KEYS[1], "XX", "GT", until_ms, ARGV[i])
+  local held = redis.call("ZSCORE", KEYS[1], ARGV[i])
+  if held then
+    -- never shorten a lease that runs past a rate wait (ZADD GT, without Redis 6.2)
+    if tonumber(held) < until_ms then redis.call("ZADD", KEYS[1], until_ms, ARGV[i]) end
     renewed = renewed + 1
   end
 end

@@ -10,10 +10,10 @@ Output goes through rich: tables on a terminal, plain aligned text when piped (n
 codes, no wrapping at 80 columns), so ``gateway-limiter conf list | grep`` works.
 
 Each command lives in a module of its own (``db``, ``conf``, ``switch``, ``status``,
-``fleet``, ``metrics``, ``demo``, ``console``) that adds its arguments to the parser and runs it. A
-module is imported only when its command is on the command line, and SQLAlchemy,
-Alembic, redis and rich only where a command needs them: ``--help`` and ``--version``
-load none of them.
+``fleet``, ``metrics``, ``demo``, ``console``, ``rls``) that adds its arguments to the
+parser and runs it. A module is imported only when its command is on the command
+line, and SQLAlchemy, Alembic, redis and rich only where a command needs them:
+``--help`` and ``--version`` load none of them.
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ COMMANDS = (
     CommandEntry(
         "console", "console", "serve the operator console: rules, switch, fleet, live, audit"
     ),
+    CommandEntry("rls", "rls", "serve Envoy's rate limit service (gRPC) from the same table"),
 )
 
 

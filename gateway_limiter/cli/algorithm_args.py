@@ -16,7 +16,7 @@ from gateway_limiter.config.rules import ALGORITHMS, MAX_LEASE_MS, Algorithm, al
 from gateway_limiter.model.bucket import US_PER_S, shape
 
 if TYPE_CHECKING:
-    from gateway_limiter.config.table import RateLimitConf
+    from gateway_limiter.config.table import ConfRow
 
 
 #: The algorithm columns: model attribute -> (column, the ``conf set`` flag that sets it).
@@ -34,7 +34,7 @@ def given_algorithm_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def algorithm_args_problem(
-    given: dict[str, Any], old: RateLimitConf | None, period: int = 1, per_caller: bool = False
+    given: dict[str, Any], old: ConfRow | None, period: int = 1, per_caller: bool = False
 ) -> str:
     """Why the row would have invalid algorithm columns after ``conf set``, as an error
     naming the argument to change ("" when the row will be valid).

@@ -186,6 +186,11 @@ def warmup_arg(text: str) -> float | None:
         raise argparse.ArgumentTypeError(
             f"invalid value {_shown(text)}: must be a number of seconds or '{NONE_WORD}'"
         )
+    from gateway_limiter.config.edits import single_float_problem
+
+    problem = single_float_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"invalid value {_shown(text)}: {problem}")
     return value
 
 

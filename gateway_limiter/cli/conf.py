@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from gateway_limiter.cli import listing
 from gateway_limiter.cli.algorithm_args import (
     algorithm_args_problem,
     given_algorithm_fields,
@@ -35,16 +36,10 @@ from gateway_limiter.cli.arguments import (
 )
 from gateway_limiter.cli.context import PROG, CliError, Context, UsageError, warning_line
 from gateway_limiter.cli.describe import (
-    fmt_cache,
     fmt_field,
-    fmt_opt,
-    fmt_seconds,
-    fmt_time,
-    row_effect,
-    switch_line,
     url_effect,
 )
-from gateway_limiter.cli.output import Column
+from gateway_limiter.config.audit import record_change, record_unrecorded, row_record
 from gateway_limiter.config.edits import (
     combination_problem,
     row_problem,
@@ -57,14 +52,13 @@ from gateway_limiter.config.rules import (
     Algorithm,
     build_rules,
     scope_text,
+    url_shape_problem,
 )
 from gateway_limiter.config.table import (
-    CONF_TABLE,
     ConfRow,
-    RateLimitConf,
-    find_rows,
+    locked_table,
     read_rows,
-    upsert_conf,
+    same_scope,
 )
 from gateway_limiter.model.calendar import QUOTA_PERIODS, RenewalError, parse_renewal
 
@@ -77,7 +71,11 @@ if TYPE_CHECKING:
 def register(parser: argparse.ArgumentParser) -> None:
     """Add the ``conf`` commands to ``parser``."""
     conf = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    leaf(conf, "list", cmd_conf_list, "every row, its effect, and rows the reload skips")
+    listing.register(
+        leaf(
+            conf, "list", listing.cmd_conf_list, "every row, its effect, and rows the reload skips"
+        )
+    )
     _register_set(conf)
     for name, run, text in (
         ("enable", cmd_conf_enable, "set status 1 on the rows of URL"),
@@ -272,108 +270,12 @@ def _register_set(conf: Any) -> None:
     shadow.add_argument(
         "--no-shadow", dest="shadow", action="store_const", const=0, help="shadow 0: enforce"
     )
-
-
-# --- conf list -----------------------------------------------------------------------------
-
-CONF_COLUMNS = (
-    Column("configId", numeric=True),
-    Column("channelType"),
-    Column("interfaceNo"),
-    Column("interfaceUrl"),
-    Column("rateLimit", numeric=True),
-    Column("cache", numeric=True),
-    Column("status", numeric=True),
-    Column("shadow", numeric=True),
-    Column("lastModifyTime"),
-    Column("algorithm"),
-    Column("maxPermits", numeric=True),
-    Column("warmupPeriod", numeric=True),
-    Column("periodSeconds", numeric=True),
-    Column("perCaller", numeric=True),
-    Column("callerKey"),
-    Column("effect"),
-)
-#: Shown before ``effect`` when some row has a ``maxConcurrent`` (schema 0006).
-MAX_CONCURRENT_COLUMN = Column("maxConcurrent", numeric=True)
-#: Shown before ``effect`` when some row has a ``leaseMs`` (schema 0007).
-LEASE_MS_COLUMN = Column("leaseMs", numeric=True)
-
-
-def cmd_conf_list(ctx: Context) -> int:
-    """Every row, what the reload makes of it, and each skipped row with its reason."""
-    engine = ctx.engine()
-    rows = read_rows(engine)
-    ruleset = build_rules(rows, ctx.settings.default_cache, ctx.settings.default_time_zone)
-    ctx.out.line(switch_line(engine, ctx.settings))
-    if not rows:
-        ctx.out.line(
-            f"{CONF_TABLE} is empty: nothing is limited. Add a row with "
-            f"'{PROG} conf set URL --rate N --enable'"
-        )
-        return 0
-    caps = any(r.max_concurrent is not None for r in rows)
-    leases = any(r.lease_ms is not None for r in rows)
-    columns = (
-        *CONF_COLUMNS[:-1],
-        *([MAX_CONCURRENT_COLUMN] if caps else []),
-        *([LEASE_MS_COLUMN] if leases else []),
-        CONF_COLUMNS[-1],
+    setp.add_argument(
+        "--any-key",
+        action="store_true",
+        help="URL is a key callers pass to the limiter themselves, not a request path: "
+        "write it even though it does not start with '/' (the integrations decide on paths)",
     )
-    ctx.out.table(
-        columns,
-        [
-            [
-                str(r.config_id),
-                fmt_opt(r.channel_type),
-                fmt_opt(r.interface_no),
-                fmt_opt(r.interface_url),
-                fmt_opt(r.rate_limit),
-                fmt_cache(r.cache),
-                fmt_opt(r.status),
-                "-" if r.shadow is None else str(r.shadow),  # None: schema before 0005
-                fmt_time(r),
-                fmt_opt(r.algorithm),
-                fmt_opt(r.max_permits),
-                fmt_seconds(r.warmup_period),
-                fmt_opt(r.period_seconds),
-                fmt_opt(r.per_caller),
-                fmt_opt(r.caller_key),
-                *([fmt_opt(r.max_concurrent)] if caps else []),
-                *([fmt_opt(r.lease_ms)] if leases else []),
-                row_effect(r, ruleset),
-            ]
-            for r in rows
-        ],
-    )
-    if any(r.cache is None and r.status == 1 for r in rows):
-        ctx.out.line(
-            f"cache NULL: callers wait up to default_cache = {ctx.settings.default_cache:g} s"
-        )
-    for s in ruleset.skipped:
-        ctx.out.line(f"skipped by the reload: {s}")
-    for warning in ruleset.warnings:
-        ctx.out.line(f"warning: {warning}")
-    return 0
-
-
-def _refuse_collation_twins(engine: Engine, url: str) -> list[RateLimitConf]:
-    """The rows the database matches for ``url``; an error if it matches another spelling.
-
-    MySQL's default collations compare case- and trailing-space-insensitively, the
-    limiter's lookup does not: '/IBE/x' would update the row of '/ibe/x', and neither
-    URL would then be limited as the operator meant.
-    """
-    matches = find_rows(engine, url)
-    twins = [r for r in matches if r.interface_url != url]
-    if twins:
-        other = twins[0]
-        raise CliError(
-            f"the database matches URL {url!r} to configId {other.config_id} "
-            f"({other.interface_url!r}), which the limiter treats as another URL; "
-            "use that row's exact URL"
-        )
-    return matches
 
 
 # --- conf set ------------------------------------------------------------------------------
@@ -409,6 +311,9 @@ def cmd_conf_set(ctx: Context) -> int:
     written: the reload never skips a row ``conf set`` wrote for its algorithm columns.
     """
     a = ctx.args
+    shape = url_shape_problem(a.url)
+    if shape and not a.any_key:
+        raise UsageError(f"argument URL: {shape} (or add --any-key: written as is)", "conf set")
     engine = ctx.engine()
     period, per_caller, caller = a.period or 1, bool(a.per_caller), a.caller_key
     if caller is not None and not per_caller:
@@ -444,7 +349,6 @@ def cmd_conf_set(ctx: Context) -> int:
             parse_renewal(quota, a.quota_renews)
         except RenewalError as e:
             raise UsageError(f"argument --renews: {e}", "conf set") from None
-    everything = _refuse_collation_twins(engine, a.url)
     scope: dict[str, Any] = {
         "period_seconds": period,
         "per_caller": int(per_caller),
@@ -460,22 +364,7 @@ def cmd_conf_set(ctx: Context) -> int:
                 "conf set",
             )
         scope["channel_type"] = a.channel
-    before = [
-        r
-        for r in everything
-        if (r.period_seconds, r.per_caller, r.caller_key) == (period, per_caller, caller)
-        and r.quota_period == quota
-        and (a.url != CHANNEL_URL or r.channel_type == a.channel)
-    ]
-    old = before[0] if before else None
     given = given_algorithm_fields(a)
-    problem = algorithm_args_problem(given, old, period, per_caller)
-    if problem:
-        raise UsageError(problem, "conf set")
-    if a.rate is None and old is None:
-        raise UsageError(
-            f"{a.url} has no row for this period and scope: a new row needs --rate", "conf set"
-        )
     fields: dict[str, Any] = dict(given)
     if a.rate is not None:
         fields["rate_limit"] = a.rate
@@ -499,32 +388,59 @@ def cmd_conf_set(ctx: Context) -> int:
         fields["quota_renews"] = a.quota_renews
     if a.quota_pacing is not None:
         fields["quota_pacing"] = a.quota_pacing
-    rows = read_rows(engine)
-    if old is None:
-        target = ConfRow(
-            config_id=max([0, *(r.config_id for r in rows)]) + 1,
-            channel_type=None,
-            interface_no=None,
-            interface_url=a.url,
-            rate_limit=None,
-            cache=None,
-            status=0,
-            period_seconds=period,
-            per_caller=int(per_caller),
-            caller_key=caller,
-            quota_period=quota,
-        )
-    else:
-        target = next(r for r in rows if r.config_id == old.config_id)
-    after = replace(target, **fields)
-    if after.quota_period is not None:  # its columns judged as the reload will, enabled
-        wrong = row_problem(after)
-        if wrong is not None:
-            raise UsageError(str(wrong), "conf set")
-    clash = combination_problem(rows, a.url, after, ctx.settings.default_cache)
-    if clash:
-        raise CliError(f"{a.url} would not be limited as meant: the reload would skip {clash}", 2)
-    row, created = upsert_conf(engine, a.url, where=scope, by=ctx.changed_by(), **fields)
+    by = ctx.changed_by()
+    # Every check is made on the rows as they are in the transaction that writes: a
+    # change another session makes meanwhile waits for this one (or this one for it),
+    # so what is checked is what is written. Rows are found by their exact values.
+    with locked_table(engine) as table:
+        everything = [r for r in table.rows if r.interface_url == a.url]
+        before = [r for r in everything if same_scope(r, scope)]
+        old = before[0] if before else None
+        problem = algorithm_args_problem(given, old, period, per_caller)
+        if problem:
+            raise UsageError(problem, "conf set")
+        if a.rate is None and old is None:
+            raise UsageError(
+                f"{a.url} has no row for this period and scope: a new row needs --rate",
+                "conf set",
+            )
+        if old is None:
+            target = ConfRow(
+                config_id=max([0, *(r.config_id for r in table.rows)]) + 1,
+                channel_type=None,
+                interface_no=None,
+                interface_url=a.url,
+                rate_limit=None,
+                cache=None,
+                status=0,
+                period_seconds=period,
+                per_caller=int(per_caller),
+                caller_key=caller,
+                quota_period=quota,
+            )
+        else:
+            target = old
+        changed = replace(target, **fields)
+        problem_row = row_problem(changed)
+        if problem_row is not None:
+            raise CliError(f"{a.url} would not be limited as meant: {problem_row}", 2)
+        clash = combination_problem(table.rows, a.url, changed, ctx.settings.default_cache)
+        if clash:
+            raise CliError(
+                f"{a.url} would not be limited as meant: the reload would skip {clash}", 2
+            )
+        if old is None:
+            row = table.insert({"interface_url": a.url, "status": 0, **scope, **fields})
+            record_change(table.conn, by, row.config_id, "insert", None, row_record(row))
+            created = True
+        else:
+            record_unrecorded(table.conn, [old], by)
+            row = table.update(old.config_id, fields) or old
+            if row_record(row) != row_record(old):
+                record_change(
+                    table.conn, by, row.config_id, "update", row_record(old), row_record(row)
+                )
+            created = False
     if created or old is None:  # (old is None only when created; this tells mypy)
         values = ", ".join(
             f"{column} {fmt_field(name, getattr(row, name))}" for name, column in _CONF_FIELDS
@@ -589,7 +505,7 @@ def _lease_in_force(ctx: Context, rows: Sequence[ConfRow], config_id: int, url: 
     return rule is not None and rule.lease_ms != 0
 
 
-def _scope_flags(row: RateLimitConf) -> str:
+def _scope_flags(row: ConfRow) -> str:
     """The ``conf enable/disable`` flags that pick ``row``'s period and scope."""
     quota = f" --quota-period {row.quota_period}" if row.quota_period else ""
     scope = "per-caller" if row.per_caller else "shared"
@@ -634,72 +550,84 @@ def _rows(count: int) -> str:
     return f"{count} row{'' if count == 1 else 's'}"
 
 
+def _picked(rows: Sequence[ConfRow], url: str, scope: dict[str, Any]) -> list[ConfRow]:
+    """The rows of ``url`` that ``scope`` picks, each compared exactly (docs/design.md:
+    a row's identity is its exact text, whatever the database's collation says)."""
+    return [r for r in rows if r.interface_url == url and same_scope(r, scope)]
+
+
+def _refuse_skipped(rows: Sequence[ConfRow], enabling: Sequence[ConfRow], cache: float) -> None:
+    """Exit 2, changing nothing, when a row of ``enabling`` would be skipped by the
+    reload once enabled (its own values, or beside the other rows of its URL)."""
+    for row in enabling:
+        problem = row_problem(row)
+        clash = (
+            ""
+            if problem
+            else combination_problem(rows, row.interface_url or "", replace(row, status=1), cache)
+        )
+        if problem or clash:
+            why = str(problem) if problem else f"the reload would skip {clash}"
+            raise CliError(
+                f"configId {row.config_id} would not be limited once enabled: {why}; "
+                "nothing changed",
+                2,
+            )
+
+
 def flip_rows(
-    engine: Engine, url: str, status: int, scope: dict[str, Any], by: ChangedBy | None = None
+    engine: Engine,
+    url: str,
+    status: int,
+    scope: dict[str, Any],
+    by: ChangedBy | None = None,
+    default_cache: float = 0.5,
 ) -> tuple[list[int], list[int]]:
     """Set ``status`` on the rows of ``url`` that ``scope`` picks, in one transaction
-    (with an audit row per row changed, ``by``); return the configIds picked and those
-    that changed (their status was another)."""
-    from sqlalchemy import select
-    from sqlalchemy.orm import Session
-
-    from gateway_limiter.config.audit import record_change, row_record
-
-    with Session(engine) as session, session.begin():
-        picked = session.scalars(
-            select(RateLimitConf)
-            .where(RateLimitConf.interface_url == url)
-            .where(*(getattr(RateLimitConf, name) == value for name, value in scope.items()))
-            .order_by(RateLimitConf.config_id)
-        ).all()
+    over the locked table (with an audit row per row changed, ``by``); return the
+    configIds picked and those that changed (their status was another)."""
+    with locked_table(engine) as table:
+        picked = _picked(table.rows, url, scope)
         changed = []
+        if status == 1:
+            _refuse_skipped(table.rows, [r for r in picked if r.status != 1], default_cache)
         for row in picked:
             if row.status == status:
                 continue
-            before = row_record(row)
-            row.status = status
+            if by is not None:
+                record_unrecorded(table.conn, [row], by)
+            now = table.update(row.config_id, {"status": status}) or row
             changed.append(row.config_id)
             if by is not None:
-                session.flush()
-                after = row_record(row)
-                record_change(session.connection(), by, row.config_id, "update", before, after)
-        ids = [row.config_id for row in picked]
-    return ids, changed
+                record_change(
+                    table.conn, by, row.config_id, "update", row_record(row), row_record(now)
+                )
+    return [row.config_id for row in picked], changed
 
 
 def delete_rows(
     engine: Engine, url: str, scope: dict[str, Any], by: ChangedBy | None = None
 ) -> list[int]:
-    """Delete the rows of ``url`` that ``scope`` picks, in one transaction (with an
-    audit row each, ``by``); return their configIds."""
-    from sqlalchemy import select
-    from sqlalchemy.orm import Session
-
-    from gateway_limiter.config.audit import record_change, row_record
-
-    with Session(engine) as session, session.begin():
-        picked = session.scalars(
-            select(RateLimitConf)
-            .where(RateLimitConf.interface_url == url)
-            .where(*(getattr(RateLimitConf, name) == value for name, value in scope.items()))
-            .order_by(RateLimitConf.config_id)
-        ).all()
-        ids = [row.config_id for row in picked]
+    """Delete the rows of ``url`` that ``scope`` picks, in one transaction over the
+    locked table (with an audit row each, ``by``); return their configIds."""
+    with locked_table(engine) as table:
+        picked = _picked(table.rows, url, scope)
         for row in picked:
-            before = row_record(row)
-            session.delete(row)
             if by is not None:
-                session.flush()
-                record_change(session.connection(), by, before["configId"], "delete", before, None)
-    return ids
+                record_unrecorded(table.conn, [row], by)
+            table.delete(row.config_id)
+            if by is not None:
+                record_change(table.conn, by, row.config_id, "delete", row_record(row), None)
+    return [row.config_id for row in picked]
 
 
 def _cmd_conf_status(ctx: Context, status: int) -> int:
     url = ctx.args.url
     engine = ctx.engine()
-    _refuse_collation_twins(engine, url)
     scope = _scope_of(ctx.args)
-    picked, changed = flip_rows(engine, url, status, scope, ctx.changed_by())
+    picked, changed = flip_rows(
+        engine, url, status, scope, ctx.changed_by(), ctx.settings.default_cache
+    )
     if not picked:
         raise _no_row(ctx, scope, f"create one with '{PROG} conf set {url} --rate N'")
     verb = "enabled" if status else "disabled"
@@ -740,7 +668,6 @@ def cmd_conf_delete(ctx: Context) -> int:
     """Delete the rows of a URL (every row, or those --period/--per-caller pick)."""
     url = ctx.args.url
     engine = ctx.engine()
-    _refuse_collation_twins(engine, url)
     scope = _scope_of(ctx.args)
     gone = delete_rows(engine, url, scope, ctx.changed_by())
     if not gone:

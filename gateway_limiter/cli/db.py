@@ -17,6 +17,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         db, "stamp", cmd_db_stamp, "record a revision without migrating (tables made from sql/)"
     )
     stamp.add_argument("revision", metavar="REVISION", help="e.g. head")
+    leaf(
+        db,
+        "check",
+        cmd_db_check,
+        "report rows told apart only by case, accents or trailing spaces (exit 1 if any)",
+    )
 
 
 def _stamp_hint() -> str:
@@ -100,6 +106,17 @@ def cmd_db_stamp(ctx: Context) -> int:
             f"(known: head, base, {', '.join(sorted(known))})",
             code=2,
         )
+    from sqlalchemy import inspect
+
+    from gateway_limiter.config.table import CONF_TABLE
+
+    if ctx.args.revision != "base" and not inspect(engine).has_table(CONF_TABLE):
+        # a revision recorded over no tables: 'db upgrade' would then find nothing to do
+        raise CliError(
+            f"db stamp: {ctx.database} has no {CONF_TABLE}; nothing recorded. Create the "
+            f"tables with '{PROG} db upgrade' (or from sql/, then stamp the revision they "
+            "match)"
+        )
     before = current_revision(engine)
     command.stamp(config, ctx.args.revision)
     ctx.out.line(
@@ -107,3 +124,45 @@ def cmd_db_stamp(ctx: Context) -> int:
         f"(was {before or 'none'}); no table was changed"
     )
     return 0
+
+
+def cmd_db_check(ctx: Context) -> int:
+    """Report twins: rows whose identifying text (interfaceUrl, channelType, callerKey)
+    differs only in case, accents or trailing spaces, each naming both configIds; and,
+    on MySQL/MariaDB, whether those columns compare byte for byte (revision 0008). Exit
+    1 when there are twins: the limiter treats each pair as two rows, a query written by
+    hand under the default collation as one."""
+    from sqlalchemy import inspect
+
+    from gateway_limiter.config.rules import twin_warnings
+    from gateway_limiter.config.table import CONF_TABLE, IDENTIFYING_COLUMNS, read_rows
+
+    engine = ctx.engine()
+    if not inspect(engine).has_table(CONF_TABLE):
+        raise CliError(f"{ctx.database} has no {CONF_TABLE}: run '{PROG} db upgrade'")
+    if engine.dialect.name in ("mysql", "mariadb"):
+        from sqlalchemy import text
+
+        with engine.connect() as conn:
+            found = conn.execute(
+                text(
+                    "SELECT COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS "
+                    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
+                ),
+                {"t": CONF_TABLE},
+            ).all()
+        collations = {str(name): str(collation) for name, collation in found}
+        folding = [c for c in IDENTIFYING_COLUMNS if not collations.get(c, "").endswith("bin")]
+        if folding:
+            ctx.out.line(
+                f"{', '.join(folding)} compare text ignoring case or accents "
+                f"({collations[folding[0]]}): '{PROG} db upgrade' makes them compare byte "
+                "for byte, as the limiter does"
+            )
+    twins = twin_warnings(read_rows(engine))
+    for twin in twins:
+        ctx.out.line(f"twins: {twin}")
+    if not twins:
+        ctx.out.line(f"{ctx.database}: no rows told apart only by case, accents or spaces")
+        return 0
+    return 1

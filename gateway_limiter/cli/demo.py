@@ -266,10 +266,11 @@ class DemoRun:
         for thread in threads:
             thread.join(timeout=2.0)
 
-    def tick(self) -> list[str]:
-        """Run the changes that are due; report the ones the reload has picked up."""
+    def tick(self) -> list[tuple[float, str]]:
+        """Run the changes that are due; report the ones the reload has picked up, each
+        line with the moment it happened (seconds into the run)."""
         now = self.elapsed()
-        lines: list[str] = []
+        lines: list[tuple[float, str]] = []
         for change in CHANGES:
             # One change at a time: the next waits until a reload has shown the last,
             # so a short run or a slow reload never skips the switch being off.
@@ -278,13 +279,14 @@ class DemoRun:
                     conn.execute(text(change.sql))
                 self.done.add(change)
                 self.pending.append((change, now))
-                lines.append(f"[{now:4.1f} s] event: {change.what}: {change.sql}")
+                lines.append((now, f"[{now:4.1f} s] event: {change.what}: {change.sql}"))
         snapshot = self.limiter.registry.snapshot
         self._note_rules(snapshot, int(now))
         for change, at in list(self.pending):
             if change.seen(snapshot):
                 self.pending.remove((change, at))
-                lines.append(f"[{now:4.1f} s] reload, {now - at:.1f} s later: {change.effect}")
+                line = f"[{now:4.1f} s] reload, {now - at:.1f} s later: {change.effect}"
+                lines.append((now, line))
         return lines
 
     def _note_rules(self, snapshot: Snapshot, second: int) -> None:
@@ -304,19 +306,32 @@ class DemoRun:
     # --- plain text: one block per second -----------------------------------------------
 
     def _show_plain(self, threads: list[threading.Thread]) -> None:
+        """Blocks and lines in the order things happened: a second's block is printed
+        SETTLE after it ends, so a line of that moment (a reload just after the second)
+        waits for the block of the second before it; else the block, printed after the
+        line, would show the rule the line says is gone."""
+        held: list[tuple[float, str]] = []
+
+        def flush() -> None:  # the lines whose second's earlier blocks are all printed
+            while held and int(held[0][0]) <= self.shown:
+                self.console.out(held.pop(0)[1])
+
         while self.elapsed() < self.seconds:
-            for line in self.tick():
-                self.console.out(line)
+            held.extend(self.tick())
+            flush()
             while self.shown < self.seconds and self.elapsed() >= self.shown + 1 + SETTLE:
                 self._block(self.shown)
                 self.shown += 1
+                flush()
             time.sleep(TICK)
         self._halt(threads)
-        for line in self._not_seen():
-            self.console.out(line)
         while self.shown < self.seconds:
             self._block(self.shown)
             self.shown += 1
+            flush()
+        held.extend((self.elapsed(), line) for line in self._not_seen())
+        for _, line in held:
+            self.console.out(line)
 
     def _block(self, second: int) -> None:
         out = self.console.out
@@ -338,7 +353,7 @@ class DemoRun:
     def _show_live(self, threads: list[threading.Thread]) -> None:
         with Live(self._table(), console=self.console, refresh_per_second=8) as live:
             while self.elapsed() < self.seconds:
-                for line in self.tick():
+                for _, line in self.tick():
                     live.console.print(Text(line))
                 live.update(self._table())
                 time.sleep(TICK)

@@ -242,8 +242,15 @@ def switch_line(engine: Engine, settings: Settings) -> str:
     """The switch as ``conf list`` heads it: on or off, and where that comes from."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    from gateway_limiter.config.switch_source import parse_switch_source
     from gateway_limiter.config.table import read_switch
 
+    kept = parse_switch_source(settings.switch_source)
+    if kept.external:  # not read here: 'switch status' reads it
+        return (
+            f"switch: kept in {kept.kind} {kept.shown} (setting switch_source; "
+            f"'{PROG} switch status' reads it)"
+        )
     try:
         stored = read_switch(engine)
     except SQLAlchemyError:

@@ -6,10 +6,12 @@ display): a command that prints plain lines, such as ``switch status``, never lo
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -43,37 +45,86 @@ Report = list[str | tuple[Sequence[Column], Sequence[Sequence[str]]]]
 _RICH_REWRITES = re.compile(r"[\x07\x08\x0b\x0c\x0d\t]")
 
 
-def plain_table(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Rows as aligned text lines, header first (for output that is not a terminal)."""
-    widths = [max([len(c.header), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
+def plain_table(
+    columns: Sequence[Column], rows: Sequence[Sequence[str]], *, width: int | None = None
+) -> list[str]:
+    """Rows as aligned text lines, header first (for output that is not a terminal).
 
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            cell.rjust(w) if c.numeric else cell.ljust(w)
-            for cell, w, c in zip(cells, widths, columns, strict=True)
-        ).rstrip()
+    With ``width``, the table fits it as ``rich_table`` fits a terminal (short headers,
+    the columns that matter least left out), except that a cell too wide for its column
+    folds onto more lines rather than being cut: nothing of what is shown is lost.
+    """
+    if width is not None:
+        keep, headers, fitted = _fit(columns, rows, width, fold=True)
+        columns = [replace(columns[i], header=headers[i]) for i in keep]
+        rows = [[row[i] for i in keep] for row in rows]
+        widths = [fitted[i] for i in keep]
+    else:
+        widths = [
+            max([len(c.header), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)
+        ]
 
-    return [line([c.header for c in columns]), *(line(row) for row in rows)]
+    def lines(cells: Sequence[str]) -> list[str]:
+        parts = [_fold(cell, w) for cell, w in zip(cells, widths, strict=True)]
+        return [
+            "  ".join(
+                (part[n] if n < len(part) else "").rjust(w)
+                if c.numeric
+                else (part[n] if n < len(part) else "").ljust(w)
+                for part, w, c in zip(parts, widths, columns, strict=True)
+            ).rstrip()
+            for n in range(max(len(part) for part in parts))
+        ]
+
+    out = lines([c.header for c in columns])
+    for row in rows:
+        out.extend(lines(row))
+    return out
+
+
+def _fold(cell: str, width: int) -> list[str]:
+    """``cell`` in lines of at most ``width``: at spaces where it can, else mid-word."""
+    if len(cell) <= width:
+        return [cell]
+    return textwrap.wrap(cell, width, break_on_hyphens=False) or [""]
+
+
+def left_out(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[str]:
+    """The headers of the columns a table fitted to ``width`` leaves out."""
+    keep, _, _ = _fit(columns, rows, width, fold=True)
+    return [c.header for i, c in enumerate(columns) if i not in keep]
+
+
+def env_width() -> int | None:
+    """``$COLUMNS`` when it is a width (what output that is not a terminal fits), else
+    None: every column, as wide as it takes."""
+    value = os.environ.get("COLUMNS", "")
+    return int(value) if value.isdigit() and int(value) >= 40 else None
 
 
 def rich_table(
-    columns: Sequence[Column], rows: Sequence[Sequence[str]], *, width: int | None = None
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[str]],
+    *,
+    width: int | None = None,
+    fold: bool = False,
 ) -> Table:
     """A table for a terminal.
 
-    Without ``width``, a cell too wide for the terminal folds onto more lines: nothing
-    is lost (``conf list``, one-shot ``status``). With ``width`` (``status --watch``),
-    the table fits it and no cell wraps: a cell broken mid-word is unreadable in a
-    table redrawn every second. To fit, the table takes the short headers, then leaves
-    out the columns that matter least, one by one, then cuts the columns that may be
-    cut, rightmost first (their text ends in an ellipsis).
+    Without ``width``, a cell too wide for the terminal folds onto more lines. With
+    ``width``, the table fits it: it takes the short headers, then leaves out the
+    columns that matter least, one by one, then narrows the columns that may be cut,
+    rightmost first. Their text ends in an ellipsis (``status --watch``: a cell broken
+    mid-word is unreadable in a table redrawn every second), or with ``fold`` goes on
+    over more lines (``conf list``, one-shot ``status``: nothing shown is lost).
     """
     if width is None:
         return _table([(c.header, c.numeric, None) for c in columns], rows)
-    keep, headers, widths = _fit(columns, rows, width)
+    keep, headers, widths = _fit(columns, rows, width, fold)
     return _table(
         [(headers[i], columns[i].numeric, widths[i]) for i in keep],
         [[row[i] for i in keep] for row in rows],
+        fold=fold,
     )
 
 
@@ -82,10 +133,16 @@ _GAP = 2
 
 
 def _fit(
-    columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int
+    columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int, fold: bool = False
 ) -> tuple[list[int], list[str], dict[int, int]]:
     """The columns kept (indexes), every column's header, and the kept columns' widths
-    for a table at most ``width`` wide (if it can be: at worst rich squeezes it)."""
+    for a table at most ``width`` wide (if it can be: at worst rich squeezes it).
+
+    With ``fold`` (cells that fold onto more lines), a column that may be cut counts at
+    its narrowest when deciding what to leave out, and gets back what room is left
+    after, leftmost first: the URL and the effect fold rather than push other columns
+    out.
+    """
     from rich.cells import cell_len
 
     headers = [c.header for c in columns]
@@ -100,8 +157,20 @@ def _fit(
         natural = {
             i: max([cell_len(headers[i]), *(cell_len(row[i]) for row in rows)]) for i in keep
         }
-        if sum(natural.values()) + _GAP * (len(keep) - 1) <= width:
+        least = {
+            i: max(cell_len(headers[i]), min(w, columns[i].cut)) if fold and columns[i].cut else w
+            for i, w in natural.items()
+        }
+        if sum(least.values()) + _GAP * (len(keep) - 1) <= width:
             break
+    if fold:
+        widths = dict(least)
+        spare = width - sum(widths.values()) - _GAP * (len(keep) - 1)
+        for i in [i for i in keep if columns[i].cut]:  # the leftmost (the URL) gets first
+            give = max(0, min(spare, natural[i] - widths[i]))
+            widths[i] += give
+            spare -= give
+        return keep, headers, widths
     widths = dict(natural)
     excess = sum(widths.values()) + _GAP * (len(keep) - 1) - width
     for i in reversed([i for i in keep if columns[i].cut]):  # the rightmost is cut first
@@ -113,9 +182,14 @@ def _fit(
     return keep, headers, widths
 
 
-def _table(columns: Sequence[tuple[str, bool, int | None]], rows: Sequence[Sequence[str]]) -> Table:
+def _table(
+    columns: Sequence[tuple[str, bool, int | None]],
+    rows: Sequence[Sequence[str]],
+    *,
+    fold: bool = False,
+) -> Table:
     """A rich table of (header, numeric, width) columns; with widths, cells are cut
-    with an ellipsis, never broken over lines; without, they fold."""
+    with an ellipsis, never broken over lines (unless ``fold``); without, they fold."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
@@ -123,7 +197,7 @@ def _table(columns: Sequence[tuple[str, bool, int | None]], rows: Sequence[Seque
     # Narrow padding so a usual table fits without wrapping.
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
     for header, numeric, width in columns:
-        fitted = width is not None
+        fitted = width is not None and not fold
         table.add_column(
             header,
             justify="right" if numeric else "left",
@@ -166,12 +240,20 @@ class Output:
         self.console.out(text, highlight=False)
 
     def table(self, columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> None:
-        """A table: boxed on a terminal, aligned columns otherwise."""
+        """A table: boxed on a terminal, aligned columns otherwise; fitted to the
+        terminal's width (not a terminal: ``$COLUMNS``, if set), with a line naming the
+        columns left out to fit."""
+        width = self.console.width if self.is_terminal else env_width()
         if not self.is_terminal:
-            for text in plain_table(columns, rows):
+            for text in plain_table(columns, rows, width=width):
                 self.line(text)
-            return
-        self.console.print(rich_table(columns, rows))
+        else:
+            self.console.print(rich_table(columns, rows, width=width, fold=True))
+        dropped = [] if width is None else left_out(columns, rows, width)
+        if width is not None and dropped:
+            note = f"left out to fit {width} columns: {', '.join(dropped)} (--json: all)"
+            for text in textwrap.wrap(note, width, break_on_hyphens=False):
+                self.line(text)
 
     def show(self, report: Report) -> None:
         """Print a report's lines and tables in order."""

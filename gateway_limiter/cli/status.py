@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
@@ -26,12 +27,14 @@ from gateway_limiter.cli.describe import (
     on_off,
     url_effect,
 )
+from gateway_limiter.cli.listing import add_filters
 from gateway_limiter.cli.output import Column, Report
 from gateway_limiter.config.rules import Algorithm, Rule, build_rules
 from gateway_limiter.model.bucket import US_PER_S, shape
 from gateway_limiter.observe.redact import mask_secrets
 
 if TYPE_CHECKING:
+    from gateway_limiter.config.reload import Registry
     from gateway_limiter.core.status import BucketStatus
     from gateway_limiter.limiter import GatewayLimiter
 
@@ -45,6 +48,8 @@ STATUS_COLUMNS = (
     Column("cache s", numeric=True, short="cache", drop=3),
     Column("capacity", numeric=True, short="cap", drop=4),
     Column("stored permits", numeric=True, short="stored"),
+    # a window's permits counted in its window now, of its limit
+    Column("used", numeric=True, drop=8),
     Column("debt ms", numeric=True, short="debt"),
     Column("next free ms", numeric=True, short="free ms"),
     # the supplier's pushbacks: the rate they leave, and what is left of a Retry-After
@@ -57,7 +62,10 @@ STATUS_COLUMNS = (
 #: The column a report gets, before ``algorithm``, when some interface has
 #: ``maxConcurrent``: calls in flight fleet-wide / the cap.
 IN_FLIGHT_COLUMN = Column("in flight", numeric=True, short="flight")
-_IN_FLIGHT_AT = 10  # before "algorithm"
+_IN_FLIGHT_AT = 11  # before "algorithm"
+_USED_AT = 6  # "used": shown when some limit is a window
+#: The algorithms whose limit is a window (a count in its window, not stored permits).
+WINDOW_ALGORITHMS = (Algorithm.SLIDING_WINDOW, Algorithm.FIXED_WINDOW)
 #: ``status --watch``: refresh every this many seconds unless --interval says otherwise.
 WATCH_INTERVAL = 1.0
 
@@ -77,6 +85,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help=f"seconds between refreshes with --watch (default {WATCH_INTERVAL:g})",
     )
+    add_filters(parser, "limits")
+    parser.add_argument(
+        "--status",
+        dest="condition",
+        choices=CONDITIONS,
+        metavar="S",
+        help="only limits in this condition: " + ", ".join(CONDITIONS),
+    )
     # Stop --watch after N reports (tests, scripts); hidden from --help.
     parser.add_argument("--count", type=count_arg, metavar="N", help=argparse.SUPPRESS)
 
@@ -87,13 +103,20 @@ def cmd_status(ctx: Context) -> int:
     a = ctx.args
     if not a.watch and (a.interval is not None or a.count is not None):
         raise CliError("--interval and --count go with --watch", code=2)
+    if a.watch and a.json:
+        raise CliError("--json prints once: leave out --watch (or call it again)", code=2)
     limiter = open_limiter(relaxed(ctx.settings))
     try:
+        # The switch of etcd or Apollo as a gateway starting now would see it (and
+        # followed, while --watch refreshes).
+        limiter.registry.start_following(wait=True)
         summary = limiter.registry.reload()
         if not summary.ok:
             raise CliError(database_problem(ctx.database, summary.error or "reload failed"))
         if a.watch:
             return _watch_status(ctx, limiter)
+        if a.json:
+            return _json_status(ctx, limiter)
         report, failed = status_report(ctx, limiter)
     finally:
         limiter.close()
@@ -103,6 +126,21 @@ def cmd_status(ctx: Context) -> int:
     return 0
 
 
+def switch_origin(registry: Registry) -> str:
+    """Where the switch in force comes from, in words (``status``)."""
+    origin, source = registry.snapshot.switch_source, registry.switch_source
+    if origin == "database":
+        return "database row"
+    if not source.external:
+        return "settings default"
+    where = f"{source.kind} {source.shown}"
+    if origin == source.kind:
+        return where
+    if registry.switch_follower_reached():
+        return f"settings default: no key {source.key!r} at {where}"
+    return f"settings default: {where} not reached"
+
+
 def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
     """What ``status`` shows, from the limiter's current snapshot and live bucket state;
     and the first error reading bucket state ("" when none)."""
@@ -110,10 +148,10 @@ def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
 
     settings, url = ctx.settings, ctx.args.url
     snapshot = limiter.registry.snapshot
-    states = limiter.status(url)
+    every = limiter.status(url)
+    states = _filtered(ctx, limiter, every)
     report: Report = []
-    source = "database row" if snapshot.switch_source == "database" else "settings default"
-    report.append(f"switch: {on_off(snapshot.switch)} ({source})")
+    report.append(f"switch: {on_off(snapshot.switch)} ({switch_origin(limiter.registry)})")
     if not snapshot.switch:
         report.append(
             "the switch is off: nothing is limited now; the rules below apply when it is on"
@@ -135,19 +173,137 @@ def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
             )
         )
         return report, ""
-    if not states:
+    if every and not states:
+        report.append(f"no limit of {len(every)} in force matches the filters")
+    elif not states:
         report.append(f"no enabled rows: nothing is limited (see '{PROG} conf list')")
     else:
         flights = any(s.rule.max_concurrent is not None for s in states)
         columns: tuple[Column, ...] = STATUS_COLUMNS
         if flights:
             columns = (*columns[:_IN_FLIGHT_AT], IN_FLIGHT_COLUMN, *columns[_IN_FLIGHT_AT:])
-        report.append((columns, [_status_cells(s, flights) for s in states]))
+        table = [_status_cells(s, flights) for s in states]
+        if not any(s.rule.algorithm in WINDOW_ALGORITHMS for s in states):
+            columns = (*columns[:_USED_AT], *columns[_USED_AT + 1 :])  # only windows count
+            table = [[*row[:_USED_AT], *row[_USED_AT + 1 :]] for row in table]
+        report.append((columns, table))
     report.extend(f"skipped by the reload: {s}" for s in snapshot.skipped)
     failed = [s for s in states if s.error is not None]
     if failed:
         return report, f"cannot read bucket state from {where}: {failed[0].error}"
     return report, ""
+
+
+#: ``status --status``: what each limit's live state is (``condition``).
+CONDITIONS = ("idle", "ok", "debt", "spent", "held", "closed", "unread")
+
+
+def condition(s: BucketStatus) -> str:
+    """What a limit's live state comes to, in a word (``CONDITIONS``): closed; held by
+    a pushback's ``retry_after``; spent (no permit now: a full window, an empty bucket);
+    in debt (callers queue); idle (nothing counted or stored); ok; unread (per caller,
+    or the read failed)."""
+    rule = s.rule
+    if rule.closed:
+        return "closed"
+    if s.held_until is not None:
+        return "held"
+    if s.error is not None or rule.per_caller:
+        return "unread"
+    if s.used is not None:  # a window
+        cap = rule.rate if s.effective_rate is None else min(rule.rate, s.effective_rate)
+        if s.used >= cap and s.next_free_ms:
+            return "spent"
+        return "idle" if s.used == 0 else "ok"
+    if s.stored is None:
+        return "idle"
+    if s.debt_ms > 0:
+        return "debt"
+    return "spent" if s.next_free_ms else "ok"
+
+
+def _filtered(
+    ctx: Context, limiter: GatewayLimiter, states: list[BucketStatus]
+) -> list[BucketStatus]:
+    """The limits the filters pick (``--url``, ``--channel``, ``--algorithm``, ``--status``)."""
+    from fnmatch import fnmatchcase
+
+    from gateway_limiter.config.table import read_rows
+
+    a = ctx.args
+    channels: dict[int, str | None] = {}
+    if a.channel is not None:
+        channels = {r.config_id: r.channel_type for r in read_rows(limiter.registry.engine)}
+
+    def picked(s: BucketStatus) -> bool:
+        rule = s.rule
+        if a.url_glob is not None and not fnmatchcase(rule.url, a.url_glob):
+            return False
+        if a.channel is not None and a.channel not in (rule.channel, channels.get(rule.config_id)):
+            return False
+        if a.algorithm is not None and rule.algorithm != a.algorithm:
+            return False
+        return a.condition is None or condition(s) == a.condition
+
+    return [s for s in states if picked(s)]
+
+
+def _json_status(ctx: Context, limiter: GatewayLimiter) -> int:
+    """``status --json``: the switch, the fleet and every limit picked, as one object."""
+    import json
+
+    from gateway_limiter.backends.base import BackendError
+
+    snapshot = limiter.registry.snapshot
+    states = _filtered(ctx, limiter, limiter.status(ctx.args.url))
+    fleet: int | None = None
+    if limiter.backend.shared:
+        with suppress(BackendError):
+            fleet = len(limiter.backend.members()[0])
+    out = {
+        "switch": snapshot.switch,
+        "switchSource": snapshot.switch_source,
+        "shared": limiter.backend.shared,
+        "fleet": fleet,
+        "limits": [status_json(s) for s in states],
+        "skipped": [str(s) for s in snapshot.skipped],
+    }
+    ctx.out.line(json.dumps(out, ensure_ascii=False, indent=1))
+    failed = [s for s in states if s.error is not None]
+    if failed:
+        raise CliError(f"cannot read bucket state: {failed[0].error}")
+    return 0
+
+
+def status_json(s: BucketStatus) -> dict[str, object]:
+    """One limit of ``status --json``: the row's numbers and the live state, times in
+    milliseconds (null: not read, or not this kind of limit)."""
+    rule = s.rule
+    return {
+        "interfaceUrl": rule.url,
+        "configId": rule.config_id,
+        "channelType": rule.channel,
+        "callerKey": rule.caller,
+        "algorithm": str(rule.algorithm),
+        "rateLimit": rule.rate,
+        "periodSeconds": rule.period,
+        "cache": rule.cache,
+        "capacity": capacity(rule),
+        "perCaller": rule.per_caller,
+        "shadow": rule.shadow,
+        "condition": condition(s),
+        "stored": s.stored,
+        "debtMs": s.debt_ms,
+        "used": s.used,
+        "resetMs": s.reset_ms,
+        "nextFreeMs": s.next_free_ms,
+        "effectiveRate": s.effective_rate,
+        "heldMs": s.held_ms,
+        "heldUntil": s.held_until,
+        "inFlight": s.in_flight,
+        "maxConcurrent": rule.max_concurrent,
+        "error": s.error,
+    }
 
 
 def _fleet_line(limiter: GatewayLimiter) -> str:
@@ -232,6 +388,57 @@ def _for_each_caller(rule: Rule, state: str) -> str:
     return f"{state}, for each caller" if rule.per_caller else state
 
 
+def _window_row(s: BucketStatus, row: Callable[..., list[str]]) -> list[str]:
+    """A window's cells: its count of its limit in the ``used`` column, and in the state
+    how long until the count is back to 0 (a spent window: until the next permit)."""
+    rule = s.rule
+    fixed = rule.algorithm == Algorithm.FIXED_WINDOW
+    what = (
+        f"{rule.rate:,} in each aligned {fmt_duration(rule.period)}"
+        if fixed
+        else f"{rule.rate:,} in any {fmt_duration(rule.period)}"
+    )
+    if rule.caller is not None:
+        return row("-", "-", f"for caller {rule.caller!r} alone: at most {what} (not shown)")
+    if rule.per_caller:
+        return row("-", "-", f"per caller: at most {what} for each key (not shown)")
+    if s.error is not None:
+        return row("-", "-", f"error: {s.error}", "?")
+    used = s.used or 0.0
+    count = f"{used:,.0f}/{rule.rate:,}"
+    cap = rule.rate if s.effective_rate is None else min(rule.rate, s.effective_rate)
+    if used == 0.0:
+        return row("-", "-", f"idle: none used; at most {what}", count)
+    back = "" if s.reset_ms is None else fmt_duration(s.reset_ms / 1000.0)
+    if used >= cap and s.next_free_ms:
+        if fixed:
+            return row("-", "-", f"spent: refused until it resets in {back}", count)
+        wait = fmt_duration(s.next_free_ms / 1000.0)
+        return row("-", "-", f"spent: next permit in {wait}; all back in {back}", count)
+    state = f"resets in {back}" if fixed else f"all back in {back}"
+    return row("-", "-", f"{used:,.0f} used; at most {what}; {state}", count)
+
+
+def _ms(ms: float) -> str:
+    """Milliseconds: one decimal below a second, whole ones above."""
+    return f"{ms:.1f}" if ms < 1000.0 else f"{ms:.0f}"
+
+
+def fmt_duration(seconds: float) -> str:
+    """A span as people read it: ``350 ms``, ``12.5 s``, ``4 min 05 s``, ``23 h 59 min``,
+    ``2 d 03 h``."""
+    if seconds < 1.0:
+        return f"{seconds * 1000.0:.0f} ms"
+    if seconds < 60.0:
+        return f"{seconds:.1f} s".replace(".0 s", " s")
+    whole = int(seconds)
+    for unit, name, sub, sub_name in ((86_400, "d", 3600, "h"), (3600, "h", 60, "min")):
+        if whole >= unit:
+            rest = whole % unit // sub
+            return f"{whole // unit} {name}" + (f" {rest:02d} {sub_name}" if rest else "")
+    return f"{whole // 60} min" + (f" {whole % 60:02d} s" if whole % 60 else "")
+
+
 def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
     rule = s.rule
     cap = capacity(rule)
@@ -245,13 +452,14 @@ def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
     if rule.lease_ms:  # stored permits exclude what processes hold in rate leases
         shadow += f"; rate leases of {rule.lease_ms} ms"
 
-    def row(stored: str, debt: str, state: str) -> list[str]:
-        free = "-" if s.next_free_ms is None else f"{s.next_free_ms:.1f}"
+    def row(stored: str, debt: str, state: str, used: str = "-") -> list[str]:
+        free = "-" if s.next_free_ms is None else _ms(s.next_free_ms)
         effective = "-" if s.effective_rate is None else fmt_amount(s.effective_rate) + per
         hold = f"{s.held_ms / 1000.0:.1f}" if s.held_ms > 0 else "-"
         cells = [
             *head,
             stored,
+            used,
             debt,
             free,
             effective,
@@ -275,13 +483,8 @@ def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
         return row("-", "-", "closed: every call refused")
     if rule.calendar is not None:
         return row("-", "-", _quota_state(s))
-    if rule.algorithm == Algorithm.SLIDING_WINDOW:
-        # Its state is a list of admission times, not stored permits; not read here.
-        state = f"at most {rule.rate} in any {rule.period} s (window state not shown)"
-        return row("-", "-", _for_each_caller(rule, state))
-    if rule.algorithm == Algorithm.FIXED_WINDOW:
-        state = f"at most {rule.rate} in each aligned {rule.period} s (window state not shown)"
-        return row("-", "-", _for_each_caller(rule, state))
+    if rule.algorithm in WINDOW_ALGORITHMS:
+        return _window_row(s, row)
     if rule.caller is not None:
         return row("-", "-", f"for caller {rule.caller!r} alone: its own bucket (not shown)")
     if rule.per_caller:

@@ -17,14 +17,12 @@ the reload will warn about the rows written is said at once (``written_warnings`
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session
-
-from gateway_limiter.config.audit import ChangedBy, record_change, row_record
+from gateway_limiter.config.audit import ChangedBy, record_change, record_unrecorded, row_record
 from gateway_limiter.config.rules import (
     ALGORITHMS,
     CHANNEL_URL,
@@ -39,7 +37,7 @@ from gateway_limiter.config.rules import (
     control_character,
     rule_from_row,
 )
-from gateway_limiter.config.table import ConfRow, RateLimitConf
+from gateway_limiter.config.table import ConfRow, LockedTable
 from gateway_limiter.model.calendar import MAX_RENEWS, QUOTA_PERIODS, RenewalError, load_zone
 
 #: INT(11) is a signed 32-bit column.
@@ -180,12 +178,30 @@ def _check(column: str, value: Any) -> Any:
             return None
         if not _number(value) or not math.isfinite(value):
             raise bad("must be a number of seconds, or null")
+        problem = single_float_problem(float(value))
+        if problem:
+            raise bad(problem)
         return float(value)
     if column == "periodSeconds":
         if not _whole(value) or not 1 <= value <= MAX_PERIOD:
             raise bad(f"must be a whole number of seconds from 1 to {MAX_PERIOD}")
         return value
     raise FieldError(column, f"unknown column; the columns are {', '.join(EDITABLE)}")
+
+
+def single_float_problem(value: float) -> str:
+    """Why ``value`` cannot go into a single-precision ``FLOAT`` column (warmupPeriod on
+    MySQL/MariaDB) as what it means ("" if it can): too large for it, or so small that
+    it would be stored as 0."""
+    try:
+        stored = struct.unpack("<f", struct.pack("<f", value))[0]
+    except OverflowError:
+        stored = math.inf
+    if not math.isfinite(stored):
+        return "too large for the column (a single-precision FLOAT)"
+    if stored == 0 and value != 0:
+        return "so small that the column (a single-precision FLOAT) would store 0"
+    return ""
 
 
 def check_values(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -281,47 +297,36 @@ def written_warnings(
     ]
 
 
-def insert_row(engine: Engine, fields: Mapping[str, Any], by: ChangedBy) -> dict[str, Any]:
-    """Insert a row with ``fields`` (model attributes) and its audit row; the row as
-    recorded."""
-    with Session(engine, expire_on_commit=False) as session, session.begin():
-        row = RateLimitConf(**fields)
-        session.add(row)
-        session.flush()
-        session.refresh(row)
-        after = row_record(row)
-        record_change(session.connection(), by, row.config_id, "insert", None, after)
+def insert_row(table: LockedTable, fields: Mapping[str, Any], by: ChangedBy) -> dict[str, Any]:
+    """Insert a row with ``fields`` (model attributes) and its audit row, in ``table``'s
+    transaction; the row as recorded."""
+    row = table.insert(dict(fields))
+    after = row_record(row)
+    record_change(table.conn, by, row.config_id, "insert", None, after)
     return after
 
 
 def update_row(
-    engine: Engine, config_id: int, fields: Mapping[str, Any], by: ChangedBy
-) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """Set ``fields`` (model attributes) on row ``config_id`` and record it (nothing is
-    recorded when no value changes); the row before and after, None if there is none."""
-    with Session(engine, expire_on_commit=False) as session, session.begin():
-        row = session.get(RateLimitConf, config_id, with_for_update=True)
-        if row is None:
-            return None
-        before = row_record(row)
-        for name, value in fields.items():
-            setattr(row, name, value)
-        session.flush()
-        session.refresh(row)
-        after = row_record(row)
-        if after != before:
-            record_change(session.connection(), by, config_id, "update", before, after)
+    table: LockedTable, current: ConfRow, fields: Mapping[str, Any], by: ChangedBy
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Set ``fields`` (model attributes) on ``current`` (a row of ``table``, as locked)
+    and record it, after what plain SQL changed on it since its latest audit (nothing
+    is recorded when no value changes); the row before and after."""
+    record_unrecorded(table.conn, [current], by)
+    before = row_record(current)
+    row = table.update(current.config_id, dict(fields))
+    assert row is not None  # locked: nobody deleted it
+    after = row_record(row)
+    if after != before:
+        record_change(table.conn, by, current.config_id, "update", before, after)
     return before, after
 
 
-def delete_row(engine: Engine, config_id: int, by: ChangedBy) -> dict[str, Any] | None:
-    """Delete row ``config_id`` and record it; the row as it was, None if there is none."""
-    with Session(engine) as session, session.begin():
-        row = session.get(RateLimitConf, config_id, with_for_update=True)
-        if row is None:
-            return None
-        before = row_record(row)
-        session.delete(row)
-        session.flush()
-        record_change(session.connection(), by, config_id, "delete", before, None)
+def delete_row(table: LockedTable, current: ConfRow, by: ChangedBy) -> dict[str, Any]:
+    """Delete ``current`` (a row of ``table``, as locked) and record it, after what plain
+    SQL changed on it since its latest audit; the row as it was."""
+    record_unrecorded(table.conn, [current], by)
+    before = row_record(current)
+    table.delete(current.config_id)
+    record_change(table.conn, by, current.config_id, "delete", before, None)
     return before

@@ -12,11 +12,12 @@ count reloads that way, whoever started them (the scheduler, ``reload()``, the C
 from __future__ import annotations
 
 import logging
+import queue
 import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
@@ -25,9 +26,17 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, NoSuchTableError, SQLAlchemyError
 
-from gateway_limiter.config.audit import record_sql_changes
+from gateway_limiter.config.audit import record_source_switch, record_sql_changes
 from gateway_limiter.config.rules import Rule, Skipped, build_rules
 from gateway_limiter.config.settings import Settings
+from gateway_limiter.config.switch_source import (
+    FIRST_READING_WAIT_S,
+    Reading,
+    SwitchFollower,
+    SwitchWatcher,
+    parse_switch_source,
+    switch_value,
+)
 from gateway_limiter.config.table import (
     ConfRow,
     make_engine,
@@ -50,7 +59,8 @@ class Snapshot:
 
     rules: Mapping[str, Rule] = field(default_factory=lambda: MappingProxyType({}))
     switch: bool = True
-    #: "database" when the switch row decided it, "settings" when the default did.
+    #: "database" when the switch row decided it, "settings" when the default did,
+    #: "etcd" or "apollo" when the key of setting ``switch_source`` did.
     switch_source: str = "settings"
     skipped: tuple[Skipped, ...] = ()
     #: time.time() of the reload that built it; None before any successful reload.
@@ -75,6 +85,8 @@ class ReloadSummary:
     switch: bool = True
     rules: int = 0
     error: str | None = None
+    #: Not a reload: the switch's source (etcd, Apollo) changed the switch, nothing else.
+    switch_only: bool = False
 
     def __str__(self) -> str:
         if not self.ok:
@@ -83,6 +95,26 @@ class ReloadSummary:
             f"{self.rules} rules (+{len(self.added)} ~{len(self.changed)} -{len(self.removed)}), "
             f"{len(self.skipped)} rows skipped, switch {'on' if self.switch else 'off'}"
         )
+
+
+#: Driver error codes that mean "no such table": MySQL/MariaDB's ER_NO_SUCH_TABLE.
+_NO_SUCH_TABLE_CODES = frozenset({1146})
+
+
+def table_missing(error: BaseException) -> bool:
+    """True when ``error`` proves a table does not exist (not a lock, a timeout, a lost
+    connection or a permission, which say nothing about the table)."""
+    if isinstance(error, NoSuchTableError):
+        return True
+    orig = error.orig if isinstance(error, DBAPIError) else None
+    if orig is None:
+        return False
+    code = orig.args[0] if orig.args else None
+    if isinstance(code, int) and code in _NO_SUCH_TABLE_CODES:
+        return True
+    if getattr(orig, "pgcode", None) == "42P01":  # PostgreSQL: undefined_table
+        return True
+    return type(orig).__module__.startswith("sqlite3") and "no such table" in str(orig)
 
 
 def describe_db_error(error: BaseException) -> str:
@@ -102,6 +134,17 @@ class Registry:
     def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
         self.settings = settings
         self.snapshot = Snapshot(switch=settings.switch)
+        #: Where the switch comes from (setting ``switch_source``).
+        self.switch_source = source = parse_switch_source(settings.switch_source)
+        #: The reload and the switch's watcher both replace ``snapshot``: one at a time.
+        self._swap_lock = threading.Lock()
+        self._follower: SwitchFollower | None = None
+        self._watcher: SwitchWatcher | None = None
+        if source.external:
+            self._follower = SwitchFollower(source, settings.switch, self._switch_changed)
+            self._watcher = SwitchWatcher(self._follower)
+        self._switch_recorder: threading.Thread | None = None
+        self._switch_records: queue.Queue[tuple[bool | None, str] | None] = queue.Queue()
         self._engine = engine if engine is not None else make_engine(settings.database_url)
         self._reload_lock = threading.Lock()
         self._db_down = False
@@ -109,9 +152,14 @@ class Registry:
         self._scheduler: Any = None
         self._outages = Throttle(OUTAGE_REPORT_SECONDS)
         self._outage_reported = False
-        #: The rows the last reload recorded plain SQL changes against (None: not yet).
-        self._audited_rows: list[ConfRow] | None = None
-        self._audited_switch: bool | None = None
+        #: Taken to decide whether an outage is reported yet: the reload's thread and
+        #: the scheduler's (a reload stuck on the database) may both want to say so.
+        self._outage_lock = threading.Lock()
+        self._reload_began: float | None = None  # time.monotonic() of a reload running
+        #: The rows and switch the last recording of plain SQL changes that succeeded
+        #: was asked for (None: none yet), and those the latest reload asks for.
+        self._audited: tuple[list[ConfRow], bool | None] | None = None
+        self._audit_wanted: tuple[list[ConfRow], bool | None] | None = None
         self._audit_lock = threading.Lock()
         self._auditing = False
         self._audit_again = False
@@ -133,7 +181,11 @@ class Registry:
         take the gateway down with it.
         """
         with self._reload_lock:  # one reload at a time (the scheduler and a caller may race)
-            summary = self._reload()
+            self._reload_began = time.monotonic()
+            try:
+                summary = self._reload()
+            finally:
+                self._reload_began = None
         for listener in self.listeners:
             listener(summary)
         return summary
@@ -149,37 +201,135 @@ class Registry:
             ruleset = build_rules(
                 rows, self.settings.default_cache, self.settings.default_time_zone
             )
+            # Read with the rows: a switch that cannot be read keeps the whole last good
+            # snapshot, rows and switch together (only a missing table means the setting).
+            stored_switch = None if self._follower is not None else self._read_switch()
         except Exception as e:  # whatever it is: see reload's docstring
             return self._failed(e)
-        stored_switch = self._read_switch()
         if self.settings.audit_sql_changes:
             self._audit_sql(rows, stored_switch)
-        switch = self.settings.switch if stored_switch is None else stored_switch
-        new = Snapshot(
-            rules=ruleset.rules,
-            switch=switch,
-            switch_source="settings" if stored_switch is None else "database",
-            skipped=ruleset.skipped,
-            loaded_at=time.time(),
-            disabled=ruleset.disabled,
-            named=ruleset.named,
-            warnings=ruleset.warnings,
-        )
-        old = self.snapshot
-        self.snapshot = new  # the one assignment the decision path sees
+        with self._swap_lock:  # the switch's watcher may swap a snapshot in meanwhile
+            if self._follower is not None:
+                switch, switch_source = self._follower.enabled, self._follower.origin
+            elif stored_switch is None:
+                switch, switch_source = self.settings.switch, "settings"
+            else:
+                switch, switch_source = stored_switch, "database"
+            new = Snapshot(
+                rules=ruleset.rules,
+                switch=switch,
+                switch_source=switch_source,
+                skipped=ruleset.skipped,
+                loaded_at=time.time(),
+                disabled=ruleset.disabled,
+                named=ruleset.named,
+                warnings=ruleset.warnings,
+            )
+            old = self.snapshot
+            self.snapshot = new  # the one assignment the decision path sees
         return self._succeeded(old, new)
+
+    # --- the switch from etcd or Apollo (setting switch_source) ---------------------------
+
+    def _switch_changed(self, enabled: bool, origin: str, reading: Reading | None) -> None:
+        """The switch's source changed the switch: swap it into the snapshot (called by
+        the watcher, in its thread or task); the listeners hear of it as of a reload."""
+        with self._swap_lock:
+            new = replace(self.snapshot, switch=enabled, switch_source=origin)
+            self.snapshot = new
+        summary = ReloadSummary(
+            ok=True, skipped=new.skipped, switch=enabled, rules=len(new.rules), switch_only=True
+        )
+        for listener in self.listeners:
+            listener(summary)
+        if reading is not None and self.settings.audit_sql_changes:
+            self._record_source_switch(reading)
+
+    def _record_source_switch(self, reading: Reading) -> None:
+        """Have the audit record what the source said, on a thread of its own (the
+        watcher never waits for the database)."""
+        enabled = None if reading.text is None else switch_value(reading.text)
+        self._switch_records.put((enabled, reading.version))
+        with self._audit_lock:
+            if self._switch_recorder is None or not self._switch_recorder.is_alive():
+                self._switch_recorder = threading.Thread(
+                    target=self._record_source_switches,
+                    name="gateway-limiter-audit-switch",
+                    daemon=True,
+                )
+                self._switch_recorder.start()
+
+    def _record_source_switches(self) -> None:
+        source = self.switch_source
+        failing = False
+        while True:
+            item = self._switch_records.get()
+            try:
+                if item is None:
+                    return
+                enabled, version = item
+                try:
+                    record_source_switch(self._engine, source.kind, source.shown, enabled, version)
+                    failing = False
+                except Exception as e:  # the audit must never cost the gateway its switch
+                    if not failing:
+                        log.warning(
+                            "could not record the switch change at %s in the audit: %s",
+                            source.shown,
+                            describe_db_error(e),
+                        )
+                    failing = True
+            finally:
+                self._switch_records.task_done()
+
+    def wait_for_switch_source(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the switch's source (etcd, Apollo) to be read
+        once (``start`` waits only ``FIRST_READING_WAIT_S``); whether it has been. True
+        at once for the table."""
+        if self._watcher is None:
+            return True
+        deadline = time.monotonic() + timeout_s
+        while not self.switch_follower_reached():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._watcher.reached.wait(left)
+        return True
+
+    def switch_follower_reached(self) -> bool:
+        """Whether the switch's source (etcd, Apollo) has answered this process yet."""
+        return self._follower is not None and self._follower.reached
+
+    def start_following(self, *, wait: bool = False) -> None:
+        """Follow the switch's source on a thread of its own (etcd, Apollo; nothing for
+        the table); ``wait``: up to ``FIRST_READING_WAIT_S`` for its first reading."""
+        if self._watcher is not None:
+            self._watcher.start_thread(wait_s=FIRST_READING_WAIT_S if wait else 0.0)
+
+    async def start_following_async(self) -> None:
+        """Follow the switch's source as a task on the running loop (the asyncio limiter),
+        waiting up to ``FIRST_READING_WAIT_S`` for its first reading."""
+        if self._watcher is not None:
+            await self._watcher.start_task()
+
+    async def stop_following_async(self) -> None:
+        """End the task ``start_following_async`` started."""
+        if self._watcher is not None:
+            await self._watcher.stop_task()
 
     def _audit_sql(self, rows: list[ConfRow], stored_switch: bool | None) -> None:
         """Have what plain SQL changed recorded (config.audit), when the rows or the
-        switch differ from the last reload's: an unchanged table costs nothing more.
+        switch differ from those of the last recording that succeeded: an unchanged
+        table costs nothing more. A recording that fails or finds the lock taken leaves
+        them unmarked, so the next reload tries again.
 
         The recording runs on a thread of its own, never in the reload: a first reload
         of a 10,000-row table would otherwise wait for 10,000 audit rows to be written.
         """
-        if rows == self._audited_rows and stored_switch == self._audited_switch:
+        if (rows, stored_switch) == self._audited:
             return
-        self._audited_rows, self._audited_switch = rows, stored_switch
         with self._audit_lock:
+            self._audit_wanted = (rows, stored_switch)
             if self._auditing:  # the running one goes round once more when done
                 self._audit_again = True
                 return
@@ -191,13 +341,23 @@ class Registry:
 
     def _record_sql_changes(self) -> None:
         while True:
+            with self._audit_lock:
+                wanted = self._audit_wanted
             try:
                 if record_sql_changes(self._engine) is None:
                     # Another process holds the lock: compare again at the next reload.
-                    self._audited_rows = None
+                    log.debug("the audit lock is taken: compared again at the next reload")
+                else:
+                    # recorded: what this reload read is audited (read before the
+                    # recording, so a change made since is found at the next reload)
+                    self._audited = wanted
             except Exception as e:  # the audit must never cost the gateway its limits
                 reason = describe_db_error(e)
-                log.warning("could not record the table's changes in the audit: %s", reason)
+                log.warning(
+                    "could not record the table's changes in the audit (tried again at "
+                    "the next reload): %s",
+                    reason,
+                )
             with self._audit_lock:
                 if not self._audit_again or self._closed:
                     self._auditing = False
@@ -207,21 +367,33 @@ class Registry:
     def wait_for_audit(self, timeout_s: float = 30.0) -> bool:
         """Wait until the recording of plain-SQL changes started by a reload is done
         (tests, and ``close``); False if it still runs after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        records = self._switch_records
+        with records.all_tasks_done:  # the switch changes a source made, recorded
+            if not records.all_tasks_done.wait_for(
+                lambda: records.unfinished_tasks == 0, timeout_s
+            ):
+                return False
         auditor = self._auditor
         if auditor is not None:
-            auditor.join(timeout_s)
+            auditor.join(max(0.0, deadline - time.monotonic()))
             return not auditor.is_alive()
         return True
 
     def _read_switch(self) -> bool | None:
+        """The switch row (None: the setting decides). Only a switch table proven
+        missing means the setting; any other failure (a lock wait past the read timeout,
+        a lost connection, no permission) raises, and the reload keeps its last good
+        snapshot."""
         try:
             value = read_switch(self._engine)
         except SQLAlchemyError as e:
-            # The limits table answered, so the database is up: the switch table is
-            # missing (a schema made from older DDL). The settings default applies.
+            if not table_missing(e):
+                raise
+            # A schema made from older DDL: the settings default applies.
             if not self._switch_table_missing:
                 log.warning(
-                    "switch table unreadable (%s); using the switch setting. "
+                    "switch table missing (%s); using the switch setting. "
                     "Run 'gateway-limiter db upgrade'.",
                     describe_db_error(e),
                 )
@@ -252,6 +424,13 @@ class Registry:
 
     def _failed(self, error: BaseException) -> ReloadSummary:
         reason = describe_db_error(error)
+        with self._outage_lock:
+            self._report_failure(reason)
+        return ReloadSummary(
+            ok=False, switch=self.snapshot.switch, rules=len(self.snapshot.rules), error=reason
+        )
+
+    def _report_failure(self, reason: str) -> None:
         if self.snapshot.loaded_at is None and not self._db_down:
             log.error(
                 "cannot load limits from the database (%s): NO LIMITS IN FORCE, every call "
@@ -275,15 +454,36 @@ class Registry:
         else:
             log.debug("reload still failing: %s", reason)
         self._db_down = True
-        return ReloadSummary(
-            ok=False, switch=self.snapshot.switch, rules=len(self.snapshot.rules), error=reason
-        )
+
+    def _reload_stuck(self) -> None:
+        """The scheduler found the last reload still running at a tick (the database
+        does not answer within its timeouts): one error for the outage, not one a tick."""
+        began = self._reload_began
+        running = 0.0 if began is None else time.monotonic() - began
+        with self._outage_lock:
+            if self._db_down:  # this outage is reported already
+                log.debug("reload still running after %.1f s", running)
+                return
+            self._db_down = True
+            held = self._outages.ready("database")  # as _report_failure: flaps throttled
+            self._outage_reported = held is not None
+            if held is None:
+                log.debug("reload still running after %.1f s", running)
+                return
+            log.error(
+                "a reload has been running for %.1f s (reload_interval %s s): the database "
+                "does not answer in time; keeping the last good limits until a reload ends%s",
+                running,
+                self.settings.reload_interval,
+                held_back(held),
+            )
 
     def _succeeded(self, old: Snapshot, new: Snapshot) -> ReloadSummary:
-        if self._db_down:
-            if self._outage_reported:
-                log.warning("database reachable again; limits reloaded")
-            self._db_down = False
+        with self._outage_lock:
+            if self._db_down:
+                if self._outage_reported:
+                    log.warning("database reachable again; limits reloaded")
+                self._db_down = False
         added = tuple(sorted(u for u in new.rules if u not in old.rules))
         removed = tuple(sorted(u for u in old.rules if u not in new.rules))
         changed = tuple(
@@ -315,15 +515,28 @@ class Registry:
             log.info("limits reloaded: %s", summary)
         return summary
 
-    def start(self) -> ReloadSummary:
-        """Reload now, then every ``reload_interval`` seconds in a background thread."""
+    def start(self, *, follow_switch: bool = True) -> ReloadSummary:
+        """Reload now, then every ``reload_interval`` seconds in a background thread.
+
+        ``follow_switch``: also follow the switch's source (etcd, Apollo) in a thread,
+        waiting up to ``FIRST_READING_WAIT_S`` for its first reading (the asyncio limiter
+        passes False and follows it as a task: ``start_following_async``).
+        """
+        if follow_switch:
+            self.start_following()
         summary = self.reload()
+        if follow_switch and self._watcher is not None:
+            self._watcher.settled.wait(FIRST_READING_WAIT_S)
+            if summary.ok:  # what the source said since the reload
+                summary = replace(summary, switch=self.snapshot.switch)
         if self._scheduler is None:
             from apscheduler.schedulers.background import BackgroundScheduler
 
             quiet_scheduler_logs()
             interval = self.settings.reload_interval
-            scheduler = BackgroundScheduler(daemon=True)
+            # Its own log, through which a tick that finds the last reload still running
+            # is one error per outage (_reload_stuck), not a warning on every tick.
+            scheduler = BackgroundScheduler(daemon=True, logger=SchedulerLog(self))
             scheduler.add_job(
                 self.reload,
                 spread_interval(interval, interval * RELOAD_JITTER),
@@ -341,11 +554,33 @@ class Registry:
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None:
             scheduler.shutdown(wait=False)
+        if self._watcher is not None:
+            self._watcher.stop_thread()
+            self._watcher.abandon()  # a task's loop stops it (stop_following_async)
         self._closed = True
         # A recording in flight finishes its transaction (it holds the database's
         # timeouts) before the engine goes.
         self.wait_for_audit(timeout_s=10.0)
+        if self._switch_recorder is not None:
+            self._switch_records.put(None)
         self._engine.dispose()
+
+
+class SchedulerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """APScheduler's logger for one registry: its lines as they are, but for "skipped:
+    maximum number of running instances reached", which it logs on every tick while a
+    reload runs, and which goes to ``Registry._reload_stuck`` instead."""
+
+    def __init__(self, registry: Registry) -> None:
+        super().__init__(logging.getLogger(f"{SCHEDULER_LOGGER}.scheduler"), {})
+        self._registry = registry
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        """Log as the scheduler's logger does, but for the one line above."""
+        if isinstance(msg, str) and "maximum number of running instances" in msg:
+            self._registry._reload_stuck()
+            return
+        super().log(level, msg, *args, **kwargs)
 
 
 def spread_interval(interval: float, jitter: float) -> Any:

@@ -69,12 +69,13 @@ decision can say "disabled" rather than "not configured".
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway_limiter.config.table import ConfRow
 from gateway_limiter.model.calendar import (
@@ -109,6 +110,9 @@ CALENDAR_SECONDS = {
     QuotaPeriod.WEEK: 7 * 86_400,
     QuotaPeriod.MONTH: 31 * 86_400,
 }
+#: The longest a token bucket may take to fill (s): a year. A bucket's key expires once
+#: it would be full, and an expiry far beyond that is more than Redis takes.
+MAX_FILL_S = 365 * 86_400
 
 
 class Algorithm(StrEnum):
@@ -265,6 +269,40 @@ def control_character(url: str) -> tuple[int, str] | None:
     return None
 
 
+_SCHEME_AND_HOST = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)([^?#]*)")
+
+
+def url_shape_problem(url: str) -> str:
+    """Why ``url`` is not a path the integrations decide on ("" when it is, and for the
+    channel cap ``*``).
+
+    The HTTP integrations and the ASGI middleware limit a request by its path
+    (``/ibe/flight/search``): a row whose interfaceUrl has a scheme and host, or does
+    not start with ``/``, never matches one of their requests. It still limits callers
+    that pass that exact key to the limiter themselves (``try_acquire(url)``), or that
+    map requests to it with ``interface=``: the reload applies it with a warning, and
+    ``conf set`` and the console refuse to write it unless told it is such a key.
+    """
+    if url == CHANNEL_URL or url.startswith("/"):
+        return ""
+    how = (
+        "; to limit requests by another key, map them to it with interface= (e.g. "
+        "LimiterTransport(limiter, interface=lambda request: ...)) and write that key"
+    )
+    full = _SCHEME_AND_HOST.match(url)
+    if full is not None:
+        path = full.group(2) or "/"
+        return (
+            f"interfaceUrl {url!r} has a scheme and host: the integrations decide on the "
+            f"request's path alone ({path!r} here), so no request of theirs ever matches it" + how
+        )
+    return (
+        f"interfaceUrl {url!r} does not start with '/': the integrations decide on the "
+        f"request's path, which always does ('/{url}'), so no request of theirs ever "
+        "matches it" + how
+    )
+
+
 def type_problem(row: ConfRow) -> str:
     """Why a value of an enabled row is not of its column's type ("" when all are).
 
@@ -373,6 +411,10 @@ def rule_from_row(
             row.config_id,
             f"interfaceUrl contains the control character {bad[1]!r} (character {bad[0]})",
         )
+    if url != url.strip():
+        # it never matches a call (callers pass the URL without them), and MySQL's
+        # padding collations would match it to the URL without its trailing spaces
+        return Skipped(row.config_id, f"interfaceUrl {url!r} starts or ends with whitespace")
     if row.rate_limit is None:
         return Skipped(row.config_id, "rateLimit is NULL")
     if row.rate_limit < 0:
@@ -398,6 +440,16 @@ def rule_from_row(
         return Skipped(row.config_id, problem)
     if row.max_concurrent is not None and row.max_concurrent < 0:
         return Skipped(row.config_id, f"maxConcurrent {row.max_concurrent} is negative")
+    if (
+        row.max_permits
+        and row.rate_limit
+        and row.max_permits * period > MAX_FILL_S * row.rate_limit
+    ):
+        return Skipped(
+            row.config_id,
+            f"maxPermits {row.max_permits} takes more than a year to fill at rateLimit "
+            f"{row.rate_limit} per {period} s",
+        )
     problem = lease_range_problem(row)
     if problem:  # build_rules clears such a leaseMs first: only the edits' checks see this
         return Skipped(row.config_id, problem)
@@ -722,6 +774,62 @@ def _leased(rule: Rule, warnings: list[str]) -> Rule:
     return replace(rule, lease_ms=0, also=tuple(replace(r, lease_ms=0) for r in rule.also))
 
 
+def folded(text: str) -> str:
+    """``text`` as MySQL's and MariaDB's default collations compare it: case, accents
+    and trailing spaces ignored (an approximation of their tables, which is all a
+    warning needs)."""
+    if not text.isascii():
+        decomposed = unicodedata.normalize("NFKD", text)
+        text = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return text.casefold().rstrip(" ")
+
+
+def twin_warnings(rows: Sequence[ConfRow]) -> list[RowWarning]:
+    """Rows whose identifying text differs, yet only in case, accents or trailing spaces
+    (``/api/x`` and ``/API/x``; channelType ``IBE+`` and ``ibe+``; callerKey
+    ``Partner`` and ``partner`` on one URL): the limiter and every command treat them
+    as two, a database comparing text by its default collation as one. One warning per
+    pair of spellings, naming a row of each."""
+    found: list[RowWarning] = []
+
+    def look(column: str, keyed: list[tuple[Any, str, ConfRow]]) -> None:
+        # Fold each distinct value once, and look closer only when two fold alike.
+        distinct = {(scope, value) for scope, value, _ in keyed}
+        folds = {key: (key[0], folded(key[1])) for key in distinct}
+        if len(set(folds.values())) == len(folds):
+            return
+        first: dict[tuple[Any, str], dict[str, ConfRow]] = {}
+        for scope, value, row in keyed:
+            spellings = first.setdefault(folds[(scope, value)], {})
+            spellings.setdefault(value, row)
+        for spellings in first.values():
+            if len(spellings) < 2:
+                continue
+            (one, a), *others = spellings.items()
+            for other, b in others:
+                found.append(
+                    RowWarning(
+                        f"{column} {one!r} (configId {a.config_id}) and {other!r} (configId "
+                        f"{b.config_id}) differ only in case, accents or trailing spaces: "
+                        "the limiter treats them as two, a database comparing text by its "
+                        "default collation as one",
+                        [a.config_id, b.config_id],
+                    )
+                )
+
+    texts = [r for r in rows if isinstance(r.interface_url, str)]
+    look("interfaceUrl", [(None, r.interface_url or "", r) for r in texts])
+    look(
+        "channelType",
+        [(None, r.channel_type, r) for r in rows if isinstance(r.channel_type, str)],
+    )
+    look(
+        "callerKey",
+        [(r.interface_url, r.caller_key, r) for r in texts if isinstance(r.caller_key, str)],
+    )
+    return found
+
+
 def build_rules(
     rows: Iterable[ConfRow], default_cache: float, default_time_zone: str = DEFAULT_TIME_ZONE
 ) -> RuleSet:
@@ -734,7 +842,8 @@ def build_rules(
     skipped: list[Skipped] = []
     disabled: set[str] = set()
     leases = False
-    warnings: list[str] = []
+    rows = list(rows)
+    warnings: list[str] = list(twin_warnings(rows))
     for row in rows:
         row = _without_bad_lease(row, warnings, default_cache, default_time_zone)  # noqa: PLW2901
         outcome = rule_from_row(row, default_cache, default_time_zone)
@@ -754,6 +863,9 @@ def build_rules(
                     [outcome.config_id],
                 )
             )
+        shape = url_shape_problem(outcome.url)
+        if shape:  # applied: callers may pass such a key to the limiter themselves
+            warnings.append(RowWarning(f"configId {row.config_id}: {shape}", [row.config_id]))
         if outcome.channel is not None:  # a channel row
             _place(
                 caps.setdefault(outcome.channel, {}),

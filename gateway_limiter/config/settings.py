@@ -19,6 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from gateway_limiter.config.switch_source import (
+    SwitchSourceError,
+    need_httpx,
+    parse_switch_source,
+)
 from gateway_limiter.model.calendar import RenewalError, load_zone
 from gateway_limiter.observe.logs import log
 from gateway_limiter.observe.redact import mask_secrets, mask_url
@@ -52,6 +57,9 @@ class Settings:
     key_prefix: str = "gwl"
     reload_interval: float = 10.0
     switch: bool = True
+    #: Where the switch comes from: ``table`` (the switch row, then ``switch``), or a key
+    #: in etcd (``etcd://host:port/key``) or Apollo (``apollo://host:port/app/ns?key=K``).
+    switch_source: str = "table"
     default_cache: float = 0.5
     #: The IANA zone of calendar quotas whose ``timeZone`` is NULL.
     default_time_zone: str = "UTC"
@@ -79,6 +87,15 @@ class Settings:
     audit_sql_changes: bool = True
     #: The console's write token (``Authorization: Bearer``); "" : the console is read only.
     console_token: str = ""
+    #: Names the console answers to besides the address it listens on (comma-separated;
+    #: the names a proxy in front of it forwards in ``Host``).
+    console_hosts: str = ""
+    #: Envoy's rate limit service (``gateway-limiter rls``): the descriptor entry whose
+    #: value is the interfaceUrl, and the one whose value is the caller key.
+    rls_interface_entry: str = "interface"
+    rls_caller_entry: str = "caller"
+    #: True: a request's domain names the channelType whose interfaces it limits.
+    rls_domain_channel: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -87,7 +104,7 @@ class Settings:
         """A copy with ``changes`` applied (validated the same way)."""
         for key in changes:
             if key not in _FIELDS:
-                raise TypeError(f"unknown setting {key!r}")
+                raise TypeError(f"unknown setting {key!r}; {key_hint(key)}")
         coerced = {k: float(v) if _is_float_field(k, v) else v for k, v in changes.items()}
         return dataclasses.replace(self, **coerced)  # type: ignore[arg-type]
 
@@ -105,13 +122,15 @@ class Settings:
 
 _FIELDS: Final = {f.name: f for f in dataclasses.fields(Settings)}
 #: Settings whose value is one URL, masked exactly (``mask_url``).
-_URL_KEYS: Final = ("database_url", "redis_url")
+_URL_KEYS: Final = ("database_url", "redis_url", "switch_source")
 #: Settings that are secrets: shown as ``_SECRET_SHOWN`` when set, never as they are.
 _SECRET_KEYS: Final = ("console_token",)
 _SECRET_SHOWN: Final = "***"
 
 
 def _bad(key: str, value: object, why: str) -> SettingsError:
+    if key in _SECRET_KEYS:  # whatever its type: a secret written as a number is one too
+        return SettingsError(f"setting {key}={_SECRET_SHOWN}: {why}")
     if isinstance(value, str):
         shown = mask_url(value) if key in _URL_KEYS else mask_secrets(value)
     else:
@@ -140,6 +159,10 @@ def _validate(s: Settings) -> None:
     scheme = s.redis_url.split("://", 1)[0].lower() if "://" in s.redis_url else ""
     if scheme not in REDIS_SCHEMES:
         raise _bad("redis_url", s.redis_url, f"scheme must be one of {', '.join(REDIS_SCHEMES)}")
+    try:
+        need_httpx(parse_switch_source(s.switch_source))  # its extra: checked at start
+    except SwitchSourceError as e:
+        raise SettingsError(str(e)) from None
     if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,32}", s.key_prefix):
         raise _bad("key_prefix", s.key_prefix, "must be 1-32 of letters, digits, _ . : -")
     if s.on_backend_error not in POLICIES:
@@ -168,10 +191,27 @@ def _validate(s: Settings) -> None:
             f"setting console_token: must be at least 16 characters without surrounding "
             f"spaces (it has {len(token)})"
         )
+    for name in console_host_names(s.console_hosts):
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]", name):
+            raise _bad(
+                "console_hosts",
+                s.console_hosts,
+                f"{name!r} is not a host name (comma-separated names, no ports)",
+            )
     if not 0 <= s.fleet_size <= 100_000:
         raise _bad("fleet_size", s.fleet_size, "must be between 0 (unknown) and 100000")
     if not (math.isfinite(s.slot_lease) and 0.1 <= s.slot_lease <= 3600):
         raise _bad("slot_lease", s.slot_lease, "must be between 0.1 and 3600 seconds")
+    for key in ("rls_interface_entry", "rls_caller_entry"):
+        if not re.fullmatch(r"[\x21-\x7e]{1,64}", getattr(s, key)):
+            raise _bad(key, getattr(s, key), "must be 1-64 printable characters, no spaces")
+    if s.rls_interface_entry == s.rls_caller_entry:
+        raise _bad("rls_caller_entry", s.rls_caller_entry, "must differ from rls_interface_entry")
+
+
+def console_host_names(text: str) -> list[str]:
+    """The names of the ``console_hosts`` setting, in lower case."""
+    return [name.strip().lower() for name in text.split(",") if name.strip()]
 
 
 def _positive(key: str, value: float, *, low: float) -> None:
@@ -251,7 +291,7 @@ def load_settings(
     if file is not None:
         for key, value in _read_file(file).items():
             if key not in _FIELDS:
-                raise SettingsError(f"settings file {file}: unknown key {key!r}")
+                raise SettingsError(f"settings file {file}: unknown key {key!r}; {key_hint(key)}")
             values[key] = float(value) if _is_float_field(key, value) else value
     for key in _FIELDS:
         text = env.get(ENV_PREFIX + key.upper())
@@ -261,7 +301,7 @@ def load_settings(
         _warn_unknown_env(name)
     for key, value in overrides.items():
         if key not in _FIELDS:
-            raise TypeError(f"unknown setting {key!r}")
+            raise TypeError(f"unknown setting {key!r}; {key_hint(key)}")
         if value is not None:
             values[key] = float(value) if _is_float_field(key, value) else value
     return Settings(**values)
@@ -296,6 +336,16 @@ def unknown_env_message(name: str) -> str:
     else:
         hint = f"the variables read are {', '.join(sorted(ENV_NAMES))}"
     return f"environment variable {name} is not a setting and is ignored; {hint}"
+
+
+def key_hint(key: str) -> str:
+    """What to say of the unknown setting ``key``: the nearest key (as a misspelt
+    variable gets), or every key when none is near."""
+    keys = sorted(_FIELDS)
+    nearest = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    if nearest:
+        return f"did you mean {nearest[0]!r}?"
+    return f"the keys are {', '.join(keys)}"
 
 
 def _is_float_field(key: str, value: object) -> bool:

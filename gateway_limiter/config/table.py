@@ -8,10 +8,12 @@ the package speaks SQL, and no SQL here is built from strings.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import (
     BigInteger,
@@ -25,12 +27,16 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Text,
+    cast,
     create_engine,
+    delete,
     event,
     func,
+    insert,
     inspect,
     make_url,
     select,
+    text,
     type_coerce,
     update,
 )
@@ -131,7 +137,7 @@ class RateLimitConf(Base):
     caller_key: Mapped[str | None] = mapped_column("callerKey", String(64))
     # Revision 0007
     lease_ms: Mapped[int | None] = mapped_column("leaseMs", _INT11)
-    # Revision 0008
+    # Revision 0009
     quota_period: Mapped[str | None] = mapped_column("quotaPeriod", String(8))
     time_zone: Mapped[str | None] = mapped_column("timeZone", String(64))
     quota_renews: Mapped[str | None] = mapped_column("quotaRenews", String(16))
@@ -181,6 +187,55 @@ class AuditEntry(Base):
     after_row: Mapped[str | None] = mapped_column("afterRow", Text)
 
 
+#: The text columns that identify a row (with its period and scope), and their lengths:
+#: compared byte for byte from revision 0008 on, as the limiter compares them.
+IDENTIFYING_COLUMNS: Final = {"interfaceUrl": 128, "channelType": 24, "callerKey": 64}
+
+
+def column_charset(conn: Connection, column: str) -> str:
+    """The character set of ``column`` of the limits table (MySQL/MariaDB)."""
+    found = conn.execute(
+        text(
+            "SELECT CHARACTER_SET_NAME FROM information_schema.COLUMNS WHERE "
+            "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t AND COLUMN_NAME = :c"
+        ),
+        {"t": CONF_TABLE, "c": column},
+    ).scalar_one()
+    return str(found)
+
+
+def binary_collation(conn: Connection, charset: str) -> str:
+    """The binary collation of ``charset`` that pads no spaces if the server has one
+    (MariaDB ``_nopad_bin``, MySQL 8 ``_0900_bin``), else its ``_bin``."""
+    for name in (f"{charset}_nopad_bin", f"{charset}_0900_bin", f"{charset}_bin"):
+        known = conn.execute(
+            text("SELECT COUNT(*) FROM information_schema.COLLATIONS WHERE COLLATION_NAME = :n"),
+            {"n": name},
+        ).scalar_one()
+        if known:
+            return name
+    raise ValueError(f"character set {charset} has no binary collation")
+
+
+def collation_collisions(
+    conn: Connection, column: str, collation: str
+) -> list[tuple[int, str, int, str]]:
+    """Pairs of rows (configId, value, configId, value) whose ``column`` differs byte
+    for byte yet compares equal under ``collation`` (MySQL/MariaDB)."""
+    if not re.fullmatch(r"[A-Za-z0-9_]+", collation) or column not in IDENTIFYING_COLUMNS:
+        raise ValueError(f"not a column and collation: {column!r}, {collation!r}")
+    t = RateLimitConf.__table__
+    one, other = t.alias("a"), t.alias("b")
+    found = conn.execute(
+        select(one.c.configId, one.c[column], other.c.configId, other.c[column])
+        .join_from(one, other, one.c.configId < other.c.configId)
+        .where(one.c[column].collate(collation) == other.c[column].collate(collation))
+        .where(cast(one.c[column], mysql.BINARY()) != cast(other.c[column], mysql.BINARY()))
+        .order_by(one.c.configId, other.c.configId)
+    ).all()
+    return [(int(a), str(va), int(b), str(vb)) for a, va, b, vb in found]
+
+
 class DatabaseUrlError(ValueError):
     """The database URL cannot be used (bad form, or no driver for it)."""
 
@@ -205,6 +260,7 @@ def make_engine(url: str, *, timeout: float = 5.0) -> Engine:
     except ImportError as e:  # a dialect SQLAlchemy knows, whose driver is not installed
         raise DatabaseUrlError(
             f"database_url {mask_secrets(url)}: its driver is not installed ({e})"
+            + _driver_hint(url)
         ) from None
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_text)
@@ -222,6 +278,15 @@ def _text(value: bytes) -> str | bytes:
         return value.decode("utf-8")
     except UnicodeDecodeError:
         return value
+
+
+def _driver_hint(url: str) -> str:
+    """For ``mysql://`` or ``mariadb://`` (SQLAlchemy's default driver, MySQLdb, which
+    is not installed): the URL with the driver that is, PyMySQL."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("mysql", "mariadb"):
+        return f"; use {scheme}+pymysql://{mask_secrets(rest)} (PyMySQL comes with gateway-limiter)"
+    return ""
 
 
 def missing_sqlite_file(url: str | URL) -> Path | None:
@@ -297,8 +362,10 @@ _ROW_FIELDS = {
 
 
 #: Columns only people read (``conf list``); the reload leaves them out. (channelType is
-#: read: a channel row caps the interfaces whose rows name its channel.)
-_DISPLAY_ONLY = frozenset({"interfaceNo", "lastModifyTime"})
+#: read: a channel row caps the interfaces whose rows name its channel; interfaceNo is
+#: read: the audit records it, and the reload is how a change of it made with plain SQL
+#: is found.)
+_DISPLAY_ONLY = frozenset({"lastModifyTime"})
 
 
 def read_rows(engine: Engine, *, display: bool = True) -> list[ConfRow]:
@@ -307,15 +374,27 @@ def read_rows(engine: Engine, *, display: bool = True) -> list[ConfRow]:
     Only the columns the table has are read, so a process running newer code than
     the schema (deployed before ``db upgrade``) still reads its limits; missing
     columns read as NULL, which means today's behaviour. ``display=False`` (the
-    reload) also leaves out the columns no rule depends on, which are a third of the
-    time a 10,000-row table takes to read.
+    reload) also leaves out ``lastModifyTime``, which only people read (a datetime is
+    the dearest column to convert); ``interfaceNo`` is read, since the reload is how a
+    change of it made with plain SQL is found for the audit.
     """
     with engine.connect() as conn:
         return read_rows_on(conn, display=display)
 
 
-def read_rows_on(conn: Connection, *, display: bool = True) -> list[ConfRow]:
-    """``read_rows`` on an open connection (inside the caller's transaction)."""
+def read_rows_on(
+    conn: Connection,
+    *,
+    display: bool = True,
+    lock: bool = False,
+    config_ids: Sequence[int] | None = None,
+) -> list[ConfRow]:
+    """``read_rows`` on an open connection (inside the caller's transaction).
+
+    ``lock``: a locking read (``SELECT ... FOR UPDATE`` on MySQL/MariaDB), which reads
+    the newest committed rows and holds them until the transaction ends; see
+    ``lock_table``. ``config_ids``: only those rows.
+    """
     t = RateLimitConf.__table__
     present = {c["name"] for c in inspect(conn).get_columns(CONF_TABLE)}
     if not display:
@@ -325,7 +404,12 @@ def read_rows_on(conn: Connection, *, display: bool = True) -> list[ConfRow]:
     # it is given ('abc' in cache), and a value the column's type cannot convert
     # must cost its row (rules skips it), not the whole reload.
     raw = [type_coerce(c, NullType()).label(c.name) for c in columns]
-    rows = conn.execute(select(*raw).order_by(t.c.configId)).all()
+    query = select(*raw).order_by(t.c.configId)
+    if config_ids is not None:
+        query = query.where(t.c.configId.in_(list(config_ids)))
+    if lock:
+        query = query.with_for_update()
+    rows = conn.execute(query).all()
     dialect = conn.dialect
     converters = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns]
     names = [_ROW_FIELDS[c.name] for c in columns]
@@ -365,7 +449,8 @@ def write_switch(engine: Engine, enabled: bool | None, by: ChangedBy | None = No
     ``by``: record the change in the audit table, in the same transaction.
     """
     with Session(engine) as session, session.begin():
-        row = session.get(LimiterSwitch, SWITCH_ROW_ID)
+        # locked as the audit's recording reads it: what was is what the record says
+        row = session.get(LimiterSwitch, SWITCH_ROW_ID, with_for_update=True)
         was = None if row is None else row.enabled
         value = None if enabled is None else int(enabled)
         if row is None:
@@ -373,9 +458,14 @@ def write_switch(engine: Engine, enabled: bool | None, by: ChangedBy | None = No
         else:
             row.enabled = value
         if by is not None and was != value:
-            from gateway_limiter.config.audit import record_change, switch_record
+            from gateway_limiter.config.audit import (
+                record_change,
+                record_unrecorded_switch,
+                switch_record,
+            )
 
             session.flush()
+            record_unrecorded_switch(session.connection(), was, by)
             record_change(
                 session.connection(), by, None, "switch", switch_record(was), switch_record(value)
             )
@@ -390,7 +480,82 @@ def find_rows(engine: Engine, url: str) -> list[RateLimitConf]:
             .order_by(RateLimitConf.config_id)
         ).all()
         session.expunge_all()
-        return list(rows)
+    # The database's comparison may ignore case, accents or trailing spaces (a table
+    # not yet at revision 0008): a row is the URL it holds, exactly.
+    return [r for r in rows if r.interface_url == url]
+
+
+def lock_table(conn: Connection) -> list[ConfRow]:
+    """Every row of the limits table, locked until the caller's transaction ends: what
+    each change is checked against (``config.edits``) and what the audit compares.
+
+    MySQL/MariaDB: ``SELECT ... FOR UPDATE`` over the whole table (no index narrows it,
+    so InnoDB locks every row and the gaps between them: no row can be changed,
+    inserted or deleted by another writer that locks, until this transaction ends).
+    SQLite: a write that changes nothing first, which takes the database's write lock
+    (a second writer waits, up to the connection's timeout). Readers never wait.
+    """
+    if conn.dialect.name == "sqlite":
+        conn.execute(
+            update(RateLimitConf)
+            .where(RateLimitConf.config_id.is_(None))
+            .values(status=RateLimitConf.status)
+        )
+    return read_rows_on(conn, lock=True)
+
+
+@dataclass(slots=True)
+class LockedTable:
+    """A transaction holding the limits table (``lock_table``): ``rows`` as they are
+    now, ``conn`` to write on. Leaving the ``with`` commits; an exception rolls back."""
+
+    conn: Connection
+    rows: list[ConfRow]
+
+    def row(self, config_id: int) -> ConfRow | None:
+        """The row ``config_id`` as it is now in this transaction (None: there is none)."""
+        found = read_rows_on(self.conn, lock=True, config_ids=[config_id])
+        return found[0] if found else None
+
+    def insert(self, fields: dict[str, Any]) -> ConfRow:
+        """Insert a row with ``fields`` (model attributes); the row as stored."""
+        result = self.conn.execute(insert(RateLimitConf).values(**fields))
+        key = result.inserted_primary_key
+        assert key is not None  # an INSERT of one row
+        config_id = int(key[0])
+        made = self.row(config_id)
+        assert made is not None  # just inserted, in this transaction
+        self.rows.append(made)
+        return made
+
+    def update(self, config_id: int, fields: dict[str, Any]) -> ConfRow | None:
+        """Set ``fields`` (model attributes) on row ``config_id``; the row as stored."""
+        if fields:
+            self.conn.execute(
+                update(RateLimitConf).where(RateLimitConf.config_id == config_id).values(**fields)
+            )
+        now = self.row(config_id)
+        self.rows = [now if r.config_id == config_id and now else r for r in self.rows]
+        return now
+
+    def delete(self, config_id: int) -> None:
+        """Delete row ``config_id``."""
+        self.conn.execute(delete(RateLimitConf).where(RateLimitConf.config_id == config_id))
+        self.rows = [r for r in self.rows if r.config_id != config_id]
+
+
+@contextmanager
+def locked_table(engine: Engine) -> Iterator[LockedTable]:
+    """One transaction over the locked limits table (``lock_table``): check a change
+    against ``rows`` and write it, with its audit rows, before anyone else can."""
+    with engine.connect() as conn, conn.begin():
+        yield LockedTable(conn, lock_table(conn))
+
+
+def same_scope(row: ConfRow, where: dict[str, Any]) -> bool:
+    """Whether ``row`` has every value ``where`` names (model attribute -> value), each
+    compared exactly as Python compares it: the row's identity (docs/design.md)."""
+    return all(getattr(row, name) == value for name, value in where.items())
 
 
 def upsert_conf(
@@ -399,51 +564,36 @@ def upsert_conf(
     *,
     where: dict[str, Any] | None = None,
     by: ChangedBy | None = None,
+    check: Callable[[list[ConfRow], ConfRow | None], None] | None = None,
     **fields: Any,
-) -> tuple[RateLimitConf, bool]:
+) -> tuple[ConfRow, bool]:
     """Update the lowest-configId row for ``url`` with ``fields``, or insert one.
 
     ``where`` (model attribute -> value) narrows the rows to choose from, e.g. to one
     period and scope, and a row inserted gets those values too. Returns the row and
-    whether it was created. One transaction: all or nothing, the audit row (``by``)
-    included.
+    whether it was created. One transaction over the locked table: all or nothing, the
+    audit rows (``by``) included. The row is found by its exact values, never by the
+    database's comparison of text. ``check(rows, row)``, called with the rows as they
+    are in that transaction and the row found (None: one is made), raises to refuse.
     """
     # config.audit imports this module: imported here, where it is used, not above.
-    from gateway_limiter.config.audit import record_change, row_record
+    from gateway_limiter.config.audit import record_change, record_unrecorded, row_record
 
     where = where or {}
-    with Session(engine, expire_on_commit=False) as session, session.begin():
-        row = session.scalars(
-            select(RateLimitConf)
-            .where(RateLimitConf.interface_url == url)
-            .filter_by(**where)
-            .order_by(RateLimitConf.config_id)
-            .limit(1)
-        ).first()
-        created = row is None
-        before = None if row is None else row_record(row)
-        if row is None:
-            row = RateLimitConf(interface_url=url, status=0, **where)
-            session.add(row)
-        for name, value in fields.items():
-            setattr(row, name, value)
-        session.flush()
-        session.refresh(row)
-        after = row_record(row)
+    with locked_table(engine) as table:
+        old = next((r for r in table.rows if r.interface_url == url and same_scope(r, where)), None)
+        if check is not None:
+            check(table.rows, old)
+        if old is None:
+            row = table.insert({"interface_url": url, "status": 0, **where, **fields})
+            if by is not None:
+                record_change(table.conn, by, row.config_id, "insert", None, row_record(row))
+            return row, True
+        if by is not None:
+            record_unrecorded(table.conn, [old], by)
+        now = table.update(old.config_id, fields)
+        assert now is not None  # locked: nobody deleted it
+        before, after = row_record(old), row_record(now)
         if by is not None and before != after:
-            action = "insert" if created else "update"
-            record_change(session.connection(), by, row.config_id, action, before, after)
-    return row, created
-
-
-def set_status(engine: Engine, url: str, status: int, **where: Any) -> int:
-    """Set ``status`` on every row of ``url`` (narrowed by ``where``: model attribute ->
-    value); returns how many rows there were."""
-    with engine.begin() as conn:
-        result = conn.execute(
-            update(RateLimitConf)
-            .where(RateLimitConf.interface_url == url)
-            .filter_by(**where)
-            .values(status=status)
-        )
-        return int(result.rowcount)
+            record_change(table.conn, by, now.config_id, "update", before, after)
+        return now, False

@@ -12,6 +12,9 @@ Safety, in one place:
 - **Nothing from the table runs.** The page builds every cell with ``textContent``
   (never ``innerHTML``), and the template autoescapes; a strict Content-Security-Policy
   (scripts and styles only from this origin) backs that up.
+- **Only its own Host.** A request whose ``Host`` is not the address the console listens
+  on (or a name of ``console_hosts``) is refused: a site whose name is made to resolve
+  to the console's address (DNS rebinding) cannot read it from a browser.
 - **No secret shown.** Responses carry settings only through ``Settings.masked()``
   (passwords and the token hidden).
 
@@ -20,10 +23,13 @@ Database and Redis calls run in Starlette's thread pool, never on the event loop
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import ipaddress
 import json
+import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
@@ -35,6 +41,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway_limiter.config.audit import SOURCE_CONSOLE, ChangedBy, read_audit
 from gateway_limiter.config.edits import (
@@ -48,13 +55,29 @@ from gateway_limiter.config.edits import (
     update_row,
     written_warnings,
 )
-from gateway_limiter.config.rules import CHANNEL_URL, build_rules
-from gateway_limiter.config.table import ConfRow, read_rows, read_switch, write_switch
+from gateway_limiter.config.rules import CHANNEL_URL, build_rules, url_shape_problem
+from gateway_limiter.config.settings import console_host_names
+from gateway_limiter.config.switch_source import (
+    BadSwitchValue,
+    parse_switch_source,
+    read_once,
+    switch_value,
+)
+from gateway_limiter.config.table import (
+    ConfRow,
+    locked_table,
+    read_rows,
+    read_switch,
+    write_switch,
+)
 from gateway_limiter.console.sources import Sources
+from gateway_limiter.observe.logs import one_line
 
 HERE: Final = Path(__file__).resolve().parent
 #: Audit rows one request may ask for.
 MAX_AUDIT: Final = 1000
+#: The switch of a configuration centre (etcd, Apollo) is read again after this long (s).
+CENTRE_MAX_AGE_S: Final = 1.0
 #: Headers on every response: the page loads nothing from elsewhere and cannot be framed.
 SECURITY_HEADERS: Final = {
     "Content-Security-Policy": (
@@ -82,6 +105,12 @@ def _json(value: Any, status: int = 200) -> JSONResponse:
     return JSONResponse(value, status_code=status, headers=SECURITY_HEADERS)
 
 
+def _digits(text: str) -> bool:
+    """Whether ``text`` is a whole number written in ASCII digits (``str.isdigit`` is
+    also true for '²', which ``int`` refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 def _row_json(row: ConfRow, skipped: dict[int, str]) -> dict[str, Any]:
     shown: dict[str, Any] = {"configId": row.config_id}
     for attr, col in COLUMN_OF.items():
@@ -97,8 +126,83 @@ def _row_json(row: ConfRow, skipped: dict[int, str]) -> dict[str, Any]:
     return shown
 
 
-def make_app(sources: Sources) -> Starlette:
-    """The console over ``sources``."""
+def host_allowed(host_header: str, listen_host: str, extra: Sequence[str] = ()) -> bool:
+    """Whether a request whose ``Host`` header is ``host_header`` is for this console,
+    listening on ``listen_host``: the address it listens on, the names of this machine's
+    loopback (``localhost``) when it listens on loopback, any address of this machine
+    and its own names when it listens on all of them, and the names in ``extra`` (the
+    ``console_hosts`` setting). Anything else is another site's name pointed at this
+    address (DNS rebinding): its page must read nothing."""
+    name = _host_name(host_header)
+    if not name:
+        return False
+    listen = listen_host.strip("[]").lower()
+    if name in extra or name == listen:
+        return True
+    literal = _address(name)
+    if listen in ("", "0.0.0.0", "::"):  # all of this machine's addresses
+        own = {socket.gethostname().lower(), socket.getfqdn().lower(), "localhost"}
+        return literal is not None or name in own
+    listening = _address(listen)
+    loopback = listening.is_loopback if listening is not None else listen == "localhost"
+    if loopback:
+        return name == "localhost" or (literal is not None and literal.is_loopback)
+    return literal is not None and literal == listening
+
+
+def _host_name(header: str) -> str:
+    """The name or address of a ``Host`` header, without its port, in lower case."""
+    header = header.strip().lower()
+    if header.startswith("["):  # [::1]:8088
+        end = header.find("]")
+        return header[1:end] if end > 0 else ""
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+class _Guard:
+    """Around the whole app: a request for another ``Host`` is refused (400) before it
+    reaches a route, and every response, an error's too (404, 405, 500), carries the
+    security headers."""
+
+    def __init__(self, app: ASGIApp, allowed: Callable[[str], bool]) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        host = headers.get(b"host", b"").decode("latin-1")
+        if not self.allowed(host):
+            refused = _json({"error": f"this console does not answer to Host {host!r}"}, 400)
+            await refused(scope, receive, send)
+            return
+
+        async def guarded(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                have = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [
+                    (k.lower().encode(), v.encode())
+                    for k, v in SECURITY_HEADERS.items()
+                    if k.lower().encode() not in have
+                ]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, guarded)
+
+
+def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
+    """The console over ``sources``, answering requests for ``listen_host`` (the
+    address it listens on; see ``host_allowed``)."""
     settings = sources.settings
     token = settings.console_token
     templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -165,7 +269,20 @@ def make_app(sources: Sources) -> Starlette:
         if clash:
             raise ApiError(422, f"the reload would skip {clash}", "algorithm")
 
+    def path_only(values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` without ``anyKey``; FieldError when the interfaceUrl they write is
+        not a path the integrations decide on and ``anyKey`` does not say it is a key
+        callers pass themselves (as ``conf set --any-key``)."""
+        values = dict(values)
+        any_key = values.pop("anyKey", False) is True
+        url = values.get("interfaceUrl")
+        shape = url_shape_problem(url) if isinstance(url, str) else ""
+        if shape and not any_key:
+            raise FieldError("interfaceUrl", f"{shape} (or send anyKey: true: written as is)")
+        return values
+
     def create(values: dict[str, Any], by: ChangedBy) -> dict[str, Any]:
+        values = path_only(values)
         for needed in ("interfaceUrl", "rateLimit"):
             if needed not in values:
                 raise FieldError(needed, "a new row needs it")
@@ -176,38 +293,39 @@ def make_app(sources: Sources) -> Starlette:
         channel_cap = fields["interface_url"] == CHANNEL_URL
         if channel_cap and not fields.get("channel_type"):
             raise FieldError("channelType", "a channel cap (interfaceUrl '*') names its channel")
-        rows = read_rows(sources.engine)
-        same = [
-            r
-            for r in rows
-            if (r.interface_url, r.period_seconds, r.per_caller, r.caller_key)
-            == (
-                fields["interface_url"],
-                fields["period_seconds"],
-                fields["per_caller"],
-                fields.get("caller_key"),
+        with locked_table(sources.engine) as table:
+            rows = table.rows
+            same = [
+                r
+                for r in rows
+                if (r.interface_url, r.period_seconds, r.per_caller, r.caller_key)
+                == (
+                    fields["interface_url"],
+                    fields["period_seconds"],
+                    fields["per_caller"],
+                    fields.get("caller_key"),
+                )
+                # each channel has its own cap row
+                and (not channel_cap or r.channel_type == fields["channel_type"])
+            ]
+            if same:
+                raise ApiError(
+                    409,
+                    f"configId {same[0].config_id} is already the row of this URL, period "
+                    "and scope: change it with PATCH /api/rules/{configId}",
+                    "interfaceUrl",
+                )
+            after = ConfRow(
+                config_id=max([0, *(r.config_id for r in rows)]) + 1,
+                channel_type=None,
+                interface_no=None,
+                interface_url=None,
+                rate_limit=None,
+                cache=None,
+                status=0,
             )
-            # each channel has its own cap row
-            and (not channel_cap or r.channel_type == fields["channel_type"])
-        ]
-        if same:
-            raise ApiError(
-                409,
-                f"configId {same[0].config_id} is already the row of this URL, period and "
-                "scope: change it with PATCH /api/rules/{configId}",
-                "interfaceUrl",
-            )
-        after = ConfRow(
-            config_id=max([0, *(r.config_id for r in rows)]) + 1,
-            channel_type=None,
-            interface_no=None,
-            interface_url=None,
-            rate_limit=None,
-            cache=None,
-            status=0,
-        )
-        planned(rows, replace(after, **fields))
-        made = insert_row(sources.engine, fields, by)
+            planned(rows, replace(after, **fields))
+            made = insert_row(table, fields, by)
         # the row as before, and what the reload will warn about it, as a PATCH answers:
         # a row added beside a leased one (or a channel cap over it) makes its lease ignored
         warnings = written_warnings(
@@ -222,25 +340,26 @@ def make_app(sources: Sources) -> Starlette:
 
     def config_id_of(request: Request) -> int:
         text = request.path_params["config_id"]
-        if not text.isdigit() or len(text) > 10:
+        if not _digits(text) or len(text) > 10:
             raise ApiError(404, f"no row with configId {text!r}", "configId")
         return int(text)
 
     def change(config_id: int, values: dict[str, Any], by: ChangedBy) -> dict[str, Any]:
+        values = path_only(values)
         if not values:
             raise ApiError(400, "nothing to change: give columns and their new values")
         fields = check_values(values)
-        rows = read_rows(sources.engine)
-        current = next((r for r in rows if r.config_id == config_id), None)
-        if current is None:
-            raise ApiError(404, f"no row with configId {config_id}", "configId")
-        planned(rows, replace(current, **fields))
-        done = update_row(sources.engine, config_id, fields, by)
-        if done is None:
-            raise ApiError(404, f"no row with configId {config_id}", "configId")
+        # checked against the row as it is in the transaction that writes it: a change
+        # another session makes meanwhile waits for this one, or this one for it
+        with locked_table(sources.engine) as table:
+            current = next((r for r in table.rows if r.config_id == config_id), None)
+            if current is None:
+                raise ApiError(404, f"no row with configId {config_id}", "configId")
+            planned(table.rows, replace(current, **fields))
+            before, after = update_row(table, current, fields, by)
         # what the reload will warn about this row (a leaseMs it ignores), as conf set says
         warnings = written_warnings(read_rows(sources.engine), [config_id], settings.default_cache)
-        return {"before": done[0], "after": done[1], "warnings": warnings}
+        return {"before": before, "after": after, "warnings": warnings}
 
     async def patch_rule(request: Request) -> Response:
         config_id = config_id_of(request)
@@ -248,16 +367,55 @@ def make_app(sources: Sources) -> Starlette:
         by = changed_by(request)
         return _json(await run_in_threadpool(change, config_id, values, by))
 
+    def remove(config_id: int, by: ChangedBy) -> dict[str, Any]:
+        with locked_table(sources.engine) as table:
+            current = next((r for r in table.rows if r.config_id == config_id), None)
+            if current is None:
+                raise ApiError(404, f"no row with configId {config_id}", "configId")
+            return delete_row(table, current, by)
+
     async def delete_rule(request: Request) -> Response:
         config_id = config_id_of(request)
-        gone = await run_in_threadpool(delete_row, sources.engine, config_id, changed_by(request))
-        if gone is None:
-            raise ApiError(404, f"no row with configId {config_id}", "configId")
+        gone = await run_in_threadpool(remove, config_id, changed_by(request))
         return _json({"deleted": gone})
 
     # --- switch -------------------------------------------------------------------------
 
+    centre = parse_switch_source(settings.switch_source)
+    centre_read: list[tuple[float, dict[str, Any]]] = []  # the last reading, and when
+
+    def centre_now() -> dict[str, Any]:
+        """The switch as the configuration centre holds it (read at most once a second:
+        every open page asks every second)."""
+        if centre_read and time.monotonic() - centre_read[0][0] < CENTRE_MAX_AGE_S:
+            return centre_read[0][1]
+        shown: dict[str, Any] = {
+            "enabled": None,
+            "effective": None,
+            "source": centre.kind,
+            "where": centre.shown,
+            "change": centre.where_to_change(),
+            "value": None,
+            "error": None,
+        }
+        try:
+            reading = asyncio.run(read_once(centre))
+        except Exception as e:  # unreachable, or httpx missing: said on the page
+            shown["error"] = one_line(str(e) or type(e).__name__)
+        else:
+            shown["value"] = reading.text
+            try:
+                shown["effective"] = (
+                    settings.switch if reading.text is None else switch_value(reading.text)
+                )
+            except BadSwitchValue:
+                shown["error"] = f"{reading.text!r} is not on/off: processes keep the last good"
+        centre_read[:] = [(time.monotonic(), shown)]
+        return shown
+
     def switch_now() -> dict[str, Any]:
+        if centre.external:
+            return centre_now()
         stored = read_switch(sources.engine)
         return {
             "enabled": stored,
@@ -274,6 +432,12 @@ def make_app(sources: Sources) -> Starlette:
             raise ApiError(422, 'the body must be {"enabled": true | false | null}', "enabled")
         if values["enabled"] is not None and not isinstance(values["enabled"], bool):
             raise ApiError(422, 'the body must be {"enabled": true | false | null}', "enabled")
+        if centre.external:
+            raise ApiError(
+                409,
+                f"the switch is kept in {centre.kind} {centre.shown} (setting switch_source), "
+                f"not in the table: {centre.where_to_change()}",
+            )
         by = changed_by(request)
         await run_in_threadpool(write_switch, sources.engine, values["enabled"], by)
         return _json(await run_in_threadpool(switch_now))
@@ -300,6 +464,9 @@ def make_app(sources: Sources) -> Starlette:
                     "stored": None if b.stored is None else round(b.stored, 3),
                     "debtMs": round(b.debt_ms, 3),
                     "nextFreeMs": None if b.next_free_ms is None else round(b.next_free_ms, 3),
+                    # a window: permits counted in its window now, ms until that is 0
+                    "used": None if b.used is None else round(b.used),
+                    "resetMs": None if b.reset_ms is None else round(b.reset_ms, 3),
                     # after pushback, in the row's units (per periodSeconds); the hold left
                     "effectiveRate": None
                     if b.effective_rate is None
@@ -329,10 +496,10 @@ def make_app(sources: Sources) -> Starlette:
 
     async def get_audit(request: Request) -> Response:
         limit_text = request.query_params.get("limit", "100")
-        if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_AUDIT:
+        if not _digits(limit_text) or not 1 <= int(limit_text) <= MAX_AUDIT:
             raise ApiError(400, f"limit {limit_text!r}: must be 1 to {MAX_AUDIT}", "limit")
         wanted = request.query_params.get("configId")
-        if wanted is not None and not wanted.isdigit():
+        if wanted is not None and (not _digits(wanted) or len(wanted) > 10):
             raise ApiError(400, f"configId {wanted!r}: must be a whole number", "configId")
         entries = await run_in_threadpool(
             lambda: read_audit(
@@ -353,6 +520,8 @@ def make_app(sources: Sources) -> Starlette:
                 "read_only": not token,
                 "key_prefix": settings.key_prefix,
                 "database": settings.masked()["database_url"],
+                # a configuration centre's switch is changed there: no buttons, but where
+                "switch_centre": centre.where_to_change() if centre.external else "",
             },
         )
         response.headers.update(SECURITY_HEADERS)
@@ -371,4 +540,5 @@ def make_app(sources: Sources) -> Starlette:
         Route("/api/audit", api(get_audit), methods=["GET"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    return Starlette(routes=routes)
+    extra = console_host_names(settings.console_hosts)
+    return _Guard(Starlette(routes=routes), lambda host: host_allowed(host, listen_host, extra))

@@ -27,7 +27,7 @@ from gateway_limiter.console.sources import InProcessView, RedisView, Sources
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
-    from starlette.applications import Starlette
+    from starlette.types import ASGIApp
 
     from gateway_limiter.limiter import GatewayLimiter
 
@@ -62,7 +62,7 @@ def check_listen(host: str, settings: Settings) -> None:
 class ConsoleServer:
     """uvicorn serving ``app`` on a daemon thread, until ``stop``."""
 
-    def __init__(self, app: Starlette, host: str, port: int) -> None:
+    def __init__(self, app: ASGIApp, host: str, port: int) -> None:
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="gwl-console", daemon=True)
@@ -114,7 +114,7 @@ def run_console(ctx: Context) -> int:
     shown_host = f"[{host}]" if ":" in host else host
     mode = "read only (console_token not set)" if not settings.console_token else "read-write"
     ctx.out.line(f"console on http://{shown_host}:{port}/ ({mode}); Ctrl-C stops it")
-    server = ConsoleServer(make_app(sources), host, port)
+    server = ConsoleServer(make_app(sources, host), host, port)
     try:
         with sigterm_interrupts():
             server.start()

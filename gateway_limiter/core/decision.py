@@ -29,7 +29,7 @@ import time
 from enum import StrEnum
 from typing import Final, NamedTuple
 
-from gateway_limiter.config.rules import Algorithm, Rule
+from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.model.pushback import effective_rate
 
@@ -48,9 +48,6 @@ class Reason(StrEnum):
     DISABLED = "disabled"
 
 
-#: The algorithms whose state counts permits left (``Verdict.stored``).
-_BUCKETS: Final = (Algorithm.TOKEN_BUCKET, Algorithm.WARM_UP)
-
 #: The verdicts of calls decided without a bucket (unlimited, closed, allow/deny policy).
 ADMIT: Final = Verdict(True, 0.0, 0.0)
 REFUSE: Final = Verdict(False, 0.0, 0.0)
@@ -63,10 +60,10 @@ class Decision(NamedTuple):
     ``retry_after``: when refused, seconds after which the same call would fit its wait
     budget if nobody else took permits meanwhile; None when allowed, or when waiting
     cannot help (a closed interface, more permits than the limit can ever give).
-    ``remaining``: whole permits left in the bucket after this call (0 while a
-    pushback's ``retry_after`` holds the interface); None when the
-    call is not limited, or the algorithm keeps no count (``sliding_window``), or the
-    failure policy ``allow``/``deny`` decided.
+    ``remaining``: whole permits left after this call by the limit that binds (a
+    bucket's stored permits; a window's count less what its window holds), 0 while a
+    pushback's ``retry_after`` holds the interface; None when the call is not limited,
+    or the failure policy ``allow``/``deny`` decided.
     ``limit``: the row's ``rateLimit`` (permits per second); None when not limited.
     ``shadow``: the rule is in shadow mode: decided and counted, never enforced.
     ``effective_rate``: the rate the interface runs at after the supplier's pushbacks
@@ -154,7 +151,7 @@ def decision_of(
             retry_after = max(0.0, verdict.wait_us / US_PER_S - budget_s)
     if rule.closed:
         remaining: int | None = 0
-    elif verdict is ADMIT or verdict is REFUSE or rule.algorithm == Algorithm.SLIDING_WINDOW:
+    elif verdict is ADMIT or verdict is REFUSE:
         remaining = None
     elif verdict.held_us > 0.0:  # a pushback's hold: nothing goes before it ends
         remaining = 0
@@ -165,9 +162,9 @@ def decision_of(
     if verdict.quota_left >= 0.0 and not rule.closed:
         left = int(verdict.quota_left)
         spent = not verdict.allowed and left < permits
-        # what the other limits have left is known only of token buckets
-        buckets = any(r.calendar is None and r.algorithm in _BUCKETS for r in rule.limits)
-        if spent or not buckets or remaining is None or left < remaining:  # the quota binds
+        # ``stored`` is what the interface's other limits have left (none: the quota's)
+        others = any(r.calendar is None for r in rule.limits)
+        if spent or not others or remaining is None or left < remaining:  # the quota binds
             remaining, limit = left, int(verdict.quota_limit)
             rate, reset_at = float(limit), verdict.quota_reset_us / US_PER_S
             if spent and retry_after is not None:

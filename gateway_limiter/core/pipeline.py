@@ -102,7 +102,7 @@ def check_permits(rule: Rule, url: str, permits: int) -> None:
     holds is refused as ever: nothing is written), or more than a limit refills in
     ``MAX_WAIT_S``. Only for ``permits`` > 1: one permit always fits."""
     for r in rule.limits:
-        if r.algorithm is Algorithm.SLIDING_WINDOW and MAX_WINDOW_PERMITS < permits <= r.rate:
+        if r.algorithm == Algorithm.SLIDING_WINDOW and MAX_WINDOW_PERMITS < permits <= r.rate:
             raise ValueError(
                 f"permits must be at most {MAX_WINDOW_PERMITS} for {url!r} (a sliding "
                 f"window records each permit), got {_shown(permits)}"

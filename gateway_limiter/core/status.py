@@ -16,16 +16,32 @@ from gateway_limiter.config.reload import Registry
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.model.bucket import US_PER_S, BucketState, reserve, resync
-from gateway_limiter.model.limits import CalendarLimit, CalendarWindow
-from gateway_limiter.model.pushback import PushbackState, effective_rate, factor_at, until_of
+from gateway_limiter.model.limits import (
+    LIMIT_MODELS,
+    CalendarLimit,
+    CalendarWindow,
+    FixedWindow,
+    Limit,
+    LimitKind,
+    LimitState,
+    SlidingLog,
+    fixed_window_now,
+)
+from gateway_limiter.model.pushback import (
+    PushbackState,
+    effective_rate,
+    factor_at,
+    until_of,
+    window_limit,
+)
 
 #: Algorithms whose state is a window of admissions, not a bucket.
 WINDOWS: Final = (Algorithm.SLIDING_WINDOW, Algorithm.FIXED_WINDOW)
 
-#: What a status read got: the stored state (None: none stored) and the backend's clock
-#: (µs); the BackendError that stopped the read; or None, nothing to read (see
-#: ``has_shared_bucket``).
-Peeked = tuple[BucketState | CalendarWindow | None, float] | BackendError | None
+#: What a status read got: the stored state (a bucket's or a window's; None: none stored)
+#: and the backend's clock (µs); the BackendError that stopped the read; or None,
+#: nothing to read (see ``has_shared_state``).
+Peeked = tuple[LimitState | None, float] | BackendError | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +49,12 @@ class BucketStatus:
     """One rule and its bucket's live state (for ``status``)."""
 
     rule: Rule
-    stored: float | None  # None: no state stored (a full bucket)
+    stored: float | None  # None: no state stored (a full bucket), or a window
     debt_ms: float
     shared: bool
     error: str | None = None
     #: Milliseconds until one permit would be granted (0: now); None: unknown (a closed
-    #: or sliding_window rule, or the state could not be read).
+    #: or per-caller rule, or the state could not be read).
     next_free_ms: float | None = None
     #: This limit's rate after the supplier's pushbacks, in its own units (permits per
     #: period; windows in whole permits); None: not read (per caller, closed, an error).
@@ -54,6 +70,13 @@ class BucketStatus:
     #: when that period ends (Unix seconds); None: not a calendar quota, or not read.
     quota_used: float | None = None
     renews_at: float | None = None
+    #: A window's permits counted in its window now (of ``rule.rate``); None: not a
+    #: window, or not read.
+    used: float | None = None
+    #: Milliseconds until a window's count is back to 0 (a fixed window: its end; a
+    #: sliding window: its latest admission leaves it); None: nothing counted, or not
+    #: a window.
+    reset_ms: float | None = None
 
 
 #: What a pushback read got, as ``Peeked``: the state (None: none) and the clock (µs).
@@ -107,15 +130,10 @@ def has_shared_bucket(rule: Rule) -> bool:
     return rule.algorithm not in WINDOWS and not rule.per_caller
 
 
-def has_shared_quota(rule: Rule) -> bool:
-    """True when ``rule``'s limit is one calendar quota for all callers (peek reads its
-    count)."""
-    return rule.calendar is not None and not rule.per_caller and not rule.closed
-
-
-def peeks(rule: Rule) -> bool:
-    """True when ``status`` reads ``rule``'s own state: a shared bucket or quota."""
-    return has_shared_bucket(rule) or has_shared_quota(rule)
+def has_shared_state(rule: Rule) -> bool:
+    """True when ``rule``'s limit is one state for all callers (a bucket or a window),
+    which ``peek`` reads."""
+    return not rule.per_caller
 
 
 def quota_status(rule: Rule, shared: bool, state: object, now_us: float) -> BucketStatus:
@@ -123,7 +141,7 @@ def quota_status(rule: Rule, shared: bool, state: object, now_us: float) -> Buck
     Redis clock) is in, and when that period ends."""
     spec = limit_of(rule, now_us / US_PER_S)
     counter = state if isinstance(state, CalendarWindow) else None
-    left, ends_us = CalendarLimit().left(spec, counter, now_us)
+    left, ends_us = CalendarLimit().period_left(spec, counter, now_us)
     return BucketStatus(
         rule, None, 0.0, shared, quota_used=rule.rate - left, renews_at=ends_us / US_PER_S
     )
@@ -154,13 +172,21 @@ def bucket_status(
     if isinstance(peeked, BackendError):
         return BucketStatus(rule, None, 0.0, shared, str(peeked))
     state, now_us = peeked
+    pb = (effective, held_ms, held_until)
     if rule.calendar is not None or isinstance(state, CalendarWindow):
+        if rule.closed:
+            return BucketStatus(rule, None, 0.0, shared, None, None, *pb)
         return quota_status(rule, shared, state, now_us)
+    if rule.algorithm in WINDOWS:
+        if rule.closed:
+            return BucketStatus(rule, None, 0.0, shared, None, None, *pb)
+        return _window_status(rule, shared, state, now_us, factor, until_us, pb)
+    bucket = state if isinstance(state, BucketState) else None
     next_free_ms = None
     if not rule.closed and has_shared_bucket(rule):
         # What one permit would wait now: the model's own answer, nothing written.
         verdict, _ = reserve(
-            state,
+            bucket,
             rule.per_second,
             rule.burst,
             1,
@@ -171,20 +197,54 @@ def bucket_status(
             until_us,
         )
         next_free_ms = verdict.wait_us / 1000.0
-    pb = (effective, held_ms, held_until)
-    if state is None:
+    if bucket is None:
         return BucketStatus(rule, None, 0.0, shared, None, next_free_ms, *pb)
-    current = resync(state, now_us)
+    current = resync(bucket, now_us)
     debt_ms = max(0.0, current.balance_us - now_us) / 1000.0
     return BucketStatus(rule, current.stored, debt_ms, shared, None, next_free_ms, *pb)
+
+
+def _window_status(
+    rule: Rule,
+    shared: bool,
+    state: LimitState | None,
+    now_us: float,
+    factor: float,
+    until_us: float,
+    pb: tuple[float | None, float, float | None],
+) -> BucketStatus:
+    """A window as ``status`` shows it: its permits counted now, when the count is back
+    to 0, and when one permit could go (a pushback's count and hold included)."""
+    spec = limit_of(rule)
+    capped = Limit(spec.kind, window_limit(spec.rate, factor), spec.size)
+    counted: LimitState
+    if spec.kind is LimitKind.FIXED_WINDOW:
+        fixed = state if isinstance(state, FixedWindow) else None
+        counter = fixed_window_now(fixed, now_us, spec.size)
+        used = counter.used
+        reset_ms = ((counter.window + 1.0) * spec.size - now_us) / 1000.0 if used else None
+        counted = counter
+    else:
+        log = state if isinstance(state, SlidingLog) else SlidingLog((), (), 0)
+        live = [
+            (t, c) for t, c in zip(log.times, log.counts, strict=True) if t + spec.size > now_us
+        ]
+        used = float(sum(c for _, c in live))
+        reset_ms = (live[-1][0] + spec.size - now_us) / 1000.0 if live else None
+        counted = log
+    free_us = max(LIMIT_MODELS[spec.kind].next_free_at(capped, counted, now_us), until_us)
+    next_free_ms = max(0.0, free_us - now_us) / 1000.0
+    return BucketStatus(
+        rule, None, 0.0, shared, None, next_free_ms, *pb, used=used, reset_ms=reset_ms
+    )
 
 
 def describe_state(rule: Rule, backend: Backend) -> BucketStatus:
     """A limit's shared bucket as ``status`` shows it, read from a (sync) backend.
 
-    Windows and per-caller limits have no single bucket to show: no state is read.
+    Per-caller limits have no single state to show: none is read.
     """
-    peeked = attempt(backend.peek, rule) if peeks(rule) else None
+    peeked = attempt(backend.peek, rule) if has_shared_state(rule) else None
     return bucket_status(rule, backend.shared, peeked)
 
 
@@ -194,6 +254,6 @@ def describe_interface(interface: Rule, limits: list[Rule], backend: Backend) ->
     pushed = attempt(backend.peek_pushback, interface) if has_pushback_state(interface) else None
     out = []
     for rule in limits:
-        peeked = attempt(backend.peek, rule) if peeks(rule) else None
+        peeked = attempt(backend.peek, rule) if has_shared_state(rule) else None
         out.append(bucket_status(rule, backend.shared, peeked, interface, pushed))
     return out

@@ -206,8 +206,9 @@ def reserve_window(
     """Sliding window: place ``permits`` admissions at the earliest allowed time.
 
     ``times`` are the last admissions, oldest first (at most ``rate`` of them).
-    Returns the verdict (``stored`` is 0: a window stores no permits) and the times to
-    store, or None on refusal. ``permits > rate`` can never be placed.
+    Returns the verdict (``stored``: the permits left in the window of the call, or of
+    now when refused) and the times to store, or None on refusal. ``permits > rate``
+    can never be placed.
     """
     if permits > rate:
         return Verdict(False, math.inf, 0.0), None  # next_free 0, as in limits.lua
@@ -215,9 +216,18 @@ def reserve_window(
     wait_us = at_us - now_us
     if timeout_us is not None and wait_us > timeout_us:
         next_us = window_slot(times, rate, 1, now_us, WINDOW_US)
-        return Verdict(False, wait_us, 0.0, next_us - now_us), None
+        left = window_left(times, rate, now_us, WINDOW_US)
+        return Verdict(False, wait_us, left, next_us - now_us), None
     kept = (*times, *([at_us] * permits))[-rate:]
-    return Verdict(True, wait_us, 0.0, window_slot(kept, rate, 1, now_us, WINDOW_US) - now_us), kept
+    next_us = window_slot(kept, rate, 1, now_us, WINDOW_US)
+    return Verdict(True, wait_us, window_left(kept, rate, at_us, WINDOW_US), next_us - now_us), kept
+
+
+def window_left(times: tuple[float, ...], cap: float, at_us: float, window_us: float) -> float:
+    """Permits a sliding window of ``cap`` has left at ``at_us``: ``cap`` less the
+    admissions still in the window then (never below 0)."""
+    live = sum(1 for t in times if t + window_us > at_us)
+    return max(0.0, cap - live)
 
 
 def window_expiry_ms(times: tuple[float, ...], now_us: float) -> int:
@@ -291,6 +301,9 @@ class LimitModel(Protocol):
     def expiry_ms(self, limit: Limit, state: LimitState, now_us: float) -> int:
         """Milliseconds after which ``state`` is the same as no state."""
 
+    def left(self, limit: Limit, state: LimitState, cap: float, at_us: float) -> float:
+        """Permits ``state`` has left at ``at_us`` (a window: of ``cap`` per window)."""
+
 
 class BucketLimit:
     """A token bucket: ``bucket.lua``'s steps 1-3 without warm-up, recorded at T."""
@@ -337,6 +350,10 @@ class BucketLimit:
         """Once the bucket would be full again."""
         return expiry_ms(cast(BucketState, state), now_us)
 
+    def left(self, limit: Limit, state: LimitState, cap: float, at_us: float) -> float:
+        """Its stored permits."""
+        return cast(BucketState, state).stored
+
 
 class SlidingLimit:
     """A sliding window: the last ``rate`` admission times."""
@@ -371,6 +388,12 @@ class SlidingLimit:
         """Once the latest admission has left the window."""
         log = cast(SlidingLog, state)
         return math.ceil((log.times[-1] + limit.size - now_us) / 1000.0) + EXPIRY_GRACE_MS
+
+    def left(self, limit: Limit, state: LimitState, cap: float, at_us: float) -> float:
+        """``cap`` less the admissions still in the window at ``at_us``."""
+        log = cast(SlidingLog, state)
+        live = sum(c for t, c in zip(log.times, log.counts, strict=True) if t + limit.size > at_us)
+        return max(0.0, cap - live)
 
 
 class FixedLimit:
@@ -418,6 +441,10 @@ class FixedLimit:
         counter = cast(FixedWindow, state)
         ends_us = (counter.window + 1.0) * limit.size
         return math.ceil((ends_us - now_us) / 1000.0) + EXPIRY_GRACE_MS
+
+    def left(self, limit: Limit, state: LimitState, cap: float, at_us: float) -> float:
+        """``cap`` less the permits counted in the counter's window."""
+        return max(0.0, cap - cast(FixedWindow, state).used)
 
 
 def calendar_start(bounds: Sequence[float], at_us: float) -> float:
@@ -505,7 +532,14 @@ class CalendarLimit:
         ends_us = calendar_end(limit.bounds, cast(CalendarWindow, state).window)
         return max(EXPIRY_GRACE_MS, math.ceil((ends_us - now_us) / 1000.0) + EXPIRY_GRACE_MS)
 
-    def left(self, limit: Limit, state: LimitState | None, now_us: float) -> tuple[float, float]:
+    def left(self, limit: Limit, state: LimitState, cap: float, at_us: float) -> float:
+        """None counted here: a quota's count is told apart (``period_left``), so the
+        least permits left stay the interface's rate limits'."""
+        return math.inf
+
+    def period_left(
+        self, limit: Limit, state: LimitState | None, now_us: float
+    ) -> tuple[float, float]:
         """The permits left in the period the shared clock is in, and when it ends (µs):
         none while reservations already fill it into the next one."""
         start = calendar_start(limit.bounds, now_us)
@@ -537,7 +571,7 @@ def quota_left(
     best = (-1.0, 0.0, 0.0)
     for limit, state in zip(limits, states, strict=True):
         if limit.kind is LimitKind.CALENDAR:
-            left, ends = _CALENDAR.left(limit, state, now_us)
+            left, ends = _CALENDAR.period_left(limit, state, now_us)
             if best[0] < 0 or left < best[0] or (left == best[0] and ends > best[1]):
                 best = (left, ends, limit.rate)
     return best
@@ -564,7 +598,7 @@ def reserve_limits(
 
     Returns the verdict and each limit's new state (None on refusal: nothing is
     written). ``wait_us`` is until the latest of the limits' earliest times; ``stored``
-    is the least any token bucket among them holds (0 without one); ``next_free_us`` the
+    is the least permits any limit has left (``_least_left``); ``next_free_us`` the
     latest of the limits' earliest times for one permit, after the decision (a call
     goes when every limit lets it). A window that can never hold ``permits`` refuses
     with an infinite wait (and ``next_free_us`` 0: not every limit was read).
@@ -608,18 +642,18 @@ def reserve_limits(
     wait_us = at_us - now_us
     if timeout_us is not None and wait_us > timeout_us:
         next_us = _next_free_us(limits, current, now_us, until_us)
+        left = _least_left(limits, current, now_us, factor, own)
         quota = quota_left(limits, current, now_us)
-        return Verdict(
-            False, wait_us, _least_stored(current), next_us, factor, held_us, *quota
-        ), None
+        return Verdict(False, wait_us, left, next_us, factor, held_us, *quota), None
     n = float(permits)
     new = tuple(
         LIMIT_MODELS[limit.kind].record(limit, state, n, at_us)
         for limit, state in zip(limits, current, strict=True)
     )
     next_us = _next_free_us(limits, new, now_us, until_us)
+    left = _least_left(limits, new, at_us, factor, own)
     quota = quota_left(limits, new, now_us)
-    return Verdict(True, wait_us, _least_stored(new), next_us, factor, held_us, *quota), new
+    return Verdict(True, wait_us, left, next_us, factor, held_us, *quota), new
 
 
 def _next_free_us(
@@ -633,12 +667,17 @@ def _next_free_us(
     return at_us - now_us
 
 
-def _least_stored(states: Sequence[LimitState]) -> float:
-    least: float | None = None
-    for state in states:
-        if isinstance(state, BucketState) and (least is None or state.stored < least):
-            least = state.stored
-    return 0.0 if least is None else least
+def _least_left(
+    limits: Sequence[Limit], states: Sequence[LimitState], at_us: float, factor: float, own: int
+) -> float:
+    """The permits the limit that binds has left: the least of a bucket's stored permits
+    and a window's count (slowed by a pushback's ``factor``, on the interface's own
+    limits) less what its window holds at ``at_us`` (the call's T; now when refused)."""
+    least = math.inf
+    for i, (limit, state) in enumerate(zip(limits, states, strict=True)):
+        cap = window_limit(limit.rate, factor) if i < own else limit.rate
+        least = min(least, LIMIT_MODELS[limit.kind].left(limit, state, cap, at_us))
+    return 0.0 if least == math.inf else least
 
 
 def limit_expiry_ms(limit: Limit, state: LimitState, now_us: float) -> int:

@@ -284,8 +284,10 @@ class ProcessMetrics:
         self.backend_fallbacks.inc()
 
     def reloaded(self, summary: ReloadSummary) -> None:
-        """A reload finished (Registry listener)."""
-        self.reloads.labels(outcome="ok" if summary.ok else "failed").inc()
+        """A reload finished (Registry listener); a switch etcd or Apollo changed is no
+        reload, and not counted as one."""
+        if not summary.switch_only:
+            self.reloads.labels(outcome="ok" if summary.ok else "failed").inc()
 
     def attach(self, source: Source) -> None:
         """Make ``source`` the one the gauges describe (the newest attached wins)."""
@@ -572,6 +574,25 @@ def process_metrics() -> ProcessMetrics | None:
                 else:
                     _process = ProcessMetrics(prometheus_client.REGISTRY)
     return _process
+
+
+def after_fork_in_child() -> None:
+    """This process was forked from one whose metrics may be in use (``lifecycle.py``).
+
+    Under multiprocess mode the child's metrics are made afresh on first use: its values
+    go to files of its own pid, and its gauges are set again (the parent's record of
+    what it had published means nothing to the child's files). Otherwise the child keeps
+    the parent's counts (a copy) with locks of its own: a thread of the parent may have
+    held them at the fork, and the child has no such thread to let them go.
+    """
+    global _process, _process_lock  # noqa: PLW0603 - the child's own
+    _process_lock = threading.Lock()
+    if _process is None:
+        return
+    if _process.multiprocess:
+        _process = None
+    else:
+        _process._lock = threading.Lock()
 
 
 # --- the HTTP endpoint -------------------------------------------------------------------

@@ -43,6 +43,11 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("failover_loss.py", ["--quick"], ["Failover loss:", "1. sentinel", "lost bytes"]),
         ("lease_cost.py", ["--quick"], ["Lease cost:", "without leases", "leaseMs 20"]),
         (
+            "rls.py",
+            ["--quick"],
+            ["ShouldRateLimit", "in-process, 2 descriptor(s)", "gRPC, 8 connection", "gRPC layer"],
+        ),
+        (
             "redis_cpu.py",
             ["--seconds", "0.5", "--processes", "2"],
             ["Redis CPU per admitted decision", "2 processes x 1 thread", "asyncio tasks"],

@@ -446,19 +446,21 @@ def test_status_shows_each_algorithm_with_its_live_state(
         return next(line for line in ran.out.splitlines() if line.startswith(url + " ")).split()
 
     tb = cells("/tb")
-    # interfaceUrl configId rate/s cache capacity stored debt next-free effective-rate
-    # hold algorithm state...
-    assert (tb[2], tb[4], tb[8], tb[9], tb[10]) == ("1", "4", "1", "-", "token_bucket")
+    # interfaceUrl configId rate/s cache capacity stored used debt next-free
+    # effective-rate hold algorithm state...
+    assert (tb[2], tb[4], tb[6], tb[9], tb[10], tb[11]) == ("1", "4", "-", "1", "-", "token_bucket")
     assert 0 <= float(tb[5]) < 4  # 4 - 4, plus what refilled since
-    assert 0 <= float(tb[7]) <= 1000  # the next permit: at most one interval (1 s) away
+    assert 0 <= float(tb[8]) <= 1000  # the next permit: at most one interval (1 s) away
     sw = cells("/sw")
-    assert (sw[4], sw[5], sw[6], sw[7]) == ("5", "-", "-", "-")
-    assert (sw[8], sw[9], sw[10]) == ("5", "-", "sliding_window")  # no pushback: the rate
-    assert "at most 5 in any 1 s" in " ".join(sw)
+    # a window's count of its limit; its next permit once the first admission leaves
+    assert (sw[4], sw[5], sw[6], sw[7]) == ("5", "-", "5/5", "-")
+    assert 0 < float(sw[8]) <= 1010
+    assert (sw[9], sw[10], sw[11]) == ("5", "-", "sliding_window")  # no pushback: the rate
+    assert "spent: next permit in" in " ".join(sw)
     wu = cells("/wu")
     # A warm-up bucket holds rate x warmupPeriod = 40 permits; one used, still cold.
-    assert (wu[4], wu[10]) == ("40", "warm_up")
-    assert float(wu[7]) > 1000 / 20  # cold: a permit costs more than the stable interval
+    assert (wu[4], wu[11]) == ("40", "warm_up")
+    assert float(wu[8]) > 1000 / 20  # cold: a permit costs more than the stable interval
     assert 38 < float(wu[5]) <= 40
     assert "cold: paced below the rate until warm" in " ".join(wu)
 

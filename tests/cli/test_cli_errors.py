@@ -164,19 +164,16 @@ def test_enabling_a_url_without_rows_exits_1_and_changes_nothing(
         assert conn.execute(text("select status from t_ratelimite_conf")).scalar_one() == 0
 
 
-def test_a_url_mysql_matches_under_another_spelling_is_refused(
+def test_a_url_another_spelling_of_a_row_gets_its_own_row(
     capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
 ) -> None:
+    # '/a' and '/A' are two interfaces to the limiter, so to every command, whatever
+    # the database's collation says
     url, engine = migrated_any_db
     write_row(engine, "/A", rateLimit=5, status=0)
     ran = cli(capsys, "--database-url", url, "conf", "set", "/a", "--rate", "9", "--enable")
-    if engine.dialect.name in ("mysql", "mariadb"):
-        # Its collation says '/a' = '/A'; the limiter does not: refuse, change nothing.
-        assert_one_line_error(ran, 1, "'/A'", "another URL")
-        expected = [("/A", 5, 0)]
-    else:
-        assert ran.code == 0, ran.err
-        expected = [("/A", 5, 0), ("/a", 9, 1)]
+    assert ran.code == 0, ran.err
+    expected = [("/A", 5, 0), ("/a", 9, 1)]
     with engine.connect() as conn:
         rows = conn.execute(
             text("select interfaceUrl, rateLimit, status from t_ratelimite_conf order by configId")
@@ -190,6 +187,9 @@ def test_a_url_mysql_matches_under_another_spelling_is_refused(
         ('redis_url = "ftp://x"\n', "setting redis_url=ftp://x"),
         ("reload_interval = -1\n", "setting reload_interval"),
         ("no_such_key = 1\n", "unknown key 'no_such_key'"),
+        # a typo gets the nearest key, as a misspelt environment variable does
+        ('redis_ulr = "redis://x"\n', "unknown key 'redis_ulr'; did you mean 'redis_url'?"),
+        ("reload_intervall = 5\n", "did you mean 'reload_interval'?"),
         ("this is not toml\n", "cannot be read"),
     ],
 )
@@ -200,6 +200,24 @@ def test_a_bad_settings_file_is_one_line_naming_the_key(
     settings.write_text(content)
     ran = cli(capsys, "--settings", str(settings), "conf", "list")
     assert_one_line_error(ran, 2, needle)  # bad usage, as the README says
+
+
+@pytest.mark.parametrize("scheme", ["mysql", "mariadb"])
+def test_a_mysql_url_without_a_driver_suggests_pymysql(
+    capsys: pytest.CaptureFixture[str], scheme: str
+) -> None:
+    ran = cli(capsys, "--database-url", f"{scheme}://root:pw@127.0.0.1/test", "conf", "list")
+    assert_one_line_error(ran, 2, f"use {scheme}+pymysql://root:***@127.0.0.1/test")
+    assert "pw@" not in ran.err
+
+
+def test_an_unknown_keyword_setting_names_the_nearest() -> None:
+    from gateway_limiter.config.settings import Settings, load_settings
+
+    with pytest.raises(TypeError, match="did you mean 'key_prefix'"):
+        load_settings(environ={}, key_prefx="x")
+    with pytest.raises(TypeError, match="did you mean 'redis_timeout'"):
+        Settings().replace(redis_timout=1.0)
 
 
 def test_a_missing_settings_file_and_a_bad_database_url_are_one_line(

@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from gateway_limiter.config.audit import local_actor, read_audit, record_sql_changes
+from gateway_limiter.config.audit import (
+    audit_lock_name,
+    local_actor,
+    read_audit,
+    record_sql_changes,
+)
 from gateway_limiter.config.reload import Registry
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.config.table import make_engine
@@ -209,14 +214,15 @@ def test_a_reload_that_finds_the_lock_taken_records_at_its_next_reload(
     db, engine = migrated_db
     registry = Registry(Settings(database_url=db), engine=make_engine(db))
     holder = engine.connect()
+    lock = audit_lock_name(db.rsplit("/", 1)[1])
     try:
-        got = holder.execute(text("SELECT GET_LOCK('gateway_limiter.audit', 0)")).scalar()
+        got = holder.execute(text("SELECT GET_LOCK(:n, 0)"), {"n": lock}).scalar()
         assert got == 1
         write_row(engine, URL, rateLimit=10)
         assert registry.reload().ok
         assert registry.wait_for_audit()
         assert audit_rows(engine) == []  # another process (the holder) is at it
-        holder.execute(text("SELECT RELEASE_LOCK('gateway_limiter.audit')"))
+        holder.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": lock})
         assert registry.reload().ok  # the rows are as before: compared again all the same
         assert registry.wait_for_audit()
         assert [(e["action"], e["source"]) for e in audit_rows(engine)] == [("insert", "sql")]

@@ -81,7 +81,7 @@ def _information_schema_columns(database: str) -> dict[str, list[tuple[Any, ...]
         with conn.cursor() as cur:
             cur.execute(
                 "SELECT TABLE_NAME, ORDINAL_POSITION, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE,"
-                " COLUMN_DEFAULT, EXTRA, COLUMN_KEY FROM information_schema.COLUMNS"
+                " COLUMN_DEFAULT, EXTRA, COLUMN_KEY, COLLATION_NAME FROM information_schema.COLUMNS"
                 " WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME, ORDINAL_POSITION",
                 (database,),
             )
@@ -178,7 +178,12 @@ def test_migrated_mariadb_table_starts_with_exactly_the_contract_columns(
     columns = _information_schema_columns(database)[CONF_TABLE]
 
     contract = columns[: len(CONTRACT_COLUMNS)]
-    assert [c[1:] for c in contract] == CONTRACT_COLUMNS
+    assert [c[1:-1] for c in contract] == CONTRACT_COLUMNS
+    # The text that identifies a row compares byte for byte, as the limiter compares it.
+    collations = {c[1]: c[-1] for c in columns}
+    for name in ("interfaceUrl", "channelType", "callerKey"):
+        assert collations[name] == "utf8mb4_nopad_bin", name
+    assert collations["interfaceNo"] != "utf8mb4_nopad_bin"
     assert [c[0] for c in contract] == list(range(1, len(CONTRACT_COLUMNS) + 1))
     # Later columns come after the contract's and have a default (NULL counts), so an
     # INSERT written against the first revision of the table keeps working.

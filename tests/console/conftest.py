@@ -36,9 +36,11 @@ class Served:
         return httpx.Client(base_url=self.url, headers=headers, timeout=10)
 
 
-def serve(db: str, engine: Engine, redis_url: str, prefix: str, token: str) -> Iterator[Served]:
+def serve(
+    db: str, engine: Engine, redis_url: str, prefix: str, token: str, **more: Any
+) -> Iterator[Served]:
     settings = Settings(
-        database_url=db, redis_url=redis_url, key_prefix=prefix, console_token=token
+        database_url=db, redis_url=redis_url, key_prefix=prefix, console_token=token, **more
     )
     sources, view = redis_sources(settings, "console-test")
     server = ConsoleServer(make_app(sources), "127.0.0.1", 0).start()

@@ -339,3 +339,22 @@ def test_lease_ms_is_a_row_field_and_status_shows_it(console: Served) -> None:
         bucket = next(b for b in http.get("/api/status").json()["buckets"] if b["url"] == URL)
         assert bucket["leaseMs"] == 25
     assert row_of(console.engine, config_id)["leaseMs"] == 25  # type: ignore[index]
+
+
+def test_the_console_refuses_it_unless_told_it_is_a_key(console: Served) -> None:
+    with console.client() as http:
+        got = http.post(
+            "/api/rules", json={"interfaceUrl": "https://supplier.example/sup/full", "rateLimit": 5}
+        )
+        assert got.status_code == 422, got.text
+        assert got.json()["field"] == "interfaceUrl" and "interface=" in got.json()["error"]
+        assert row_of(console.engine, 1) is None
+        made = http.post(
+            "/api/rules", json={"interfaceUrl": "sup/key", "rateLimit": 5, "anyKey": True}
+        )
+        assert made.status_code == 201, made.text
+        config_id = write_row(console.engine, "/sup/ok", rateLimit=5)
+        moved = http.patch(f"/api/rules/{config_id}", json={"interfaceUrl": "sup/ok"})
+        assert moved.status_code == 422 and moved.json()["field"] == "interfaceUrl"
+        kept = http.patch(f"/api/rules/{config_id}", json={"rateLimit": 6})
+        assert kept.status_code == 200, kept.text

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,10 @@ import pytest
 from sqlalchemy import Engine, text
 
 from gateway_limiter.config.audit import read_audit
-from tests.console.conftest import LIVE_URL, TOKEN, Served
+from tests.console.conftest import LIVE_URL, TOKEN, Served, serve
 from tests.support.limiting import write_row
-from tests.support.services import require
+from tests.support.services import RedisServer, require
+from tests.support.switch_sources import Centre
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import (  # noqa: E402
@@ -186,32 +188,109 @@ def test_a_rate_edited_on_the_page_reaches_the_row_and_the_audit(
     )
 
 
-def test_any_column_can_be_edited_through_the_page(browser: Any, console: Served) -> None:
-    config_id = write_row(console.engine, "/ibe/flight/search", rateLimit=20)
+def _edit(browser: Any, config_id: int, values: dict[str, str]) -> str:
+    """Open "edit…" of row ``config_id``, set each field of ``values`` (typed into a text
+    input, chosen in a select), save; the page's message."""
+    from selenium.webdriver.support.ui import Select
+
+    row = f"#rules tr[data-config-id='{config_id}']"
+    browser.find_element(By.CSS_SELECTOR, f"{row} button.more").click()
+    dialog = until(
+        browser,
+        "the edit form",
+        lambda d: (
+            d.find_element(By.ID, "edit-dialog")
+            if d.find_element(By.ID, "edit-dialog").get_attribute("open") is not None
+            else None
+        ),
+    )
+    assert dialog.find_element(By.ID, "edit-title").text == f"configId {config_id}"
+    for name, value in values.items():
+        field = dialog.find_element(By.NAME, name)
+        if field.tag_name == "select":
+            Select(field).select_by_value(value)
+        else:
+            field.clear()
+            field.send_keys(value)
+    browser.execute_script("document.querySelector('#message').textContent = ''")
+    dialog.find_element(By.ID, "edit-save").click()
+    return str(
+        until(browser, "the page's answer", lambda d: d.find_element(By.ID, "message").text or None)
+    )
+
+
+def _stored(engine: Engine, config_id: int, *columns: str) -> tuple[Any, ...]:
+    with engine.connect() as conn:
+        return tuple(
+            conn.execute(
+                text(f"select {', '.join(columns)} from t_ratelimite_conf where configId = :i"),
+                {"i": config_id},
+            ).one()
+        )
+
+
+def _with_token(browser: Any, console: Served, rows: int) -> None:
     browser.get(console.url + "/")
     browser.execute_script("sessionStorage.setItem('gwl-console-token', arguments[0])", TOKEN)
     browser.get(console.url + "/")
-    loaded(browser, 1)
-    browser.find_element(By.CSS_SELECTOR, "#rules button.more").click()
-    prompt = until(browser, "the edit prompt", lambda d: d.switch_to.alert)
-    assert prompt.text.startswith(f"configId {config_id}: ")
-    prompt.send_keys(
-        "rateLimit=20 periodSeconds=1 cache=0.3 status=1 shadow=1 algorithm=token_bucket "
-        "maxPermits=null warmupPeriod=null perCaller=0 callerKey=null maxConcurrent=4 "
-        "channelType=IBE+ interfaceNo=null"
-    )
-    prompt.accept()
-    until(
+    loaded(browser, rows)
+
+
+def test_any_column_can_be_edited_through_the_page(browser: Any, console: Served) -> None:
+    config_id = write_row(console.engine, "/ibe/flight/search", rateLimit=20)
+    _with_token(browser, console, 1)
+    message = _edit(
         browser,
-        "the page to say what changed",
-        lambda d: "shadow 0 -> 1" in d.find_element(By.ID, "message").text,
+        config_id,
+        {"cache": "0.3", "shadow": "1", "maxConcurrent": "4", "channelType": "IBE+"},
     )
-    with console.engine.connect() as conn:
-        cache, shadow, slots = conn.execute(
-            text("select cache, shadow, maxConcurrent from t_ratelimite_conf where configId = :i"),
-            {"i": config_id},
-        ).one()
-    assert (round(cache, 2), shadow, slots) == (0.3, 1, 4)
+    assert message.startswith(f"configId {config_id}: "), message
+    assert "shadow 0 -> 1" in message and 'channelType null -> "IBE+"' in message
+    cache, shadow, slots, channel, rate = _stored(
+        console.engine, config_id, "cache", "shadow", "maxConcurrent", "channelType", "rateLimit"
+    )
+    assert (round(cache, 2), shadow, slots, channel, rate) == (0.3, 1, 4, "IBE+", 20)
+
+
+def test_text_holding_spaces_equals_and_digits_stays_text_through_an_edit(
+    browser: Any, console: Served
+) -> None:
+    config_id = write_row(
+        console.engine,
+        "/ibe/fare/quote",
+        rateLimit=10,
+        interfaceNo="x rateLimit=99999",
+        channelType="1001",
+    )
+    _with_token(browser, console, 1)
+    # an edit of cache alone sends cache alone: the text columns are not read as pairs
+    message = _edit(browser, config_id, {"cache": "0.25"})
+    assert message == f"configId {config_id}: cache null -> 0.25"
+    assert _stored(console.engine, config_id, "rateLimit", "interfaceNo", "channelType") == (
+        10,
+        "x rateLimit=99999",
+        "1001",
+    )
+    latest = read_audit(console.engine)[0]
+    changed = {k for k in latest["afterRow"] if latest["beforeRow"].get(k) != latest["afterRow"][k]}
+    assert changed == {"cache"}
+    # digits typed into a text column are that text; an emptied text column is NULL
+    message = _edit(browser, config_id, {"channelType": " a = b 7 ", "interfaceNo": "1002"})
+    assert 'interfaceNo "x rateLimit=99999" -> "1002"' in message, message
+    assert _stored(console.engine, config_id, "interfaceNo", "channelType") == ("1002", " a = b 7 ")
+    _edit(browser, config_id, {"interfaceNo": ""})
+    assert _stored(console.engine, config_id, "interfaceNo") == (None,)
+
+
+def test_a_read_only_console_shows_values_not_inputs(
+    browser: Any, read_only_console: Served
+) -> None:
+    write_row(read_only_console.engine, "/ibe/flight/search", rateLimit=20)
+    browser.get(read_only_console.url + "/")
+    loaded(browser, 1)
+    rules = browser.find_element(By.ID, "rules")
+    assert rules.find_elements(By.CSS_SELECTOR, "input, select, button") == []
+    assert "20" in [td.text for td in rules.find_elements(By.CSS_SELECTOR, "tbody td")]
 
 
 def test_a_row_added_on_the_page_says_what_the_reload_will_ignore(
@@ -325,3 +404,88 @@ def test_ten_thousand_rows_page_and_filter(
     )
     # "Without visible lag": a frame is 16 ms; a loaded shared machine gets 10 times that.
     assert took_ms < 160
+
+
+def test_a_switch_kept_in_a_centre_is_shown_with_where_to_change_it_and_no_buttons(
+    browser: Any,
+    centre: Centre,
+    migrated_db: tuple[str, Engine],
+    redis_server: RedisServer,
+    key_prefix: str,
+) -> None:
+    db, engine = migrated_db
+    centre.set("off")
+    with contextmanager(serve)(
+        db, engine, redis_server.url, key_prefix, TOKEN, switch_source=centre.url()
+    ) as served:
+        browser.get(served.url + "/")
+        shown = f'off ({centre.kind} {centre.url()}: value "off")'
+        until(browser, shown, lambda d: d.find_element(By.ID, "switch-state").text == shown)
+        assert not browser.find_elements(By.CSS_SELECTOR, "button[data-switch]")
+        where = browser.find_element(By.ID, "switch-where").text
+        assert where.startswith("The switch is not kept in the table: to change it, set it in")
+        centre.set("ON")  # the live refresh reads it again
+        shown = f'on ({centre.kind} {centre.url()}: value "ON")'
+        until(browser, shown, lambda d: d.find_element(By.ID, "switch-state").text == shown)
+        centre.stop()
+        until(
+            browser,
+            "the source unreachable",
+            lambda d: d.find_element(By.ID, "switch-state").text.startswith(
+                f"unknown ({centre.kind} {centre.url()}: "
+            ),
+        )
+
+
+def test_live_table_reads_long_periods_without_a_pushback_and_a_spent_window_as_spent(
+    browser: Any, console: Served, tmp_path: Path
+) -> None:
+    """A daily fixed window, a sliding hour and a bucket of 10 a minute: their effective
+    rate is their limit in their own units, never a "(pushback)" that did not happen, and
+    a spent window shows its count and when it resets, never "full"."""
+    from gateway_limiter import GatewayLimiter
+
+    engine = console.engine
+    write_row(engine, "/sup/daily", rateLimit=3, periodSeconds=86_400, algorithm="fixed_window")
+    write_row(engine, "/sup/hour", rateLimit=5, periodSeconds=3600, algorithm="sliding_window")
+    write_row(engine, "/sup/tb60", rateLimit=10, periodSeconds=60)
+    s = console.settings
+    with GatewayLimiter(
+        database_url=s.database_url, redis_url=s.redis_url, key_prefix=s.key_prefix
+    ) as gateway:
+        assert [gateway.try_acquire("/sup/daily", timeout=0) for _ in range(4)] == [
+            True,
+            True,
+            True,
+            False,
+        ]
+        assert gateway.try_acquire("/sup/hour", timeout=0)
+    browser.get(console.url + "/")
+
+    def row(url: str) -> Callable[[Any], dict[str, str] | None]:
+        def read(d: Any) -> dict[str, str] | None:
+            cells = d.find_elements(By.CSS_SELECTOR, f"#live tr[data-url='{url}'] td")
+            texts = [c.text for c in cells]
+            if len(texts) < 12:
+                return None
+            return {
+                "effective": texts[3],
+                "stored": texts[7],
+                "next": texts[9],
+                "resets": texts[10],
+            }
+
+        return read
+
+    daily = until(browser, "the daily window's row", row("/sup/daily"))
+    assert daily["effective"] == "3 / 86400 s"
+    assert daily["stored"] == "3 / 3 used"
+    assert " h" in daily["resets"] and daily["next"] == daily["resets"]
+    hour = until(browser, "the sliding hour's row", row("/sup/hour"))
+    assert hour["effective"] == "5 / 3600 s" and hour["stored"] == "1 / 5 used"
+    assert hour["next"] == "0 ms" and "min" in hour["resets"]
+    tb60 = until(browser, "the bucket's row", row("/sup/tb60"))
+    assert tb60["effective"] == "10 / 60 s" and tb60["stored"] == "full"
+    page = browser.find_element(By.ID, "live").text
+    assert "pushback" not in page
+    screenshot(browser, "console-long-periods.png", tmp_path)

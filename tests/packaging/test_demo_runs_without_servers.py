@@ -107,3 +107,64 @@ def test_the_rate_change_and_the_switch_show_up_through_the_reload(
         assert found, effect
         assert float(found[1]) <= 2.0  # 1 s interval, 10 % jitter, slack for a busy machine
     assert any("switch off" in rule for rule, *_ in _block_lines(out, "/ibe/fare/quote"))
+
+
+class _Clock:
+    """The demo's ``time`` module on a driven clock: ``sleep`` moves it on."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def strftime(self, fmt: str) -> str:
+        return time.strftime(fmt)
+
+
+def test_a_line_of_a_later_moment_never_comes_before_an_earlier_seconds_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reload seen 0.05 s into second 5 is printed after the block of second 4 (printed
+    0.1 s after it ends): the block never follows a line that says its rule is gone."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from gateway_limiter.cli import demo
+
+    clock = _Clock()
+    monkeypatch.setattr(demo, "time", clock)
+    out = io.StringIO()
+    limiter = SimpleNamespace(
+        registry=SimpleNamespace(snapshot=SimpleNamespace(switch=True, rules={}))
+    )
+
+    class Run(demo.DemoRun):
+        said = False
+
+        def tick(self) -> list[tuple[float, str]]:
+            now = self.elapsed()
+            if not self.said and now >= 4.05:
+                self.said = True
+                return [(now, f"[{now:4.1f} s] reload, 0.5 s later: now 8/s")]
+            return []
+
+    run = Run(limiter, None, Console(file=out, width=200), 6)  # type: ignore[arg-type]
+    run.start = clock.monotonic()
+    run._show_plain([])
+    lines = out.getvalue().splitlines()
+    said = next(i for i, line in enumerate(lines) if "reload, 0.5 s later" in line)
+    blocks = [
+        (i, int(m[1]))
+        for i, line in enumerate(lines)
+        if (m := re.match(r"second \d+ \(\d+-(\d+) s\)", line))
+    ]
+    assert [end for _, end in blocks] == [1, 2, 3, 4, 5, 6]
+    # every block printed after the line is of a second that ended after it happened
+    assert all(end > 4.05 for i, end in blocks if i > said), lines
+    assert any(i < said and end == 4 for i, end in blocks), lines

@@ -352,3 +352,28 @@ def test_a_foreign_value_at_a_limit_key_is_lost_state_not_an_error(
         verdicts = [backend.reserve(rule, 1, 0.0, now=now) for _ in range(4)]
         assert [v.allowed for v in verdicts] == [True] * 3 + [False]  # a fresh limit of 3
         assert stored_limit(backend.client, rule) is not None
+
+
+@pytest.mark.parametrize("stale", [1, 3, 6, 8])
+def test_a_sliding_window_left_counts_only_admissions_still_in_it(
+    backend: RedisBackend, stale: int
+) -> None:
+    """What a window has left skips the admissions its list still holds from before the
+    window (the script finds the first live one by halving), as the model does."""
+    url = f"/s/{uuid.uuid4().hex}"
+    rule = Rule(url, 10, 0.0, 1, algorithm="sliding_window", period=2)
+    specs = [limit(rule)]
+    model: list[LimitState | None] = [None]
+    now = START
+    for i in range(8):  # eight admissions, 0.1 s apart
+        now = START + i * 100_000.0
+        got = backend.reserve(rule, 1, 0.0, now=now)
+        expected, new = reserve_limits(specs, model, 1, 0.0, now)
+        assert got == expected and new is not None
+        model = list(new)
+    # later, when the first ``stale`` of them have left the 2 s window
+    now = START + (stale - 1) * 100_000.0 + specs[0].size + 1.0
+    got = backend.reserve(rule, 1, 0.0, now=now)
+    expected, _ = reserve_limits(specs, model, 1, 0.0, now)
+    assert got == expected
+    assert got.stored == 10 - (8 - stale) - 1

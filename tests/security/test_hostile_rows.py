@@ -237,6 +237,8 @@ def test_any_row_the_column_types_allow_is_applied_or_skipped_with_a_warning(
             and (row["cache"] is None or row["cache"] >= 0)
             and row["algorithm"] in (None, "token_bucket")
             and (row["maxPermits"] is None or row["maxPermits"] >= 1)
+            # a bucket that fills within a year (periodSeconds is 1 here)
+            and (row["maxPermits"] is None or row["maxPermits"] <= 365 * 86_400 * row["rateLimit"])
             and row["warmupPeriod"] is None
             and sum(r["interfaceUrl"] == url and r["status"] == 1 for r in rows) == 1
         )
@@ -387,4 +389,29 @@ def test_a_warm_up_too_short_to_compute_is_skipped_naming_it_not_an_outage(
         f"configId 2: warm_up needs warmupPeriod from 0.001 to 3600 seconds, got {warmup!r}"
     ]
     assert sqlite_lim.try_acquire("/wu", timeout=0) and sqlite_lim.try_acquire("/good", timeout=0)
+    assert sqlite_lim.backend_healthy and sqlite_lim.backend_fallbacks == 0
+
+
+@pytest.mark.parametrize(
+    ("max_permits", "rate", "period"), [(2**53, 1, 1), (2**31 - 1, 1, 86_400), (366, 1, 86_400)]
+)
+def test_a_bucket_that_takes_over_a_year_to_fill_is_skipped_naming_it(
+    sqlite_lim: GatewayLimiter, sqlite_engine: Engine, max_permits: int, rate: int, period: int
+) -> None:
+    # Its key's expiry (when it would be full again) was more than Redis takes: every
+    # decision on the interface failed in the script.
+    row = {"interfaceUrl": "/big", "rateLimit": rate, "cache": 0.5, "status": 1}
+    replace_rows(
+        sqlite_engine,
+        untyped_table(sqlite_engine),
+        [row | {"maxPermits": max_permits, "periodSeconds": period}],
+    )
+    summary = sqlite_lim.reload()
+    assert [str(s) for s in summary.skipped] == [
+        f"configId 1: maxPermits {max_permits} takes more than a year to fill at rateLimit "
+        f"{rate} per {period} s"
+    ]
+    replace_rows(sqlite_engine, untyped_table(sqlite_engine), [row | {"maxPermits": 365}])
+    assert sqlite_lim.reload().skipped == ()
+    assert sqlite_lim.try_acquire("/big", permits=2, timeout=0.5)
     assert sqlite_lim.backend_healthy and sqlite_lim.backend_fallbacks == 0

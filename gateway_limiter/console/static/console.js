@@ -85,13 +85,15 @@ function drawRules() {
     const url = el("td", row.interfaceUrl, "url");
     url.title = row.interfaceUrl === null ? "" : String(row.interfaceUrl);
     tr.appendChild(url);
-    const rate = el("td", undefined, "num");
+    const readOnly = document.body.dataset.readOnly === "true";
+    const rate = el("td", readOnly ? row.rateLimit : undefined, "num");
     const input = el("input", undefined, "rate");
-    input.value = row.rateLimit === null ? "" : String(row.rateLimit);
-    input.setAttribute("aria-label", "rateLimit of configId " + row.configId);
-    input.inputMode = "numeric";
-    input.readOnly = document.body.dataset.readOnly === "true";
-    rate.appendChild(input);
+    if (!readOnly) {  // a read-only console shows values, not inputs
+      input.value = row.rateLimit === null ? "" : String(row.rateLimit);
+      input.setAttribute("aria-label", "rateLimit of configId " + row.configId);
+      input.inputMode = "numeric";
+      rate.appendChild(input);
+    }
     tr.appendChild(rate);
     cell(tr, row.periodSeconds, "num");
     cell(tr, row.cache, "num");
@@ -113,12 +115,12 @@ function drawRules() {
     flip.addEventListener("click", () => patch(row.configId, { status: row.status === 1 ? 0 : 1 }));
     const more = el("button", "edit…", "write more");
     more.type = "button";
-    more.title = "change any column: name=value pairs";
+    more.title = "change any column";
     more.addEventListener("click", () => editColumns(row));
     const drop = el("button", "delete", "write drop");
     drop.type = "button";
     drop.addEventListener("click", () => removeRow(row.configId, row.interfaceUrl));
-    actions.append(save, flip, more, drop);
+    if (!readOnly) actions.append(save, flip, more, drop);
     tr.appendChild(actions);
     body.appendChild(tr);
   }
@@ -142,39 +144,104 @@ function warned(answer) {
   return (answer.warnings || []).map((w) => "; warning: " + w).join("");
 }
 
+// The answer to a PATCH as the message says it: each column changed, before -> after.
 async function patch(configId, fields) {
   try {
     const done = await api("PATCH", "/api/rules/" + configId, fields);
-    const changed = Object.keys(fields).map((k) => k + " " + done.before[k] + " -> " + done.after[k]);
+    const changed = Object.keys(fields).map((k) =>
+      k + " " + JSON.stringify(done.before[k]) + " -> " + JSON.stringify(done.after[k]));
     say("configId " + configId + ": " + changed.join(", ") + warned(done), true);
     await Promise.all([loadRules(), loadAudit()]);
-  } catch (e) { say(String(e.message), false); }
+    return true;
+  } catch (e) { say(String(e.message), false); return false; }
 }
 
-// The columns "edit…" offers, as name=value pairs the operator changes in place.
-const EDITABLE = ["rateLimit", "periodSeconds", "cache", "status", "shadow", "algorithm",
-  "maxPermits", "warmupPeriod", "perCaller", "callerKey", "maxConcurrent", "leaseMs",
-  "channelType", "interfaceNo"];
+// The columns "edit…" offers, each its own input of its own kind: text stays text (a
+// number-like interfaceNo such as "1001" is sent as the text it is), numbers are numbers,
+// an empty field is NULL. Only the fields the operator changed are sent.
+const EDIT_FIELDS = [
+  ["interfaceUrl", "text"], ["channelType", "text"], ["interfaceNo", "text"],
+  ["callerKey", "text"], ["rateLimit", "number"], ["periodSeconds", "number"],
+  ["cache", "number"], ["status", "choice"], ["shadow", "choice"], ["perCaller", "choice"],
+  ["algorithm", "choice"], ["maxPermits", "number"], ["warmupPeriod", "number"],
+  ["maxConcurrent", "number"], ["leaseMs", "number"],
+];
+const CHOICES = {
+  status: ["0", "1"], shadow: ["0", "1"], perCaller: ["0", "1"],
+  algorithm: ["token_bucket", "sliding_window", "fixed_window", "warm_up"],
+};
+let editing = null;
 
-function parseValue(text) {
-  if (text === "null" || text === "") return null;
-  if (/^-?[0-9]+(\.[0-9]+)?$/.test(text)) return Number(text);
-  return text;
+function shownValue(value) { return value === null || value === undefined ? "" : String(value); }
+
+function editInput(name, kind, value) {
+  const shown = shownValue(value);
+  let input;
+  if (kind === "choice") {
+    input = el("select");
+    const options = CHOICES[name].slice();
+    if (!options.includes(shown)) options.unshift(shown);  // what the row holds, however odd
+    for (const option of options) {
+      const o = el("option", option === "" ? "(null)" : option);
+      o.value = option;
+      input.appendChild(o);
+    }
+  } else {
+    input = el("input");
+    input.type = "text";
+    if (kind === "number") input.inputMode = "decimal";
+  }
+  input.name = name;
+  input.value = shown;
+  input.dataset.kind = kind;
+  input.dataset.shown = shown;
+  return input;
+}
+
+// The value an edited input stands for; an Error naming the field when it is not one.
+function editValue(input) {
+  const text = input.value;
+  if (text === "") return null;
+  if (input.dataset.kind === "text") return text;
+  if (input.dataset.kind === "choice" && !/^[0-9]+$/.test(text)) return text;
+  const number = Number(text.trim());
+  if (text.trim() === "" || !Number.isFinite(number)) {
+    throw new Error(input.name + ": " + JSON.stringify(text) + " is not a number");
+  }
+  return number;
 }
 
 function editColumns(row) {
-  const shown = EDITABLE.map((k) => k + "=" + (row[k] === null ? "null" : row[k])).join(" ");
-  const answer = window.prompt("configId " + row.configId + ": change the values, keep the names", shown);
-  if (answer === null) return;
-  const fields = {};
-  for (const pair of answer.trim().split(/\s+/)) {
-    const at = pair.indexOf("=");
-    if (at < 1) { say("not name=value: " + JSON.stringify(pair), false); return; }
-    const name = pair.slice(0, at), value = parseValue(pair.slice(at + 1));
-    if (JSON.stringify(row[name]) !== JSON.stringify(value)) fields[name] = value;
+  editing = row;
+  $("#edit-title").textContent = "configId " + row.configId;
+  $("#edit-message").textContent = "";
+  const fields = document.createElement("div");
+  fields.id = "edit-fields";
+  for (const [name, kind] of EDIT_FIELDS) {
+    const label = el("label", name);
+    label.appendChild(editInput(name, kind, row[name]));
+    fields.appendChild(label);
   }
-  if (Object.keys(fields).length === 0) { say("nothing changed", true); return; }
-  patch(row.configId, fields);
+  $("#edit-fields").replaceWith(fields);
+  $("#edit-dialog").showModal();
+}
+
+async function saveEdit(event) {
+  event.preventDefault();
+  if (!editing) return;
+  const fields = {};
+  try {
+    for (const input of $("#edit-fields").querySelectorAll("input, select")) {
+      if (input.value !== input.dataset.shown) fields[input.name] = editValue(input);
+    }
+  } catch (e) { $("#edit-message").textContent = e.message; return; }
+  if (Object.keys(fields).length === 0) { $("#edit-dialog").close(); say("nothing changed", true); return; }
+  if (await patch(editing.configId, fields)) {
+    $("#edit-dialog").close();
+    editing = null;
+  } else {
+    $("#edit-message").textContent = $("#message").textContent;
+  }
 }
 
 function saveRate(configId, text) {
@@ -213,6 +280,14 @@ async function addRow(event) {
 // --- switch, live, fleet, audit -----------------------------------------------------------
 
 function drawSwitch(s) {
+  if (s.source === "etcd" || s.source === "apollo") {
+    // a configuration centre: what it holds now, or why it cannot be read
+    const state = s.effective === null ? "unknown" : (s.effective ? "on" : "off");
+    const held = s.error ? s.error : (s.value === null ? "no key: the switch setting applies"
+      : "value " + JSON.stringify(s.value));
+    $("#switch-state").textContent = state + " (" + s.source + " " + s.where + ": " + held + ")";
+    return;
+  }
   $("#switch-state").textContent = (s.effective ? "on" : "off") + " (" +
     (s.source === "database" ? "database row" : "settings default") + ")";
 }
@@ -226,6 +301,34 @@ async function setSwitch(value) {
 }
 
 function rate(v) { return v === undefined || v === null ? "" : Number(v).toFixed(1); }
+
+// A span of milliseconds as people read it: 350 ms, 12.5 s, 4 min 05 s, 23 h 59 min, 2 d 03 h.
+function span(ms) {
+  if (ms === undefined || ms === null) return "";
+  if (ms < 1000) return Math.round(ms) + " ms";
+  const s = ms / 1000;
+  if (s < 60) return (Math.round(s * 10) / 10) + " s";
+  const whole = Math.floor(s), two = (n) => String(n).padStart(2, "0");
+  if (whole >= 86400) return Math.floor(whole / 86400) + " d " + two(Math.floor(whole % 86400 / 3600)) + " h";
+  if (whole >= 3600) return Math.floor(whole / 3600) + " h " + two(Math.floor(whole % 3600 / 60)) + " min";
+  return Math.floor(whole / 60) + " min " + two(whole % 60) + " s";
+}
+
+// A rate in the row's own units: "5/s", "3 / 86400 s" (whole permits stay whole).
+function perPeriod(amount, periodSeconds) {
+  const shown = Number.isInteger(amount) ? String(amount) : amount.toFixed(2);
+  return periodSeconds === 1 ? shown + "/s" : shown + " / " + periodSeconds + " s";
+}
+
+// A bucket's stored permits ("full": no state stored yet); a window's count of its limit;
+// nothing where the state is not read (per caller, a closed interface, a failed read).
+function storedOrUsed(b, windowed) {
+  if (b.error) return "?";
+  if (b.rate === 0) return "closed";
+  if (b.perCaller) return "";
+  if (windowed) return b.used === null || b.used === undefined ? "" : b.used + " / " + b.rate + " used";
+  return b.stored === null ? "full" : b.stored;
+}
 
 async function loadLive() {
   const data = await api("GET", "/api/status");
@@ -243,19 +346,22 @@ async function loadLive() {
     cell(tr, b.configId, "num");
     cell(tr, b.rate + " / " + b.periodSeconds + " s " + b.algorithm);
     // After pushback the fleet runs at factor x the row's rate (the lowest any member saw).
-    // The bucket's own reading wins where there is one (it also knows a hold).
+    // The limit's own reading wins where there is one (it also knows a hold). Both in the
+    // row's units, compared with its rateLimit: a long period is no pushback.
     const factor = t.factor === undefined ? 1 : t.factor;
-    const perSecond = b.effectiveRate === null || b.effectiveRate === undefined
-      ? b.perSecond * factor : b.effectiveRate / b.periodSeconds;
+    const effective = b.effectiveRate === null || b.effectiveRate === undefined
+      ? b.rate * factor : b.effectiveRate;
     const held = b.heldMs > 0 ? " (held " + (b.heldMs / 1000).toFixed(1) + " s)" : "";
-    const slowed = perSecond < b.perSecond - 1e-9 ? " (pushback)" : "";
-    cell(tr, perSecond.toFixed(2) + slowed + held, "num effective");
+    const slowed = effective < b.rate * (1 - 1e-9) ? " (pushback)" : "";
+    cell(tr, perPeriod(effective, b.periodSeconds) + slowed + held, "num effective");
     cell(tr, rate(t.admitted), "num admitted");
     cell(tr, rate(t.waited), "num waited");
     cell(tr, rate(t.refused), "num refused");
-    cell(tr, b.stored === null ? "full" : b.stored, "num");
-    cell(tr, b.debtMs, "num");
-    cell(tr, b.nextFreeMs, "num");
+    const windowed = b.algorithm === "fixed_window" || b.algorithm === "sliding_window";
+    cell(tr, storedOrUsed(b, windowed), "num stored");
+    cell(tr, windowed ? "" : b.debtMs, "num");
+    cell(tr, span(b.nextFreeMs), "num next-free");
+    cell(tr, span(b.resetMs), "num resets");
     cell(tr, b.inFlight === null || b.inFlight === undefined ? ""
       : b.inFlight + " / " + b.maxConcurrent, "num in-flight");
     body.appendChild(tr);
@@ -336,6 +442,8 @@ function start() {
     b.addEventListener("click", () => setSwitch(JSON.parse(b.dataset.switch)));
   }
   $("#add-form").addEventListener("submit", addRow);
+  $("#edit-form").addEventListener("submit", saveEdit);
+  $("#edit-cancel").addEventListener("click", () => { editing = null; $("#edit-dialog").close(); });
   const fail = (e) => say(String(e.message), false);
   loadRules().catch(fail);
   loadAudit().catch(fail);

@@ -1,0 +1,203 @@
+"""``gateway-limiter conf list``: every row, what the reload makes of it, and the rows it
+skips; fitted to the terminal, filtered, or as JSON for scripts.
+
+The filters (``--url GLOB``, ``--channel``, ``--status``, ``--algorithm``) pick rows;
+what the reload makes of them is still decided over the whole table (a row's effect
+can depend on the others: the stricter of two rows, a channel cap).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from collections.abc import Sequence
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING, Any
+
+from gateway_limiter.cli.context import PROG, Context
+from gateway_limiter.cli.describe import (
+    fmt_cache,
+    fmt_opt,
+    fmt_seconds,
+    fmt_time,
+    row_effect,
+    switch_line,
+)
+from gateway_limiter.cli.output import Column
+from gateway_limiter.config.rules import ALGORITHMS, build_rules
+from gateway_limiter.config.table import CONF_TABLE, ConfRow, read_rows
+
+if TYPE_CHECKING:
+    from gateway_limiter.config.rules import RuleSet
+
+#: The columns of ``conf list``, as the table names them. On a narrow terminal the
+#: table takes the short headers, then leaves out the columns ``effect`` already says
+#: (``drop``: 1 first), then folds the URL and the effect onto more lines.
+CONF_COLUMNS = (
+    Column("configId", numeric=True, short="id"),
+    Column("channelType", short="channel", drop=9),
+    Column("interfaceNo", short="no", drop=2),
+    Column("interfaceUrl", short="url", cut=20),
+    Column("rateLimit", numeric=True, short="rate"),
+    Column("cache", numeric=True, drop=8),
+    Column("status", numeric=True, short="on"),
+    Column("shadow", numeric=True, drop=7),
+    Column("lastModifyTime", short="modified", drop=1),
+    Column("algorithm", short="algo", drop=10),
+    Column("maxPermits", numeric=True, short="max", drop=4),
+    Column("warmupPeriod", numeric=True, short="warmup", drop=3),
+    Column("periodSeconds", numeric=True, short="period", drop=13),
+    Column("perCaller", numeric=True, short="per", drop=5),
+    Column("callerKey", short="caller", drop=6),
+    Column("effect", cut=30),
+)
+#: Shown before ``effect`` when some row has a ``maxConcurrent`` (schema 0006).
+MAX_CONCURRENT_COLUMN = Column("maxConcurrent", numeric=True, short="conc", drop=11)
+#: Shown before ``effect`` when some row has a ``leaseMs`` (schema 0007).
+LEASE_MS_COLUMN = Column("leaseMs", numeric=True, short="lease", drop=12)
+
+
+def status_arg(text: str) -> int:
+    """``--status``: 1 or 0 (also on/off, enabled/disabled)."""
+    word = text.strip().lower()
+    if word in ("1", "on", "enabled"):
+        return 1
+    if word in ("0", "off", "disabled"):
+        return 0
+    raise argparse.ArgumentTypeError(f"must be 1 (enabled) or 0 (disabled), got {text!r}")
+
+
+def add_filters(parser: argparse.ArgumentParser, what: str) -> None:
+    """The filters ``conf list`` and ``status`` share, and ``--json``."""
+    parser.add_argument(
+        "--url",
+        dest="url_glob",
+        metavar="GLOB",
+        help=f"only {what} whose interfaceUrl matches GLOB (shell-style: * ? [...]; quote it)",
+    )
+    parser.add_argument("--channel", metavar="C", help=f"only {what} of channelType C")
+    parser.add_argument(
+        "--algorithm", choices=ALGORITHMS, metavar="A", help=f"only {what} of algorithm A"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON, for scripts")
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` the ``conf list`` command's."""
+    add_filters(parser, "rows")
+    parser.add_argument(
+        "--status", type=status_arg, metavar="0|1", help="only disabled (0) or enabled (1) rows"
+    )
+
+
+def picked(row: ConfRow, args: argparse.Namespace) -> bool:
+    """True when ``row`` passes ``conf list``'s filters."""
+    if args.url_glob is not None and not fnmatchcase(row.interface_url or "", args.url_glob):
+        return False
+    if args.channel is not None and row.channel_type != args.channel:
+        return False
+    if args.status is not None and row.status != args.status:
+        return False
+    algorithm = row.algorithm or "token_bucket"  # NULL: the column's default
+    return args.algorithm is None or algorithm == args.algorithm
+
+
+def cmd_conf_list(ctx: Context) -> int:
+    """Every row (or those the filters pick), what the reload makes of it, and each
+    skipped row with its reason."""
+    engine = ctx.engine()
+    every = read_rows(engine)
+    ruleset = build_rules(every, ctx.settings.default_cache, ctx.settings.default_time_zone)
+    rows = [r for r in every if picked(r, ctx.args)]
+    if ctx.args.json:
+        ctx.out.line(json.dumps(list_json(rows, ruleset), ensure_ascii=False, indent=1))
+        return 0
+    ctx.out.line(switch_line(engine, ctx.settings))
+    if not every:
+        ctx.out.line(
+            f"{CONF_TABLE} is empty: nothing is limited. Add a row with "
+            f"'{PROG} conf set URL --rate N --enable'"
+        )
+        return 0
+    if not rows:
+        ctx.out.line(f"no row of {len(every)} matches the filters")
+        return 0
+    caps = any(r.max_concurrent is not None for r in rows)
+    leases = any(r.lease_ms is not None for r in rows)
+    columns = (
+        *CONF_COLUMNS[:-1],
+        *([MAX_CONCURRENT_COLUMN] if caps else []),
+        *([LEASE_MS_COLUMN] if leases else []),
+        CONF_COLUMNS[-1],
+    )
+    ctx.out.table(columns, [_cells(r, ruleset, caps, leases) for r in rows])
+    if any(r.cache is None and r.status == 1 for r in rows):
+        ctx.out.line(
+            f"cache NULL: callers wait up to default_cache = {ctx.settings.default_cache:g} s"
+        )
+    ids = {r.config_id for r in rows}
+    for s in ruleset.skipped:
+        if s.config_id in ids:
+            ctx.out.line(f"skipped by the reload: {s}")
+    for warning in ruleset.warnings:
+        ctx.out.line(f"warning: {warning}")
+    return 0
+
+
+def _cells(r: ConfRow, ruleset: RuleSet, caps: bool, leases: bool) -> list[str]:
+    return [
+        str(r.config_id),
+        fmt_opt(r.channel_type),
+        fmt_opt(r.interface_no),
+        fmt_opt(r.interface_url),
+        fmt_opt(r.rate_limit),
+        fmt_cache(r.cache),
+        fmt_opt(r.status),
+        "-" if r.shadow is None else str(r.shadow),  # None: schema before 0005
+        fmt_time(r),
+        fmt_opt(r.algorithm),
+        fmt_opt(r.max_permits),
+        fmt_seconds(r.warmup_period),
+        fmt_opt(r.period_seconds),
+        fmt_opt(r.per_caller),
+        fmt_opt(r.caller_key),
+        *([fmt_opt(r.max_concurrent)] if caps else []),
+        *([fmt_opt(r.lease_ms)] if leases else []),
+        row_effect(r, ruleset),
+    ]
+
+
+def list_json(rows: Sequence[ConfRow], ruleset: RuleSet) -> dict[str, Any]:
+    """``conf list --json``: each row by its column names, with ``effect`` (what the
+    reload makes of it) and ``skipped`` (why the reload skips it, else null); and the
+    reload's warnings."""
+    skipped = {s.config_id: s.reason for s in ruleset.skipped}
+    out = []
+    for r in rows:
+        modified = r.last_modify_time
+        when = modified.isoformat() if isinstance(modified, dt.datetime) else None
+        out.append(
+            {
+                "configId": r.config_id,
+                "channelType": r.channel_type,
+                "interfaceNo": r.interface_no,
+                "interfaceUrl": r.interface_url,
+                "rateLimit": r.rate_limit,
+                "cache": r.cache,
+                "status": r.status,
+                "shadow": r.shadow,
+                "lastModifyTime": when,
+                "algorithm": r.algorithm,
+                "maxPermits": r.max_permits,
+                "warmupPeriod": r.warmup_period,
+                "periodSeconds": r.period_seconds,
+                "perCaller": r.per_caller,
+                "callerKey": r.caller_key,
+                "maxConcurrent": r.max_concurrent,
+                "leaseMs": r.lease_ms,
+                "effect": row_effect(r, ruleset),
+                "skipped": skipped.get(r.config_id),
+            }
+        )
+    return {"rows": out, "warnings": list(ruleset.warnings)}
