@@ -218,7 +218,7 @@ async def measure_async(
     from gateway_limiter.aio import AsyncGatewayLimiter
 
     async with AsyncGatewayLimiter(limiter.settings) as alimiter:
-        client = alimiter.backend.client  # type: ignore[attr-defined]
+        client = alimiter.backend.client
         bare = client.register_script("return 1")
         storage = RedisStorage(redis_url, implementation="redispy")
         strategy = MovingWindowRateLimiter(storage)

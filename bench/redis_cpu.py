@@ -147,7 +147,7 @@ def pipelined(limiter: GatewayLimiter, seconds: float, window: Window) -> int:
     """Admitted calls sent ``PIPELINE`` to a round trip, from one thread, for ``seconds``."""
     rule = limiter.registry.snapshot.rules[OPEN_URL]
     call = Commands(limiter.settings.key_prefix)(rule, 1, 0.0, None, None)
-    client: redis.Redis = limiter.backend.client  # type: ignore[attr-defined]
+    client: redis.Redis = limiter.backend.client
     client.script_load(call.source)
 
     def batch() -> int:

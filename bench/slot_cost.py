@@ -79,7 +79,7 @@ def main() -> None:
         limiter = started_limiter(
             stack, database_url, redis_url, f"gwlbench{uuid.uuid4().hex[:8]}", metrics=False
         )
-        client = limiter.backend.client  # type: ignore[attr-defined]
+        client = limiter.backend.client
         bare, _state = floors(limiter, uuid.uuid4().hex[:8])
 
         def slot() -> None:

@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet = started_limiter(
             stack, database_url, redis_url, "gwlbenchwhere", metrics=False, **patient
         )
-        client: redis.Redis = limiter.backend.client  # type: ignore[attr-defined]
+        client: redis.Redis = limiter.backend.client
         args = sent_args(limiter)
 
         server = server_micros(

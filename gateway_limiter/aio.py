@@ -64,8 +64,8 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -73,14 +73,13 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, ClassVar, Self, TypeVar
 
-from gateway_limiter.backends.base import AsyncBackend, BackendError
+from gateway_limiter.backends.base import AsyncBackend, Backend, BackendError
+from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.schemes import open_async_backend
 from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.backends.slot_wakeups import listen
 from gateway_limiter.backends.slots import (
     parse_counts,
-    parse_take,
-    release_call,
-    renew_call,
 )
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
@@ -88,7 +87,6 @@ from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.decision import Decision
 from gateway_limiter.core.failure import attempt_async
 from gateway_limiter.core.pipeline import (
-    Ask,
     LimiterCore,
     Outcome,
     allowed_wait_s,
@@ -100,11 +98,9 @@ from gateway_limiter.core.slots import (
     Held,
     SlotState,
     Taking,
-    Waiter,
-    fallback_cap,
     given_up,
-    pause_s,
     refused,
+    take_slot,
 )
 from gateway_limiter.core.status import (
     BucketStatus,
@@ -112,6 +108,16 @@ from gateway_limiter.core.status import (
     chosen,
     has_pushback_state,
     has_shared_state,
+)
+from gateway_limiter.core.steps import (
+    Ask,
+    Await,
+    Reserve,
+    Send,
+    StartRenewer,
+    Step,
+    Steps,
+    Subscribe,
 )
 from gateway_limiter.errors import (
     BackendUnavailable,
@@ -164,9 +170,13 @@ class AsyncGatewayLimiter(LimiterCore):
         "await start() (or use 'async with AsyncGatewayLimiter(...)') first"
     )
 
+    @staticmethod
+    def _in_process() -> Backend:
+        return MemoryBackend()
+
     def _open_backend(self, settings: Settings) -> bool:
         self.backend = open_async_backend(settings)
-        self._slotting = SlotState(settings.key_prefix)
+        self._slotting = SlotState(settings)
         self._renewer = None
         return self.backend.shared
 
@@ -206,7 +216,7 @@ class AsyncGatewayLimiter(LimiterCore):
                 if not isinstance(charged, BackendError):
                     fleet.charged += permits
             for call in self._lease_returns():  # leases a reload ended
-                await attempt_async(self.backend.script, call)  # type: ignore[attr-defined]
+                await attempt_async(self.backend.script, call)
 
     async def _stop_heartbeats(self) -> None:
         """Stop beating and leave the fleet at once (best effort), so N drops now."""
@@ -227,7 +237,7 @@ class AsyncGatewayLimiter(LimiterCore):
         unwatch(self)
         self._stopping()
         for call in self._lease_returns(closing=True):  # best effort: else they expire
-            await attempt_async(self.backend.script, call)  # type: ignore[attr-defined]
+            await attempt_async(self.backend.script, call)
         await self._stop_heartbeats()
         await self._stop_renewer()
         await self.registry.stop_following_async()
@@ -261,46 +271,46 @@ class AsyncGatewayLimiter(LimiterCore):
         if type(step) is not Ask:
             return step  # type: ignore[return-value]
         if step.lease is None and not step.renewing:  # a plain decision: bucket.lua
-            try:
-                reply: Verdict | BackendError = await self.backend.reserve(
-                    step.rule, step.permits, step.budget_s, step.key
-                )
-            except BackendError as e:
-                reply = e
-            return self._finish(step, reply)
-        return await self._ask_lease(step)
+            return self._finish(step, await self._reserve(step))
+        return await self._run(self._leasing(step))
 
-    async def _ask_lease(self, step: Ask) -> Outcome:
-        # A lease row's round trip (core/leases.py), after any wait for a renewal.
-        waited = 0
-        while step.renewing:  # another coroutine renews the lease: wait (core/leases.py)
-            waited += 1
-            again = await self._renewed(step, waited)
-            if not isinstance(again, Ask):
-                return again
-            step = again
-        if step.lease is None:  # the plain way after all (bucket.lua)
-            return await self._ask_backend(step)
-        script = self.backend.script  # type: ignore[attr-defined]
-        return self._finish_lease(step, await attempt_async(script, step.lease))
+    async def _reserve(self, ask: Ask) -> Verdict | BackendError:
+        try:
+            return await self.backend.reserve(ask.rule, ask.permits, ask.budget_s, ask.key)
+        except BackendError as e:
+            return e
 
-    async def _renewed(self, step: Ask, waited: int) -> Outcome | Ask:
-        """Wait for the lease renewal another coroutine (or thread) has in flight."""
-        loop = asyncio.get_running_loop()
-        renewed: asyncio.Future[None] = loop.create_future()
+    async def _run(self, steps: Steps[T]) -> T:
+        """Carry out the engine's steps (``core/steps.py``) until it answers."""
+        got: Any = None
+        try:
+            while True:
+                got = await self._carry_out(steps.send(got))
+        except StopIteration as done:
+            answer: T = done.value
+            return answer
 
-        def done() -> None:
-            if not renewed.done():
-                renewed.set_result(None)
-
-        def wake() -> None:  # from whichever thread ends the renewal
-            loop.call_soon_threadsafe(done)
-
-        wait_s = self._lease_wait(step, wake)
-        if wait_s is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(renewed, wait_s)
-        return self._lease_again(step, waited)
+    async def _carry_out(self, step: Step) -> Any:
+        match step:
+            case Reserve(ask):
+                return await self._reserve(ask)
+            case Send(call, parse, abandoned):
+                try:
+                    return await attempt_async(self._slot_script, call, parse)
+                except asyncio.CancelledError:
+                    # the script may have run: give back what it may have taken (a
+                    # lease Redis does not hold is removed as nothing)
+                    if abandoned is not None:
+                        self._background_release(abandoned)
+                    raise
+            case Await(until, seconds):
+                await until.wait_async(seconds)
+            case Subscribe():  # connecting blocks, so in a thread
+                start = functools.partial(listen, self.settings, self.backend.client)
+                await asyncio.to_thread(self._slotting.subscribe, start)
+            case StartRenewer():
+                self._start_renewer()
+        return None
 
     async def pushback(
         self, url: str, retry_after: float | None = None, key: str | None = None
@@ -422,7 +432,7 @@ class AsyncGatewayLimiter(LimiterCore):
             await asyncio.shield(self._give_back(held))
 
     async def _slot_script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
-        return parse(await self.backend.script(call))  # type: ignore[attr-defined]
+        return parse(await self.backend.script(call))
 
     def _in_flight_seen(self) -> dict[str, int]:
         return dict(self._slotting.seen)
@@ -433,7 +443,7 @@ class AsyncGatewayLimiter(LimiterCore):
         waiter = self._slotting.waiter(lease_id, asyncio.get_running_loop())
         held: Held | None = None
         try:
-            held = await self._taking(taking, waiter)
+            held = await self._run(take_slot(self, self._slotting, taking, waiter))
             if held.wait_s > 0:  # the rate permit's wait, the slot held
                 await asyncio.sleep(held.wait_s)
             return held
@@ -446,79 +456,15 @@ class AsyncGatewayLimiter(LimiterCore):
         finally:
             self._slotting.forget(lease_id)
 
-    async def _taking(self, taking: Taking, waiter: Waiter) -> Held:
-        state, rule = self._slotting, taking.rule
-        url = rule.url
-        failed = False
-        while True:
-            seen = state.wakeups.generation(url)
-            remaining = taking.remaining()
-            if self._shared and not failed and self._breaker.allows():
-                if not state.subscribed:  # once: connecting blocks, so in a thread
-                    client = self.backend.client  # type: ignore[attr-defined]
-                    await asyncio.to_thread(state.subscribe, self.settings, client)
-                reply = waiter.claim()  # a release handed this caller a slot: go
-                if reply is None:
-                    call = taking.call(state, self.settings, remaining)
-                    try:
-                        asked = await attempt_async(self._slot_script, call, parse_take)
-                    except asyncio.CancelledError:
-                        # the script may have run: give back what it may have taken (a
-                        # lease Redis does not hold is removed as nothing)
-                        self._background_release(rule, taking.lease_id)
-                        raise
-                    if isinstance(asked, BackendError):
-                        self._backend_failed(asked)
-                        failed = True  # the failure policy decides this attempt
-                        continue
-                    reply = asked
-                held = taking.answered(self, state, reply, remaining)
-                if held is None:
-                    await waiter.wait_async(pause_s(remaining, reply.lapses_s, state.listening))
-                    continue
-                self._start_renewer()
-                return held
-            # memory://: the whole cap here; Redis away: the failure policy's share of it
-            if self._shared:
-                cap = fallback_cap(self.policy.kind, rule, self._fleet.size)
-            else:
-                cap = rule.max_concurrent
-            if cap is not None and not state.local.take(url, cap):
-                taking.no_local_slot(self, state, remaining)
-                # a local release wakes this; so does the breaker's next probe
-                wait_s = min(remaining, max(0.01, self.settings.breaker_seconds))
-                await state.wakeups.wait_async(url, seen, wait_s)
-                failed = False  # Redis may be asked again, once the breaker allows
-                continue
-            if self._shared:
-                outcome = self._settled(rule, *self._fall_back(rule, 1, remaining, taking.key))
-            else:
-                outcome = await self._ask_backend(Ask(rule, 1, remaining, taking.key, None))
-            return taking.local_answered(self, state, outcome, remaining, cap)
-
     async def _give_back(self, held: Held) -> None:
         """Give back a slot: one round trip; a failure leaves the lease to lapse."""
-        state = self._slotting
-        if held.local:
-            state.local.give_back(held.url)
-            return
-        if held.lease_id is None:
-            return
-        state.leases.remove((held.url, held.channel), held.lease_id)
-        call = release_call(
-            self.settings.key_prefix,
-            held.url,
-            held.lease_id,
-            held.max_concurrent,
-            self.settings.slot_lease,
-            held.channel,
-        )
-        reply = await attempt_async(self._slot_script, call, parse_counts)
-        if not isinstance(reply, BackendError):
-            state.seen[held.url] = reply[1]
+        call = self._slotting.give_back(held)
+        if call is not None:
+            reply = await attempt_async(self._slot_script, call, parse_counts)
+            self._slotting.counted(held.url, reply)
 
-    def _background_release(self, rule: Rule, lease_id: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._give_back(given_up(rule, lease_id)))
+    def _background_release(self, held: Held) -> None:
+        task = asyncio.get_running_loop().create_task(self._give_back(held))
         _RELEASES.add(task)
         task.add_done_callback(_RELEASES.discard)
 
@@ -532,8 +478,7 @@ class AsyncGatewayLimiter(LimiterCore):
         lease_s, state = self.settings.slot_lease, self._slotting
         while True:
             await asyncio.sleep(lease_s / 3)
-            for (url, channel), ids in state.leases.held().items():
-                call = renew_call(self.settings.key_prefix, url, ids, lease_s, channel)
+            for call in state.renewals():
                 await attempt_async(self._slot_script, call, parse_counts)
 
     async def _stop_renewer(self) -> None:
@@ -550,12 +495,10 @@ class AsyncGatewayLimiter(LimiterCore):
             return None
         if not self._shared:
             return self._slotting.local.in_flight(url)
-        call = renew_call(self.settings.key_prefix, url, [], self.settings.slot_lease, rule.channel)
+        call = self._slotting.count_call(rule)
         reply = await attempt_async(self._slot_script, call, parse_counts)
-        if isinstance(reply, BackendError):
-            return self._slotting.local.in_flight(url)
-        self._slotting.seen[url] = reply[1]
-        return reply[1]
+        counted = self._slotting.counted(url, reply)
+        return self._slotting.local.in_flight(url) if counted is None else counted
 
 
 #: Releases sent for a take cancelled in flight, referenced until they finish.

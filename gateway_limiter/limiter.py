@@ -10,6 +10,7 @@ threaded I/O shell: it calls the backend and sleeps with ``time.sleep``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,13 +19,12 @@ from types import TracebackType
 from typing import Any, ClassVar, Self, TypeVar
 
 from gateway_limiter.backends.base import Backend, BackendError
+from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.schemes import open_backend
 from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.backends.slot_wakeups import listen
 from gateway_limiter.backends.slots import (
     parse_counts,
-    parse_take,
-    release_call,
-    renew_call,
 )
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
@@ -32,7 +32,6 @@ from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.decision import Decision
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.core.pipeline import (
-    Ask,
     LimiterCore,
     Outcome,
     allowed_wait_s,
@@ -44,13 +43,21 @@ from gateway_limiter.core.slots import (
     Held,
     SlotState,
     Taking,
-    Waiter,
-    fallback_cap,
     given_up,
-    pause_s,
     refused,
+    take_slot,
 )
 from gateway_limiter.core.status import BucketStatus, chosen, describe_interface
+from gateway_limiter.core.steps import (
+    Ask,
+    Await,
+    Reserve,
+    Send,
+    StartRenewer,
+    Step,
+    Steps,
+    Subscribe,
+)
 from gateway_limiter.errors import NotStarted
 from gateway_limiter.lifecycle import THREADED, unwatch, watch
 from gateway_limiter.model.bucket import US_PER_S, Verdict
@@ -77,9 +84,13 @@ class GatewayLimiter(LimiterCore):
 
     _renewer: threading.Thread | None = None
 
+    @staticmethod
+    def _in_process() -> Backend:
+        return MemoryBackend()
+
     def _open_backend(self, settings: Settings) -> bool:
         self.backend = open_backend(settings)
-        self._slotting = SlotState(settings.key_prefix)
+        self._slotting = SlotState(settings)
         self._renewing = threading.Lock()
         self._stop_renewing = threading.Event()
         return self.backend.shared
@@ -113,7 +124,7 @@ class GatewayLimiter(LimiterCore):
                     if not isinstance(attempt(backend.reserve, rule, permits, None), BackendError):
                         fleet.charged += permits
                 for call in self._lease_returns():  # leases a reload ended
-                    attempt(backend.script, call)  # type: ignore[attr-defined]
+                    attempt(backend.script, call)
 
         self._heartbeats = threading.Thread(target=beat, name="gateway-limiter-fleet", daemon=True)
         self._heartbeats.start()
@@ -138,7 +149,7 @@ class GatewayLimiter(LimiterCore):
         unwatch(self)
         self._stopping()
         for call in self._lease_returns(closing=True):  # best effort: else they expire
-            attempt(self.backend.script, call)  # type: ignore[attr-defined]
+            attempt(self.backend.script, call)
         self._stop_heartbeats()
         self._stop_renewer()
         self.registry.close()
@@ -161,32 +172,40 @@ class GatewayLimiter(LimiterCore):
         if type(step) is not Ask:
             return step  # type: ignore[return-value]
         if step.lease is None and not step.renewing:  # a plain decision: bucket.lua
-            try:
-                reply: Verdict | BackendError = self.backend.reserve(
-                    step.rule, step.permits, step.budget_s, step.key
-                )
-            except BackendError as e:
-                reply = e
-            return self._finish(step, reply)
-        return self._ask_lease(step)
+            return self._finish(step, self._reserve(step))
+        return self._run(self._leasing(step))
 
-    def _ask_lease(self, step: Ask) -> Outcome:
-        # A lease row's round trip (core/leases.py), after any wait for a renewal.
-        waited = 0
-        while step.renewing:  # another thread renews the lease: wait (core/leases.py)
-            renewed = threading.Event()
-            wait_s = self._lease_wait(step, renewed.set)
-            if wait_s is not None:
-                renewed.wait(wait_s)
-            waited += 1
-            again = self._lease_again(step, waited)
-            if not isinstance(again, Ask):
-                return again
-            step = again
-        if step.lease is None:  # the plain way after all (bucket.lua)
-            return self._ask_backend(step)
-        script = self.backend.script  # type: ignore[attr-defined]
-        return self._finish_lease(step, attempt(script, step.lease))
+    def _reserve(self, ask: Ask) -> Verdict | BackendError:
+        try:
+            return self.backend.reserve(ask.rule, ask.permits, ask.budget_s, ask.key)
+        except BackendError as e:
+            return e
+
+    def _run(self, steps: Steps[T]) -> T:
+        """Carry out the engine's steps (``core/steps.py``) until it answers."""
+        got: Any = None
+        try:
+            while True:
+                got = self._carry_out(steps.send(got))
+        except StopIteration as done:
+            answer: T = done.value
+            return answer
+
+    def _carry_out(self, step: Step) -> Any:
+        match step:
+            case Reserve(ask):
+                return self._reserve(ask)
+            case Send(call, parse):
+                return attempt(self._slot_script, call, parse)
+            case Await(until, seconds):
+                until.wait(seconds)
+            case Subscribe():
+                self._slotting.subscribe(
+                    functools.partial(listen, self.settings, self.backend.client)
+                )
+            case StartRenewer():
+                self._start_renewer()
+        return None
 
     def reserve(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
@@ -312,7 +331,7 @@ class GatewayLimiter(LimiterCore):
         waiter = self._slotting.waiter(lease_id)
         held: Held | None = None
         try:
-            held = self._taking(taking, waiter)
+            held = self._run(take_slot(self, self._slotting, taking, waiter))
             if held.wait_s > 0:  # the rate permit's wait, the slot held
                 time.sleep(held.wait_s)
             return held
@@ -325,75 +344,17 @@ class GatewayLimiter(LimiterCore):
         finally:
             self._slotting.forget(lease_id)
 
-    def _taking(self, taking: Taking, waiter: Waiter) -> Held:
-        state, rule = self._slotting, taking.rule
-        url = rule.url
-        failed = False
-        while True:
-            seen = state.wakeups.generation(url)
-            remaining = taking.remaining()
-            if self._shared and not failed and self._breaker.allows():
-                state.subscribe(self.settings, self.backend.client)  # type: ignore[attr-defined]
-                reply = waiter.claim()  # a release handed this caller a slot: go
-                if reply is None:
-                    call = taking.call(state, self.settings, remaining)
-                    asked = attempt(self._slot_script, call, parse_take)
-                    if isinstance(asked, BackendError):
-                        self._backend_failed(asked)
-                        failed = True  # the failure policy decides this attempt
-                        continue
-                    reply = asked
-                held = taking.answered(self, state, reply, remaining)
-                if held is None:
-                    waiter.wait(pause_s(remaining, reply.lapses_s, state.listening))
-                    continue
-                self._start_renewer()
-                return held
-            # memory://: the whole cap here; Redis away: the failure policy's share of it
-            if self._shared:
-                cap = fallback_cap(self.policy.kind, rule, self._fleet.size)
-            else:
-                cap = rule.max_concurrent
-            if cap is not None and not state.local.take(url, cap):
-                taking.no_local_slot(self, state, remaining)
-                # a local release wakes this; so does the breaker's next probe
-                state.wakeups.wait(
-                    url, seen, min(remaining, max(0.01, self.settings.breaker_seconds))
-                )
-                failed = False  # Redis may be asked again, once the breaker allows
-                continue
-            if self._shared:
-                outcome = self._settled(rule, *self._fall_back(rule, 1, remaining, taking.key))
-            else:
-                outcome = self._ask_backend(Ask(rule, 1, remaining, taking.key, None))
-            return taking.local_answered(self, state, outcome, remaining, cap)
-
     def _slot_script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
-        return parse(self.backend.script(call))  # type: ignore[attr-defined]
+        return parse(self.backend.script(call))
 
     def _in_flight_seen(self) -> dict[str, int]:
         return dict(self._slotting.seen)
 
     def _give_back(self, held: Held) -> None:
         """Give back a slot: one round trip; a failure leaves the lease to lapse."""
-        state = self._slotting
-        if held.local:
-            state.local.give_back(held.url)
-            return
-        if held.lease_id is None:
-            return
-        state.leases.remove((held.url, held.channel), held.lease_id)
-        call = release_call(
-            self.settings.key_prefix,
-            held.url,
-            held.lease_id,
-            held.max_concurrent,
-            self.settings.slot_lease,
-            held.channel,
-        )
-        reply = attempt(self._slot_script, call, parse_counts)
-        if not isinstance(reply, BackendError):
-            state.seen[held.url] = reply[1]
+        call = self._slotting.give_back(held)
+        if call is not None:
+            self._slotting.counted(held.url, attempt(self._slot_script, call, parse_counts))
 
     def _start_renewer(self) -> None:
         """One daemon thread renewing every lease this limiter holds, every third of
@@ -407,8 +368,7 @@ class GatewayLimiter(LimiterCore):
 
             def renew() -> None:
                 while not stop.wait(lease_s / 3):
-                    for (url, channel), ids in state.leases.held().items():
-                        call = renew_call(self.settings.key_prefix, url, ids, lease_s, channel)
+                    for call in state.renewals():
                         attempt(self._slot_script, call, parse_counts)
 
             self._renewer = threading.Thread(
@@ -432,9 +392,6 @@ class GatewayLimiter(LimiterCore):
             return None
         if not self._shared:
             return self._slotting.local.in_flight(url)
-        call = renew_call(self.settings.key_prefix, url, [], self.settings.slot_lease, rule.channel)
-        reply = attempt(self._slot_script, call, parse_counts)
-        if isinstance(reply, BackendError):
-            return self._slotting.local.in_flight(url)
-        self._slotting.seen[url] = reply[1]
-        return reply[1]
+        call = self._slotting.count_call(rule)
+        counted = self._slotting.counted(url, attempt(self._slot_script, call, parse_counts))
+        return self._slotting.local.in_flight(url) if counted is None else counted

@@ -81,7 +81,7 @@ def started_limiter(
 
 def floors(limiter: GatewayLimiter, run_id: str) -> tuple[Call, Call]:
     """EVALSHA of ``return 1``, and of the bare state commands, on the limiter's own client."""
-    client: redis.Redis = limiter.backend.client  # type: ignore[attr-defined]
+    client: redis.Redis = limiter.backend.client
     bare = client.register_script("return 1")
     state = client.register_script(STATE_COMMANDS_LUA)
     key = f"gwlbench{run_id}:{{/bench/state}}:tb"

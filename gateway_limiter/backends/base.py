@@ -2,24 +2,43 @@
 
 A backend knows nothing of rows, switches or policies (those live above it, in the
 core). ``Backend`` is the threaded shape and ``AsyncBackend`` the asyncio one; they have
-the same methods, and only the I/O differs.
+the same methods, and only the I/O differs. Besides the decisions, a backend sends any
+script call the core packed (``script``: slots, leases) and says which client it
+talks through (``client``: what the slots' subscriber connects beside).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.model.limits import LimitState
 from gateway_limiter.model.pushback import PushbackState
 
-if TYPE_CHECKING:  # backends/fleet.py imports BackendError from here
+if TYPE_CHECKING:  # backends/fleet.py and scripts.py import BackendError from here
     from gateway_limiter.backends.fleet import Heartbeat
+    from gateway_limiter.backends.scripts import ScriptCall
 
 
 class BackendError(Exception):
     """The shared state could not be reached or answered wrongly (a failure policy applies)."""
+
+
+#: What hears a slot grant: the message (None: the subscription was lost, ask again).
+Heard = Callable[[bytes | None], None]
+
+
+class Listener(Protocol):
+    """A subscription that hears slot grants (``backends/slot_wakeups.py``)."""
+
+    @property
+    def listening(self) -> bool:
+        """True while it hears them."""
+
+    def stop(self) -> None:
+        """Stop hearing them and close its connection."""
 
 
 class Backend(Protocol):
@@ -57,6 +76,15 @@ class Backend(Protocol):
 
     def prepare(self) -> None:
         """Get ready for decisions (load the script); BackendError when unreachable."""
+
+    @property
+    def client(self) -> Any:
+        """The client it talks through (None: in-process, no client)."""
+
+    def script(self, call: ScriptCall) -> Any:
+        """Send one script call the core packed (``backends/scripts.py``, ``slots.py``)
+        where its keys live; its raw reply. BackendError when it cannot be answered
+        (always, in-process: ``memory://`` runs no scripts)."""
 
     def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
@@ -103,6 +131,13 @@ class AsyncBackend(Protocol):
 
     async def prepare(self) -> None:
         """Get ready for decisions (load the script); BackendError when unreachable."""
+
+    @property
+    def client(self) -> Any:
+        """``Backend.client``."""
+
+    async def script(self, call: ScriptCall) -> Any:
+        """``Backend.script``, awaited."""
 
     async def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None

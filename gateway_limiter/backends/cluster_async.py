@@ -79,7 +79,6 @@ from gateway_limiter.backends.redis_async import (
     AsyncRedisBackend,
     Deadline,
     async_client_options,
-    queued_verdict,
 )
 from gateway_limiter.backends.schemes import register_async
 from gateway_limiter.backends.state import state_key
@@ -267,7 +266,7 @@ class AsyncRedisClusterBackend:
         if not self._readiness.ready:  # the cluster was away at start: ready it once it answers
             self._readiness.in_background(self.prepare)
         reply, queued_s = await self._ask(self._commands(rule, permits, timeout, caller, None))
-        return queued_verdict(scripts.parse_reply(reply), queued_s)
+        return scripts.queued_verdict(scripts.parse_reply(reply), queued_s)
 
     async def pushback(
         self, rule: Rule, retry_after: float | None, caller: str | None = None
@@ -315,8 +314,6 @@ class AsyncRedisClusterBackend:
         """Once, when the cluster first answers (``backends/readiness.py``): SCRIPT LOAD on
         every master, and the eviction check of every master. BackendError when no node
         answers; the next caller tries again."""
-        if not self._readiness.claim():
-            return
 
         async def load() -> list[str | None]:
             for source in scripts.SCRIPTS.values():
@@ -329,12 +326,7 @@ class AsyncRedisClusterBackend:
                 return []
             return cluster_policies(replies)
 
-        try:
-            policies = await self._queued(load)
-        except BaseException:
-            self._readiness.release()
-            raise
-        self._readiness.done(policies)
+        await self._readiness.get_ready_async(lambda: self._queued(load))
 
     async def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None

@@ -26,12 +26,11 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.round_trips import RoundTrips
-from gateway_limiter.backends.scripts import SCRIPTS, Packer, describe
+from gateway_limiter.backends.scripts import SCRIPTS, Packer, Reloads, describe
 from gateway_limiter.backends.shared_trips import Queued, stamp
 from gateway_limiter.config.settings import Settings
 
 __all__ = [
-    "RELOADS",
     "call_error",
     "connection_failed",
     "following",
@@ -162,11 +161,6 @@ def call_error(error: ResponseError) -> BackendError:
     return failure
 
 
-#: NOSCRIPT rounds of a batch before its calls give up (a SCRIPT FLUSH between the LOAD
-#: and the EVALSHAs, again and again).
-RELOADS = 3
-
-
 def write_pipelined(
     conn: Any, pack: Packer, calls: list[Queued], load: tuple[str, ...] = ()
 ) -> None:
@@ -192,26 +186,21 @@ def read_pipelined(
     what it gets), and a NOSCRIPT loads the script on ``conn``'s server and asks again,
     in one more write, for just the calls it hit. Raises when the round trip itself
     fails; then replies may be unread, and ``conn`` must be dropped."""
-    names = load
     take_ready = getattr(conn, "take_ready", None)  # a ``following`` connection's
-    for attempt in range(RELOADS + 1):
-        if attempt:
-            write_pipelined(conn, pack, calls, names)
+    rounds = Reloads(calls, lambda w: w.call.name, load)
+    for sent, names in rounds:
+        if rounds.again:
+            write_pipelined(conn, pack, sent, names)
         elif take_ready is not None:
             take_ready()
         for _ in names:
             conn.read_response()
-        reload: list[Queued] = []
-        for waiting in calls:
+        for waiting in sent:
             try:
                 waiting.settle(conn.read_response())
             except NoScriptError:  # flushed or restarted: load, ask again
-                reload.append(waiting)
+                rounds.missing(waiting)
             except ResponseError as e:  # this call's alone: its script failed, a redirect
                 waiting.settle(error=reply_error(e))
-        if not reload:
-            return
-        calls, names = reload, tuple(sorted({w.call.name for w in reload}))
-    error = BackendError("NOSCRIPT: Redis keeps losing the script")
-    for waiting in calls:
-        waiting.settle(error=error)
+    for waiting in rounds.lost:
+        waiting.settle(error=BackendError(Reloads.error))

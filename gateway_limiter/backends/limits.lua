@@ -39,7 +39,7 @@ ARGV[5]  the limits, as little-endian doubles (backends/scripts.py packs them on
          kind 1, a token bucket: permits per second, capacity
          kind 2, a sliding window: permits per window, window length in microseconds
          kind 3, a fixed window: permits per window, period P in microseconds
-         kind 4, a calendar quota (model/limits.py, CalendarLimit): permits per period,
+         kind 4, a calendar quota: permits per period (model/limits.py, CalendarLimit),
                  then in place of the size and the zeros four boundaries b0..b3 (epoch
                  microseconds) of the periods [b0, b1), [b1, b2), [b2, b3) around the
                  deciding process's clock; the script picks the period by its own

@@ -11,9 +11,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway_limiter.backends.base import to_us
+from gateway_limiter.backends.base import BackendError, to_us
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.schemes import register, register_async
+from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.backends.state import (
     caller_part,
     limit,
@@ -26,7 +27,13 @@ from gateway_limiter.backends.state import (
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, Verdict, expiry_ms, reserve
-from gateway_limiter.model.limits import Limit, LimitState, limit_expiry_ms, reserve_limits
+from gateway_limiter.model.limits import (
+    Limit,
+    LimitKind,
+    LimitState,
+    limit_expiry_ms,
+    reserve_limits,
+)
 from gateway_limiter.model.pushback import (
     PushbackState,
     factor_at,
@@ -162,7 +169,7 @@ class MemoryBackend:
         with self._lock:
             now_us = self._clock()
             state = self._live(state_key("", rule), False, now_us)
-            if rule.calendar is None:
+            if rule.kind is not LimitKind.CALENDAR:  # a quota's periods: the wall clock's
                 return state, now_us
             offset = self._wall_offset_us
             if state is not None:
@@ -177,6 +184,13 @@ class MemoryBackend:
 
     def prepare(self) -> None:
         """Nothing to prepare."""
+
+    #: No client: the state is in this process.
+    client = None
+
+    def script(self, call: ScriptCall) -> Any:
+        """No scripts run in-process (no slot or lease call is sent to ``memory://``)."""
+        raise BackendError(f"memory:// runs no scripts ({call.name})")
 
     def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
@@ -269,6 +283,13 @@ class AsyncMemoryBackend:
 
     async def prepare(self) -> None:
         """Nothing to prepare."""
+
+    #: No client: the state is in this process.
+    client = None
+
+    async def script(self, call: ScriptCall) -> Any:
+        """``MemoryBackend.script``: none run here."""
+        return self._memory.script(call)
 
     async def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None

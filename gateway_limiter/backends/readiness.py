@@ -82,6 +82,29 @@ class Readiness:
         """Not ready after all (Redis failed): the next caller tries again."""
         self._lock.release()
 
+    def get_ready(self, load: Callable[[], Iterable[str | None]]) -> None:
+        """Once, unless done or another caller is on it: ``load()`` (SCRIPT LOAD, and the
+        ``maxmemory-policy`` values it read); what it raises, the next caller retries."""
+        if not self.claim():
+            return
+        try:
+            policies = load()
+        except BaseException:
+            self.release()
+            raise
+        self.done(policies)
+
+    async def get_ready_async(self, load: Callable[[], Awaitable[Iterable[str | None]]]) -> None:
+        """``get_ready``, awaited."""
+        if not self.claim():
+            return  # done, or another caller is on it: decide meanwhile (NOSCRIPT loads)
+        try:
+            policies = await load()
+        except BaseException:
+            self.release()
+            raise
+        self.done(policies)
+
     def in_background(self, prepare: Callable[[], Awaitable[None]]) -> None:
         """asyncio: run ``prepare`` in a task of its own unless one runs, so that no
         decision waits for it or loses its place in the queue. Its failure is the

@@ -65,6 +65,7 @@ from gateway_limiter.backends.scripts import (
     parse_pushback_state,
     parse_reply,
     pushback_peek_key,
+    queued_verdict,
 )
 from gateway_limiter.backends.shared_trips import (
     Queued,
@@ -73,7 +74,7 @@ from gateway_limiter.backends.shared_trips import (
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import US_PER_S, Verdict
+from gateway_limiter.model.bucket import Verdict
 from gateway_limiter.model.limits import LimitState
 from gateway_limiter.model.pushback import PushbackState
 from gateway_limiter.observe.redact import url_error
@@ -154,16 +155,13 @@ class ScriptBackend:
         """Once, on the first connection that works (``backends/readiness.py``): SCRIPT
         LOAD, and warn when Redis may evict the limiter's keys. Raises what the client
         raises; then the next caller tries again."""
-        if not self._readiness.claim():
-            return
-        try:
+
+        def load() -> list[str | None]:
             for source in SCRIPTS.values():
                 client.script_load(source)
-            policies = self._policies(client)
-        except BaseException:
-            self._readiness.release()
-            raise
-        self._readiness.done(policies)
+            return self._policies(client)
+
+        self._readiness.get_ready(load)
 
     def reserve(
         self,
@@ -179,14 +177,8 @@ class ScriptBackend:
         ``now`` (µs) is for tests that drive the clock.
         """
         reply, queued_s = self._ask(self._commands(rule, permits, timeout, caller, now))
-        verdict = parse_reply(reply)
-        if queued_s and verdict.next_free_us > 0.0:
-            # Queued behind another thread's round trip (backends/shared_trips.py):
-            # next_free counts from when the script ran, after the call was written;
-            # counted from when it was asked for (what the limiter goes by) it is that
-            # much later.
-            return verdict._replace(next_free_us=verdict.next_free_us + queued_s * US_PER_S)
-        return verdict
+        # queued behind another thread's round trip (backends/shared_trips.py)
+        return queued_verdict(parse_reply(reply), queued_s)
 
     def pushback(
         self,

@@ -72,7 +72,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from gateway_limiter.backends import scripts
 from gateway_limiter.backends.base import BackendError
-from gateway_limiter.backends.connections import RELOADS, packer, round_trips
+from gateway_limiter.backends.connections import packer, round_trips
 from gateway_limiter.backends.fleet import (
     Heartbeat,
     fleet_key,
@@ -92,7 +92,7 @@ from gateway_limiter.backends.schemes import register_async
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import US_PER_S, Verdict
+from gateway_limiter.model.bucket import Verdict
 from gateway_limiter.model.limits import LimitState
 from gateway_limiter.model.pushback import PushbackState
 from gateway_limiter.observe.redact import url_error
@@ -249,9 +249,6 @@ class AsyncRedisBackend:
 
     #: Decisions sent in one round trip at most (a batch of 128 runs ~1-2 ms in Redis).
     BATCH = 128
-    #: NOSCRIPT rounds before a call gives up (a SCRIPT FLUSH between LOAD and EVALSHA):
-    #: the threads' pipelines' number.
-    RELOADS = RELOADS
 
     def __init__(
         self,
@@ -349,7 +346,7 @@ class AsyncRedisBackend:
             self._readiness.in_background(self.prepare)
         call = self.enqueue(self._commands(rule, permits, timeout, caller, None))
         reply = await call.future  # cancelled: the lane skips or drops the reply
-        return queued_verdict(scripts.parse_reply(reply), call.sent - entered_s)
+        return scripts.queued_verdict(scripts.parse_reply(reply), call.sent - entered_s)
 
     def _start_lane(self) -> None:
         """A lane for the queue, unless one is on its way or all are busy (then the first
@@ -429,18 +426,17 @@ class AsyncRedisBackend:
         An error reply is that caller's alone; NOSCRIPT (Redis restarted or flushed its
         scripts) loads the script and asks again in the next round trip.
         """
-        reload: list[_Call] = []
-        for _attempt in range(self.RELOADS + 1):
-            names = sorted({c.script.name for c in reload})
+        rounds = scripts.Reloads(batch, lambda c: c.script.name)
+        for sent_calls, names in rounds:
+            # a caller cancelled since the last round is not asked again
+            calls = [c for c in sent_calls if not c.future.done()]
             commands: list[tuple[Any, ...]] = [
                 ("SCRIPT", "LOAD", scripts.SCRIPTS[n]) for n in names
             ]
-            calls = [c for c in reload if not c.future.done()] if reload else batch
             for c in calls:
                 if c.asking:
                     commands.append(("ASKING",))
                 commands.append(("EVALSHA", *c.script.evalsha))
-            reload = []
             packed = b"".join([self._pack(command) for command in commands])
             sent = time.monotonic()
             for call in calls:
@@ -456,16 +452,14 @@ class AsyncRedisBackend:
                     try:
                         reply = await conn.read_response()
                     except NoScriptError:
-                        reload.append(call)
+                        rounds.missing(call)
                     except ResponseError as e:  # this call's alone: its script failed
                         _resolve(call.future, error=self._reply_error(e))
                     else:
                         _resolve(call.future, reply)
             self._round_trips.observe(time.monotonic() - sent)
-            if not reload:
-                return
-        error = BackendError("NOSCRIPT: Redis keeps losing the script")
-        for call in reload:
+        error = BackendError(scripts.Reloads.error)
+        for call in rounds.lost:
             _resolve(call.future, error=error)
 
     def _reply_error(self, error: ResponseError) -> Exception:
@@ -504,8 +498,6 @@ class AsyncRedisBackend:
         """Once, on the first connection that works (``backends/readiness.py``): SCRIPT
         LOAD, so a decision is one round trip, not NOSCRIPT + load, and the eviction
         check. BackendError when Redis does not answer; the next caller tries again."""
-        if not self._readiness.claim():
-            return  # done, or another caller is on it: decide meanwhile (NOSCRIPT loads)
 
         async def load() -> list[str | None]:
             async with Deadline(self._connect_seconds + self._read_seconds):
@@ -516,12 +508,7 @@ class AsyncRedisBackend:
                 except ResponseError:  # CONFIG refused (ACL, renamed): nothing to check
                     return []
 
-        try:
-            policies = await self._queued(load)
-        except BaseException:
-            self._readiness.release()
-            raise
-        self._readiness.done(policies)
+        await self._readiness.get_ready_async(lambda: self._queued(load))
 
     async def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
@@ -559,21 +546,6 @@ class AsyncRedisBackend:
         await asyncio.gather(*lanes, return_exceptions=True)
         await self._client.aclose()
         await self._pool.disconnect()
-
-
-def queued_verdict(verdict: Verdict, queued_s: float) -> Verdict:
-    """``verdict`` of a call written ``queued_s`` after it was asked for.
-
-    next_free counts from when the script ran, which is after the call was written, and
-    that can be long after it was queued in a burst. Counted from when it was asked for
-    instead (what the limiter goes by), it is that much later.
-    """
-    if verdict.next_free_us <= 0.0 or queued_s <= 0.0:
-        return verdict
-    more_us = queued_s * US_PER_S
-    next_free_us = verdict.next_free_us + more_us
-    held_us = verdict.held_us + more_us if verdict.held_us > 0.0 else 0.0
-    return verdict._replace(next_free_us=next_free_us, held_us=held_us)
 
 
 def _resolve(

@@ -27,16 +27,15 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from hashlib import sha1
 from importlib import resources
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.state import (
     calendar_valid,
     caller_part,
-    kind,
     limit,
     own_limits,
     pushback_base,
@@ -46,6 +45,7 @@ from gateway_limiter.backends.state import (
     state_key,
 )
 from gateway_limiter.config.rules import Rule
+from gateway_limiter.model.algorithms import KIND_CODES
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
 from gateway_limiter.model.limits import (
     CalendarWindow,
@@ -169,15 +169,6 @@ class _Plan:
         """The keys of every limit for ``caller`` (ignored by shared limits)."""
         part = caller_part(caller)
         return [k + part if p else k for k, p in zip(self.keys, self.per_caller, strict=True)]
-
-
-#: Each limit's kind as ``limits.lua`` is told it (ARGV[5]).
-KIND_CODES = {
-    LimitKind.TOKEN_BUCKET: 1.0,
-    LimitKind.SLIDING_WINDOW: 2.0,
-    LimitKind.FIXED_WINDOW: 3.0,
-    LimitKind.CALENDAR: 4.0,
-}
 
 
 def _holds(valid: tuple[float, float] | None, now_s: float) -> bool:
@@ -355,6 +346,22 @@ def _verdict(
     )
 
 
+def queued_verdict(verdict: Verdict, queued_s: float) -> Verdict:
+    """``verdict`` of a call written ``queued_s`` after it was asked for (every transport:
+    a thread queued behind another's round trip, a coroutine behind a lane's).
+
+    next_free and a pushback's hold count from when the script ran, which is after the
+    call was written, and that can be long after it was queued in a burst. Counted from
+    when it was asked for instead (what the limiter goes by), each is that much later.
+    """
+    if verdict.next_free_us <= 0.0 or queued_s <= 0.0:
+        return verdict
+    more_us = queued_s * US_PER_S
+    next_free_us = verdict.next_free_us + more_us
+    held_us = verdict.held_us + more_us if verdict.held_us > 0.0 else 0.0
+    return verdict._replace(next_free_us=next_free_us, held_us=held_us)
+
+
 #: ``pushback.lua``'s reply: the factor after it, next free µs (two packed doubles).
 PUSHBACK_REPLY = struct.Struct("<2d")
 
@@ -391,7 +398,7 @@ FIXED = struct.Struct("<2d")
 def is_sliding(rule: Rule) -> bool:
     """True when ``rule``'s limit is a sliding window: a list, read with LRANGE (any
     other limit is one string, read with GET)."""
-    return kind(rule) is LimitKind.SLIDING_WINDOW
+    return rule.kind is LimitKind.SLIDING_WINDOW
 
 
 def parse_limit_state(rule: Rule, raw: object) -> LimitState | None:
@@ -403,11 +410,11 @@ def parse_limit_state(rule: Rule, raw: object) -> LimitState | None:
         if not isinstance(raw, list) or not raw:
             return None
         return SlidingLog.of([float(t) for t in raw])
-    if kind(rule) is LimitKind.FIXED_WINDOW:
+    if rule.kind is LimitKind.FIXED_WINDOW:
         if not isinstance(raw, bytes) or len(raw) != FIXED.size:
             return None
         return FixedWindow(*FIXED.unpack(raw))
-    if kind(rule) is LimitKind.CALENDAR:  # the period's start, µs, and the permits in it
+    if rule.kind is LimitKind.CALENDAR:  # the period's start, µs, and the permits in it
         if not isinstance(raw, bytes) or len(raw) != FIXED.size:
             return None
         return CalendarWindow(*FIXED.unpack(raw))
@@ -438,6 +445,61 @@ def clock_us(time_reply: Any) -> float:
     """Redis ``TIME`` (seconds, microseconds) as microseconds."""
     sec, usec = time_reply
     return float(sec * US_PER_S + usec)
+
+
+#: NOSCRIPT rounds of a batch before its calls give up (a SCRIPT FLUSH between the LOAD
+#: and the EVALSHAs, again and again).
+RELOADS = 3
+
+C = TypeVar("C")
+
+
+class Reloads(Generic[C]):
+    """The NOSCRIPT rounds of one batch of script calls, the same on every transport
+    (threads' shared round trips, asyncio lanes): Redis restarted, flushed its scripts or
+    was promoted, so the calls it answered NOSCRIPT go again, after a SCRIPT LOAD of
+    their scripts, up to ``RELOADS`` more rounds; then they fail with ``error``.
+
+    >>> rounds = Reloads(["a", "b"], lambda c: "bucket")
+    >>> for calls, load in rounds:  # write ``load``'s LOADs and ``calls``, read replies
+    ...     if not rounds.again:
+    ...         rounds.missing("b")  # NOSCRIPT for "b" in the first round
+    >>> rounds.sent, rounds.lost
+    ([(['a', 'b'], ()), (['b'], ('bucket',))], [])
+    """
+
+    __slots__ = ("_name", "_reload", "again", "lost", "sent")
+
+    #: what a call still missing its script after the last round fails with
+    error = "NOSCRIPT: Redis keeps losing the script"
+
+    def __init__(self, calls: list[C], name: Callable[[C], str], load: tuple[str, ...] = ()):
+        self._name = name
+        self._reload: list[C] = []
+        #: True from the second round on (the first is written by whoever made the batch)
+        self.again = False
+        #: each round's calls and the scripts loaded before them
+        self.sent: list[tuple[list[C], tuple[str, ...]]] = [(calls, load)]
+        #: the calls that got NOSCRIPT in every round (fail them with ``error``)
+        self.lost: list[C] = []
+
+    def missing(self, call: C) -> None:
+        """Redis answered ``call`` NOSCRIPT in this round: it goes again."""
+        self._reload.append(call)
+
+    def __iter__(self) -> Iterator[tuple[list[C], tuple[str, ...]]]:
+        calls, load = self.sent[0]
+        for attempt in range(RELOADS + 1):
+            if attempt:
+                calls = self._reload
+                load = tuple(sorted({self._name(c) for c in calls}))
+                self.again = True
+                self.sent.append((calls, load))
+            self._reload = []
+            yield calls, load
+            if not self._reload:
+                return
+        self.lost = self._reload
 
 
 def describe(error: BaseException) -> str:

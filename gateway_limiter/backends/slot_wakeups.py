@@ -27,6 +27,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from gateway_limiter.backends.base import Heard
 from gateway_limiter.backends.sentinel import master_client
 from gateway_limiter.backends.slots import channel
 from gateway_limiter.backends.topology import parse_endpoints
@@ -76,6 +77,20 @@ def subscriber_connect(settings: Settings, decisions_client: Any) -> Callable[[]
         options |= {"username": endpoints.username, "password": endpoints.password}
         return AnyNode(decisions_client, options)
     return None
+
+
+def listen(settings: Settings, decisions_client: Any, heard: Heard) -> Subscriber | None:
+    """A started ``Subscriber`` calling ``heard`` per grant (it waits up to a connect and
+    a read to be subscribed), or None when no subscription can be made."""
+    try:
+        connect = subscriber_connect(settings, decisions_client)
+    except (ValueError, OSError):
+        connect = None
+    if connect is None:
+        return None
+    subscriber = Subscriber(settings, connect, heard)
+    subscriber.start(settings.redis_connect_timeout + settings.redis_timeout)
+    return subscriber
 
 
 class AnyNode:

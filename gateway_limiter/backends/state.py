@@ -42,34 +42,19 @@ from hashlib import sha1
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.model.bucket import US_PER_S
 from gateway_limiter.model.calendar import Calendar
-from gateway_limiter.model.limits import LIMIT_MODELS, Limit, LimitKind
+from gateway_limiter.model.limits import LIMIT_MODELS, Limit
 
 #: Plain caller keys are kept as they are up to this many characters.
 MAX_PLAIN_CALLER = 64
 _PLAIN_CALLER = re.compile(rf"[A-Za-z0-9._:@/+=-]{{0,{MAX_PLAIN_CALLER}}}")
 
-#: algorithm -> the kind of state it keeps (warm-up: a bucket whose stored permits cost)
-KINDS: dict[Algorithm, LimitKind] = {
-    Algorithm.TOKEN_BUCKET: LimitKind.TOKEN_BUCKET,
-    Algorithm.WARM_UP: LimitKind.TOKEN_BUCKET,
-    Algorithm.SLIDING_WINDOW: LimitKind.SLIDING_WINDOW,
-    Algorithm.FIXED_WINDOW: LimitKind.FIXED_WINDOW,
-}
-
-
-def kind(rule: Rule) -> LimitKind:
-    """The kind of state ``rule``'s limit keeps."""
-    if rule.calendar is not None:
-        return LimitKind.CALENDAR
-    return KINDS[rule.algorithm]
-
 
 def state_key(prefix: str, rule: Rule) -> str:
     """The key of ``rule``'s own limit, without the caller part (see ``caller_part``)."""
     if rule.channel is None:
-        key = f"{interface_base(prefix, rule.url)}:{kind(rule)}"
+        key = f"{interface_base(prefix, rule.url)}:{rule.kind}"
     else:  # under its channel's hash tag: one slot for the channel and its interfaces
-        key = f"{prefix}:{{{channel_tag(rule.channel)}}}:{rule.url}:{kind(rule)}"
+        key = f"{prefix}:{{{channel_tag(rule.channel)}}}:{rule.url}:{rule.kind}"
     if rule.calendar is not None:  # cq:day, cq:week, cq:month
         return f"{key}:{rule.calendar.renewal.period}"
     return key if rule.period == 1 else f"{key}:{rule.period}s"
@@ -103,13 +88,14 @@ def caller_part(caller: str | None) -> str:
 
 
 def limit(rule: Rule, now_s: float | None = None) -> Limit:
-    """``rule``'s own limit as ``limits.lua`` and ``limits.reserve_limits`` take it. A
-    calendar quota's carries the boundaries around ``now_s`` (None: this process's
-    clock): see ``calendar_bounds``."""
+    """``rule``'s own limit as ``limits.lua`` and ``limits.reserve_limits`` take it (its
+    kind's model, from the table). A calendar quota's carries the boundaries around
+    ``now_s`` (None: this process's clock): see ``calendar_bounds``."""
+    own = LIMIT_MODELS[rule.kind].limit(rule.rate, rule.period, rule.burst)
     if rule.calendar is not None:
         bounds = calendar_bounds(rule.calendar, time.time() if now_s is None else now_s)
-        return Limit(LimitKind.CALENDAR, float(rule.rate), 0.0, bounds)
-    return LIMIT_MODELS[kind(rule)].limit(rule.rate, rule.period, rule.burst)
+        return own._replace(bounds=bounds)
+    return own
 
 
 def calendar_bounds(calendar: Calendar, now_s: float) -> tuple[float, float, float, float]:
@@ -138,7 +124,7 @@ def own_limits(rule: Rule) -> int:
 
 def single_bucket(rule: Rule) -> bool:
     """True when ``rule``'s interface is one token bucket (or warm-up): ``bucket.lua``."""
-    return not rule.also and kind(rule) is LimitKind.TOKEN_BUCKET
+    return not rule.also and not rule.spec.window
 
 
 def pushback_key(prefix: str, rule: Rule, caller: str | None) -> str:

@@ -73,11 +73,22 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from gateway_limiter.config.table import ConfRow
+from gateway_limiter.model.algorithms import (
+    ALGORITHM_TABLE,
+    Kind,
+    LimitKind,
+    Quota,
+    Spec,
+    most_held,
+)
+
+# The rows' names for the algorithms, defined in the table (re-exported here).
+from gateway_limiter.model.algorithms import ALGORITHMS as ALGORITHMS  # noqa: PLC0414
+from gateway_limiter.model.algorithms import Algorithm as Algorithm  # noqa: PLC0414
 from gateway_limiter.model.calendar import (
     DEFAULT_TIME_ZONE,
     Calendar,
@@ -113,21 +124,6 @@ CALENDAR_SECONDS = {
 #: The longest a token bucket may take to fill (s): a year. A bucket's key expires once
 #: it would be full, and an expiry far beyond that is more than Redis takes.
 MAX_FILL_S = 365 * 86_400
-
-
-class Algorithm(StrEnum):
-    """The ``algorithm`` column's values. Each member equals its column value (a str), so
-    rows, logs, metrics labels and script arguments carry the same text as ever."""
-
-    TOKEN_BUCKET = "token_bucket"
-    WARM_UP = "warm_up"
-    SLIDING_WINDOW = "sliding_window"
-    FIXED_WINDOW = "fixed_window"
-
-
-#: Every algorithm's column value, in the order the CLI and messages list them (plain
-#: strings: argparse and messages show them with repr).
-ALGORITHMS: tuple[str, ...] = tuple(a.value for a in Algorithm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +206,28 @@ class Rule:
     def burst(self) -> int:
         """The most permits the bucket saves up."""
         return self.capacity or self.rate
+
+    @property
+    def table_key(self) -> Kind:
+        """What the limit is looked up by in the one table (``model/algorithms.py``): a
+        calendar quota's ``Quota.CALENDAR``, else the algorithm."""
+        return self.algorithm if self.calendar is None else Quota.CALENDAR
+
+    @property
+    def spec(self) -> Spec:
+        """What the limit is (``model/algorithms.py``)."""
+        return ALGORITHM_TABLE[self.table_key]
+
+    @property
+    def kind(self) -> LimitKind:
+        """The kind of state the limit keeps (its key's last part)."""
+        return ALGORITHM_TABLE[self.table_key].kind
+
+    @property
+    def most(self) -> int:
+        """The most permits the limit ever lets go at once: a bucket's capacity, a
+        window's (or a calendar quota's) rate."""
+        return most_held(self.table_key, self.rate, self.burst)
 
     @property
     def per_second(self) -> float:

@@ -30,6 +30,7 @@ from enum import StrEnum
 from typing import Final, NamedTuple
 
 from gateway_limiter.config.rules import Rule
+from gateway_limiter.model.algorithms import LimitKind
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.model.pushback import effective_rate
 
@@ -163,7 +164,7 @@ def decision_of(
         left = int(verdict.quota_left)
         spent = not verdict.allowed and left < permits
         # ``stored`` is what the interface's other limits have left (none: the quota's)
-        others = any(r.calendar is None for r in rule.limits)
+        others = any(r.kind is not LimitKind.CALENDAR for r in rule.limits)
         if spent or not others or remaining is None or left < remaining:  # the quota binds
             remaining, limit = left, int(verdict.quota_limit)
             rate, reset_at = float(limit), verdict.quota_reset_us / US_PER_S

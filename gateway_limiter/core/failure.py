@@ -15,14 +15,11 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import ParamSpec, TypeVar
 
-from gateway_limiter.backends.base import BackendError
-from gateway_limiter.backends.memory import MemoryBackend
-from gateway_limiter.backends.state import kind
+from gateway_limiter.backends.base import Backend, BackendError
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.decision import ADMIT, REFUSE
 from gateway_limiter.errors import BackendUnavailable
 from gateway_limiter.model.bucket import Verdict
-from gateway_limiter.model.limits import LimitKind
 from gateway_limiter.observe.logs import OUTAGE_REPORT_SECONDS, Throttle, held_back, log, one_line
 
 P = ParamSpec("P")
@@ -172,14 +169,17 @@ class Policy:
     the fleet admits at most R x D over an outage of D seconds, from its first second.
     """
 
-    __slots__ = ("_empty_first", "_started", "kind", "local")
+    __slots__ = ("_empty_first", "_fresh", "_started", "kind", "local")
 
-    def __init__(self, kind: FailurePolicy | str) -> None:
+    def __init__(self, kind: FailurePolicy | str, fresh: Callable[[], Backend]) -> None:
+        """``fresh()``: new in-process state for ``local`` and ``share`` to decide on (the
+        shell's ``memory://`` backend: the model, in this process)."""
         # Settings keep ``on_backend_error`` a validated string; it becomes the enum here.
         self.kind = FailurePolicy(kind)
+        self._fresh = fresh
         # ``share`` decides like ``local``, on the rule the core has shared out.
         in_process = (FailurePolicy.LOCAL, FailurePolicy.SHARE)
-        self.local = MemoryBackend() if self.kind in in_process else None
+        self.local = fresh() if self.kind in in_process else None
         #: (rule, caller) whose bucket ``share`` has emptied in this outage
         self._started: set[tuple[Rule, str | None]] = set()
         self._empty_first = True
@@ -189,11 +189,11 @@ class Policy:
         afresh on fresh buckets, empty unless ``start_empty`` is False (a fleet of
         unknown size decides as ``local``); ``local`` keeps its buckets, as always."""
         if self.kind is FailurePolicy.SHARE:
-            self.local = MemoryBackend()
+            self.local = self._fresh()
             self._started = set()
             self._empty_first = start_empty
 
-    def _start_empty(self, local: MemoryBackend, rule: Rule, key: str | None) -> None:
+    def _start_empty(self, local: Backend, rule: Rule, key: str | None) -> None:
         """Take the whole capacity of a bucket ``share`` has not used in this outage."""
         started = self._started
         if (rule, key) in started:
@@ -202,7 +202,7 @@ class Policy:
             started.clear()
         started.add((rule, key))
         # every limit's capacity is at least this; all or nothing, as any reservation
-        whole = min(r.burst if kind(r) is LimitKind.TOKEN_BUCKET else r.rate for r in rule.limits)
+        whole = min(r.most for r in rule.limits)
         if whole >= 1:
             local.reserve(rule, whole, 0.0, key)
 

@@ -36,10 +36,8 @@ from typing import Any, Final
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.fleet import Heartbeat, encode_demand, encode_member, encode_tallies
-from gateway_limiter.backends.state import kind
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.limits import LimitKind
 from gateway_limiter.observe.logs import log
 
 #: A member is dead once it has missed this many heartbeats in a row (one late beat on
@@ -90,7 +88,7 @@ def shared_out(rule: Rule, n: int) -> Rule:
 def _one(rule: Rule, n: int) -> Rule:
     if rule.closed:
         return replace(rule, also=())
-    if kind(rule) is LimitKind.TOKEN_BUCKET:
+    if not rule.spec.window:
         return replace(rule, period=rule.period * n, capacity=max(1, rule.burst // n), also=())
     if rule.rate >= n:
         return replace(rule, rate=rule.rate // n, also=())
@@ -118,7 +116,7 @@ def shared_by(rule: Rule, part: float, channel_part: float | None = None) -> Rul
 def _part(rule: Rule, part: float) -> Rule:
     if rule.closed or part >= 1.0:
         return replace(rule, also=())
-    if kind(rule) is LimitKind.TOKEN_BUCKET:
+    if not rule.spec.window:
         # periods are whole seconds: ``part`` of the refill as rate x part x S permits
         # per S periods (S = PART_SCALE, the claims' own resolution), rounded down
         capacity = max(1, math.floor(rule.burst * part + 1e-9))
@@ -205,9 +203,7 @@ class Fleet:
         admitted, self._admitted = self._admitted, {}
         due = []
         for rule, permits in admitted.values():
-            whole = min(
-                r.burst if kind(r) is LimitKind.TOKEN_BUCKET else r.rate for r in rule.limits
-            )
+            whole = min(r.most for r in rule.limits)
             most = max(1, math.floor(whole * self.part(rule) + 1e-9))
             due.append((rule, min(permits, most)))
         return due

@@ -19,7 +19,7 @@ the bucket's) until ``leaseMs`` after it (judged from when the request left, so 
 later); one left unused by then is dropped, and debt is never handed back. Threads
 and coroutines of a process share its leases: one of them renews it while the others
 wait for that renewal (``wait``; each wait at most ``redis_timeout_ceiling`` twice
-over), then take from it; one that has waited for ``pipeline.LEASE_WAITS`` renewals in
+over), then take from it; one that has waited for ``LEASE_WAITS`` renewals in
 a row is decided the plain way (``bucket.lua``).
 
 What happens to a lease besides being spent:
@@ -50,7 +50,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.scripts import (
@@ -63,7 +63,12 @@ from gateway_limiter.backends.scripts import (
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule
+from gateway_limiter.core.decision import Reason
+from gateway_limiter.core.steps import Ask, Await, Reserve, Send, Steps, Woken, raw
 from gateway_limiter.model.bucket import US_PER_S, Verdict
+
+if TYPE_CHECKING:  # core/pipeline.py imports this module
+    from gateway_limiter.core.pipeline import LimiterCore, Outcome
 
 #: A refill whose reply never came (its caller cancelled) stops blocking others after this.
 REFILL_FORGOTTEN_S: Final = 5.0
@@ -445,3 +450,66 @@ class Leases:
             lease_call(state_key(self._prefix, b.rule), b.rule, 0, 0.0, 0, b.left, None, b.taken_us)
             for b in due
         ]
+
+
+# --- a lease row's decision, as steps for the shell (core/steps.py) -----------------
+
+#: Renewals a caller waits for in a row before it is decided the plain way (bucket.lua).
+LEASE_WAITS: Final = 3
+
+
+def from_lease(
+    core: LimiterCore,
+    leases: Leases,
+    rule: Rule,
+    permits: int,
+    budget_s: float | None,
+    *,
+    wait: bool,
+) -> Outcome | Ask:
+    """A lease row's decision: from this process's lease, refused in-process while the
+    bucket refills what the last lease lacked, or the lease call to send (``wait``: a
+    caller who finds another renewing waits for that renewal, ``leasing``).
+
+    The local refusals of plain rows do not apply: another process handing back its
+    lease makes the interface free sooner than a reply said.
+    """
+    now_s = time.monotonic()
+    verdict = leases.take(rule, permits, budget_s, now_s)
+    if verdict is not None:
+        return core._settled(rule, verdict, Reason.ADMITTED if verdict.allowed else Reason.LIMITED)
+    if not core._breaker.allows():  # the lease is spent: the failure policy decides
+        return core._settled(rule, *core._fall_back(rule, permits, budget_s, None))
+    call = leases.refill(rule, permits, budget_s, now_s)
+    ask = Ask(rule, permits, budget_s, None, None, call)
+    ask.renewing = call is None and wait  # else: the plain way (``bucket.lua``)
+    return ask
+
+
+def leasing(core: LimiterCore, leases: Leases, ask: Ask) -> Steps[Outcome]:
+    """A lease row's round trip, after any waits for another caller's renewal (each at
+    most ``redis_timeout_ceiling`` twice over, at most ``LEASE_WAITS`` in a row), as
+    steps for the shell: the Outcome."""
+    waited = 0
+    while ask.renewing:  # another caller renews the lease: wait for it
+        waited += 1
+        renewed = Woken()
+        if leases.wait(ask.rule, renewed.wake):  # else it has ended: ask again at once
+            yield Await(renewed, 2 * core.settings.redis_timeout_ceiling)
+        again = from_lease(
+            core, leases, ask.rule, ask.permits, ask.budget_s, wait=waited < LEASE_WAITS
+        )
+        if not isinstance(again, Ask):
+            return again
+        ask = again
+    if ask.lease is None:  # the plain way after all (bucket.lua)
+        return core._finish(ask, (yield Reserve(ask)))
+    reply = yield Send(ask.lease, raw)
+    if isinstance(reply, BackendError):
+        leases.failed(ask.rule)
+        return core._finish(ask, reply)
+    try:
+        verdict = leases.filled(ask.rule, ask.permits, reply)
+    except BackendError as e:
+        return core._finish(ask, e)
+    return core._finish(ask, verdict)

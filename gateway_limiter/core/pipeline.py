@@ -21,11 +21,10 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
-from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.base import Backend, BackendError
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.config.reload import Registry, ReloadSummary, Snapshot
@@ -34,9 +33,9 @@ from gateway_limiter.config.settings import Settings, load_settings
 from gateway_limiter.core.decision import ADMIT, REFUSE, Decision, Reason, decision_of
 from gateway_limiter.core.failure import Breaker, FailurePolicy, Policy, script_fault
 from gateway_limiter.core.fleet import Fleet
-from gateway_limiter.core.leases import Leases
+from gateway_limiter.core.leases import Leases, from_lease, leasing
 from gateway_limiter.core.local_refusal import LocalRefusals
-from gateway_limiter.core.status import WINDOWS
+from gateway_limiter.core.steps import Ask, Steps
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.observe.logs import SHADOW_REPORT_SECONDS, Throttle, held_back, log, one_line
@@ -45,9 +44,6 @@ from gateway_limiter.observe.metrics import ProcessMetrics, Source, interface_la
 #: The most permits one call may ask for: a row's rateLimit is an INT(11), and beyond
 #: this a reservation's debt stops being exact in the script's doubles.
 MAX_PERMITS = 2**31 - 1
-#: How many renewals of a lease a caller waits for, one after another, before it is
-#: decided the plain way (each wait: at most twice ``redis_timeout_ceiling``).
-LEASE_WAITS = 3
 #: The largest timeout: a finite float (an int beyond it would overflow converting).
 _MAX_TIMEOUT_S = sys.float_info.max
 #: The longest wait a reservation may take: a year. A longer budget counts as a year,
@@ -107,7 +103,7 @@ def check_permits(rule: Rule, url: str, permits: int) -> None:
                 f"permits must be at most {MAX_WINDOW_PERMITS} for {url!r} (a sliding "
                 f"window records each permit), got {_shown(permits)}"
             )
-        if r.rate > 0 and r.algorithm not in WINDOWS and permits * r.period > MAX_WAIT_S * r.rate:
+        if r.rate > 0 and not r.spec.window and permits * r.period > MAX_WAIT_S * r.rate:
             most = math.floor(MAX_WAIT_S * r.rate / r.period)
             raise ValueError(
                 f"permits must be at most {most} for {url!r} (what it refills in a year), "
@@ -199,7 +195,7 @@ def acquired_wait_s(verdict: Verdict, rule: Rule, permits: int) -> float:
     interface holds.
     """
     if not verdict.allowed:
-        most = min((r.rate for r in rule.limits if r.algorithm in WINDOWS), default=0)
+        most = min((r.rate for r in rule.limits if r.spec.window), default=0)
         raise ValueError(
             f"permits must be at most {most} for {rule.url!r} (what its window holds), "
             f"got {permits}"
@@ -262,35 +258,6 @@ class Outcomes:
         return shadowed, Reason.SHADOW, rule
 
 
-class Ask:
-    """What ``LimiterCore._begin`` leaves to the shell: ask the backend to ``reserve``
-    ``permits`` of ``rule`` within ``budget_s`` (None: however long), for ``key``."""
-
-    __slots__ = ("asked", "budget_s", "key", "lease", "permits", "renewing", "rule")
-
-    def __init__(
-        self,
-        rule: Rule,
-        permits: int,
-        budget_s: float | None,
-        key: str | None,
-        asked: tuple[float, int] | None,
-        lease: ScriptCall | None = None,
-    ) -> None:
-        self.rule = rule
-        self.permits = permits
-        self.budget_s = budget_s
-        self.key = key
-        #: When the request left (monotonic s) and the local refusals' generation then;
-        #: None without local refusals.
-        self.asked = asked
-        #: A lease row's ``lease.lua`` call, sent instead of ``reserve`` (``core.leases``)
-        self.lease = lease
-        #: A lease row whose lease another caller is renewing: the shell waits for that
-        #: (``LimiterCore._lease_wait``), then asks again (``_lease_again``)
-        self.renewing = False
-
-
 def settings_from(settings: Settings | str | Path | None, overrides: dict[str, Any]) -> Settings:
     """Settings from an object, a file path, or the usual lookup, plus keyword overrides."""
     if isinstance(settings, Settings):
@@ -345,7 +312,7 @@ class LimiterCore:
         self.settings = chosen = settings_from(settings, overrides)
         shared = self._open_backend(chosen)
         self.registry = Registry(chosen)  # no I/O until the first reload
-        self.policy = Policy(chosen.on_backend_error)
+        self.policy = Policy(chosen.on_backend_error, self._in_process)
         self._breaker = Breaker(chosen.breaker_seconds)
         self._shared = shared
         self._started = False
@@ -380,6 +347,11 @@ class LimiterCore:
 
     def _open_backend(self, settings: Settings) -> bool:
         """Open this limiter's backend (no I/O yet); whether its state is shared."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _in_process() -> Backend:
+        """Fresh in-process state for the failure policy (the shell's ``memory://``)."""
         raise NotImplementedError
 
     def _in_flight_seen(self) -> dict[str, int]:
@@ -488,7 +460,7 @@ class LimiterCore:
         if budget_s is not None and budget_s > MAX_WAIT_S:
             budget_s = MAX_WAIT_S
         if rule.lease_ms and self._leases is not None:  # from the lease (core.leases)
-            return self._from_lease(rule, permits, budget_s, wait=True)
+            return from_lease(self, self._leases, rule, permits, budget_s, wait=True)
         # The local refusals (``core.local_refusal``), inline: every decision passes here.
         refusals = self._local_refusals
         if refusals is None:
@@ -512,57 +484,10 @@ class LimiterCore:
             refused = refused._replace(factor=factor)  # what the last reply said
         return self._settled(rule, refused, Reason.LIMITED)
 
-    def _from_lease(
-        self, rule: Rule, permits: int, budget_s: float | None, *, wait: bool
-    ) -> Outcome | Ask:
-        """A lease row (``core.leases``): from this process's lease, refused in-process
-        while the bucket refills what the last lease lacked, or the lease call (``wait``:
-        a caller who finds another renewing waits for that renewal).
-
-        The local refusals of plain rows do not apply: another process handing back its
-        lease makes the interface free sooner than a reply said.
-        """
-        leases = self._leases
-        assert leases is not None
-        now_s = time.monotonic()
-        verdict = leases.take(rule, permits, budget_s, now_s)
-        if verdict is not None:
-            return self._settled(
-                rule, verdict, Reason.ADMITTED if verdict.allowed else Reason.LIMITED
-            )
-        if not self._breaker.allows():  # the lease is spent: the failure policy decides
-            return self._settled(rule, *self._fall_back(rule, permits, budget_s, None))
-        call = leases.refill(rule, permits, budget_s, now_s)
-        ask = Ask(rule, permits, budget_s, None, None, call)
-        ask.renewing = call is None and wait  # else: the plain way (``bucket.lua``)
-        return ask
-
-    def _lease_wait(self, ask: Ask, wake: Callable[[], None]) -> float | None:
-        """How long to wait for the renewal ``ask`` waits for, ``wake`` called when it
-        ends; None: it has ended already (ask again at once)."""
-        leases = self._leases
-        assert leases is not None
-        if not leases.wait(ask.rule, wake):
-            return None
-        return 2 * self.settings.redis_timeout_ceiling
-
-    def _lease_again(self, ask: Ask, waited: int) -> Outcome | Ask:
-        """After ``waited`` waits for renewals: from the lease, a renewal of its own, a
-        wait for the next renewal (at most ``LEASE_WAITS`` in all), or the plain way."""
-        return self._from_lease(ask.rule, ask.permits, ask.budget_s, wait=waited < LEASE_WAITS)
-
-    def _finish_lease(self, ask: Ask, reply: Any) -> Outcome:
-        """The lease call of ``ask`` answered (or failed): the Outcome."""
-        leases = self._leases
-        assert leases is not None
-        if isinstance(reply, BackendError):
-            leases.failed(ask.rule)
-            return self._finish(ask, reply)
-        try:
-            verdict = leases.filled(ask.rule, ask.permits, reply)
-        except BackendError as e:
-            return self._finish(ask, e)
-        return self._finish(ask, verdict)
+    def _leasing(self, ask: Ask) -> Steps[Outcome]:
+        """A lease row's decision, as steps for the shell (``core.leases.leasing``)."""
+        assert self._leases is not None
+        return leasing(self, self._leases, ask)
 
     def _lease_returns(self, closing: bool = False) -> list[ScriptCall]:
         """The calls that hand back leases (on the heartbeat; every lease when closing)."""
@@ -604,10 +529,10 @@ class LimiterCore:
             return 0.0
         if reason == Reason.CLOSED:
             raise InterfaceClosed(f"interface {url!r} is closed (rateLimit 0)")
-        whole = min((r.rate for r in rule.limits if r.algorithm in WINDOWS), default=0)
+        whole = min((r.rate for r in rule.limits if r.spec.window), default=0)
         if not verdict.allowed and reason == Reason.BACKEND_FALLBACK and permits <= whole:
             part = self._fleet.share(rule) if self.policy.kind is FailurePolicy.SHARE else rule
-            most = min((r.rate for r in part.limits if r.algorithm in WINDOWS), default=0)
+            most = min((r.rate for r in part.limits if r.spec.window), default=0)
             raise BackendUnavailable(
                 f"Redis is unreachable, and meanwhile this process's part of a window of "
                 f"{url!r} holds at most {most} permits (on_backend_error is "

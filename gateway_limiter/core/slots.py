@@ -36,17 +36,35 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.base import BackendError, Heard, Listener
 from gateway_limiter.backends.scripts import Commands, ScriptCall
-from gateway_limiter.backends.slot_wakeups import Subscriber, subscriber_connect
-from gateway_limiter.backends.slots import QUEUED, TAKEN, SlotReply, parse_grant, take_call
+from gateway_limiter.backends.slots import (
+    QUEUED,
+    TAKEN,
+    SlotReply,
+    parse_grant,
+    parse_take,
+    release_call,
+    renew_call,
+    take_call,
+)
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.decision import Decision, Reason
 from gateway_limiter.core.failure import FailurePolicy
-from gateway_limiter.core.pipeline import Ask, LimiterCore, Outcome, allowed_wait_s
+from gateway_limiter.core.pipeline import LimiterCore, Outcome, allowed_wait_s
+from gateway_limiter.core.steps import (
+    START_RENEWER,
+    SUBSCRIBE,
+    Ask,
+    Await,
+    Reserve,
+    Send,
+    Steps,
+)
 from gateway_limiter.errors import Refused
 from gateway_limiter.observe.logs import log
 from gateway_limiter.observe.metrics import ProcessMetrics
@@ -173,6 +191,24 @@ class Waiter:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._woken.wait(), timeout_s)
         self._woken.clear()
+
+
+class Moved:
+    """``url``'s generation moving on from ``seen`` (``Wakeups``): what a caller with no
+    local slot free waits for."""
+
+    __slots__ = ("seen", "url", "wakeups")
+
+    def __init__(self, wakeups: Wakeups, url: str, seen: tuple[int, int]) -> None:
+        self.wakeups, self.url, self.seen = wakeups, url, seen
+
+    def wait(self, seconds: float) -> None:
+        """Block until it moved, at most ``seconds``."""
+        self.wakeups.wait(self.url, self.seen, seconds)
+
+    async def wait_async(self, seconds: float) -> None:
+        """``wait``, awaited."""
+        await self.wakeups.wait_async(self.url, self.seen, seconds)
 
 
 class LocalSlots:
@@ -422,6 +458,55 @@ class Taking:
         return Held(url, decision, local=cap is not None, wait_s=allowed_wait_s(outcome[0]))
 
 
+def take_slot(core: LimiterCore, state: SlotState, taking: Taking, waiter: Waiter) -> Steps[Held]:
+    """One ``slot()`` taking its slot, as steps for the shell: ask Redis (a grant heard
+    needs no asking), wait in the queue for a grant, or, while Redis cannot be asked (or
+    on ``memory://``), take one of this process's share of the slots and the rate
+    permit from the failure policy (the backend, in-process). The slot, or ``Refused``."""
+    rule = taking.rule
+    url = rule.url
+    failed = False
+    while True:
+        seen = state.wakeups.generation(url)
+        remaining = taking.remaining()
+        if core._shared and not failed and core._breaker.allows():
+            if not state.subscribed:
+                yield SUBSCRIBE
+            reply = waiter.claim()  # a release handed this caller a slot: go
+            if reply is None:
+                call = taking.call(state, core.settings, remaining)
+                asked = yield Send(call, parse_take, given_up(rule, taking.lease_id))
+                if isinstance(asked, BackendError):
+                    core._backend_failed(asked)
+                    failed = True  # the failure policy decides this attempt
+                    continue
+                reply = asked
+            held = taking.answered(core, state, reply, remaining)
+            if held is None:
+                yield Await(waiter, pause_s(remaining, reply.lapses_s, state.listening))
+                continue
+            yield START_RENEWER
+            return held
+        # memory://: the whole cap here; Redis away: the failure policy's share of it
+        if core._shared:
+            cap = fallback_cap(core.policy.kind, rule, core._fleet.size)
+        else:
+            cap = rule.max_concurrent
+        if cap is not None and not state.local.take(url, cap):
+            taking.no_local_slot(core, state, remaining)
+            # a local release wakes this; so does the breaker's next probe
+            moved = Moved(state.wakeups, url, seen)
+            yield Await(moved, min(remaining, max(0.01, core.settings.breaker_seconds)))
+            failed = False  # Redis may be asked again, once the breaker allows
+            continue
+        if core._shared:
+            outcome = core._settled(rule, *core._fall_back(rule, 1, remaining, taking.key))
+        else:
+            ask = Ask(rule, 1, remaining, taking.key, None)
+            outcome = core._finish(ask, (yield Reserve(ask)))
+        return taking.local_answered(core, state, outcome, remaining, cap)
+
+
 def _seconds(value: float) -> str:
     """Seconds as a message shows them: "0.15", "2" (to the ms)."""
     return f"{value:.3f}".rstrip("0").rstrip(".")
@@ -479,7 +564,9 @@ class SlotState:
     flight, and its one subscriber (started with the first slot asked for)."""
 
     __slots__ = (
+        "_lease_s",
         "_lock",
+        "_prefix",
         "_subscribed",
         "_subscriber",
         "_waiters",
@@ -490,19 +577,57 @@ class SlotState:
         "wakeups",
     )
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, settings: Settings) -> None:
+        self._prefix = settings.key_prefix
+        self._lease_s = settings.slot_lease
         #: the decision scripts' calls, which ``slot.lua`` wraps
-        self.commands = Commands(prefix)
+        self.commands = Commands(settings.key_prefix)
         self.wakeups = Wakeups()
         self.local = LocalSlots(self.wakeups)
         self.leases = Leases()
         #: interface -> calls in flight fleet-wide as the last reply said
         self.seen: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._subscriber: Subscriber | None = None
+        self._subscriber: Listener | None = None
         self._subscribed = False
         #: lease id -> this process's caller queued under it
         self._waiters: dict[str, Waiter] = {}
+
+    def give_back(self, held: Held) -> ScriptCall | None:
+        """Give back ``held``'s slot: at once when it is this process's, else the
+        release to send (None: nothing to give back)."""
+        if held.local:
+            self.local.give_back(held.url)
+            return None
+        if held.lease_id is None:
+            return None
+        self.leases.remove((held.url, held.channel), held.lease_id)
+        return release_call(
+            self._prefix,
+            held.url,
+            held.lease_id,
+            held.max_concurrent,
+            self._lease_s,
+            held.channel,
+        )
+
+    def renewals(self) -> list[ScriptCall]:
+        """The renewals of every lease held: one call per interface."""
+        return [
+            renew_call(self._prefix, url, ids, self._lease_s, channel)
+            for (url, channel), ids in self.leases.held().items()
+        ]
+
+    def count_call(self, rule: Rule) -> ScriptCall:
+        """The call that counts ``rule``'s calls in flight fleet-wide (renewing nothing)."""
+        return renew_call(self._prefix, rule.url, [], self._lease_s, rule.channel)
+
+    def counted(self, url: str, reply: tuple[int, int] | BackendError) -> int | None:
+        """A release's or count's reply: the calls in flight fleet-wide (None: failed)."""
+        if isinstance(reply, BackendError):
+            return None
+        self.seen[url] = reply[1]
+        return reply[1]
 
     def waiter(self, lease_id: str, loop: asyncio.AbstractEventLoop | None = None) -> Waiter:
         """Listen for grants to ``lease_id`` (before its first take: a grant may follow
@@ -541,22 +666,17 @@ class SlotState:
         """True while the subscriber hears grants (waiters need not ask often)."""
         return self._subscriber is not None and self._subscriber.listening
 
-    def subscribe(self, settings: Settings, decisions_client: object) -> None:
-        """Start the subscriber once (waits up to a connect and a read for it)."""
+    def subscribe(self, listen: Callable[[Heard], Listener | None]) -> None:
+        """Start the subscriber once: ``listen(heard)`` (the shell's, from
+        ``backends/slot_wakeups.py``) starts hearing grants and returns what listens, or
+        None when none can (waiters then ask again every UNHEARD_ASK_S instead)."""
         if self._subscribed:
             return
         with self._lock:
             if self._subscribed:
                 return
             self._subscribed = True
-            try:
-                connect = subscriber_connect(settings, decisions_client)
-            except (ValueError, OSError):
-                connect = None
-            if connect is None:  # waiters ask again every UNHEARD_ASK_S instead
-                return
-            self._subscriber = Subscriber(settings, connect, self.heard)
-            self._subscriber.start(settings.redis_connect_timeout + settings.redis_timeout)
+            self._subscriber = listen(self.heard)
 
     def close(self) -> None:
         """Stop the subscriber."""

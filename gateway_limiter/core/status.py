@@ -7,13 +7,12 @@ and hand what they got, state or error, to ``bucket_status``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Final
 
 from gateway_limiter.backends.base import Backend, BackendError
 from gateway_limiter.backends.state import limit as limit_of
 from gateway_limiter.backends.state import pushback_rate
 from gateway_limiter.config.reload import Registry
-from gateway_limiter.config.rules import Algorithm, Rule
+from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.model.bucket import US_PER_S, BucketState, reserve, resync
 from gateway_limiter.model.limits import (
@@ -34,9 +33,6 @@ from gateway_limiter.model.pushback import (
     until_of,
     window_limit,
 )
-
-#: Algorithms whose state is a window of admissions, not a bucket.
-WINDOWS: Final = (Algorithm.SLIDING_WINDOW, Algorithm.FIXED_WINDOW)
 
 #: What a status read got: the stored state (a bucket's or a window's; None: none stored)
 #: and the backend's clock (µs); the BackendError that stopped the read; or None,
@@ -127,7 +123,7 @@ def chosen_limits(registry: Registry, url: str | None) -> list[Rule]:
 
 def has_shared_bucket(rule: Rule) -> bool:
     """True when ``rule``'s limit is one bucket for all callers, whose state peek reads."""
-    return rule.algorithm not in WINDOWS and not rule.per_caller
+    return not rule.spec.window and not rule.per_caller
 
 
 def has_shared_state(rule: Rule) -> bool:
@@ -173,11 +169,11 @@ def bucket_status(
         return BucketStatus(rule, None, 0.0, shared, str(peeked))
     state, now_us = peeked
     pb = (effective, held_ms, held_until)
-    if rule.calendar is not None or isinstance(state, CalendarWindow):
+    if rule.kind is LimitKind.CALENDAR or isinstance(state, CalendarWindow):
         if rule.closed:
             return BucketStatus(rule, None, 0.0, shared, None, None, *pb)
         return quota_status(rule, shared, state, now_us)
-    if rule.algorithm in WINDOWS:
+    if rule.spec.window:
         if rule.closed:
             return BucketStatus(rule, None, 0.0, shared, None, None, *pb)
         return _window_status(rule, shared, state, now_us, factor, until_us, pb)

@@ -74,9 +74,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from enum import StrEnum
 from typing import NamedTuple, Protocol, TypeAlias, cast
 
+from gateway_limiter.model.algorithms import LimitKind as LimitKind  # noqa: PLC0414
 from gateway_limiter.model.bucket import (
     EXPIRY_GRACE_MS,
     US_PER_S,
@@ -94,16 +94,6 @@ from gateway_limiter.model.pushback import window_limit
 WINDOW_GUARD_US = 10_000.0
 #: The single sliding window (``reserve_window``): one second plus the guard.
 WINDOW_US = US_PER_S + WINDOW_GUARD_US
-
-
-class LimitKind(StrEnum):
-    """The kinds of state a limit keeps: the last part of its key, and what ``limits.lua``
-    is told (the values are the scripts' and the keys', and must not change)."""
-
-    TOKEN_BUCKET = "tb"
-    SLIDING_WINDOW = "sw"
-    FIXED_WINDOW = "fw"
-    CALENDAR = "cq"
 
 
 class Limit(NamedTuple):

@@ -33,7 +33,8 @@ from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.scripts import REPLY, Commands, ScriptCall, parse_reply
 from gateway_limiter.core.decision import Reason
 from gateway_limiter.core.failure import attempt_async
-from gateway_limiter.core.pipeline import Ask, Outcome, route
+from gateway_limiter.core.pipeline import Outcome, route
+from gateway_limiter.core.steps import Ask
 from gateway_limiter.model.bucket import Verdict
 from gateway_limiter.rls.descriptors import Wanted
 
@@ -141,7 +142,7 @@ class Judge:
         """Several interfaces in one ``descriptors.lua`` call, all or nothing."""
         limiter = self.limiter
         call = self.call(asks)
-        reply = await attempt_async(limiter.backend.script, call)  # type: ignore[attr-defined]
+        reply = await attempt_async(limiter.backend.script, call)
         if isinstance(reply, BackendError):  # the failure policy decides each
             for i, ask in zip(where, asks, strict=True):
                 outcome = outcomes[i] = limiter._finish(ask, reply)

@@ -491,3 +491,38 @@ def test_a_caller_that_gives_up_wakes_the_one_it_was_to_wake() -> None:
     sharing._pass_on(first)
     assert second.wait(0.0)  # woken in its place
     assert first.gave_up and first.after is None
+
+
+class _QueuedBackend(RedisBackend):
+    """A backend whose every call waited ``QUEUED_S`` behind another thread's round trip
+    before it was written (as ``shared_trips`` reports it)."""
+
+    __slots__ = ()
+    QUEUED_S = 0.25
+
+    def _ask(self, call: ScriptCall) -> tuple[Any, float]:
+        reply, _ = super()._ask(call)
+        return reply, self.QUEUED_S
+
+
+def test_a_queued_reply_counts_its_next_free_and_its_hold_from_when_it_was_asked(
+    redis_server: RedisServer, key_prefix: str, backend: RedisBackend
+) -> None:
+    # What a queued decision's reply says counts from when it was asked for, the same
+    # way on every transport (scripts.queued_verdict; asyncio lanes do it too): both
+    # the next free moment and what is left of a pushback's hold move by the queued time.
+    settings = Settings(redis_url=redis_server.url, key_prefix=key_prefix, redis_timeout=2.0)
+    queued = _QueuedBackend(settings)
+    try:
+        rule = Rule("/held", 1000, 60.0, 1, period=HOUR)
+        backend.pushback(rule, 5.0, now=NOW_US)
+        plain = backend.reserve(rule, 1, None, now=NOW_US)
+        late = queued.reserve(rule, 1, None, now=NOW_US)
+        assert plain.held_us == pytest.approx(5_000_000.0)
+        assert late.held_us == pytest.approx(plain.held_us + _QueuedBackend.QUEUED_S * 1e6)
+        # the hold drained the bucket: the second permit is one refill (3.6 s at 1,000
+        # an hour) after the first, and counted from its asking, the queued time later
+        refill_us = HOUR / 1000 * 1e6
+        assert late.next_free_us == pytest.approx(plain.next_free_us + refill_us + 250_000.0)
+    finally:
+        queued.close()

@@ -24,7 +24,7 @@ def test_an_outage_starts_a_huge_window_full_in_a_few_bytes(rate: int) -> None:
     # share took the window's whole rate in one reservation: one timestamp per permit,
     # 0.2 s and 76 MB at 5,000,000, and the process died at 2**31 - 1.
     rule = Rule("/huge", rate, 0.0, 1, algorithm=Algorithm.SLIDING_WINDOW, period=60)
-    policy = Policy("share")
+    policy = Policy("share", MemoryBackend)
     policy.outage_began()
     tracemalloc.start()
     started = time.perf_counter()

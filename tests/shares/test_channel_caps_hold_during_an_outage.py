@@ -68,7 +68,7 @@ def test_two_processes_on_two_interfaces_stay_within_their_channels_cap(
     now = [0.0]
     admitted: dict[int, int] = {}
     for url, fleet in fleets.items():
-        policy = Policy("share")
+        policy = Policy("share", MemoryBackend)
         policy.outage_began()
         policy.local = MemoryBackend(clock=lambda: now[0])
         shared = fleet.share(rules()[url])

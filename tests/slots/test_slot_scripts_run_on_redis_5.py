@@ -68,9 +68,7 @@ def test_a_renewal_never_shortens_a_lease_and_brings_none_back(
     now_ms = int(seconds) * 1000 + int(micros) // 1000
     far = now_ms + 3_600_000  # a lease held through a long rate wait
     redis_client.zadd(leases, {"long": far, "short": now_ms + 2_000})
-    reply = lim.backend.script(  # type: ignore[attr-defined]
-        renew_call(key_prefix, url, ["long", "short", "gone"], 10.0)
-    )
+    reply = lim.backend.script(renew_call(key_prefix, url, ["long", "short", "gone"], 10.0))
     assert parse_counts(reply) == (2, 2)
     assert redis_client.zscore(leases, "long") == far  # not shortened
     short = redis_client.zscore(leases, "short")

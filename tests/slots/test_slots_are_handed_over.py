@@ -158,16 +158,16 @@ def test_a_waiter_the_rate_refuses_at_the_hand_over_is_told_at_once(
 def _take(lim: GatewayLimiter, prefix: str, lease_id: str, lease_s: float = 10.0) -> SlotReply:
     rule = lim.registry.snapshot.rules[URL]
     call = take_call(Commands(prefix), prefix, rule, 5.0, None, lease_id, lease_s, 2.0)
-    return parse_take(lim.backend.script(call))  # type: ignore[attr-defined]
+    return parse_take(lim.backend.script(call))
 
 
 def _release(lim: GatewayLimiter, prefix: str, lease_id: str) -> tuple[int, int]:
     call = release_call(prefix, URL, lease_id, 1, 10.0)
-    return parse_counts(lim.backend.script(call))  # type: ignore[attr-defined]
+    return parse_counts(lim.backend.script(call))
 
 
 def _in_flight(lim: GatewayLimiter, prefix: str) -> int:
-    reply = lim.backend.script(renew_call(prefix, URL, [], 10.0))  # type: ignore[attr-defined]
+    reply = lim.backend.script(renew_call(prefix, URL, [], 10.0))
     return parse_counts(reply)[1]
 
 
@@ -230,7 +230,7 @@ def test_a_refused_hand_over_takes_nothing_and_tells_the_waiter(
     assert _take(lim, key_prefix, "h").state == TAKEN
     # a waiter with no budget left for the rate: queued with 0.2 s, and the rate owes more
     call = take_call(commands, key_prefix, rule, 0.2, None, "w", 10.0, 2.0)
-    assert parse_take(lim.backend.script(call)).state == QUEUED  # type: ignore[attr-defined]
+    assert parse_take(lim.backend.script(call)).state == QUEUED
     assert lim.backend.reserve(rule, 3000, 10.0).allowed  # the 1,000 saved, then 2 s owed
     assert _release(lim, key_prefix, "h") == (1, 0)
     assert _in_flight(lim, key_prefix) == 0
@@ -268,7 +268,7 @@ def test_without_a_subscription_a_waiter_finds_its_grant_by_asking(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # as while the subscription is lost (or none can be made): waiters ask often
-    monkeypatch.setattr("gateway_limiter.core.slots.subscriber_connect", lambda *_: None)
+    monkeypatch.setattr("gateway_limiter.backends.slot_wakeups.subscriber_connect", lambda *_: None)
     unheard = limiter(limiter_db[0], limiter_redis_url, key_prefix, reload_interval=3600)
     try:
         order: list[int] = []

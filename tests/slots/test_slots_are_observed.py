@@ -94,7 +94,7 @@ def test_slots_of_a_channel_capped_interface_on_redis_cluster(
         reload_interval=3600,
         on_backend_error="deny",  # a call Redis refused would fail, not fall back
     ) as lim:
-        client = lim.backend.client  # type: ignore[attr-defined]
+        client = lim.backend.client
         with lim.slot(CAPPED) as decision:
             assert decision.allowed and decision.in_flight == 1
             assert client.zcard(leases) == 1

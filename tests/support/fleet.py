@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway_limiter import GatewayLimiter
+from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.failure import Policy
 from gateway_limiter.model.bucket import Verdict
@@ -57,7 +58,7 @@ class RecordingPolicy(Policy):
     __slots__ = ("mark",)
 
     def __init__(self, name: str) -> None:
-        super().__init__(name)
+        super().__init__(name, MemoryBackend)
         self.mark = threading.local()
 
     def reserve(
