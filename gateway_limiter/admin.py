@@ -52,6 +52,10 @@ def set_limit(
     max_permits: int | None = None,
     warmup_period: float | None = None,
     caller_key: str | None = None,
+    quota_period: str | None = None,
+    time_zone: str | None = None,
+    quota_renews: str | None = None,
+    quota_pacing: bool = False,
 ) -> int:
     """Store one limit: ``rate`` calls per ``period_seconds`` on ``interface_url``.
 
@@ -63,7 +67,11 @@ def set_limit(
     ``algorithm`` is ``token_bucket``, ``sliding_window`` or ``warm_up`` (with
     ``max_permits`` and ``warmup_period``: docs/algorithms.md). ``caller_key`` (with
     ``per_caller=True``): the row for that caller alone (a named caller); the row that
-    names none is another row.
+    names none is another row. ``quota_period`` (``day``, ``week``, ``month``): a
+    calendar quota, ``rate`` per period of the calendar in ``time_zone`` (None: the
+    ``default_time_zone`` setting), renewing at ``quota_renews`` (local time; None:
+    midnight, Monday, the 1st); a URL's calendar quota is a row of its own, beside its
+    rate's.
 
     Returns the row's configId. Raises ValueError, and writes nothing, when the
     reload would skip the row (it names why); the tables must exist (``upgrade``).
@@ -80,6 +88,7 @@ def set_limit(
         "period_seconds": period_seconds,
         "per_caller": int(per_caller),
         "caller_key": caller_key,
+        "quota_period": quota_period,
     }
     fields: dict[str, Any] = {
         "rate_limit": rate,
@@ -89,6 +98,9 @@ def set_limit(
         "algorithm": algorithm,
         "max_permits": max_permits,
         "warmup_period": warmup_period,
+        "time_zone": time_zone,
+        "quota_renews": quota_renews,
+        "quota_pacing": int(quota_pacing),
     }
     # Checked as the reload reads it (enabled, even if stored disabled: it may be
     # enabled later), so a limit set here is never skipped there.
@@ -107,6 +119,10 @@ def set_limit(
         per_caller=int(per_caller),
         shadow=int(shadow),
         caller_key=caller_key,
+        quota_period=quota_period,
+        time_zone=time_zone,
+        quota_renews=quota_renews,
+        quota_pacing=int(quota_pacing),
     )
     checked = rule_from_row(planned, default_cache=0.0)
     if isinstance(checked, Skipped):

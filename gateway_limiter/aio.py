@@ -351,7 +351,7 @@ class AsyncGatewayLimiter(LimiterCore):
         outcome = await self._ask_backend(self._begin(url, permits, timeout, key))
         if (wait_s := allowed_wait_s(outcome[0])) > 0:
             await asyncio.sleep(wait_s)
-        return self._decision(outcome, timeout)
+        return self._decision(outcome, timeout, permits)
 
     async def acquire(self, url: str, permits: int = 1, key: str | None = None) -> float:
         """``GatewayLimiter.acquire``: the seconds waited, however long it takes.

@@ -242,7 +242,7 @@ class GatewayLimiter(LimiterCore):
         outcome = self._ask_backend(self._begin(url, permits, timeout, key))
         if (wait_s := allowed_wait_s(outcome[0])) > 0:
             time.sleep(wait_s)
-        return self._decision(outcome, timeout)
+        return self._decision(outcome, timeout, permits)
 
     def acquire(self, url: str, permits: int = 1, key: str | None = None) -> float:
         """Take ``permits`` for ``url`` however long it takes; returns the seconds waited.

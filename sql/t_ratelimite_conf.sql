@@ -46,6 +46,13 @@ alter table t_ratelimite_conf
     modify channelType  VARCHAR(24)  CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NULL,
     modify callerKey    VARCHAR(64)  CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NULL;
 
+-- Revision 0009: calendar quotas (docs/algorithms.md, "Calendar quotas").
+alter table t_ratelimite_conf
+    add column quotaPeriod VARCHAR(8)  NULL,               -- day, week or month: rateLimit per period; NULL = per periodSeconds
+    add column timeZone    VARCHAR(64) NULL,               -- IANA zone of the calendar; NULL = the default_time_zone setting
+    add column quotaRenews VARCHAR(16) NULL,               -- local turnover: 02:00, mon 00:00, 15 00:00; NULL = midnight, Monday, the 1st
+    add column quotaPacing TINYINT(1)  NOT NULL DEFAULT 0; -- 1: spread what is left over what is left of the period
+
 -- Every change to a limit or the switch: through the command line or the console,
 -- or found by the reload after plain SQL (source = 'sql').
 create table t_ratelimite_audit (

@@ -26,8 +26,10 @@ ARGV[1]  n, the number of decisions; then for each: "bucket" or "limits", how ma
          backends/scripts.py's Commands builds them)
 
 Returns one little-endian double, 1 if every decision admitted (and took its permits)
-or 0 (nothing taken), followed by each decision's own reply (six doubles, as its
-script answers; a decision that admitted before another refused has been undone).
+or 0 (nothing taken), followed by each decision's own reply, as its script answers
+(six doubles; nine from limits.lua for an interface with a calendar quota), each after
+one double that counts its doubles (a decision that admitted before another refused has
+been undone).
 ]]
 
 local RATE = {bucket = rate_bucket, limits = rate_limits}
@@ -57,7 +59,7 @@ for i = 1, n do
   first, at = first + nkeys, at + 3 + nargs
   local reply = RATE[script](keys, args)
   if struct.unpack("<d", reply) ~= 1 then all = 0 end
-  replies[i] = reply
+  replies[i] = struct.pack("<d", #reply / 8) .. reply  -- its length: 6 or 9 doubles
 end
 
 if all == 0 then  -- all or nothing: put every key back

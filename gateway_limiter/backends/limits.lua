@@ -39,6 +39,12 @@ ARGV[5]  the limits, as little-endian doubles (backends/scripts.py packs them on
          kind 1, a token bucket: permits per second, capacity
          kind 2, a sliding window: permits per window, window length in microseconds
          kind 3, a fixed window: permits per window, period P in microseconds
+         kind 4, a calendar quota: permits per period (model/limits.py, CalendarLimit),
+                 then in place of the size and the zeros four boundaries b0..b3 (epoch
+                 microseconds) of the periods [b0, b1), [b1, b2), [b2, b3) around the
+                 deciding process's clock; the script picks the period by its own
+                 clock. Its key holds two packed doubles: the start of the period that
+                 holds reservations, and the permits reserved in it
          Packed, the limits are one unpack into one table sized for all of them, rather
          than a tonumber per field (each as dear as a line of arithmetic ten times over).
 
@@ -49,7 +55,10 @@ pushback factor, held (microseconds from now until a pushback's retry_after ends
 none). Next free: microseconds from now before which no call can go, the latest of each
 limit's earliest time for one permit after this decision (only time passing brings it
 closer). A window that can never hold the permits wanted refuses with an infinite wait
-(and next free 0: not every limit was read).
+(and next free 0: not every limit was read). With a calendar quota among the limits, two
+more doubles follow: the permits left in the period the server's clock is in, of the
+quota with the fewest left (on a tie, the one whose period ends later), and when that
+period ends (epoch microseconds), and that quota's permits per period.
 
 Like bucket.lua, it runs as few Lua steps as it can (server time caps one Redis core):
 no closures, no number parsed from text but the budget (and the clock), one flat table
@@ -89,6 +98,7 @@ local own = lim[1]
 -- state (another type, another length) is lost state, as in bucket.lua: read with
 -- pcall (a wrong type answers a table, whose length is 0), start afresh, replace it on
 -- a write.
+local qwin, qused, qleft, qreset, qrate  -- calendar quotas (kind 4): only where there is one
 local factor, pushed_until, held = 1, 0, 0
 local pushed = pcall_("GET", KEYS[nlimits + 1])
 if pushed and #pushed == 32 then
@@ -170,6 +180,24 @@ for i = 1, nlimits do
       earliest = max(earliest, tonumber(call("LINDEX", KEYS[i], need - 1)) + size)
     end
     lim[b + 3], lim[b + 4] = count, last
+  elseif kind == 4 then  -- a calendar quota: the period holding now among b0..b3
+    local b1, b2, b3 = lim[b + 3], lim[b + 4], lim[b + 5]
+    local window, used = size, 0
+    if now >= b3 then window = b3 elseif now >= b2 then window = b2 elseif now >= b1 then window = b1 end
+    local saved = pcall_("GET", KEYS[i])
+    if saved and #saved == 16 then
+      local w, u = unpack("<dd", saved)
+      if w >= window then window, used = w, u end
+    end
+    if used + permits > rate then  -- full: the start of the period after the counter's
+      if window < b1 then earliest = b1 elseif window < b2 then earliest = b2
+      elseif window < b3 then earliest = b3 else earliest = window + (b3 - b2) end
+    else
+      earliest = window
+    end
+    if now > earliest then earliest = now end
+    if qwin == nil then qwin, qused = {}, {} end
+    qwin[i], qused[i] = window, used  -- the boundaries stay in lim for step 3
   else  -- 3: a fixed window
     local window, used = floor(now / size), 0
     local saved = pcall_("GET", KEYS[i])
@@ -253,6 +281,41 @@ for i = 1, nlimits do
     if count + 1 > rate then
       earliest = max(earliest, tonumber(call("LINDEX", KEYS[i], count - rate)) + size)
     end
+  elseif kind == 4 then
+    local b1, b2, b3 = lim[b + 3], lim[b + 4], lim[b + 5]
+    local window, used = qwin[i], qused[i]
+    if allowed == 1 then
+      local w = size
+      if at >= b3 then w = b3 elseif at >= b2 then w = b2 elseif at >= b1 then w = b1 end
+      if w > window then window, used = w, 0 end
+      used = used + permits
+    end
+    local ends  -- the end of the counter's period
+    if window < b1 then ends = b1 elseif window < b2 then ends = b2
+    elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
+    if allowed == 1 then  -- (a period already over: a process clock periods behind)
+      call("SET", KEYS[i], pack("<dd", window, used), "PX", max(1000, ceil((ends - now) / 1000) + 1000))
+    end
+    if used + 1 > rate then
+      earliest = ends
+    else
+      earliest = window
+      if now > earliest then earliest = now end
+    end
+    -- what is left of the period the clock is in, and when it ends
+    local start, reset, left = size, 0, rate
+    if now >= b3 then start = b3 elseif now >= b2 then start = b2 elseif now >= b1 then start = b1 end
+    if start < b1 then reset = b1 elseif start < b2 then reset = b2
+    elseif start < b3 then reset = b3 else reset = start + (b3 - b2) end
+    if window > start then
+      left = 0
+    elseif window == start then
+      left = rate - used
+      if left < 0 then left = 0 end
+    end
+    if qleft == nil or left < qleft or (left == qleft and reset > qreset) then
+      qleft, qreset, qrate = left, reset, rate
+    end
   else
     local window, used = lim[b + 3], lim[b + 4]
     if allowed == 1 then
@@ -273,5 +336,8 @@ for i = 1, nlimits do
     end
   end
   if earliest > free then free = earliest end
+end
+if qleft ~= nil then
+  return pack("<ddddddddd", allowed, wait, least or 0, free - now, factor, held, qleft, qreset, qrate)
 end
 return pack("<dddddd", allowed, wait, least or 0, free - now, factor, held)

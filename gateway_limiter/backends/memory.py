@@ -27,7 +27,13 @@ from gateway_limiter.backends.state import (
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, Verdict, expiry_ms, reserve
-from gateway_limiter.model.limits import LimitState, limit_expiry_ms, reserve_limits
+from gateway_limiter.model.limits import (
+    Limit,
+    LimitKind,
+    LimitState,
+    limit_expiry_ms,
+    reserve_limits,
+)
 from gateway_limiter.model.pushback import (
     PushbackState,
     factor_at,
@@ -58,7 +64,15 @@ class MemoryBackend:
     """
 
     shared = False
-    __slots__ = ("_callers", "_clock", "_lock", "_max_callers", "_shared", "_writes")
+    __slots__ = (
+        "_callers",
+        "_clock",
+        "_lock",
+        "_max_callers",
+        "_shared",
+        "_wall_offset_us",
+        "_writes",
+    )
 
     def __init__(
         self,
@@ -74,6 +88,9 @@ class MemoryBackend:
         self._max_callers = max_callers
         self._lock = threading.Lock()
         self._clock = clock
+        #: Calendar quotas follow the wall clock: its distance from ``clock``, taken once,
+        #: puts their periods on ``clock``'s timeline (a stepped wall clock moves them).
+        self._wall_offset_us = time.time() * US_PER_S - clock()
         self._writes = 0
 
     def reserve(
@@ -108,7 +125,7 @@ class MemoryBackend:
                 return verdict
             limits = rule.limits  # limits.lua
             keys = [self._key(r, caller) for r in limits]
-            specs = [limit(r) for r in limits]
+            specs = [self._limit(r, now_us) for r in limits]
             states = [
                 self._live(k, r.per_caller, now_us) for k, r in zip(keys, limits, strict=True)
             ]
@@ -120,7 +137,18 @@ class MemoryBackend:
                     until_us = now_us + limit_expiry_ms(spec, state, now_us) * 1000.0
                     self._store(k, r.per_caller, state, until_us)
                 self._written(now_us)
+            if verdict.quota_left >= 0:  # its period's end, back on the wall clock
+                return verdict._replace(
+                    quota_reset_us=verdict.quota_reset_us + self._wall_offset_us
+                )
             return verdict
+
+    def _limit(self, rule: Rule, now_us: float) -> Limit:
+        """``rule``'s limit; a calendar quota's periods moved onto this backend's clock."""
+        spec = limit(rule, (now_us + self._wall_offset_us) / US_PER_S)
+        if not spec.bounds:
+            return spec
+        return spec._replace(bounds=tuple(b - self._wall_offset_us for b in spec.bounds))
 
     def pushback(
         self, rule: Rule, retry_after: float | None, caller: str | None = None
@@ -140,7 +168,13 @@ class MemoryBackend:
         """The live state of ``rule``'s own shared limit, if any."""
         with self._lock:
             now_us = self._clock()
-            return self._live(state_key("", rule), False, now_us), now_us
+            state = self._live(state_key("", rule), False, now_us)
+            if rule.kind is not LimitKind.CALENDAR:  # a quota's periods: the wall clock's
+                return state, now_us
+            offset = self._wall_offset_us
+            if state is not None:
+                state = state._replace(window=state.window + offset)
+            return state, now_us + offset
 
     def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
         """What pushbacks left on ``rule``'s interface for all callers, if anything."""

@@ -26,6 +26,7 @@ limits); each also reads what pushbacks left (in the bucket's own key for
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Callable, Iterator
 from hashlib import sha1
 from importlib import resources
@@ -33,6 +34,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.state import (
+    calendar_valid,
     caller_part,
     limit,
     own_limits,
@@ -45,7 +47,13 @@ from gateway_limiter.backends.state import (
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.algorithms import KIND_CODES
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
-from gateway_limiter.model.limits import FixedWindow, LimitKind, LimitState, SlidingLog
+from gateway_limiter.model.limits import (
+    CalendarWindow,
+    FixedWindow,
+    LimitKind,
+    LimitState,
+    SlidingLog,
+)
 from gateway_limiter.model.pushback import PushbackState
 
 BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
@@ -124,9 +132,19 @@ class ScriptCall(NamedTuple):
 class _Plan:
     """What a decision on one Rule needs, computed once per Rule object."""
 
-    __slots__ = ("args", "bucket", "key", "keyed", "keys", "per_caller", "pushed", "rule")
+    __slots__ = (
+        "args",
+        "bucket",
+        "key",
+        "keyed",
+        "keys",
+        "per_caller",
+        "pushed",
+        "rule",
+        "valid",
+    )
 
-    def __init__(self, rule: Rule, prefix: str) -> None:
+    def __init__(self, rule: Rule, prefix: str, now_s: float = 0.0) -> None:
         self.rule = rule
         self.bucket = single_bucket(rule)
         #: each limit's key without the caller part, and whether it takes one
@@ -137,15 +155,24 @@ class _Plan:
         #: the pushback key; a per-caller limit's gets the caller part per call
         self.pushed = pushback_base(prefix, rule.url, rule.channel)
         self.args: list[str] | list[bytes]
+        #: calendar quotas: the span of this process's clock (s) over which ``args`` hold
+        self.valid: tuple[float, float] | None = None
         if self.bucket:
             self.args = [bucket_config(rule)]
         else:
-            self.args = limits_args(rule)
+            self.args = limits_args(rule, now_s)
+            spans = [calendar_valid(r.calendar, now_s) for r in rule.limits if r.calendar]
+            if spans:
+                self.valid = (max(s for s, _ in spans), min(e for _, e in spans))
 
     def keys_for(self, caller: str | None) -> list[str]:
         """The keys of every limit for ``caller`` (ignored by shared limits)."""
         part = caller_part(caller)
         return [k + part if p else k for k, p in zip(self.keys, self.per_caller, strict=True)]
+
+
+def _holds(valid: tuple[float, float] | None, now_s: float) -> bool:
+    return valid is None or valid[0] <= now_s < valid[1]
 
 
 def bucket_config(rule: Rule) -> bytes:
@@ -164,15 +191,19 @@ def timeout_arg(timeout: float | None) -> str:
     return "0" if timeout == 0 else repr(timeout * US_PER_S)
 
 
-def limits_args(rule: Rule) -> list[bytes]:
+def limits_args(rule: Rule, now_s: float | None = None) -> list[bytes]:
     """``limits.lua``'s ARGV[4] and ARGV[5] for ``rule``: the struct format, and how many
     limits are the interface's own followed by each limit's kind, rate and size (and three
     zeros the script fills), as little-endian doubles: the script unpacks them once
-    rather than parsing each from text."""
+    rather than parsing each from text. A calendar quota sends its four boundaries
+    around ``now_s`` (this process's clock) in place of the size and the zeros."""
     fields = [float(own_limits(rule))]
     for r in rule.limits:
-        kind, rate, size = limit(r)
-        fields += (KIND_CODES[kind], rate, size, 0.0, 0.0, 0.0)
+        spec = limit(r, now_s)
+        if spec.kind is LimitKind.CALENDAR:
+            fields += (KIND_CODES[spec.kind], spec.rate, *spec.bounds)
+        else:
+            fields += (KIND_CODES[spec.kind], spec.rate, spec.size, 0.0, 0.0, 0.0)
     layout = "<" + "d" * len(fields)
     return [layout.encode("ascii"), struct.pack(layout, *fields)]
 
@@ -185,7 +216,7 @@ class Commands:
     permits, the budget and, for per-caller limits, the caller's part of the keys.
     """
 
-    __slots__ = ("_cache", "_prefix")
+    __slots__ = ("_cache", "_prefix", "clock")
 
     #: Rules kept at most; past this the cache starts over (URLs of removed rows go).
     LIMIT = 65_536
@@ -195,6 +226,9 @@ class Commands:
     def __init__(self, prefix: str) -> None:
         self._prefix = prefix
         self._cache: dict[str, _Plan] = {}
+        #: This process's clock (s): where a calendar quota's boundaries are computed
+        #: from (the script picks among them by the server's clock).
+        self.clock: Callable[[], float] = time.time
 
     def __call__(
         self, rule: Rule, permits: int, timeout: float | None, caller: str | None, now: float | None
@@ -202,10 +236,14 @@ class Commands:
         """The script call of one decision: ``timeout`` in seconds (None: any wait);
         ``now`` (µs) drives the clock in tests (None: the server's)."""
         plan = self._cache.get(rule.url)
-        if plan is None or plan.rule is not rule:
+        if (
+            plan is None
+            or plan.rule is not rule
+            or (plan.valid is not None and not _holds(plan.valid, self.clock()))
+        ):
             if len(self._cache) >= self.LIMIT:
                 self._cache.clear()
-            plan = self._cache[rule.url] = _Plan(rule, self._prefix)
+            plan = self._cache[rule.url] = _Plan(rule, self._prefix, self.clock())
         timeout_us = timeout_arg(timeout)
         now_us = "" if now is None else repr(now)
         if plan.bucket:
@@ -276,15 +314,36 @@ class Packer:
 #: A decision script's reply: allowed (1/0), wait µs, stored, next free µs, factor, held
 #: µs, as six little-endian doubles in one bulk string (bucket.lua says why).
 REPLY = struct.Struct("<6d")
+#: ``limits.lua``'s reply for an interface with a calendar quota: the six, then the
+#: permits left in the binding quota's period, when it ends (epoch µs), its permits.
+QUOTA_REPLY = struct.Struct("<9d")
 
 
 def parse_reply(reply: Any) -> Verdict:
     """A decision script's reply as a Verdict (BackendError when it is not one)."""
     try:
+        if len(reply) == QUOTA_REPLY.size:
+            return _verdict(*QUOTA_REPLY.unpack(reply))
         allowed, wait_us, stored, next_free_us, factor, held_us = REPLY.unpack(reply)
     except (TypeError, struct.error) as e:
         raise BackendError(f"unexpected reply from the bucket script: {reply!r}") from e
     return Verdict(allowed == 1.0, wait_us, stored, next_free_us, factor, held_us)
+
+
+def _verdict(
+    allowed: float,
+    wait_us: float,
+    stored: float,
+    next_free_us: float,
+    factor: float,
+    held_us: float,
+    left: float,
+    reset_us: float,
+    quota: float,
+) -> Verdict:
+    return Verdict(
+        allowed == 1.0, wait_us, stored, next_free_us, factor, held_us, left, reset_us, quota
+    )
 
 
 def queued_verdict(verdict: Verdict, queued_s: float) -> Verdict:
@@ -300,14 +359,7 @@ def queued_verdict(verdict: Verdict, queued_s: float) -> Verdict:
     more_us = queued_s * US_PER_S
     next_free_us = verdict.next_free_us + more_us
     held_us = verdict.held_us + more_us if verdict.held_us > 0.0 else 0.0
-    return Verdict(
-        verdict.allowed,
-        verdict.wait_us,
-        verdict.stored,
-        next_free_us,
-        verdict.factor,
-        held_us,
-    )
+    return verdict._replace(next_free_us=next_free_us, held_us=held_us)
 
 
 #: ``pushback.lua``'s reply: the factor after it, next free µs (two packed doubles).
@@ -351,8 +403,9 @@ def is_sliding(rule: Rule) -> bool:
 
 def parse_limit_state(rule: Rule, raw: object) -> LimitState | None:
     """What ``peek`` read of ``rule``'s own limit: a bucket's state, a fixed window's
-    counter (GET), a sliding window's admission times (LRANGE), or None when there is
-    none (or the key holds something else: lost state, as the scripts treat it)."""
+    counter or a calendar quota's count (GET), a sliding window's admission times
+    (LRANGE), or None when there is none (or the key holds something else: lost state,
+    as the scripts treat it)."""
     if is_sliding(rule):
         if not isinstance(raw, list) or not raw:
             return None
@@ -361,6 +414,10 @@ def parse_limit_state(rule: Rule, raw: object) -> LimitState | None:
         if not isinstance(raw, bytes) or len(raw) != FIXED.size:
             return None
         return FixedWindow(*FIXED.unpack(raw))
+    if rule.kind is LimitKind.CALENDAR:  # the period's start, µs, and the permits in it
+        if not isinstance(raw, bytes) or len(raw) != FIXED.size:
+            return None
+        return CalendarWindow(*FIXED.unpack(raw))
     return parse_state(raw)
 
 

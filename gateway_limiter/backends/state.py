@@ -8,7 +8,8 @@ Keys: ``<prefix>:{<interfaceUrl>}:<kind>[:<P>s][:<caller>]``
   whatever its period or caller, lands in one slot, so one script call can decide all
   of its limits at once.
 - ``<kind>`` is the state's shape: ``tb`` a token bucket (or warm-up), ``sw`` a
-  sliding window, ``fw`` a fixed window. A row changing between shapes starts the new
+  sliding window, ``fw`` a fixed window, ``cq`` a calendar quota (then ``:day``,
+  ``:week`` or ``:month`` in place of ``:<P>s``). A row changing between shapes starts the new
   one afresh rather than misreading the old.
 - ``:<P>s`` only for a period other than 1 s, so the keys of rows that predate
   periods stay what they were (their state carries over an upgrade).
@@ -35,9 +36,12 @@ Keys: ``<prefix>:{<interfaceUrl>}:<kind>[:<P>s][:<caller>]``
 from __future__ import annotations
 
 import re
+import time
 from hashlib import sha1
 
 from gateway_limiter.config.rules import Algorithm, Rule
+from gateway_limiter.model.bucket import US_PER_S
+from gateway_limiter.model.calendar import Calendar
 from gateway_limiter.model.limits import LIMIT_MODELS, Limit
 
 #: Plain caller keys are kept as they are up to this many characters.
@@ -51,6 +55,8 @@ def state_key(prefix: str, rule: Rule) -> str:
         key = f"{interface_base(prefix, rule.url)}:{rule.kind}"
     else:  # under its channel's hash tag: one slot for the channel and its interfaces
         key = f"{prefix}:{{{channel_tag(rule.channel)}}}:{rule.url}:{rule.kind}"
+    if rule.calendar is not None:  # cq:day, cq:week, cq:month
+        return f"{key}:{rule.calendar.renewal.period}"
     return key if rule.period == 1 else f"{key}:{rule.period}s"
 
 
@@ -81,9 +87,33 @@ def caller_part(caller: str | None) -> str:
     return f":k#{sha1(caller.encode('utf-8', 'surrogatepass')).hexdigest()}"
 
 
-def limit(rule: Rule) -> Limit:
-    """``rule``'s own limit as ``limits.lua`` and ``limits.reserve_limits`` take it."""
-    return LIMIT_MODELS[rule.kind].limit(rule.rate, rule.period, rule.burst)
+def limit(rule: Rule, now_s: float | None = None) -> Limit:
+    """``rule``'s own limit as ``limits.lua`` and ``limits.reserve_limits`` take it (its
+    kind's model, from the table). A calendar quota's carries the boundaries around
+    ``now_s`` (None: this process's clock): see ``calendar_bounds``."""
+    own = LIMIT_MODELS[rule.kind].limit(rule.rate, rule.period, rule.burst)
+    if rule.calendar is not None:
+        bounds = calendar_bounds(rule.calendar, time.time() if now_s is None else now_s)
+        return own._replace(bounds=bounds)
+    return own
+
+
+def calendar_bounds(calendar: Calendar, now_s: float) -> tuple[float, float, float, float]:
+    """The boundaries (epoch µs) a calendar quota is decided with at ``now_s``: the start
+    of the period before the current one, the current one's start and end, and the
+    next one's end. The script picks among them by the shared clock, so a process clock
+    off by less than a whole period (at least 23 hours) never moves a renewal."""
+    start, end = calendar.period_at(now_s)
+    before, _ = calendar.period_at(start - 1)
+    _, after = calendar.period_at(end)
+    return (before * US_PER_S, start * US_PER_S, end * US_PER_S, after * US_PER_S)
+
+
+def calendar_valid(calendar: Calendar, now_s: float) -> tuple[float, float]:
+    """The span of this process's clock (s) over which ``calendar_bounds`` stays the
+    same: the current period."""
+    start, end = calendar.period_at(now_s)
+    return float(start), float(end)
 
 
 def own_limits(rule: Rule) -> int:

@@ -109,6 +109,26 @@ def caller_arg(text: str) -> str:
     return text
 
 
+def time_zone_arg(text: str) -> str | None:
+    """``--time-zone``: an IANA zone (timeZone), checked as the reload checks it;
+    ``none`` clears it to NULL (the ``default_time_zone`` setting)."""
+    from gateway_limiter.model.calendar import RenewalError, load_zone
+
+    if text.strip().lower() == NONE_WORD:
+        return None
+    try:
+        load_zone(text)
+    except RenewalError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def renews_arg(text: str) -> str | None:
+    """``--renews``: quotaRenews as text (its form depends on the period, which
+    ``conf set`` checks once it knows it); ``none`` clears it to NULL."""
+    return None if text.strip().lower() == NONE_WORD else text.strip()
+
+
 def max_permits_arg(text: str) -> int | None:
     """``--max-permits``: a whole number (INT(11)), or ``none`` for NULL (capacity = rate).
 

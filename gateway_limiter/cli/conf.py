@@ -29,6 +29,8 @@ from gateway_limiter.cli.arguments import (
     max_permits_arg,
     period_arg,
     rate_arg,
+    renews_arg,
+    time_zone_arg,
     url_arg,
     warmup_arg,
 )
@@ -58,6 +60,7 @@ from gateway_limiter.config.table import (
     read_rows,
     same_scope,
 )
+from gateway_limiter.model.calendar import QUOTA_PERIODS, RenewalError, parse_renewal
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -98,6 +101,12 @@ def register(parser: argparse.ArgumentParser) -> None:
             action="store_const",
             const=False,
             help="only the rows for all callers together",
+        )
+        pick.add_argument(
+            "--quota-period",
+            dest="quota_period",
+            choices=QUOTA_PERIODS,
+            help="only the calendar quota of this period (quotaPeriod)",
         )
         pick.add_argument(
             "--channel",
@@ -208,6 +217,44 @@ def _register_set(conf: Any) -> None:
         "and spends it in-process (leaseMs; one shared token_bucket row only); "
         f"0 or '{NONE_WORD}': NULL, every call decided in Redis",
     )
+    setp.add_argument(
+        "--quota-period",
+        dest="quota_period",
+        choices=QUOTA_PERIODS,
+        help="the calendar quota's row: --rate permits per day, week or month of the "
+        "supplier's calendar (quotaPeriod); without it, the row per --period seconds",
+    )
+    setp.add_argument(
+        "--time-zone",
+        dest="time_zone",
+        type=time_zone_arg,
+        default=argparse.SUPPRESS,
+        metavar="ZONE",
+        help="with --quota-period: the calendar's IANA zone, e.g. Asia/Shanghai "
+        f"(timeZone); '{NONE_WORD}': NULL, the default_time_zone setting",
+    )
+    setp.add_argument(
+        "--renews",
+        dest="quota_renews",
+        type=renews_arg,
+        default=argparse.SUPPRESS,
+        metavar="WHEN",
+        help="with --quota-period: when the period turns over, in local time "
+        "(quotaRenews): HH:MM for a day, 'mon HH:MM' for a week, 'DD HH:MM' (1-30) for a "
+        f"month; '{NONE_WORD}': NULL, midnight, Monday, the 1st",
+    )
+    pacing = setp.add_mutually_exclusive_group()
+    pacing.add_argument(
+        "--pacing",
+        dest="quota_pacing",
+        action="store_const",
+        const=1,
+        help="with --quota-period: quotaPacing 1, spread what is left over what is left "
+        "of the period",
+    )
+    pacing.add_argument(
+        "--no-pacing", dest="quota_pacing", action="store_const", const=0, help="quotaPacing 0"
+    )
     onoff = setp.add_mutually_exclusive_group()
     onoff.add_argument("--enable", dest="status", action="store_const", const=1, help="status 1")
     onoff.add_argument("--disable", dest="status", action="store_const", const=0, help="status 0")
@@ -248,6 +295,10 @@ _CONF_FIELDS = (
     ("shadow", "shadow"),
     ("max_concurrent", "maxConcurrent"),
     ("lease_ms", "leaseMs"),
+    ("quota_period", "quotaPeriod"),
+    ("time_zone", "timeZone"),
+    ("quota_renews", "quotaRenews"),
+    ("quota_pacing", "quotaPacing"),
 )
 
 
@@ -270,10 +321,39 @@ def cmd_conf_set(ctx: Context) -> int:
             f"argument --caller: {caller!r} names one caller of a per-caller row: add --per-caller",
             "conf set",
         )
+    quota = a.quota_period
+    if quota is None:
+        calendar_flags = [
+            flag
+            for flag, given in (
+                ("--time-zone", hasattr(a, "time_zone")),
+                ("--renews", hasattr(a, "quota_renews")),
+                ("--pacing", a.quota_pacing == 1),
+            )
+            if given
+        ]
+        if calendar_flags:
+            raise UsageError(
+                f"argument {calendar_flags[0]}: is for a calendar quota's row: add "
+                "--quota-period day, week or month",
+                "conf set",
+            )
+    elif a.period not in (None, 1):
+        raise UsageError(
+            f"argument --period: {a.period} cannot go with --quota-period {quota}: the "
+            "calendar is the period (a rate per seconds is a row of its own)",
+            "conf set",
+        )
+    if quota is not None and getattr(a, "quota_renews", None) is not None:
+        try:
+            parse_renewal(quota, a.quota_renews)
+        except RenewalError as e:
+            raise UsageError(f"argument --renews: {e}", "conf set") from None
     scope: dict[str, Any] = {
         "period_seconds": period,
         "per_caller": int(per_caller),
         "caller_key": caller,
+        "quota_period": quota,
     }
     if a.url == CHANNEL_URL:
         # each channel has its own cap: the row is picked (and made) for --channel alone
@@ -302,6 +382,12 @@ def cmd_conf_set(ctx: Context) -> int:
         fields["max_concurrent"] = a.max_concurrent
     if hasattr(a, "lease_ms"):  # SUPPRESS: absent unless given (None: clear it)
         fields["lease_ms"] = a.lease_ms
+    if hasattr(a, "time_zone"):
+        fields["time_zone"] = a.time_zone
+    if hasattr(a, "quota_renews"):
+        fields["quota_renews"] = a.quota_renews
+    if a.quota_pacing is not None:
+        fields["quota_pacing"] = a.quota_pacing
     by = ctx.changed_by()
     # Every check is made on the rows as they are in the transaction that writes: a
     # change another session makes meanwhile waits for this one (or this one for it),
@@ -330,6 +416,7 @@ def cmd_conf_set(ctx: Context) -> int:
                 period_seconds=period,
                 per_caller=int(per_caller),
                 caller_key=caller,
+                quota_period=quota,
             )
         else:
             target = old
@@ -372,11 +459,17 @@ def cmd_conf_set(ctx: Context) -> int:
     if len(before) > 1:
         others = ", ".join(str(r.config_id) for r in before[1:])
         ctx.out.line(
-            f"note: {a.url} has other rows {scope_text(period, per_caller)} "
+            f"note: {a.url} has other rows {scope_text(quota or period, per_caller)} "
             f"(configId {others}); of the enabled ones, the stricter applies"
         )
     rows = read_rows(engine)
-    ctx.out.line(url_effect(a.url, rows, build_rules(rows, ctx.settings.default_cache)))
+    ctx.out.line(
+        url_effect(
+            a.url,
+            rows,
+            build_rules(rows, ctx.settings.default_cache, ctx.settings.default_time_zone),
+        )
+    )
     _warn_written(ctx, rows, [row.config_id])
     if row.lease_ms and row.rate_limit and _lease_in_force(ctx, rows, row.config_id, a.url):
         warning = one_permit_lease_warning(row.rate_limit, row.period_seconds or 1, row.lease_ms)
@@ -406,13 +499,17 @@ def _lease_in_force(ctx: Context, rows: Sequence[ConfRow], config_id: int, url: 
     """Whether the reload gives ``url`` the lease of row ``config_id`` once that row is
     enabled (a lease it ignores has its own warning, from ``written_warnings``)."""
     enabled = [replace(r, status=1) if r.config_id == config_id else r for r in rows]
-    rule = build_rules(enabled, ctx.settings.default_cache).rules.get(url)
+    rule = build_rules(
+        enabled, ctx.settings.default_cache, ctx.settings.default_time_zone
+    ).rules.get(url)
     return rule is not None and rule.lease_ms != 0
 
 
 def _scope_flags(row: ConfRow) -> str:
     """The ``conf enable/disable`` flags that pick ``row``'s period and scope."""
-    return f" --period {row.period_seconds} --{'per-caller' if row.per_caller else 'shared'}"
+    quota = f" --quota-period {row.quota_period}" if row.quota_period else ""
+    scope = "per-caller" if row.per_caller else "shared"
+    return f" --period {row.period_seconds}{quota} --{scope}"
 
 
 # --- conf enable, disable, delete: the rows of a URL, narrowed by period and scope -------
@@ -425,6 +522,8 @@ def _scope_of(args: argparse.Namespace) -> dict[str, Any]:
         scope["period_seconds"] = args.period
     if args.per_caller is not None:
         scope["per_caller"] = int(args.per_caller)
+    if getattr(args, "quota_period", None) is not None:
+        scope["quota_period"] = args.quota_period
     if getattr(args, "channel", None) is not None:
         if args.url != CHANNEL_URL:
             raise UsageError(
@@ -438,7 +537,8 @@ def _scope_of(args: argparse.Namespace) -> dict[str, Any]:
 
 def _no_row(ctx: Context, scope: dict[str, Any], then: str) -> CliError:
     url = ctx.args.url
-    which = f" {scope_text(ctx.args.period or 1, bool(ctx.args.per_caller))}" if scope else ""
+    period = getattr(ctx.args, "quota_period", None) or ctx.args.period or 1
+    which = f" {scope_text(period, bool(ctx.args.per_caller))}" if scope else ""
     return CliError(f"no row for URL {url}{which}; {then}")
 
 
@@ -542,7 +642,11 @@ def _cmd_conf_status(ctx: Context, status: int) -> int:
         said.append(f"0 rows changed for {url}")
     ctx.out.line("; ".join(said))
     rows = read_rows(engine)
-    ctx.out.line(url_effect(url, rows, build_rules(rows, ctx.settings.default_cache)))
+    ctx.out.line(
+        url_effect(
+            url, rows, build_rules(rows, ctx.settings.default_cache, ctx.settings.default_time_zone)
+        )
+    )
     if status:
         _warn_written(ctx, rows, picked)
     if changed:
@@ -570,6 +674,10 @@ def cmd_conf_delete(ctx: Context) -> int:
         raise _no_row(ctx, scope, "nothing deleted")
     ctx.out.line(f"deleted {_rows(len(gone))} for {url} (configId {_ids(gone)})")
     rows = read_rows(engine)
-    ctx.out.line(url_effect(url, rows, build_rules(rows, ctx.settings.default_cache)))
+    ctx.out.line(
+        url_effect(
+            url, rows, build_rules(rows, ctx.settings.default_cache, ctx.settings.default_time_zone)
+        )
+    )
     ctx.out.line(ctx.reload_note())
     return 0

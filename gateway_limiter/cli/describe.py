@@ -74,12 +74,27 @@ def on_off(value: bool) -> str:
 
 
 def _per(rule: Rule) -> str:
-    """A limit's rate with its period: "20/s", "200 per 60 s"."""
+    """A limit's rate with its period: "20/s", "200 per 60 s", "50,000 per day"."""
+    if rule.calendar is not None:
+        return f"{rule.rate:,} per {rule.calendar.renewal.period}"
     return f"{rule.rate}/s" if rule.period == 1 else f"{rule.rate} per {rule.period} s"
+
+
+def calendar_text(rule: Rule) -> str:
+    """When a calendar quota renews: "renews 00:00 Asia/Shanghai", "renews mon 00:00
+    UTC", "renews on day 15 at 00:00 America/New_York"."""
+    assert rule.calendar is not None
+    renewal, zone = rule.calendar.renewal, rule.calendar.zone.key
+    if renewal.period == "month":
+        return f"renews on day {renewal.day} at {renewal.hour:02d}:{renewal.minute:02d} {zone}"
+    return f"renews {renewal.text} {zone}"
 
 
 def _algorithm_text(rule: Rule) -> str:
     """What the rule's algorithm does with the rate, in a few words."""
+    if rule.calendar is not None:
+        pacing = ", paced" if rule.pacing else ""
+        return f"calendar quota: {calendar_text(rule)}{pacing}"
     if rule.algorithm == Algorithm.SLIDING_WINDOW:
         return f"sliding_window: never more in any {rule.period} s"
     if rule.algorithm == Algorithm.FIXED_WINDOW:

@@ -108,7 +108,7 @@ def cmd_conf_list(ctx: Context) -> int:
     skipped row with its reason."""
     engine = ctx.engine()
     every = read_rows(engine)
-    ruleset = build_rules(every, ctx.settings.default_cache)
+    ruleset = build_rules(every, ctx.settings.default_cache, ctx.settings.default_time_zone)
     rows = [r for r in every if picked(r, ctx.args)]
     if ctx.args.json:
         ctx.out.line(json.dumps(list_json(rows, ruleset), ensure_ascii=False, indent=1))

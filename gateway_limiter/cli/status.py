@@ -4,6 +4,7 @@ state, once or refreshed in place until Ctrl-C."""
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -19,7 +20,13 @@ from gateway_limiter.cli.context import (
     relaxed,
     sigterm_interrupts,
 )
-from gateway_limiter.cli.describe import capacity, fmt_amount, on_off, url_effect
+from gateway_limiter.cli.describe import (
+    calendar_text,
+    capacity,
+    fmt_amount,
+    on_off,
+    url_effect,
+)
 from gateway_limiter.cli.listing import add_filters
 from gateway_limiter.cli.output import Column, Report
 from gateway_limiter.config.rules import Algorithm, Rule, build_rules
@@ -160,7 +167,11 @@ def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
         )
     if url is not None and not states:
         rows = read_rows(limiter.registry.engine)
-        report.append(url_effect(url, rows, build_rules(rows, settings.default_cache)))
+        report.append(
+            url_effect(
+                url, rows, build_rules(rows, settings.default_cache, settings.default_time_zone)
+            )
+        )
         return report, ""
     if every and not states:
         report.append(f"no limit of {len(every)} in force matches the filters")
@@ -355,6 +366,24 @@ def _watch_status(ctx: Context, limiter: GatewayLimiter) -> int:
     return 0
 
 
+def _quota_state(s: BucketStatus) -> str:
+    """A calendar quota's state: "used 1,200 of 50,000; renews 2026-11-30 00:00 CST"."""
+    rule = s.rule
+    assert rule.calendar is not None
+    renews = calendar_text(rule)
+    if rule.per_caller or rule.caller is not None:
+        return f"each caller's count not shown; {renews}"
+    if s.error is not None:
+        return f"error: {s.error}"
+    if s.quota_used is None or s.renews_at is None:
+        return renews
+    when = dt.datetime.fromtimestamp(s.renews_at, rule.calendar.zone)
+    return (
+        f"used {fmt_amount(s.quota_used)} of {fmt_amount(rule.rate)}; "
+        f"renews {when:%Y-%m-%d %H:%M %Z} ({rule.calendar.zone.key})"
+    )
+
+
 def _for_each_caller(rule: Rule, state: str) -> str:
     return f"{state}, for each caller" if rule.per_caller else state
 
@@ -414,6 +443,8 @@ def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
     rule = s.rule
     cap = capacity(rule)
     per = "" if rule.period == 1 else f"/{rule.period}s"  # the rate's and the effective's
+    if rule.calendar is not None:
+        per = f"/{rule.calendar.renewal.period}"
     rate = f"{rule.rate:,}{per}"
     url = f"* (channel {rule.channel})" if rule.caps_channel else rule.url
     head = [url, str(rule.config_id), rate, f"{rule.cache:g}", fmt_amount(cap)]
@@ -450,6 +481,8 @@ def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
 
     if rule.closed:
         return row("-", "-", "closed: every call refused")
+    if rule.calendar is not None:
+        return row("-", "-", _quota_state(s))
     if rule.algorithm in WINDOW_ALGORITHMS:
         return _window_row(s, row)
     if rule.caller is not None:

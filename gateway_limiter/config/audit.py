@@ -82,6 +82,10 @@ RECORDED_COLUMNS: Final = {
     "max_concurrent": "maxConcurrent",
     "caller_key": "callerKey",
     "lease_ms": "leaseMs",
+    "quota_period": "quotaPeriod",
+    "time_zone": "timeZone",
+    "quota_renews": "quotaRenews",
+    "quota_pacing": "quotaPacing",
 }
 
 
@@ -112,16 +116,21 @@ def _value(name: str, value: Any) -> Any:
 
 #: Columns recorded only when set: rows recorded before the column existed still compare
 #: equal to the same rows read after ``db upgrade`` (no spurious ``sql`` updates).
-_RECORDED_WHEN_SET: Final = frozenset({"lease_ms"})
+#: (quotaPacing, NOT NULL, is recorded only when 1.)
+_RECORDED_WHEN_SET: Final = frozenset(
+    {"lease_ms", "quota_period", "time_zone", "quota_renews", "quota_pacing"}
+)
 
 
 def row_record(row: ConfRow | RateLimitConf) -> dict[str, Any]:
     """A row as the audit records it: column name -> value (no lastModifyTime)."""
-    return {
-        col: _value(attr, value)
-        for attr, col in RECORDED_COLUMNS.items()
-        if (value := getattr(row, attr, None)) is not None or attr not in _RECORDED_WHEN_SET
-    }
+    record = {}
+    for attr, col in RECORDED_COLUMNS.items():
+        value = getattr(row, attr, None)
+        unset = value is None or (attr == "quota_pacing" and value == 0)
+        if attr not in _RECORDED_WHEN_SET or not unset:
+            record[col] = _value(attr, value)
+    return record
 
 
 def _dump(record: Mapping[str, Any] | None) -> str | None:

@@ -38,6 +38,7 @@ from gateway_limiter.config.rules import (
     rule_from_row,
 )
 from gateway_limiter.config.table import ConfRow, LockedTable
+from gateway_limiter.model.calendar import MAX_RENEWS, QUOTA_PERIODS, RenewalError, load_zone
 
 #: INT(11) is a signed 32-bit column.
 MAX_INT11: Final = 2**31 - 1
@@ -63,6 +64,10 @@ EDITABLE: Final = {
     "maxConcurrent": "max_concurrent",
     "callerKey": "caller_key",
     "leaseMs": "lease_ms",
+    "quotaPeriod": "quota_period",
+    "timeZone": "time_zone",
+    "quotaRenews": "quota_renews",
+    "quotaPacing": "quota_pacing",
 }
 #: Model attribute -> column name.
 COLUMN_OF: Final = {attr: col for col, attr in EDITABLE.items()}
@@ -126,7 +131,27 @@ def _check(column: str, value: Any) -> Any:
         if round(value, 2) != value:  # FLOAT(3,2) would round it silently
             raise bad("at most 2 decimals (the column is FLOAT(3,2))")
         return float(value)
-    if column in ("status", "shadow", "perCaller"):
+    if column == "quotaPeriod":
+        if value is None:
+            return None
+        if value not in QUOTA_PERIODS:
+            raise bad(f"must be one of {', '.join(QUOTA_PERIODS)}, or null")
+        return value
+    if column == "timeZone":
+        if value is None or value == "":
+            return None
+        try:
+            load_zone(value)
+        except RenewalError:
+            raise bad("must be an IANA time zone such as Asia/Shanghai, or null") from None
+        return value
+    if column == "quotaRenews":
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str) or len(value) > MAX_RENEWS:
+            raise bad(f"must be text of at most {MAX_RENEWS} characters, or null")
+        return value.strip()  # its form for the row's period: row_problem says
+    if column in ("status", "shadow", "perCaller", "quotaPacing"):
         if value not in (0, 1) or not isinstance(value, (int, bool)):
             raise bad("must be 0 or 1")
         return int(value)

@@ -198,7 +198,9 @@ class Registry:
             return self._no_database_file(missing)
         try:
             rows = read_rows(self._engine, display=False)
-            ruleset = build_rules(rows, self.settings.default_cache)
+            ruleset = build_rules(
+                rows, self.settings.default_cache, self.settings.default_time_zone
+            )
             # Read with the rows: a switch that cannot be read keeps the whole last good
             # snapshot, rows and switch together (only a missing table means the setting).
             stored_switch = None if self._follower is not None else self._read_switch()

@@ -50,6 +50,18 @@ CLI and the console refuse such a value outright). It applies only where the int
 is one shared token bucket, enforced (``lease_problem``); elsewhere it is ignored with
 a warning naming the configId, and the row applies without a lease.
 
+Calendar quotas (docs/algorithms.md, "Calendar quotas"). A row with a ``quotaPeriod``
+(``day``, ``week``, ``month``) allows ``rateLimit`` permits per period of the calendar
+in its ``timeZone`` (NULL: the ``default_time_zone`` setting), renewing at
+``quotaRenews`` (``model/calendar.py``). It counts like a fixed window whose windows
+are the calendar's periods (``Rule.calendar``; ``Rule.period`` is the period's nominal
+length, ``CALENDAR_SECONDS``, for rates and ordering) and takes its own place among
+the interface's limits: a daily quota beside a per-second row, both decided in one
+call. An unknown zone, a ``quotaRenews`` that does not parse or names the 31st, or
+calendar columns on a row without a ``quotaPeriod`` make the row skipped, naming its
+configId (a daily quota read as a per-second one would let 86,400 times too much
+through).
+
 Disabled rows make no rule, but their URLs are kept (``RuleSet.disabled``) so that a
 decision can say "disabled" rather than "not configured".
 """
@@ -65,11 +77,27 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from gateway_limiter.config.table import ConfRow
-from gateway_limiter.model.algorithms import ALGORITHM_TABLE, LimitKind, Spec, most_held
+from gateway_limiter.model.algorithms import (
+    ALGORITHM_TABLE,
+    Kind,
+    LimitKind,
+    Quota,
+    Spec,
+    most_held,
+)
 
 # The rows' names for the algorithms, defined in the table (re-exported here).
 from gateway_limiter.model.algorithms import ALGORITHMS as ALGORITHMS  # noqa: PLC0414
 from gateway_limiter.model.algorithms import Algorithm as Algorithm  # noqa: PLC0414
+from gateway_limiter.model.calendar import (
+    DEFAULT_TIME_ZONE,
+    Calendar,
+    QuotaPeriod,
+    RenewalError,
+    load_zone,
+    parse_period,
+    parse_renewal,
+)
 
 MAX_URL_LENGTH = 128
 MAX_CACHE = 9.99
@@ -85,6 +113,14 @@ MAX_PERIOD = 86_400
 MAX_LEASE_MS = 60_000
 #: The shortest warmupPeriod (s): shorter, the warm-up slope overflows a double.
 MIN_WARMUP = 0.001
+#: A calendar quota's nominal length in seconds (``Rule.period``): what its rate per
+#: second and its place among an interface's limits are reckoned from. The month is the
+#: longest one, so a rate derived from it never exceeds the quota's.
+CALENDAR_SECONDS = {
+    QuotaPeriod.DAY: 86_400,
+    QuotaPeriod.WEEK: 7 * 86_400,
+    QuotaPeriod.MONTH: 31 * 86_400,
+}
 #: The longest a token bucket may take to fill (s): a year. A bucket's key expires once
 #: it would be full, and an expiry far beyond that is more than Redis takes.
 MAX_FILL_S = 365 * 86_400
@@ -121,6 +157,11 @@ class Rule:
     #: ``leaseMs``: the ms of the rate one process may take at a time (0: no lease); only
     #: ever set where ``lease_problem`` finds nothing against it.
     lease_ms: int = 0
+    #: A calendar quota (``quotaPeriod``): ``rate`` permits per period of this calendar,
+    #: counted as a fixed window on its periods; None: per ``period`` seconds.
+    calendar: Calendar | None = None
+    #: ``quotaPacing``: spread what is left of the quota over what is left of the period.
+    pacing: bool = False
     #: ``rateLimit = 0`` here or in any of ``also`` (a closed channel closes its
     #: interfaces): every call refused. Computed, so the decision path reads a field.
     closed: bool = field(init=False, compare=False)
@@ -145,6 +186,8 @@ class Rule:
             channel: str | None = None,
             caller: str | None = None,
             lease_ms: int = 0,
+            calendar: Calendar | None = None,
+            pacing: bool = False,
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -165,25 +208,36 @@ class Rule:
         return self.capacity or self.rate
 
     @property
+    def table_key(self) -> Kind:
+        """What the limit is looked up by in the one table (``model/algorithms.py``): a
+        calendar quota's ``Quota.CALENDAR``, else the algorithm."""
+        return self.algorithm if self.calendar is None else Quota.CALENDAR
+
+    @property
     def spec(self) -> Spec:
-        """What the algorithm is (``model/algorithms.py``)."""
-        return ALGORITHM_TABLE[self.algorithm]
+        """What the limit is (``model/algorithms.py``)."""
+        return ALGORITHM_TABLE[self.table_key]
 
     @property
     def kind(self) -> LimitKind:
         """The kind of state the limit keeps (its key's last part)."""
-        return ALGORITHM_TABLE[self.algorithm].kind
+        return ALGORITHM_TABLE[self.table_key].kind
 
     @property
     def most(self) -> int:
         """The most permits the limit ever lets go at once: a bucket's capacity, a
-        window's rate."""
-        return most_held(self.algorithm, self.rate, self.burst)
+        window's (or a calendar quota's) rate."""
+        return most_held(self.table_key, self.rate, self.burst)
 
     @property
     def per_second(self) -> float:
         """The rate in permits per second (``rate / period``)."""
         return self.rate / self.period
+
+    @property
+    def quota_period(self) -> QuotaPeriod | None:
+        """The calendar period (day, week, month) of a calendar quota, else None."""
+        return None if self.calendar is None else self.calendar.renewal.period
 
     @property
     def limits(self) -> tuple[Rule, ...]:
@@ -293,10 +347,67 @@ def type_problem(row: ConfRow) -> str:
         return f"maxConcurrent {row.max_concurrent!r} is not a whole number"
     if not (row.lease_ms is None or _is_whole(row.lease_ms)):
         return f"leaseMs {row.lease_ms!r} is not a whole number"
+    for column, value in (
+        ("quotaPeriod", row.quota_period),
+        ("timeZone", row.time_zone),
+        ("quotaRenews", row.quota_renews),
+    ):
+        if not isinstance(value, str | None):
+            return f"{column} {value!r} is not text"
+    if row.quota_pacing not in (None, 0, 1) or isinstance(row.quota_pacing, float):
+        return f"quotaPacing {row.quota_pacing!r} is not 0 or 1"
     return ""
 
 
-def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
+def calendar_problem(
+    row: ConfRow, default_time_zone: str = DEFAULT_TIME_ZONE
+) -> tuple[str, Calendar | None]:
+    """Why the row's calendar columns cannot be ("" when they can), and its Calendar
+    (None for a row without a ``quotaPeriod``). Each reason starts with its column."""
+    if row.quota_period is None:
+        for column, value in (
+            ("timeZone", row.time_zone),
+            ("quotaRenews", row.quota_renews),
+            ("quotaPacing", row.quota_pacing or None),
+        ):
+            if value is not None:
+                return (
+                    f"{column} {value!r} is for calendar quotas: it needs quotaPeriod "
+                    "(day, week or month)",
+                    None,
+                )
+        return "", None
+    try:
+        period = parse_period(row.quota_period)
+        renewal = parse_renewal(period, row.quota_renews)
+        zone = load_zone(row.time_zone if row.time_zone is not None else default_time_zone)
+    except RenewalError as e:
+        return str(e), None
+    algorithm = row.algorithm or Algorithm.TOKEN_BUCKET
+    if algorithm not in (Algorithm.TOKEN_BUCKET, Algorithm.FIXED_WINDOW):
+        return (
+            f"algorithm {algorithm!r} cannot count a calendar quota (quotaPeriod "
+            f"{period}): it counts permits per period (fixed_window, or the default)",
+            None,
+        )
+    if row.period_seconds not in (None, 1):
+        return (
+            f"periodSeconds {row.period_seconds!r} cannot go with quotaPeriod {period}: the "
+            "calendar is the period (leave periodSeconds 1, and add a row for a rate)",
+            None,
+        )
+    if row.max_permits is not None:
+        return (
+            f"maxPermits {row.max_permits} is not used by a calendar quota (quotaPeriod "
+            f"{period}: rateLimit is the period's permits)",
+            None,
+        )
+    return "", Calendar(renewal, zone)
+
+
+def rule_from_row(
+    row: ConfRow, default_cache: float, default_time_zone: str = DEFAULT_TIME_ZONE
+) -> Rule | Skipped | None:
     """The rule of one row, a Skipped with the reason, or None for a disabled row."""
     if row.status not in (0, 1):
         return Skipped(row.config_id, f"status {row.status!r} is not 0 or 1")
@@ -331,6 +442,9 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         return Skipped(row.config_id, f"cache {row.cache!r} is negative")
     # FLOAT(3,2) on MySQL reads back as e.g. 0.300000011920929; keep what was meant.
     cache = min(round(cache, 2), MAX_CACHE)
+    problem, calendar = calendar_problem(row, default_time_zone)
+    if problem:
+        return Skipped(row.config_id, problem)
     algorithm = row.algorithm or Algorithm.TOKEN_BUCKET
     # NULL (a schema before revision 0004, or written so by hand): today's meaning.
     period = 1 if row.period_seconds is None else row.period_seconds
@@ -357,6 +471,9 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
     problem = lease_range_problem(row)
     if problem:  # build_rules clears such a leaseMs first: only the edits' checks see this
         return Skipped(row.config_id, problem)
+    if calendar is not None:  # counted on the calendar's periods, as a fixed window
+        algorithm = Algorithm.FIXED_WINDOW
+        period = CALENDAR_SECONDS[calendar.renewal.period]
     return Rule(
         url=url,
         rate=int(row.rate_limit),
@@ -373,6 +490,8 @@ def rule_from_row(row: ConfRow, default_cache: float) -> Rule | Skipped | None:
         channel=row.channel_type if url == CHANNEL_URL else None,
         caller=row.caller_key,
         lease_ms=int(row.lease_ms or 0),
+        calendar=calendar,
+        pacing=bool(row.quota_pacing),
     )
 
 
@@ -395,14 +514,16 @@ class RowWarning(str):
         return made
 
 
-def _without_bad_lease(row: ConfRow, warnings: list[str], default_cache: float) -> ConfRow:
+def _without_bad_lease(
+    row: ConfRow, warnings: list[str], default_cache: float, default_time_zone: str
+) -> ConfRow:
     """``row`` with an out-of-range ``leaseMs`` cleared, and a warning naming it when the
     row applies: an optional performance setting must not unlimit its interface."""
     problem = "" if type_problem(row) else lease_range_problem(row)
     if not problem:
         return row
     cleared = replace(row, lease_ms=None)
-    if isinstance(rule_from_row(cleared, default_cache), Rule):
+    if isinstance(rule_from_row(cleared, default_cache, default_time_zone), Rule):
         warnings.append(
             RowWarning(
                 f"leaseMs of configId {row.config_id} ignored on {row.interface_url!r}: "
@@ -475,9 +596,10 @@ def algorithm_problem(
     return ""
 
 
-def scope_text(period: int, per_caller: bool) -> str:
-    """A limit's period and scope in words: "per 60 s, per caller"."""
-    return f"per {period} s" + (", per caller" if per_caller else "")
+def scope_text(period: int | str, per_caller: bool) -> str:
+    """A limit's period and scope in words: "per 60 s, per caller", "per day"."""
+    unit = f"per {period}" if isinstance(period, str) else f"per {period} s"
+    return unit + (", per caller" if per_caller else "")
 
 
 def _stricter(a: Rule, b: Rule) -> Rule:
@@ -529,7 +651,9 @@ class RuleSet:
 
 
 #: A limit's place among its owner's limits: (period, per caller, callerKey).
-_Slot = tuple[int, bool, str | None]
+#: A calendar quota's period is its name (``day``): a daily quota and a row of
+#: ``periodSeconds`` 86,400 are different limits.
+_Slot = tuple[int | str, bool, str | None]
 
 
 def _slot_text(slot: _Slot) -> str:
@@ -539,7 +663,7 @@ def _slot_text(slot: _Slot) -> str:
 
 def _place(slots: dict[_Slot, Rule], rule: Rule, owner: str, skipped: list[Skipped]) -> None:
     """Put ``rule`` into its slot; of two rows for one slot the stricter wins."""
-    slot = (rule.period, rule.per_caller, rule.caller)
+    slot = (rule.quota_period or rule.period, rule.per_caller, rule.caller)
     other = slots.get(slot)
     if other is None:
         slots[slot] = rule
@@ -724,9 +848,12 @@ def twin_warnings(rows: Sequence[ConfRow]) -> list[RowWarning]:
     return found
 
 
-def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
+def build_rules(
+    rows: Iterable[ConfRow], default_cache: float, default_time_zone: str = DEFAULT_TIME_ZONE
+) -> RuleSet:
     """Turn rows into rules: skip bad rows, resolve duplicate limits (stricter wins),
-    gather each URL's limits into one Rule, with its channel's cap and named callers."""
+    gather each URL's limits into one Rule, with its channel's cap and named callers.
+    ``default_time_zone`` is the zone of calendar quotas whose ``timeZone`` is NULL."""
     limits: dict[str, dict[_Slot, Rule]] = {}  # url -> slot -> the row's limit
     caps: dict[str, dict[_Slot, Rule]] = {}  # channelType -> slot -> a channel row's limit
     channels: dict[str, dict[str, list[int]]] = {}  # url -> channelType -> configIds
@@ -736,8 +863,8 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
     rows = list(rows)
     warnings: list[str] = list(twin_warnings(rows))
     for row in rows:
-        row = _without_bad_lease(row, warnings, default_cache)  # noqa: PLW2901
-        outcome = rule_from_row(row, default_cache)
+        row = _without_bad_lease(row, warnings, default_cache, default_time_zone)  # noqa: PLW2901
+        outcome = rule_from_row(row, default_cache, default_time_zone)
         if outcome is None:
             if row.interface_url and row.interface_url != CHANNEL_URL:
                 disabled.add(row.interface_url)
@@ -746,6 +873,14 @@ def build_rules(rows: Iterable[ConfRow], default_cache: float) -> RuleSet:
             skipped.append(outcome)
             continue
         leases = leases or outcome.lease_ms != 0
+        if outcome.pacing:
+            warnings.append(
+                RowWarning(
+                    f"quotaPacing of configId {outcome.config_id} on {outcome.url!r} is not "
+                    "applied yet: the quota holds, without pacing",
+                    [outcome.config_id],
+                )
+            )
         shape = url_shape_problem(outcome.url)
         if shape:  # applied: callers may pass such a key to the limiter themselves
             warnings.append(RowWarning(f"configId {row.config_id}: {shape}", [row.config_id]))

@@ -24,6 +24,7 @@ from gateway_limiter.config.switch_source import (
     need_httpx,
     parse_switch_source,
 )
+from gateway_limiter.model.calendar import RenewalError, load_zone
 from gateway_limiter.observe.logs import log
 from gateway_limiter.observe.redact import mask_secrets, mask_url
 
@@ -60,6 +61,8 @@ class Settings:
     #: in etcd (``etcd://host:port/key``) or Apollo (``apollo://host:port/app/ns?key=K``).
     switch_source: str = "table"
     default_cache: float = 0.5
+    #: The IANA zone of calendar quotas whose ``timeZone`` is NULL.
+    default_time_zone: str = "UTC"
     on_backend_error: str = "share"
     redis_timeout: float = 0.05
     redis_connect_timeout: float = 0.5
@@ -171,6 +174,12 @@ def _validate(s: Settings) -> None:
     _positive("breaker_seconds", s.breaker_seconds, low=0.0)
     if not (math.isfinite(s.default_cache) and 0 <= s.default_cache <= 9.99):
         raise _bad("default_cache", s.default_cache, "must be between 0 and 9.99 seconds")
+    try:
+        load_zone(s.default_time_zone)
+    except RenewalError:
+        raise _bad(
+            "default_time_zone", s.default_time_zone, "must be an IANA time zone (e.g. UTC)"
+        ) from None
     if not 1 <= s.redis_pool_size <= 10_000:
         raise _bad("redis_pool_size", s.redis_pool_size, "must be between 1 and 10000")
     if not (math.isfinite(s.fleet_heartbeat) and 0.05 <= s.fleet_heartbeat <= 3600):

@@ -137,6 +137,13 @@ class RateLimitConf(Base):
     caller_key: Mapped[str | None] = mapped_column("callerKey", String(64))
     # Revision 0007
     lease_ms: Mapped[int | None] = mapped_column("leaseMs", _INT11)
+    # Revision 0009
+    quota_period: Mapped[str | None] = mapped_column("quotaPeriod", String(8))
+    time_zone: Mapped[str | None] = mapped_column("timeZone", String(64))
+    quota_renews: Mapped[str | None] = mapped_column("quotaRenews", String(16))
+    quota_pacing: Mapped[int] = mapped_column(
+        "quotaPacing", _TINYINT1, nullable=False, server_default="0"
+    )
 
 
 class LimiterSwitch(Base):
@@ -323,6 +330,10 @@ class ConfRow:
     max_concurrent: int | None = None
     caller_key: str | None = None
     lease_ms: int | None = None
+    quota_period: str | None = None
+    time_zone: str | None = None
+    quota_renews: str | None = None
+    quota_pacing: int | None = None
 
 
 _ROW_FIELDS = {
@@ -343,6 +354,10 @@ _ROW_FIELDS = {
     "maxConcurrent": "max_concurrent",
     "callerKey": "caller_key",
     "leaseMs": "lease_ms",
+    "quotaPeriod": "quota_period",
+    "timeZone": "time_zone",
+    "quotaRenews": "quota_renews",
+    "quotaPacing": "quota_pacing",
 }
 
 

@@ -253,7 +253,7 @@ def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
 
     def list_rules() -> dict[str, Any]:
         rows = read_rows(sources.engine)
-        ruleset = build_rules(rows, settings.default_cache)
+        ruleset = build_rules(rows, settings.default_cache, settings.default_time_zone)
         skipped = {s.config_id: s.reason for s in ruleset.skipped}
         return {"rows": [_row_json(r, skipped) for r in rows], "total": len(rows)}
 

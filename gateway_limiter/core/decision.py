@@ -25,10 +25,12 @@ reason              allowed when
 from __future__ import annotations
 
 import math
+import time
 from enum import StrEnum
 from typing import Final, NamedTuple
 
 from gateway_limiter.config.rules import Rule
+from gateway_limiter.model.algorithms import LimitKind
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.model.pushback import effective_rate
 
@@ -73,6 +75,13 @@ class Decision(NamedTuple):
     ``in_flight``: the calls to the interface in flight across the fleet as ``slot()``
     saw it (this one included when it was admitted); None outside ``slot()``, or where
     the row has no ``maxConcurrent``.
+
+    ``reset_at``: when a calendar quota (``quotaPeriod``) binds, when it renews (Unix
+    epoch seconds, on the Redis server's clock); None otherwise. ``limit``,
+    ``remaining`` and ``effective_rate`` speak of the limit that binds: a calendar quota
+    binds when it has fewer permits left than the interface's other limits (or refused
+    the call for want of them); then ``limit`` is its ``rateLimit`` per period, and a
+    refusal by the spent quota has ``retry_after`` = the seconds to ``reset_at``.
     """
 
     allowed: bool
@@ -86,6 +95,7 @@ class Decision(NamedTuple):
     shadow: bool = False
     effective_rate: float | None = None
     in_flight: int | None = None
+    reset_at: float | None = None
 
     def headers(self) -> dict[str, str]:
         """``X-RateLimit-Limit``, ``X-RateLimit-Remaining``, (refused) ``Retry-After``, and
@@ -103,16 +113,30 @@ class Decision(NamedTuple):
             headers["X-RateLimit-Effective-Rate"] = f"{self.effective_rate:.6g}"
         if not self.allowed and self.retry_after is not None:
             headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
+        if self.reset_at is not None:
+            headers["X-RateLimit-Reset"] = str(math.ceil(self.reset_at))
+            # draft-ietf-httpapi-ratelimit-headers: the quota's policy and what is left
+            # of it, t seconds before it renews
+            seconds = max(0, math.ceil(self.reset_at - time.time()))
+            left = self.remaining if self.remaining is not None else 0
+            headers["RateLimit-Policy"] = f'"quota";q={self.limit}'
+            headers["RateLimit"] = f'"quota";r={left};t={seconds}'
         return headers
 
 
 def decision_of(
-    verdict: Verdict, reason: Reason, rule: Rule | None, budget_s: float, fallback_retry_s: float
+    verdict: Verdict,
+    reason: Reason,
+    rule: Rule | None,
+    budget_s: float,
+    fallback_retry_s: float,
+    permits: int = 1,
 ) -> Decision:
     """The Decision of a verdict already honoured (any wait slept).
 
     ``budget_s``: the wait budget the call had. ``fallback_retry_s``: what
     ``retry_after`` is when the ``deny`` policy refused (the breaker's next probe).
+    ``permits``: what the call asked (a quota with fewer left refused it).
     """
     if rule is None:
         return Decision(verdict.allowed, reason)
@@ -134,13 +158,27 @@ def decision_of(
         remaining = 0
     else:
         remaining = int(verdict.stored)
+    limit, rate = rule.rate, effective_rate(rule.rate, verdict.factor, rule.algorithm)
+    reset_at = None
+    if verdict.quota_left >= 0.0 and not rule.closed:
+        left = int(verdict.quota_left)
+        spent = not verdict.allowed and left < permits
+        # ``stored`` is what the interface's other limits have left (none: the quota's)
+        others = any(r.kind is not LimitKind.CALENDAR for r in rule.limits)
+        if spent or not others or remaining is None or left < remaining:  # the quota binds
+            remaining, limit = left, int(verdict.quota_limit)
+            rate, reset_at = float(limit), verdict.quota_reset_us / US_PER_S
+            if spent and retry_after is not None:
+                retry_after = verdict.wait_us / US_PER_S  # to the renewal, on its clock
     return Decision(
         verdict.allowed,
         reason,
         waited,
         retry_after,
         remaining,
-        rule.rate,
+        limit,
         rule.shadow,
-        effective_rate(rule.rate, verdict.factor, rule.algorithm),
+        rate,
+        None,
+        reset_at,
     )

@@ -41,10 +41,16 @@ already.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import Final, TypeAlias
 
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import US_PER_S, Verdict
+
+#: A reply's calendar quota: permits left, when its period ends (epoch µs), its limit.
+Quota: TypeAlias = tuple[float, float, float]
+#: An interface without a calendar quota.
+NO_QUOTA: Final[Quota] = (-1.0, 0.0, 0.0)
 
 
 class LocalRefusals:
@@ -62,8 +68,9 @@ class LocalRefusals:
 
     def __init__(self) -> None:
         #: interface (or (interface, key)) -> (its rule, next free, trusted until, the
-        #: hold's end), in s on time.monotonic()
-        self._at: dict[Hashable, tuple[Rule, float, float, float]] = {}
+        #: hold's end), in s on time.monotonic(), and what the reply said of its calendar
+        #: quota (``Verdict.quota_left``, ``quota_reset_us``, ``quota_limit``)
+        self._at: dict[Hashable, tuple[Rule, float, float, float, Quota]] = {}
         self._switch: bool | None = None
         #: bumped by every ``forget``: a reply asked for before that is not learnt
         self.generation = 0
@@ -86,7 +93,7 @@ class LocalRefusals:
         entry = self._at.get(rule.url if key is None else _slot(rule, key))
         if entry is None:
             return None
-        known, free_at_s, trusted_s, held_s = entry
+        known, free_at_s, trusted_s, held_s, quota = entry
         if now_s + timeout_s >= free_at_s or now_s >= trusted_s:
             return None
         # A reload builds new Rule objects: the same limits? (Until the next reply about
@@ -97,7 +104,7 @@ class LocalRefusals:
         self.refused += 1
         wait_us = (free_at_s - now_s) * US_PER_S
         held_us = (held_s - now_s) * US_PER_S if held_s > now_s else 0.0
-        return Verdict(False, wait_us, 0.0, wait_us, 1.0, held_us)
+        return Verdict(False, wait_us, 0.0, wait_us, 1.0, held_us, *quota)
 
     def learn(
         self,
@@ -106,6 +113,7 @@ class LocalRefusals:
         asked: tuple[float, int],
         next_free_us: float,
         held_us: float = 0.0,
+        quota: Quota = NO_QUOTA,
     ) -> None:
         """A reply said the interface is next free in ``next_free_us`` (and held by a
         pushback for ``held_us``) to a request that left at ``asked`` = (monotonic s, the
@@ -122,7 +130,7 @@ class LocalRefusals:
         held_s = held_us / US_PER_S
         if held_s > ahead_s:  # the hold is what keeps it shut: trusted longer
             ahead_s = min(held_s, self.HOLD_AHEAD_S)
-        at[slot] = (rule, sent_s + free_s, sent_s + ahead_s, sent_s + held_s)
+        at[slot] = (rule, sent_s + free_s, sent_s + ahead_s, sent_s + held_s, quota)
         if generation != self.generation:  # a forget came in between: undo, no lock needed
             at.pop(slot, None)
 

@@ -502,13 +502,14 @@ class LimiterCore:
         self._answered(ask, reply)
         return self._settled(ask.rule, reply, Reason.ADMITTED if reply.allowed else Reason.LIMITED)
 
-    def _decision(self, outcome: Outcome, timeout_s: float | None) -> Decision:
+    def _decision(self, outcome: Outcome, timeout_s: float | None, permits: int = 1) -> Decision:
         """The Decision a ``decide`` answers, once its wait is slept."""
         verdict, reason, rule = outcome
         if rule is None:
             return decision_of(verdict, reason, None, 0.0, 0.0)
         budget_s = rule.cache if timeout_s is None else timeout_s
-        decision = decision_of(verdict, reason, rule, budget_s, self.settings.breaker_seconds)
+        breaker_s = self.settings.breaker_seconds
+        decision = decision_of(verdict, reason, rule, budget_s, breaker_s, permits)
         if reason == Reason.BACKEND_FALLBACK and self.policy.kind is FailurePolicy.SHARE:
             # the rate this process enforces now is its part of the row's, not the row's
             part = self._fleet.part(rule)
@@ -557,7 +558,14 @@ class LimiterCore:
             self._fleet.charges_due = True
         refusals = self._local_refusals
         if verdict.next_free_us > 0.0 and ask.asked is not None and refusals is not None:
-            refusals.learn(ask.rule, ask.key, ask.asked, verdict.next_free_us, verdict.held_us)
+            refusals.learn(
+                ask.rule,
+                ask.key,
+                ask.asked,
+                verdict.next_free_us,
+                verdict.held_us,
+                (verdict.quota_left, verdict.quota_reset_us, verdict.quota_limit),
+            )
         if verdict.factor != 1.0 or self._factors:  # a pushback, now or before
             self._seen_factor(ask.rule, verdict.factor)
 

@@ -17,6 +17,8 @@ from gateway_limiter.core.failure import attempt
 from gateway_limiter.model.bucket import US_PER_S, BucketState, reserve, resync
 from gateway_limiter.model.limits import (
     LIMIT_MODELS,
+    CalendarLimit,
+    CalendarWindow,
     FixedWindow,
     Limit,
     LimitKind,
@@ -60,6 +62,10 @@ class BucketStatus:
     #: Calls in flight on the interface across the fleet (``slot()``); None: the row has
     #: no ``maxConcurrent`` (or this is not the interface's first limit).
     in_flight: int | None = None
+    #: A shared calendar quota: permits used in the period the Redis clock is in, and
+    #: when that period ends (Unix seconds); None: not a calendar quota, or not read.
+    quota_used: float | None = None
+    renews_at: float | None = None
     #: A window's permits counted in its window now (of ``rule.rate``); None: not a
     #: window, or not read.
     used: float | None = None
@@ -126,6 +132,17 @@ def has_shared_state(rule: Rule) -> bool:
     return not rule.per_caller
 
 
+def quota_status(rule: Rule, shared: bool, state: object, now_us: float) -> BucketStatus:
+    """A shared calendar quota as ``status`` shows it: used in the period ``now_us`` (the
+    Redis clock) is in, and when that period ends."""
+    spec = limit_of(rule, now_us / US_PER_S)
+    counter = state if isinstance(state, CalendarWindow) else None
+    left, ends_us = CalendarLimit().period_left(spec, counter, now_us)
+    return BucketStatus(
+        rule, None, 0.0, shared, quota_used=rule.rate - left, renews_at=ends_us / US_PER_S
+    )
+
+
 def bucket_status(
     rule: Rule,
     shared: bool,
@@ -152,6 +169,10 @@ def bucket_status(
         return BucketStatus(rule, None, 0.0, shared, str(peeked))
     state, now_us = peeked
     pb = (effective, held_ms, held_until)
+    if rule.kind is LimitKind.CALENDAR or isinstance(state, CalendarWindow):
+        if rule.closed:
+            return BucketStatus(rule, None, 0.0, shared, None, None, *pb)
+        return quota_status(rule, shared, state, now_us)
     if rule.spec.window:
         if rule.closed:
             return BucketStatus(rule, None, 0.0, shared, None, None, *pb)

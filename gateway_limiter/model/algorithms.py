@@ -4,7 +4,9 @@ the kind of state it keeps, its code in the scripts, and whether it is a window.
 Everything else reads this table: the rows (``config/rules.py``: ``Rule.kind``,
 ``Rule.most``), the model (``model/limits.py``: one ``LimitModel`` per kind), the keys and
 script arguments (``backends/state.py``, ``backends/scripts.py``), the decision path and
-the fleet share (``core/``), and live status. A new algorithm is a row here, its
+the fleet share (``core/``), and live status. A calendar quota (``quotaPeriod``) is a
+row here too, looked up by ``Quota.CALENDAR`` in place of its row's algorithm. A new
+algorithm is a row here, its
 ``LimitModel`` (and ``limits.lua`` branch) when it keeps a new kind of state, and its
 column checks in ``config/rules.py``.
 """
@@ -12,7 +14,7 @@ column checks in ``config/rules.py``.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, TypeAlias
 
 
 class Algorithm(StrEnum):
@@ -32,6 +34,18 @@ class LimitKind(StrEnum):
     TOKEN_BUCKET = "tb"
     SLIDING_WINDOW = "sw"
     FIXED_WINDOW = "fw"
+    CALENDAR = "cq"
+
+
+class Quota(StrEnum):
+    """Limits a row makes by another column than ``algorithm``: a ``quotaPeriod`` makes
+    the row a calendar quota (``model/calendar.py``), whatever its algorithm says."""
+
+    CALENDAR = "calendar"
+
+
+#: What a limit is looked up by in the table: its row's algorithm, or its quota.
+Kind: TypeAlias = Algorithm | Quota
 
 
 class Spec(NamedTuple):
@@ -47,12 +61,15 @@ class Spec(NamedTuple):
 
 
 #: Every algorithm, defined once.
-ALGORITHM_TABLE: Final[dict[Algorithm, Spec]] = {
+ALGORITHM_TABLE: Final[dict[Kind, Spec]] = {
     Algorithm.TOKEN_BUCKET: Spec(LimitKind.TOKEN_BUCKET, 1.0, False),
     # a bucket whose stored permits cost: the same state and script code as a bucket
     Algorithm.WARM_UP: Spec(LimitKind.TOKEN_BUCKET, 1.0, False),
     Algorithm.SLIDING_WINDOW: Spec(LimitKind.SLIDING_WINDOW, 2.0, True),
     Algorithm.FIXED_WINDOW: Spec(LimitKind.FIXED_WINDOW, 3.0, True),
+    # a fixed window whose windows are the periods of a calendar: its own state (the
+    # period's start and its count) and code, the boundaries sent with each call
+    Quota.CALENDAR: Spec(LimitKind.CALENDAR, 4.0, True),
 }
 
 #: Each kind of state's code in the scripts (from the table).
@@ -65,7 +82,7 @@ KIND_CODES: Final[dict[LimitKind, float]] = {
 ALGORITHMS: Final[tuple[str, ...]] = tuple(a.value for a in Algorithm)
 
 
-def most_held(algorithm: Algorithm, rate: int, burst: int) -> int:
+def most_held(kind: Kind, rate: int, burst: int) -> int:
     """The most permits one limit ever lets go at once: a bucket's capacity (``burst``),
-    a window's ``rate``."""
-    return rate if ALGORITHM_TABLE[algorithm].window else burst
+    a window's (or a calendar quota's) ``rate``."""
+    return rate if ALGORITHM_TABLE[kind].window else burst

@@ -128,6 +128,12 @@ class Verdict(NamedTuple):
     factor: float = 1.0
     #: µs from the decision's ``now`` until a pushback's ``retry_after`` ends (0: no hold).
     held_us: float = 0.0
+    #: Calendar quotas (``model/limits.py``, ``CalendarLimit``): the permits left in the
+    #: current period of the one with the fewest left (-1: the interface has none), and
+    #: when that period ends (epoch µs on the shared clock), and its permits per period.
+    quota_left: float = -1.0
+    quota_reset_us: float = 0.0
+    quota_limit: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,15 @@ an earlier window than one already given out), and a refusal counts nothing. The
 counter expires when its window ends. Cheap and exact per window, but two windows
 meet at a boundary: up to 2 r calls can come within a moment across it.
 
+Calendar quota (``quotaPeriod``)
+--------------------------------
+A fixed window whose windows are the periods of a calendar (``model/calendar.py``):
+days of 23 to 25 hours, months of 28 to 31 days. The deciding process sends four
+boundaries around its own clock and the shared clock picks the period among them
+(``CalendarLimit``); the counter is the start of the period holding reservations and
+its count. Replies then also say what is left of the quota with the fewest left, and
+when its period ends (``quota_left``).
+
 Several limits at once
 ----------------------
 An interface with several limits (different periods, or shared and per caller)
@@ -93,12 +102,22 @@ class Limit(NamedTuple):
     kind: LimitKind
     rate: float  # token bucket: permits per second; windows: permits per window
     size: float  # token bucket: capacity; sliding: window length, µs; fixed: period, µs
+    #: A calendar quota's boundaries (epoch µs): the periods ``[b0, b1)``, ``[b1, b2)``,
+    #: ``[b2, b3)`` around the deciding process's clock (``CalendarLimit``).
+    bounds: tuple[float, ...] = ()
 
 
 class FixedWindow(NamedTuple):
     """A fixed window's counter: the latest window holding reservations, and its count."""
 
     window: float  # k, for the window [k * period, (k + 1) * period)
+    used: float  # permits reserved in it
+
+
+class CalendarWindow(NamedTuple):
+    """A calendar quota's counter: the period holding reservations, and its count."""
+
+    window: float  # the period's start, epoch µs
     used: float  # permits reserved in it
 
 
@@ -159,7 +178,7 @@ class SlidingLog(NamedTuple):
 
 #: The state of one limit: a bucket's, a sliding window's admissions (runs, oldest
 #: first), or a fixed window's counter.
-LimitState: TypeAlias = BucketState | SlidingLog | FixedWindow
+LimitState: TypeAlias = BucketState | SlidingLog | FixedWindow | CalendarWindow
 
 _EMPTY_LOG = SlidingLog((), (), 0)
 
@@ -418,15 +437,141 @@ class FixedLimit:
         return max(0.0, cap - cast(FixedWindow, state).used)
 
 
+def calendar_start(bounds: Sequence[float], at_us: float) -> float:
+    """The start of the period that holds ``at_us`` among ``bounds`` (b0..b3): the latest
+    boundary at or before it (b0 when it is earlier than all of them)."""
+    b0, b1, b2, b3 = bounds
+    if at_us >= b3:
+        return b3
+    if at_us >= b2:
+        return b2
+    if at_us >= b1:
+        return b1
+    return b0
+
+
+def calendar_end(bounds: Sequence[float], start_us: float) -> float:
+    """The end of the period that starts at ``start_us``: the first boundary after it
+    (past b3, b3 plus the length of the last period given)."""
+    _, b1, b2, b3 = bounds
+    if start_us < b1:
+        return b1
+    if start_us < b2:
+        return b2
+    if start_us < b3:
+        return b3
+    return start_us + (b3 - b2)
+
+
+class CalendarLimit:
+    """A calendar quota: a fixed window whose windows are the periods of a calendar
+    (``model/calendar.py``), so they may be 23, 24 or 25 hours, or 28 to 31 days.
+
+    The deciding process computes, from its own clock, the start of the period before
+    the current one, the current one's start and end, and the next one's end (b0..b3),
+    and the script picks among them by the shared clock: a process whose clock is off by
+    less than a whole period still counts in the period the shared clock is in. The
+    counter is the start of the period holding reservations (µs) and its count; a
+    pushback neither scales nor holds a quota's count (the call still goes no sooner
+    than the hold's end)."""
+
+    def limit(self, rate: int, period_s: int, capacity: int) -> Limit:
+        """Without bounds: ``state.limit`` adds them for the moment of the decision."""
+        return Limit(LimitKind.CALENDAR, float(rate), 0.0)
+
+    def _counter(self, limit: Limit, state: LimitState | None, now_us: float) -> CalendarWindow:
+        start = calendar_start(limit.bounds, now_us)
+        counter = cast(CalendarWindow | None, state)
+        if counter is None or counter.window < start:
+            return CalendarWindow(start, 0.0)
+        return counter
+
+    def earliest(
+        self,
+        limit: Limit,
+        state: LimitState | None,
+        permits: int,
+        now_us: float,
+        until_us: float = 0.0,
+    ) -> tuple[float, LimitState] | None:
+        """Now if the counter's period has room and has begun, else the next period."""
+        if permits > limit.rate:
+            return None
+        counter = self._counter(limit, state, now_us)
+        if counter.used + float(permits) > limit.rate:
+            return max(now_us, calendar_end(limit.bounds, counter.window)), counter
+        return max(now_us, counter.window), counter
+
+    def next_free_at(self, limit: Limit, state: LimitState, now_us: float) -> float:
+        """The period the counter has room for one more permit in."""
+        counter = self._counter(limit, state, now_us)
+        if counter.used + 1.0 > limit.rate:
+            return calendar_end(limit.bounds, counter.window)
+        return max(now_us, counter.window)
+
+    def record(self, limit: Limit, state: LimitState, n: float, at_us: float) -> LimitState:
+        """Count the permits in the period that contains T."""
+        counter = cast(CalendarWindow, state)
+        window = calendar_start(limit.bounds, at_us)
+        if window > counter.window:
+            counter = CalendarWindow(window, 0.0)
+        return CalendarWindow(counter.window, counter.used + n)
+
+    def expiry_ms(self, limit: Limit, state: LimitState, now_us: float) -> int:
+        """When the counter's period ends."""
+        ends_us = calendar_end(limit.bounds, cast(CalendarWindow, state).window)
+        return max(EXPIRY_GRACE_MS, math.ceil((ends_us - now_us) / 1000.0) + EXPIRY_GRACE_MS)
+
+    def left(self, limit: Limit, state: LimitState, cap: float, at_us: float) -> float:
+        """None counted here: a quota's count is told apart (``period_left``), so the
+        least permits left stay the interface's rate limits'."""
+        return math.inf
+
+    def period_left(
+        self, limit: Limit, state: LimitState | None, now_us: float
+    ) -> tuple[float, float]:
+        """The permits left in the period the shared clock is in, and when it ends (µs):
+        none while reservations already fill it into the next one."""
+        start = calendar_start(limit.bounds, now_us)
+        ends = calendar_end(limit.bounds, start)
+        counter = cast(CalendarWindow | None, state)
+        if counter is None or counter.window < start:
+            return limit.rate, ends
+        if counter.window > start:
+            return 0.0, ends
+        return max(0.0, limit.rate - counter.used), ends
+
+
 #: Each kind of limit's model.
 LIMIT_MODELS: dict[LimitKind, LimitModel] = {
     LimitKind.TOKEN_BUCKET: BucketLimit(),
     LimitKind.SLIDING_WINDOW: SlidingLimit(),
     LimitKind.FIXED_WINDOW: FixedLimit(),
+    LimitKind.CALENDAR: CalendarLimit(),
 }
+_CALENDAR = CalendarLimit()
+
+
+def quota_left(
+    limits: Sequence[Limit], states: Sequence[LimitState | None], now_us: float
+) -> tuple[float, float, float]:
+    """The calendar quota with the fewest permits left after a decision: (left, the end
+    of its period, µs, its permits per period); (-1, 0, 0) when no limit is a calendar
+    quota. On a tie, the later end (it binds longer)."""
+    best = (-1.0, 0.0, 0.0)
+    for limit, state in zip(limits, states, strict=True):
+        if limit.kind is LimitKind.CALENDAR:
+            left, ends = _CALENDAR.period_left(limit, state, now_us)
+            if best[0] < 0 or left < best[0] or (left == best[0] and ends > best[1]):
+                best = (left, ends, limit.rate)
+    return best
 
 
 # --- several limits at once (limits.lua) -------------------------------------------------
+
+
+#: Kinds whose count a pushback's factor does not cap (a bucket scales its rate instead).
+_NOT_CAPPED = frozenset({LimitKind.TOKEN_BUCKET, LimitKind.CALENDAR})
 
 
 def reserve_limits(
@@ -469,7 +614,7 @@ def reserve_limits(
         # keep its own rate, since the factor only recovers).
         capped = [
             x
-            if x.kind is LimitKind.TOKEN_BUCKET or permits > x.rate or i >= own
+            if x.kind in _NOT_CAPPED or permits > x.rate or i >= own
             else Limit(x.kind, window_limit(x.rate, factor, permits), x.size)
             for i, x in enumerate(limits)
         ]
@@ -488,7 +633,8 @@ def reserve_limits(
     if timeout_us is not None and wait_us > timeout_us:
         next_us = _next_free_us(limits, current, now_us, until_us)
         left = _least_left(limits, current, now_us, factor, own)
-        return Verdict(False, wait_us, left, next_us, factor, held_us), None
+        quota = quota_left(limits, current, now_us)
+        return Verdict(False, wait_us, left, next_us, factor, held_us, *quota), None
     n = float(permits)
     new = tuple(
         LIMIT_MODELS[limit.kind].record(limit, state, n, at_us)
@@ -496,7 +642,8 @@ def reserve_limits(
     )
     next_us = _next_free_us(limits, new, now_us, until_us)
     left = _least_left(limits, new, at_us, factor, own)
-    return Verdict(True, wait_us, left, next_us, factor, held_us), new
+    quota = quota_left(limits, new, now_us)
+    return Verdict(True, wait_us, left, next_us, factor, held_us, *quota), new
 
 
 def _next_free_us(

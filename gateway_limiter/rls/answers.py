@@ -7,7 +7,8 @@ into the protobuf answer.
   are a second, a minute, an hour and a day (and a week, a month, a year, longer than
   any ``periodSeconds``): a period of exactly one of them is said exactly; any other
   is said in the smallest unit at least as long as the period, its rate scaled to it
-  and rounded down (at least 1): 5 per 10 s is 30 per minute. The ``name`` says the
+  and rounded down (at least 1): 5 per 10 s is 30 per minute. A calendar quota
+  (``quotaPeriod``) is said per day, week or month, exactly. The ``name`` says the
   row exactly (``configId 7: 5 per 10 s, sliding_window``).
 - ``limit_remaining``: whole permits left after the call (as ``Decision.remaining``;
   a sliding window keeps no count, and says 0).
@@ -35,8 +36,10 @@ from gateway_limiter.model.bucket import US_PER_S
 from gateway_limiter.rls.judge import Judgement
 
 #: Envoy's ``RateLimitResponse.RateLimit.Unit`` values used here, with their seconds.
-SECOND, MINUTE, HOUR, DAY = 1, 2, 3, 4
+SECOND, MINUTE, HOUR, DAY, MONTH, WEEK = 1, 2, 3, 4, 5, 7
 UNITS: tuple[tuple[int, int], ...] = ((1, SECOND), (60, MINUTE), (3600, HOUR), (86_400, DAY))
+#: A calendar quota's period in Envoy's units (said exactly, however long the period).
+CALENDAR_UNITS: dict[str, int] = {"day": DAY, "week": WEEK, "month": MONTH}
 #: The header that says what decided (Redis, or the failure policy while it is away).
 DECIDED_BY = "X-RateLimit-Decided-By"
 
@@ -75,6 +78,10 @@ class Answer:
 
 def envoy_limit(rule: Rule) -> Limit:
     """``rule`` (one row) in Envoy's units: exactly when its period is one of them."""
+    if rule.calendar is not None:  # a calendar quota: per day, week or month of its zone
+        period = rule.calendar.renewal.period
+        name = f"configId {rule.config_id}: {rule.rate} per {period} in {rule.calendar.zone.key}"
+        return Limit(rule.rate, CALENDAR_UNITS[period], name, True)
     name = f"configId {rule.config_id}: {rule.rate} per {rule.period} s, {rule.algorithm}"
     for seconds, unit in UNITS:
         if rule.period == seconds:

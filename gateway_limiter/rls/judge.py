@@ -25,6 +25,7 @@ would have to wait is refused, with the wait as its ``Retry-After``.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from gateway_limiter.aio import AsyncGatewayLimiter
@@ -163,6 +164,13 @@ class Judge:
                 # decisions before it took, since given back).
                 wait_us = 0.0 if said.allowed else said.wait_us
                 verdict = Verdict(False, wait_us, said.stored, 0.0, said.factor, said.held_us)
+                if said.quota_left >= 0.0:  # a calendar quota: its permits given back too
+                    left = said.quota_left + (ask.permits if said.allowed else 0)
+                    verdict = verdict._replace(
+                        quota_left=min(left, said.quota_limit),
+                        quota_reset_us=said.quota_reset_us,
+                        quota_limit=said.quota_limit,
+                    )
             outcomes[i] = limiter._finish(ask, verdict)
 
     def call(self, asks: list[Ask]) -> ScriptCall:
@@ -206,11 +214,21 @@ class Judge:
 
 
 def parse_together(reply: object, n: int) -> tuple[bool, list[Verdict]]:
-    """``descriptors.lua``'s reply: whether all admitted, and each decision's verdict."""
-    if not isinstance(reply, bytes) or len(reply) != _ALL + n * REPLY.size:
+    """``descriptors.lua``'s reply: whether all admitted, and each decision's verdict
+    (each reply after the double that counts its doubles: 6, or 9 with a calendar
+    quota)."""
+    if not isinstance(reply, bytes) or len(reply) < _ALL:
         raise BackendError(f"unexpected reply from the descriptors script: {reply!r}")
     all_in = reply[:_ALL] == b"\x00\x00\x00\x00\x00\x00\xf0\x3f"  # 1.0, little-endian
-    verdicts = [
-        parse_reply(reply[_ALL + k * REPLY.size : _ALL + (k + 1) * REPLY.size]) for k in range(n)
-    ]
+    verdicts = []
+    at = _ALL
+    for _ in range(n):
+        if len(reply) < at + _ALL:
+            raise BackendError(f"unexpected reply from the descriptors script: {reply!r}")
+        (count,) = struct.unpack_from("<d", reply, at)
+        end = at + _ALL + int(count) * _ALL
+        verdicts.append(parse_reply(reply[at + _ALL : end]))
+        at = end
+    if at != len(reply):
+        raise BackendError(f"unexpected reply from the descriptors script: {reply!r}")
     return all_in, verdicts

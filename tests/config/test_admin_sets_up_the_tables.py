@@ -46,6 +46,30 @@ def test_set_limit_creates_then_updates_the_row_of_one_period_and_scope(db_url: 
     assert (rows[per_caller].per_caller, rows[per_caller].period_seconds) == (1, 60)
 
 
+def test_set_limit_stores_a_calendar_quota_beside_the_rate_and_refuses_bad_ones(
+    db_url: str,
+) -> None:
+    rate = admin.set_limit(db_url, "/q", 20)
+    daily = admin.set_limit(db_url, "/q", 50_000, quota_period="day", time_zone="Asia/Shanghai")
+    again = admin.set_limit(db_url, "/q", 40_000, quota_period="day", quota_renews="02:00")
+    assert daily == again and daily != rate
+    with pytest.raises(ValueError, match="quotaRenews '31 00:00' names the 31st"):
+        admin.set_limit(db_url, "/q", 9, quota_period="month", quota_renews="31 00:00")
+    with pytest.raises(ValueError, match="timeZone 'Peking'"):
+        admin.set_limit(db_url, "/q", 9, quota_period="week", time_zone="Peking")
+    engine = make_engine(db_url)
+    rows = {r.config_id: r for r in find_rows(engine, "/q")}
+    engine.dispose()
+    assert set(rows) == {rate, daily}
+    assert (rows[daily].rate_limit, rows[daily].quota_period, rows[daily].quota_renews) == (
+        40_000,
+        "day",
+        "02:00",
+    )
+    assert rows[daily].time_zone is None  # every column written: back to the default
+    assert rows[rate].quota_period is None
+
+
 def test_a_limiter_enforces_what_admin_stored(db_url: str) -> None:
     admin.set_limit(db_url, "/m", 3, cache=0.0)
     admin.set_limit(db_url, "/off", 1, cache=0.0, enabled=False)

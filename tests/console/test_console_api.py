@@ -123,6 +123,12 @@ def test_an_edit_changes_the_row_and_the_audit(console: Served) -> None:
         ({"interfaceUrl": "/x\n"}, 422, "interfaceUrl"),
         ({"periodSeconds": 0}, 422, "periodSeconds"),
         ({"nonsense": 1}, 422, "nonsense"),
+        ({"quotaPeriod": "year"}, 422, "quotaPeriod"),
+        ({"quotaPeriod": "day", "timeZone": "Mars/Olympus"}, 422, "timeZone"),
+        ({"timeZone": "Asia/Shanghai"}, 422, "timeZone"),  # a calendar column, no period
+        ({"quotaPeriod": "month", "quotaRenews": "31 00:00"}, 422, "quotaRenews"),
+        ({"quotaPeriod": "day", "quotaRenews": "mon 00:00"}, 422, "quotaRenews"),
+        ({"quotaPacing": 2}, 422, "quotaPacing"),
     ],
 )
 def test_a_bad_value_names_its_field_and_writes_nothing(
@@ -300,6 +306,19 @@ def test_status_shows_slots_in_use_and_what_a_pushback_left(console: Served) -> 
     # and the hold runs down: by no more than the time the calls measurably took
     assert 5.0 <= bucket["effectiveRate"] <= 5.0 + 0.5 * took + 0.01
     assert 30_000 - 1000 * took - 2 <= bucket["heldMs"] <= 30_000
+
+
+def test_a_row_becomes_a_calendar_quota(console: Served) -> None:
+    config_id = write_row(console.engine, URL, rateLimit=50_000)
+    calendar = {"quotaPeriod": "day", "timeZone": "Asia/Shanghai", "quotaRenews": "02:00"}
+    with console.client() as http:
+        done = http.patch(f"/api/rules/{config_id}", json=calendar)
+        assert done.status_code == 200, done.text
+        listed = http.get("/api/rules").json()
+    row = next(r for r in listed["rows"] if r["configId"] == config_id)
+    assert {k: row[k] for k in calendar} == calendar
+    assert row["skipped"] is None
+    assert read_audit(console.engine)[0]["afterRow"]["timeZone"] == "Asia/Shanghai"
 
 
 def test_max_concurrent_zero_clears_the_cap_as_conf_set_does(console: Served) -> None:

@@ -120,3 +120,34 @@ def test_an_interface_whose_url_begins_with_a_closing_brace_stays_in_one_slot(
     keys = state_keys(client, key_prefix)
     assert len(keys) >= 2
     assert len({client.cluster("KEYSLOT", key) for key in keys}) == 1
+
+
+def test_a_calendar_quota_and_a_channel_quota_are_decided_in_one_slot(
+    migrated_db: tuple[str, Engine], cluster_node: RedisServer, key_prefix: str
+) -> None:
+    _, engine = migrated_db
+    url = "/ibe/flight/search"
+    write_row(engine, url, rateLimit=100, cache=0.0, channelType="IBE+")
+    for quota in ({"quotaPeriod": "day", "timeZone": "Asia/Shanghai"}, {"perCaller": 1}):
+        columns = {"quotaPeriod": "day", "timeZone": "America/New_York"} | quota
+        write_row(engine, url, add=True, rateLimit=3, cache=0.0, channelType="IBE+", **columns)
+    write_row(engine, "*", rateLimit=1000, cache=0.0, channelType="IBE+", quotaPeriod="month")
+    lim = limiter(
+        migrated_db[0],
+        cluster_node.url,
+        key_prefix,
+        on_backend_error="deny",
+        redis_timeout=2.0,
+        redis_timeout_ceiling=2.0,
+    )
+    try:
+        decisions = [lim.decide(url, timeout=0, key="k") for _ in range(4)]
+        assert [d.allowed for d in decisions] == [True, True, True, False]
+        assert decisions[-1].reset_at is not None and decisions[-1].limit == 3
+        assert lim.backend_healthy and lim.backend_fallbacks == 0  # Redis decided each
+    finally:
+        lim.close()
+    client: redis.Redis = cluster_node.client()
+    keys = state_keys(client, key_prefix)
+    assert sum(":cq:" in k for k in keys) == 3  # the two daily quotas, the channel's month
+    assert len({client.cluster("KEYSLOT", key) for key in keys}) == 1

@@ -35,6 +35,7 @@ def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
     write_row(engine, "/closed", rateLimit=0, cache=0.0)
     write_row(engine, "/s", rateLimit=1, periodSeconds=HOUR, shadow=1, cache=0.0)
     write_row(engine, "/lease", rateLimit=1000, leaseMs=1000, cache=0.0)
+    write_row(engine, "/q", rateLimit=2, quotaPeriod="month", timeZone="Asia/Shanghai", cache=0)
     return limiter_db
 
 
@@ -116,6 +117,32 @@ async def test_the_answer_names_the_row_in_envoys_units(alim: AsyncGatewayLimite
     assert done.headers["X-RateLimit-Remaining"] == "0"
     assert 3000 < int(done.headers["Retry-After"]) <= HOUR
     assert done.headers[DECIDED_BY] == "redis"
+
+
+async def test_a_calendar_quota_goes_together_and_is_said_per_month(
+    alim: AsyncGatewayLimiter,
+) -> None:
+    judge = Judge(alim)
+    first = await judge.judge("d", [w("/q"), w("/a")])
+    assert first.allowed
+    # /a has two left: asking three refuses it in the script, after /q took its permit
+    refused = await judge.judge("d", [w("/q"), w("/a", permits=3)])
+    assert not refused.allowed
+    assert [j.admitted for j in refused.judged] == [True, False]
+    done = answer(alim, refused)
+    q = done.statuses[0]
+    assert q.limit is not None and (q.limit.requests_per_unit, q.limit.unit) == (2, 5)  # MONTH
+    assert q.limit.exact and "per month in Asia/Shanghai" in q.limit.name
+    assert q.remaining == 2 - 1  # the pair's permit given back: one of two used
+    # the quota kept the one permit the first pair took, not the refused pair's
+    second = await alim.decide("/q", timeout=0)
+    assert second.allowed and second.remaining == 0 and second.reset_at is not None
+    assert not (await alim.decide("/q", timeout=0)).allowed
+    spent = answer(alim, await judge.judge("d", [w("/q")]))
+    assert not spent.ok and not spent.statuses[0].ok
+    reset_s = spent.statuses[0].reset_s
+    assert reset_s is not None and 0 < reset_s <= 31 * 86_400
+    assert spent.headers["X-RateLimit-Limit"] == "2"
 
 
 async def test_the_script_is_loaded_again_after_a_flush(

@@ -1,0 +1,187 @@
+"""``conf set URL --quota-period day --time-zone Asia/Shanghai [--renews] [--pacing]``
+writes a calendar quota's row beside the URL's per-second row; bad values are refused
+naming the field before anything is written; rows written by plain SQL with bad values
+are skipped by the reload with a warning naming the configId. On MariaDB and SQLite."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from sqlalchemy import Engine, text
+
+from gateway_limiter import GatewayLimiter
+from gateway_limiter.cli import main
+from gateway_limiter.config.rules import build_rules
+from gateway_limiter.config.table import read_rows
+from gateway_limiter.model.calendar import Calendar, QuotaPeriod
+from tests.support.commandline import Ran, settings_file
+from tests.support.commandline import cli as run
+from tests.support.limiting import write_row
+from tests.support.services import RedisServer
+
+URL = "/ibe/flight/search"
+
+pytestmark = pytest.mark.usefixtures("no_local_settings")
+
+
+def cli(capsys: pytest.CaptureFixture[str], db: str, *argv: str) -> Ran:
+    return run(capsys, "--database-url", db, *argv)
+
+
+def calendar_columns(engine: Engine) -> list[tuple[Any, ...]]:
+    with engine.connect() as conn:
+        result = conn.execute(
+            text(
+                "select configId, rateLimit, periodSeconds, quotaPeriod, timeZone, quotaRenews,"
+                " quotaPacing from t_ratelimite_conf order by configId"
+            )
+        )
+        return [tuple(r) for r in result]
+
+
+def test_conf_set_writes_a_daily_quota_beside_the_per_second_row(
+    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+) -> None:
+    db, engine = migrated_any_db
+    assert cli(capsys, db, "conf", "set", URL, "--rate", "20", "--enable").code == 0
+    ran = cli(
+        capsys,
+        db,
+        *("conf", "set", URL, "--rate", "50000", "--quota-period", "day"),
+        *("--time-zone", "Asia/Shanghai", "--enable"),
+    )
+    assert ran.code == 0, ran.err
+    assert "quotaPeriod day, timeZone Asia/Shanghai, quotaRenews NULL, quotaPacing 0" in ran.out
+    assert "50,000 per day" in ran.out and "renews 00:00 Asia/Shanghai" in ran.out
+    # the same command again changes that row, not the per-second one
+    ran = cli(
+        capsys,
+        db,
+        *("conf", "set", URL, "--rate", "40000", "--quota-period", "day", "--renews", "02:00"),
+    )
+    assert ran.code == 0, ran.err
+    assert "rateLimit 50000 -> 40000, quotaRenews NULL -> 02:00" in ran.out
+    assert calendar_columns(engine) == [
+        (1, 20, 1, None, None, None, 0),
+        (2, 40_000, 1, "day", "Asia/Shanghai", "02:00", 0),
+    ]
+    ruleset = build_rules(read_rows(engine), 0.5)
+    assert ruleset.skipped == ()
+    rule = ruleset.rules[URL]
+    assert [(r.rate, r.quota_period) for r in rule.limits] == [
+        (20, None),
+        (40_000, QuotaPeriod.DAY),
+    ]
+    listed = cli(capsys, db, "conf", "list")
+    assert "40,000 per day" in listed.out
+    # a month from the 15th in New York, and back to the default zone
+    ran = cli(
+        capsys,
+        db,
+        *("conf", "set", URL, "--rate", "1000000", "--quota-period", "month"),
+        *("--renews", "15 00:00", "--time-zone", "America/New_York", "--enable"),
+    )
+    assert ran.code == 0, ran.err
+    assert "renews on day 15 at 00:00 America/New_York" in ran.out
+    ran = cli(capsys, db, "conf", "set", URL, "--quota-period", "month", "--time-zone", "none")
+    assert "timeZone America/New_York -> NULL" in ran.out
+    # conf disable picks the calendar row by its period
+    ran = cli(capsys, db, "conf", "disable", URL, "--quota-period", "day")
+    assert ran.code == 0, ran.err
+    assert [r[0] for r in calendar_columns(engine)] == [1, 2, 3]
+    with engine.connect() as conn:
+        statuses = conn.execute(
+            text("select configId, status from t_ratelimite_conf order by configId")
+        ).all()
+    assert [tuple(s) for s in statuses] == [(1, 1), (2, 0), (3, 1)]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (("--quota-period", "day", "--time-zone", "Mars/Olympus"), "timeZone 'Mars/Olympus'"),
+        (("--quota-period", "month", "--renews", "31 00:00"), "names the 31st"),
+        (("--quota-period", "day", "--renews", "25:00"), "quotaRenews '25:00'"),
+        (("--quota-period", "week", "--renews", "15 00:00"), "quotaRenews '15 00:00'"),
+        (("--time-zone", "Asia/Shanghai"), "argument --time-zone: is for a calendar quota"),
+        (("--renews", "02:00"), "argument --renews: is for a calendar quota"),
+        (("--pacing",), "argument --pacing: is for a calendar quota"),
+        (("--quota-period", "day", "--period", "60"), "argument --period: 60 cannot go"),
+        (("--quota-period", "year"), "invalid choice: 'year'"),
+    ],
+)
+def test_conf_set_refuses_bad_calendar_values_naming_the_field(
+    capsys: pytest.CaptureFixture[str],
+    migrated_any_db: tuple[str, Engine],
+    argv: tuple[str, ...],
+    says: str,
+) -> None:
+    db, engine = migrated_any_db
+    ran = cli(capsys, db, "conf", "set", URL, "--rate", "100", *argv)
+    assert ran.code == 2
+    assert says in ran.err
+    assert calendar_columns(engine) == []  # nothing written
+
+
+def test_conf_set_refuses_a_calendar_row_with_an_algorithm_it_cannot_count(
+    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+) -> None:
+    db, engine = migrated_any_db
+    ran = cli(
+        capsys,
+        db,
+        *("conf", "set", URL, "--rate", "100", "--quota-period", "day"),
+        *("--algorithm", "sliding_window"),
+    )
+    assert ran.code == 2
+    assert "algorithm 'sliding_window' cannot count a calendar quota" in ran.err
+    assert calendar_columns(engine) == []
+
+
+def test_the_reload_skips_bad_calendar_rows_naming_their_config_id(
+    lim: GatewayLimiter, migrated_db: tuple[str, Engine], caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = migrated_db[1]
+    good = write_row(engine, "/good", rateLimit=3, quotaPeriod="day", timeZone="Asia/Shanghai")
+    zone = write_row(engine, "/zone", rateLimit=3, quotaPeriod="day", timeZone="Beijing")
+    renews = write_row(engine, "/renews", rateLimit=3, quotaPeriod="month", quotaRenews="31 00:00")
+    caplog.set_level(logging.WARNING, logger="gateway_limiter")
+    summary = lim.reload()
+    assert summary.ok
+    assert "/good" in lim.registry.snapshot.rules
+    assert {s.config_id for s in summary.skipped} == {zone, renews}
+    said = [r.getMessage() for r in caplog.records]
+    assert any(f"configId {zone}: timeZone 'Beijing'" in m for m in said), said
+    assert any(f"configId {renews}: quotaRenews '31 00:00' names the 31st" in m for m in said)
+    assert good not in {s.config_id for s in summary.skipped}
+
+
+def test_status_shows_what_a_quota_used_and_when_it_renews(
+    capsys: pytest.CaptureFixture[str],
+    migrated_db: tuple[str, Engine],
+    redis_server: RedisServer,
+    key_prefix: str,
+    tmp_path: Path,
+) -> None:
+    db, _ = migrated_db
+    cli(capsys, db, "conf", "set", URL, "--rate", "20", "--cache", "0", "--enable")
+    quota = ("--quota-period", "day", "--time-zone", "Asia/Shanghai", "--enable")
+    cli(capsys, db, "conf", "set", URL, "--rate", "50000", *quota)
+    settings = settings_file(tmp_path, db, redis_server.url, key_prefix)
+    with GatewayLimiter.from_settings(settings) as limiter:
+        assert sum(limiter.try_acquire(URL, timeout=0) for _ in range(3)) == 3
+        (_, daily) = limiter.status(URL)
+    midnight = Calendar.of("day", "Asia/Shanghai").period_at(time.time())[1]
+    assert (daily.quota_used, daily.renews_at) == (3, midnight)
+    capsys.readouterr()
+    assert main(["--settings", str(settings), "status", URL]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if "50,000/day" in line)
+    shown = dt.datetime.fromtimestamp(midnight, ZoneInfo("Asia/Shanghai"))
+    assert f"used 3 of 50,000; renews {shown:%Y-%m-%d} 00:00 CST (Asia/Shanghai)" in line

@@ -1,0 +1,99 @@
+"""A calendar quota through the limiters: "3 a day from midnight Beijing time" beside a
+per-second row, on a real Redis and on ``memory://``: all or nothing, the quota told
+back (``Decision.reset_at``, ``limit``, ``remaining``, ``retry_after``, the headers)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+
+from gateway_limiter import GatewayLimiter
+from gateway_limiter.aio import AsyncGatewayLimiter
+from gateway_limiter.model.calendar import Calendar
+from tests.support.limiting import write_row
+
+URL = "/ibe/flight/search"
+
+
+@pytest.fixture(params=["redis", "memory"])
+def limiter_redis_url(request: pytest.FixtureRequest, limiter_redis_url: str) -> str:
+    return limiter_redis_url if request.param == "redis" else "memory://"
+
+
+@pytest.fixture
+def limiter_settings() -> dict[str, Any]:
+    return {"reload_interval": 3600}
+
+
+@pytest.fixture
+def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    engine = limiter_db[1]
+    write_row(engine, URL, rateLimit=100, cache=0.0)  # per second: never the one that binds
+    write_row(
+        engine, URL, add=True, rateLimit=3, cache=0.0, quotaPeriod="day", timeZone="Asia/Shanghai"
+    )
+    return limiter_db
+
+
+def beijing_midnight() -> float:
+    return float(Calendar.of("day", "Asia/Shanghai").period_at(time.time())[1])
+
+
+def test_a_daily_quota_is_told_back_and_refuses_until_beijing_midnight(
+    lim: GatewayLimiter,
+) -> None:
+    decisions = [lim.decide(URL) for _ in range(4)]
+    assert [d.allowed for d in decisions] == [True, True, True, False]
+    assert [d.remaining for d in decisions] == [2, 1, 0, 0]
+    assert {d.limit for d in decisions} == {3}
+    midnight = beijing_midnight()
+    assert {d.reset_at for d in decisions} == {midnight}
+    refused = decisions[-1]
+    assert refused.retry_after is not None
+    # seconds to the renewal on the server's clock: this host's, within a few seconds
+    assert abs(refused.retry_after - (midnight - time.time())) < 5
+    headers = refused.headers()
+    assert headers["X-RateLimit-Reset"] == str(int(midnight))
+    assert headers["X-RateLimit-Limit"] == "3" and headers["X-RateLimit-Remaining"] == "0"
+    assert headers["RateLimit-Policy"] == '"quota";q=3'
+    assert headers["RateLimit"].startswith('"quota";r=0;t=')
+    assert int(headers["Retry-After"]) >= int(refused.retry_after)
+    # refused again at once (on Redis without a round trip): told back alike
+    again = lim.decide(URL)
+    assert not again.allowed
+    assert (again.limit, again.remaining, again.reset_at) == (3, 0, midnight)
+    assert again.retry_after is not None and again.retry_after > refused.retry_after - 5
+    (quota,) = [s for s in lim.status(URL) if s.rule.calendar is not None]
+    assert (quota.quota_used, quota.renews_at) == (3, midnight)
+
+
+def test_a_call_the_per_second_row_refuses_takes_nothing_from_the_quota(
+    lim: GatewayLimiter, limiter_db: tuple[str, Engine]
+) -> None:
+    with limiter_db[1].begin() as conn:  # the per-second row: 2 a second
+        conn.execute(text("update t_ratelimite_conf set rateLimit = 2 where quotaPeriod is null"))
+    lim.reload()
+    first, second, third = (lim.decide(URL) for _ in range(3))
+    assert first.allowed and second.allowed
+    # the bucket binds while it has no more left than the quota: no reset_at
+    assert (second.limit, second.remaining, second.reset_at) == (2, 0, None)
+    assert not third.allowed and third.reset_at is None  # refused by the rate
+    time.sleep(0.6)  # a permit of the rate again
+    fourth = lim.decide(URL)
+    assert fourth.allowed  # the refused call took nothing from the quota: 1 was left
+    time.sleep(0.6)
+    spent = lim.decide(URL)
+    assert not spent.allowed
+    assert (spent.limit, spent.remaining, spent.reset_at) == (3, 0, beijing_midnight())
+
+
+async def test_the_asyncio_limiter_tells_the_quota_back_alike(
+    alim: AsyncGatewayLimiter,
+) -> None:
+    decisions = [await alim.decide(URL) for _ in range(4)]
+    assert [d.allowed for d in decisions] == [True, True, True, False]
+    assert decisions[-1].reset_at == beijing_midnight()
+    assert decisions[-1].limit == 3
