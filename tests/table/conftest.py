@@ -20,9 +20,25 @@ BEFORE_BINARY = "0007"
 
 @pytest.fixture(params=[BEFORE_BINARY, "head"])
 def collated_db(request: pytest.FixtureRequest, mariadb_db: str) -> Iterator[tuple[str, Engine]]:
-    """MariaDB at revision 0007 with the server's default collation, or at head."""
+    """MariaDB at head, with the identifying columns in the folding collation they had
+    before revision 0008, or as head makes them."""
     engine = make_engine(mariadb_db)
-    upgrade(engine, request.param)
+    upgrade(engine)
+    if request.param == BEFORE_BINARY:
+        # The identifying columns as they were before revision 0008 (the server's
+        # folding collation), on a table that has every later column the code writes.
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "alter table t_ratelimite_conf"
+                    " modify interfaceUrl VARCHAR(128) CHARACTER SET utf8mb4"
+                    " COLLATE utf8mb4_general_ci NULL,"
+                    " modify channelType VARCHAR(24) CHARACTER SET utf8mb4"
+                    " COLLATE utf8mb4_general_ci NULL,"
+                    " modify callerKey VARCHAR(64) CHARACTER SET utf8mb4"
+                    " COLLATE utf8mb4_general_ci NULL"
+                )
+            )
     with engine.connect() as conn:
         collation = conn.execute(
             text(

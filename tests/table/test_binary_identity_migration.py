@@ -4,6 +4,8 @@ them; ``db stamp`` never records a revision over a database without the tables. 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from alembic import command
 from sqlalchemy import Connection, Engine, text
@@ -36,7 +38,7 @@ def test_upgrade_keeps_twins_apart_and_rows_as_they_were(mariadb_db: str) -> Non
         upgrade(engine, "0007")
         write_row(engine, "/api/x", rateLimit=100, callerKey=None)
         write_row(engine, "/API/x", add=True, rateLimit=7, channelType="IBE+")
-        upgrade(engine)
+        upgrade(engine, "0008")
         assert current_revision(engine) == "0008"
         for column in ("interfaceUrl", "channelType", "callerKey"):
             assert _collation(engine, column) == "utf8mb4_nopad_bin"
@@ -65,14 +67,14 @@ def test_upgrade_refuses_rows_a_padding_collation_would_still_collide(
         plain = write_row(engine, "/pay", rateLimit=5)
         padded = write_row(engine, "/pay ", add=True, rateLimit=9)
         with pytest.raises(RuntimeError) as refused:
-            upgrade(engine)
+            upgrade(engine, "0008")
         message = str(refused.value)
         assert f"configId {plain} '/pay' and configId {padded} '/pay '" in message
         assert current_revision(engine) == "0007"
         assert _collation(engine, "interfaceUrl").endswith("_ci")  # nothing changed
         with engine.begin() as conn:
             conn.execute(text("delete from t_ratelimite_conf where configId = :i"), {"i": padded})
-        upgrade(engine)
+        upgrade(engine, "0008")
         assert current_revision(engine) == "0008"
         assert _collation(engine, "interfaceUrl") == "utf8mb4_bin"
     finally:
@@ -93,4 +95,4 @@ def test_db_stamp_over_no_tables_is_refused(
     # so 'db upgrade' still creates them
     ran = cli(capsys, "--database-url", mariadb_db, "db", "upgrade")
     assert ran.code == 0, ran.err
-    assert "to revision 0008" in ran.out
+    assert re.search(r"to revision \d{4} \(head\)", ran.out), ran.out
