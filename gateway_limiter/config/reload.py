@@ -300,9 +300,10 @@ class Registry:
         """Whether the switch's source (etcd, Apollo) has answered this process yet."""
         return self._follower is not None and self._follower.reached
 
-    def start_following(self, *, wait: bool = False) -> None:
+    def start_following(self, *, wait: bool = True) -> None:
         """Follow the switch's source on a thread of its own (etcd, Apollo; nothing for
-        the table); ``wait``: up to ``FIRST_READING_WAIT_S`` for its first reading."""
+        the table); ``wait``: up to ``FIRST_READING_WAIT_S`` for its first reading (the
+        threaded limiter's ``start`` waits, then reloads: ``start_following_async``)."""
         if self._watcher is not None:
             self._watcher.start_thread(wait_s=FIRST_READING_WAIT_S if wait else 0.0)
 
@@ -316,6 +317,11 @@ class Registry:
         """End the task ``start_following_async`` started."""
         if self._watcher is not None:
             await self._watcher.stop_task()
+
+    def stop_following(self) -> None:
+        """End the thread ``start_following`` started (``close`` ends it too)."""
+        if self._watcher is not None:
+            self._watcher.stop_thread()
 
     def _audit_sql(self, rows: list[ConfRow], stored_switch: bool | None) -> None:
         """Have what plain SQL changed recorded (config.audit), when the rows or the
@@ -523,7 +529,7 @@ class Registry:
         passes False and follows it as a task: ``start_following_async``).
         """
         if follow_switch:
-            self.start_following()
+            self.start_following(wait=False)
         summary = self.reload()
         if follow_switch and self._watcher is not None:
             self._watcher.settled.wait(FIRST_READING_WAIT_S)
