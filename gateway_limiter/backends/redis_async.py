@@ -59,7 +59,6 @@ import inspect
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from types import TracebackType
 from typing import Any, TypeVar
 
 import redis
@@ -70,16 +69,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
 
-from gateway_limiter.backends import scripts
-from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends import fleet, scripts
+from gateway_limiter.backends.base import BackendError, PeekedPushback, PeekedState
 from gateway_limiter.backends.connections import packer, round_trips
-from gateway_limiter.backends.fleet import (
-    Heartbeat,
-    fleet_key,
-    heartbeat_args,
-    parse_heartbeat,
-    parse_members,
-)
 from gateway_limiter.backends.readiness import Readiness
 from gateway_limiter.backends.redis import (
     CLIENT_ERRORS,
@@ -93,8 +85,6 @@ from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import Verdict
-from gateway_limiter.model.limits import LimitState
-from gateway_limiter.model.pushback import PushbackState
 from gateway_limiter.observe.redact import url_error
 
 T = TypeVar("T")
@@ -146,15 +136,10 @@ class Deadline:
         # A timeout due now runs via call_soon: after the wake-ups already queued.
         self._timeout.reschedule(loop.time())
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: Any) -> None:
         if self._handle is not None:
             self._handle.cancel()
-        await self._timeout.__aexit__(exc_type, exc, tb)  # raises TimeoutError if it struck
+        await self._timeout.__aexit__(*exc_info)  # raises TimeoutError if it struck
 
 
 def async_client_options(settings: Settings) -> dict[str, Any]:
@@ -466,7 +451,7 @@ class AsyncRedisBackend:
         """What a caller gets for an error reply to its call: its own BackendError."""
         return BackendError(_describe(error))
 
-    async def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+    async def peek(self, rule: Rule) -> PeekedState:
         """GET (a sliding window: LRANGE) and TIME in one pipeline."""
         key = state_key(self._prefix, rule)
 
@@ -480,7 +465,7 @@ class AsyncRedisBackend:
         raw, time_reply = await self._queued(both)
         return scripts.parse_limit_state(rule, raw), scripts.clock_us(time_reply)
 
-    async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+    async def peek_pushback(self, rule: Rule) -> PeekedPushback:
         """GET and TIME in one pipeline, like ``peek``."""
         key, in_bucket = scripts.pushback_peek_key(self._prefix, rule)
 
@@ -512,16 +497,16 @@ class AsyncRedisBackend:
 
     async def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
-    ) -> Heartbeat:
+    ) -> fleet.Heartbeat:
         """One EVAL of the fleet's heartbeat (``backends/fleet.py``), in turn for a
         connection like ``peek``."""
 
         async def beat() -> Any:
             async with Deadline(self._connect_seconds + self._read_seconds):
-                args = heartbeat_args(self._prefix, member, ttl_ms, demand, tallies)
+                args = fleet.heartbeat_args(self._prefix, member, ttl_ms, demand, tallies)
                 return await self._client.eval(*args)
 
-        return parse_heartbeat(await self._queued(beat))
+        return fleet.parse_heartbeat(await self._queued(beat))
 
     async def members(self) -> tuple[list[tuple[str, float]], float]:
         """ZRANGE and TIME in one pipeline."""
@@ -529,13 +514,12 @@ class AsyncRedisBackend:
         async def both() -> list[Any]:
             async with Deadline(self._connect_seconds + self._read_seconds):
                 pipe = self._client.pipeline(transaction=False)
-                pipe.zrange(fleet_key(self._prefix), 0, -1, withscores=True)
+                pipe.zrange(fleet.fleet_key(self._prefix), 0, -1, withscores=True)
                 pipe.time()
                 return await pipe.execute()
 
         entries, time_reply = await self._queued(both)
-        live, now_ms = parse_members(entries, time_reply)
-        return list(live), now_ms
+        return fleet.members_reply(entries, time_reply)
 
     async def aclose(self) -> None:
         """Stop the lanes, then close the client and every pooled connection."""
