@@ -9,7 +9,7 @@ that node.
 
 **Concurrent decisions share round trips per master**, through the lanes of
 ``backends/redis_async.py``: each master has its own queue and up to
-``redis_pool_size`` lanes on a pool of connections to it (an ``AsyncRedisBackend`` on
+``redis_pool_size`` lanes on a pool of connections to it (``redis_async.Lanes`` on
 that master: the same batches, first come first served, ``Deadline``s, cancellation,
 and a failed round trip failing the decisions queued behind it). A decision joins the
 queue of the master that serves its interface's slot in the client's slot map. What
@@ -69,8 +69,8 @@ from gateway_limiter.backends.connections import connection_failed, round_trips
 from gateway_limiter.backends.readiness import Readiness
 from gateway_limiter.backends.redis import CLIENT_ERRORS
 from gateway_limiter.backends.redis_async import (
-    AsyncRedisBackend,
     Deadline,
+    Lanes,
     async_client_options,
 )
 from gateway_limiter.backends.schemes import register_async
@@ -83,7 +83,7 @@ from gateway_limiter.model.bucket import Verdict
 T = TypeVar("T")
 
 
-class MasterLanes(AsyncRedisBackend):
+class MasterLanes(Lanes):
     """The lanes of ``backends/redis_async.py`` on one master of a cluster: a redirect
     in a batch answers its caller with ``Redirected`` (any other error reply, as on one
     Redis, with its own BackendError)."""
@@ -92,6 +92,11 @@ class MasterLanes(AsyncRedisBackend):
 
     def _reply_error(self, error: ResponseError) -> Exception:
         return batch_error(error)
+
+    async def aclose(self) -> None:
+        """Stop the lanes, then close every pooled connection."""
+        await self.stop()
+        await self._pool.disconnect()
 
 
 @register_async("redis+cluster")
@@ -301,24 +306,6 @@ class AsyncRedisClusterBackend:
         raw, time_reply = await self._queued(both)
         return scripts.parse_pushback_state(raw, in_bucket), scripts.clock_us(time_reply)
 
-    async def prepare(self) -> None:
-        """Once, when the cluster first answers (``backends/readiness.py``): SCRIPT LOAD on
-        every master, and the eviction check of every master. BackendError when no node
-        answers; the next caller tries again."""
-
-        async def load() -> list[str | None]:
-            for source in scripts.SCRIPTS.values():
-                await self._client.script_load(source)
-            try:
-                replies = await self._client.config_get(
-                    "maxmemory-policy", target_nodes=RedisCluster.PRIMARIES
-                )
-            except redis.ResponseError:  # CONFIG refused (ACL, renamed): nothing to check
-                return []
-            return cluster_policies(replies)
-
-        await self._readiness.get_ready_async(lambda: self._queued(load))
-
     async def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
     ) -> fleet.Heartbeat:
@@ -337,6 +324,24 @@ class AsyncRedisClusterBackend:
 
         entries, time_reply = await self._queued(both)
         return fleet.members_reply(entries, time_reply)
+
+    async def prepare(self) -> None:
+        """Once, when the cluster first answers (``backends/readiness.py``): SCRIPT LOAD on
+        every master, and the eviction check of every master. BackendError when no node
+        answers; the next caller tries again."""
+
+        async def load() -> list[str | None]:
+            for source in scripts.SCRIPTS.values():
+                await self._client.script_load(source)
+            try:
+                replies = await self._client.config_get(
+                    "maxmemory-policy", target_nodes=RedisCluster.PRIMARIES
+                )
+            except redis.ResponseError:  # CONFIG refused (ACL, renamed): nothing to check
+                return []
+            return cluster_policies(replies)
+
+        await self._readiness.get_ready_async(lambda: self._queued(load))
 
     async def aclose(self) -> None:
         """Stop every master's lanes, and close every node's connections."""
