@@ -44,6 +44,7 @@ HEADER = """\
 # This file is generated from gateway_limiter/aio.py by scripts/generate_sync.py:
 # do not edit it. Change aio.py (and the twins it uses), then run
 # `python scripts/generate_sync.py`; CI fails while this file is stale (`--check`).
+# How: docs/design.md, "One shell, two ways to wait", and the script's docstring.
 """
 
 DOCSTRING = '''\
