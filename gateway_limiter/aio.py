@@ -51,6 +51,17 @@ script ran, its permits are spent; if not, nothing was reserved.
 ``reload()`` is not interrupted by cancelling its caller: the thread finishes the
 reload and swaps the snapshot in; only the caller stops waiting for the summary.
 
+The threaded limiter is generated from this module
+==================================================
+
+``gateway_limiter/limiter.py`` (``GatewayLimiter``) is written by
+``scripts/generate_sync.py`` from the class below, never by hand: ``async``/``await``
+dropped, ``AsyncX`` renamed ``X`` and ``x_async`` renamed ``x`` (the twins in
+``gateway_limiter/concurrency.py``: tasks become threads, ``asyncio.sleep`` becomes
+``time.sleep``, a call made in a worker thread is made right there). Everything after the
+line that says "asyncio only" (the process-wide limiter) is left out. Change the
+shell here, then run ``python scripts/generate_sync.py``; CI runs it with ``--check``.
+
 Event loops
 ===========
 
@@ -62,28 +73,33 @@ that uses them closes it at shutdown with ``await gateway_limiter.aio.aclose_def
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import dataclasses
 import functools
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, ClassVar, Self, TypeVar
 
-from gateway_limiter.backends.base import AsyncBackend, Backend, BackendError
+from gateway_limiter.backends.base import AsyncBackend, BackendError
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.schemes import open_async_backend
 from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.backends.slot_wakeups import listen
-from gateway_limiter.backends.slots import (
-    parse_counts,
+from gateway_limiter.backends.slots import parse_counts
+from gateway_limiter.concurrency import (
+    AsyncCancelled,
+    AsyncRepeating,
+    blocking_async,
+    event_loop_async,
+    shielded_async,
+    sleep_async,
+    spawn_async,
 )
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
+from gateway_limiter.core import steps
 from gateway_limiter.core.decision import Decision
 from gateway_limiter.core.failure import attempt_async
 from gateway_limiter.core.pipeline import (
@@ -109,128 +125,217 @@ from gateway_limiter.core.status import (
     has_pushback_state,
     has_shared_state,
 )
-from gateway_limiter.core.steps import (
-    Ask,
-    Await,
-    Reserve,
-    Send,
-    StartRenewer,
-    Step,
-    Steps,
-    Subscribe,
-)
-from gateway_limiter.errors import (
-    BackendUnavailable,
-    InterfaceClosed,
-    LimiterError,
-    NotStarted,
-)
+from gateway_limiter.errors import NotStarted
 from gateway_limiter.lifecycle import ASYNCIO, unwatch, watch
 from gateway_limiter.model.bucket import Verdict
 
-__all__ = [
-    "AsyncGatewayLimiter",
-    "BackendUnavailable",
-    "InterfaceClosed",
-    "LimiterError",
-    "NotStarted",
-    "aclose_default",
-    "acquire",
-    "decide",
-    "default_limiter",
-    "pushback",
-    "slot",
-    "try_acquire",
-]
+__all__ = ["AsyncGatewayLimiter"]
 
 T = TypeVar("T")
 
 
-class AsyncGatewayLimiter(LimiterCore):
-    """Fleet-wide rate limits for one asyncio gateway process.
+class AsyncShell(LimiterCore):
+    """The I/O half of ``AsyncGatewayLimiter``, below its public API: it carries out
+    the engine's steps (``core/steps.py``) over the backend, and runs the background
+    work (fleet heartbeats, slot lease renewals)."""
 
-    ::
-
-        async with AsyncGatewayLimiter(database_url="mysql+pymysql://u:p@h/db",
-                                       redis_url="redis://127.0.0.1:6379/0") as limiter:
-            if await limiter.try_acquire("/ibe/flight/search"):
-                await call_supplier()
-
-    Keywords are settings (see docs/design.md) and override the file and environment.
-    Build it anywhere; use it on one event loop. Each method is its ``GatewayLimiter``
-    namesake, awaited.
-    """
-
-    __slots__ = ("_heartbeats", "_renewer", "_slotting", "backend")
     backend: AsyncBackend
-    _heartbeats: asyncio.Task[None] | None
-    _renewer: asyncio.Task[None] | None
-
-    _NOT_STARTED: ClassVar[str] = (
-        "await start() (or use 'async with AsyncGatewayLimiter(...)') first"
-    )
+    _heartbeats: AsyncRepeating | None
+    _renewer: AsyncRepeating
 
     @staticmethod
-    def _in_process() -> Backend:
+    def _in_process() -> MemoryBackend:
         return MemoryBackend()
 
     def _open_backend(self, settings: Settings) -> bool:
         self.backend = open_async_backend(settings)
         self._slotting = SlotState(settings)
-        self._renewer = None
+        self._heartbeats = None
+        self._renewer = AsyncRepeating(
+            "gateway-limiter-leases", settings.slot_lease / 3, self._renew_slots
+        )
         return self.backend.shared
 
-    async def start(self) -> ReloadSummary:
-        """Load the limits now (in a thread), then reload every ``reload_interval`` s."""
-        self._starting()
-        failure = await attempt_async(self.backend.prepare)
-        self._prepared(failure)
-        self._heartbeats = None
-        if self._shared:
-            fleet = self._fleet
-            if failure is None:  # know N from the start: one round trip, here, once
-                demand = fleet.demand(self.registry.snapshot.rules)
-                beat = attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand)
-                self._beat(await beat)
-            self._heartbeats = asyncio.create_task(self._beating(), name="gateway-limiter-fleet")
-        watch(self, ASYNCIO)  # a fork restarts it in the child (lifecycle.py)
-        # The switch's source (etcd, Apollo) followed by a task on this loop; then the
-        # registry's first reload and its reload thread, exactly as the sync limiter's.
-        await self.registry.start_following_async()
-        return self._running(await asyncio.to_thread(self.registry.start, follow_switch=False))
+    async def _ask_backend(self, step: Outcome | steps.Ask) -> Outcome:
+        # A decision's one backend round trip (when ``_begin`` left one to make).
+        if type(step) is not steps.Ask:
+            return step  # type: ignore[return-value]
+        if step.lease is None and not step.renewing:  # a plain decision: bucket.lua
+            return self._finish(step, await self._reserve(step))
+        return await self._run(self._leasing(step))
 
-    async def _beating(self) -> None:
-        """Renew this process's fleet membership every ``fleet_heartbeat`` s: a task of
-        its own, never on a decision's path (``core/fleet.py``)."""
-        fleet = self._fleet
-        while True:
-            await asyncio.sleep(fleet.heartbeat_s)
-            demand = fleet.demand(self.registry.snapshot.rules)
-            tallies = self._tallies()
-            beat = attempt_async(
-                self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand, tallies
+    async def _reserve(self, ask: steps.Ask) -> Verdict | BackendError:
+        try:
+            return await self.backend.reserve(ask.rule, ask.permits, ask.budget_s, ask.key)
+        except BackendError as e:
+            return e
+
+    async def _run(self, engine: steps.Steps[T]) -> T:
+        """Carry out the engine's steps (``core/steps.py``) until it answers."""
+        got: Any = None
+        try:
+            while True:
+                got = await self._carry_out(engine.send(got))
+        except StopIteration as done:
+            answer: T = done.value
+            return answer
+
+    async def _carry_out(self, step: steps.Step) -> Any:
+        match step:
+            case steps.Reserve(ask):
+                return await self._reserve(ask)
+            case steps.Send(call, parse, abandoned):
+                try:
+                    return await attempt_async(self._slot_script, call, parse)
+                except AsyncCancelled:
+                    # the script may have run: give back what it may have taken (a
+                    # lease Redis does not hold is removed as nothing)
+                    if abandoned is not None:
+                        spawn_async(self._give_back, abandoned)
+                    raise
+            case steps.Await(until, seconds):
+                await until.wait_async(seconds)
+            case steps.Subscribe():  # connecting blocks (asyncio: in a worker thread)
+                start = functools.partial(listen, self.settings, self.backend.client)
+                await blocking_async(self._slotting.subscribe, start)
+            case steps.StartRenewer():
+                self._renewer.start()
+        return None
+
+    async def _describe(self, interface: Rule, limits: list[Rule]) -> list[BucketStatus]:
+        """Every limit of ``interface`` as ``status`` shows it, with what pushbacks left
+        on the interface (the hold, the effective rate)."""
+        pushed = (
+            await attempt_async(self.backend.peek_pushback, interface)
+            if has_pushback_state(interface)
+            else None
+        )
+        out = []
+        for rule in limits:
+            peeked = (
+                await attempt_async(self.backend.peek, rule) if has_shared_state(rule) else None
             )
-            self._beat(await beat)
-            for rule, permits in self._charges():  # after an outage, off the decision path
-                charged = await attempt_async(self.backend.reserve, rule, permits, None)
-                if not isinstance(charged, BackendError):
-                    fleet.charged += permits
-            for call in self._lease_returns():  # leases a reload ended
-                await attempt_async(self.backend.script, call)
+            out.append(bucket_status(rule, self.backend.shared, peeked, interface, pushed))
+        return out
+
+    async def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
+        lease_id = self._slotting.leases.new_id()
+        taking = Taking(rule, key, lease_id, time.monotonic() + budget_s, budget_s)
+        waiter = self._slotting.waiter(lease_id, event_loop_async())
+        held: Held | None = None
+        try:
+            held = await self._run(take_slot(self, self._slotting, taking, waiter))
+            if held.wait_s > 0:  # the rate permit's wait, the slot held
+                await sleep_async(held.wait_s)
+            return held
+        except BaseException:
+            if held is not None:  # interrupted in the rate's wait: give the slot back
+                await shielded_async(self._give_back, held)
+            elif taking.placed:  # refused after waiting, or interrupted: give the place up
+                await shielded_async(self._give_back, given_up(rule, lease_id))
+            raise
+        finally:
+            self._slotting.forget(lease_id)
+
+    async def _slot_script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
+        return parse(await self.backend.script(call))
+
+    def _in_flight_seen(self) -> dict[str, int]:
+        return dict(self._slotting.seen)
+
+    async def _give_back(self, held: Held) -> None:
+        """Give back a slot: one round trip; a failure leaves the lease to lapse."""
+        call = self._slotting.give_back(held)
+        if call is not None:
+            reply = await attempt_async(self._slot_script, call, parse_counts)
+            self._slotting.counted(held.url, reply)
+
+    async def _renew_slots(self) -> None:
+        """Renew every slot lease this limiter holds, one script call per interface
+        (every third of ``slot_lease``, once a slot is taken: ``_renewer``)."""
+        for call in self._slotting.renewals():
+            await attempt_async(self._slot_script, call, parse_counts)
+
+    async def _stop_renewer(self) -> None:
+        await self._renewer.stop()
+        await blocking_async(self._slotting.close)
+
+    async def _join_fleet(self) -> None:
+        """One heartbeat: this process counts in the fleet from now on."""
+        fleet = self._fleet
+        demand = fleet.demand(self.registry.snapshot.rules)
+        self._beat(await attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand))
+
+    def _start_heartbeats(self, *, join: bool = False) -> None:
+        """Renew this process's fleet membership every ``fleet_heartbeat`` s, never on a
+        decision's path (``core/fleet.py``); ``join``: beat once at once first."""
+        heartbeats = AsyncRepeating(
+            "gateway-limiter-fleet",
+            self._fleet.heartbeat_s,
+            self._heartbeat,
+            self._join_fleet if join else None,
+        )
+        self._heartbeats = heartbeats
+        heartbeats.start()
+
+    async def _heartbeat(self) -> None:
+        fleet = self._fleet
+        demand = fleet.demand(self.registry.snapshot.rules)
+        tallies = self._tallies()
+        beat = attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand, tallies)
+        self._beat(await beat)
+        for rule, permits in self._charges():  # after an outage, off the decision path
+            charged = await attempt_async(self.backend.reserve, rule, permits, None)
+            if not isinstance(charged, BackendError):
+                fleet.charged += permits
+        for call in self._lease_returns():  # leases a reload ended
+            await attempt_async(self.backend.script, call)
 
     async def _stop_heartbeats(self) -> None:
-        """Stop beating and leave the fleet at once (best effort), so N drops now."""
-        task, self._heartbeats = getattr(self, "_heartbeats", None), None
-        if task is None:
+        """Stop beating and leave the fleet at once (best effort), so N drops now rather
+        than when this member would have expired."""
+        heartbeats, self._heartbeats = self._heartbeats, None
+        if heartbeats is None:
             return
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await heartbeats.stop()  # a heartbeat in flight ends within Redis' timeouts
         if self.backend_healthy:
             await attempt_async(self.backend.heartbeat, self._fleet.member, 0)
 
+
+class AsyncGatewayLimiter(AsyncShell):
+    """Fleet-wide rate limits for one gateway process.
+
+    ::
+
+        async with AsyncGatewayLimiter(redis_url="redis://127.0.0.1:6379/0") as limiter:
+            if await limiter.try_acquire("/ibe/flight/search"):
+                await call_supplier()
+
+    Keywords are settings (see docs/design.md) and override the file and environment.
+    """
+
+    _NOT_STARTED: ClassVar[str] = (
+        "call await start() (or use 'async with AsyncGatewayLimiter(...)') first"
+    )
+
+    async def start(self) -> ReloadSummary:
+        """Load the limits now, then reload every ``reload_interval`` seconds."""
+        self._starting()
+        failure = await attempt_async(self.backend.prepare)
+        self._prepared(failure)
+        if self._shared:
+            if failure is None:  # know N from the start: one round trip, here, once
+                await self._join_fleet()
+            self._start_heartbeats()
+        watch(self, ASYNCIO)  # a fork restarts it in the child (lifecycle.py)
+        # The switch's source (etcd, Apollo) followed, up to its first reading; then
+        # the registry's first reload and its reload thread.
+        await self.registry.start_following_async()
+        return self._running(await blocking_async(self.registry.start, follow_switch=False))
+
     async def reload(self) -> ReloadSummary:
-        """Reload the limits now, in a thread; the last good limits stay if the database fails."""
-        return await asyncio.to_thread(self.registry.reload)
+        """Reload the limits now; the last good limits stay if the database fails."""
+        return await blocking_async(self.registry.reload)
 
     async def aclose(self) -> None:
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
@@ -241,18 +346,8 @@ class AsyncGatewayLimiter(LimiterCore):
         await self._stop_heartbeats()
         await self._stop_renewer()
         await self.registry.stop_following_async()
-        await asyncio.to_thread(self.registry.close)  # disposing the engine is database I/O
+        await blocking_async(self.registry.close)  # disposing the engine is database I/O
         await self.backend.aclose()
-
-    def abandon(self) -> None:
-        """Stop reloading and leave the metrics' gauges, with no I/O on the connections
-        (for a limiter whose event loop is gone, and its connections with it, and its
-        heartbeat task)."""
-        unwatch(self)
-        self._stopping()
-        self._heartbeats = self._renewer = None
-        self._slotting.close()
-        self.registry.close()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -266,106 +361,75 @@ class AsyncGatewayLimiter(LimiterCore):
     ) -> None:
         await self.aclose()
 
-    async def _ask_backend(self, step: Outcome | Ask) -> Outcome:
-        # A decision's one backend round trip, awaited (when ``_begin`` left one to make).
-        if type(step) is not Ask:
-            return step  # type: ignore[return-value]
-        if step.lease is None and not step.renewing:  # a plain decision: bucket.lua
-            return self._finish(step, await self._reserve(step))
-        return await self._run(self._leasing(step))
-
-    async def _reserve(self, ask: Ask) -> Verdict | BackendError:
-        try:
-            return await self.backend.reserve(ask.rule, ask.permits, ask.budget_s, ask.key)
-        except BackendError as e:
-            return e
-
-    async def _run(self, steps: Steps[T]) -> T:
-        """Carry out the engine's steps (``core/steps.py``) until it answers."""
-        got: Any = None
-        try:
-            while True:
-                got = await self._carry_out(steps.send(got))
-        except StopIteration as done:
-            answer: T = done.value
-            return answer
-
-    async def _carry_out(self, step: Step) -> Any:
-        match step:
-            case Reserve(ask):
-                return await self._reserve(ask)
-            case Send(call, parse, abandoned):
-                try:
-                    return await attempt_async(self._slot_script, call, parse)
-                except asyncio.CancelledError:
-                    # the script may have run: give back what it may have taken (a
-                    # lease Redis does not hold is removed as nothing)
-                    if abandoned is not None:
-                        self._background_release(abandoned)
-                    raise
-            case Await(until, seconds):
-                await until.wait_async(seconds)
-            case Subscribe():  # connecting blocks, so in a thread
-                start = functools.partial(listen, self.settings, self.backend.client)
-                await asyncio.to_thread(self._slotting.subscribe, start)
-            case StartRenewer():
-                self._start_renewer()
-        return None
-
-    async def pushback(
-        self, url: str, retry_after: float | None = None, key: str | None = None
-    ) -> None:
-        """``GatewayLimiter.pushback``, awaited: the supplier refused or failed a call on
-        ``url``; every process of the fleet obeys it from its next decision on."""
-        push = self._begin_pushback(url, retry_after, key)
-        if push is not None:
-            pushback = self.backend.pushback
-            reply = await attempt_async(pushback, push.rule, push.retry_after, push.key)
-            self._pushed(push, reply)
-
     async def reserve(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
     ) -> Verdict:
-        """``GatewayLimiter.reserve``: the verdict, whose ``wait`` (µs) the caller honours."""
+        """Decide without sleeping: the verdict, whose ``wait_us`` the caller must honour.
+
+        ``timeout=None`` here means the row's ``cache``; ``key`` is the caller, for
+        per-caller limits. A shadow rule's verdict is always allowed, with no wait.
+        """
         return (await self._ask_backend(self._begin(url, permits, timeout, key)))[0]
 
     async def try_acquire(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
     ) -> bool:
-        """``GatewayLimiter.try_acquire``: True once the wait is over, or False at once.
+        """Take ``permits`` for ``url`` if the wait fits in ``timeout`` (default: the row's
+        ``cache``): wait, then True. Otherwise False at once, with nothing reserved.
 
-        Cancelled while waiting: CancelledError at once; the permits stay spent.
+        ``key`` names the caller (an IP, a channel): rows with ``perCaller = 1`` give
+        each key its own limits; other rows ignore it. Always ``decide(...).allowed``,
+        without building the Decision. (asyncio: cancelled while waiting, CancelledError
+        at once; the permits stay spent.)
         """
         verdict = (await self._ask_backend(self._begin(url, permits, timeout, key)))[0]
         if (wait_s := allowed_wait_s(verdict)) > 0:
-            await asyncio.sleep(wait_s)
+            await sleep_async(wait_s)
         return verdict.allowed
 
     async def decide(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
     ) -> Decision:
-        """``try_acquire``, answering with the whole Decision (see ``GatewayLimiter.decide``).
-
-        Cancelled while waiting: CancelledError at once; the permits stay spent.
-        """
+        """``try_acquire``, answering with the whole Decision: allowed or not, why, the
+        seconds waited, when to retry, permits left and the limit (see ``Decision``;
+        ``Decision.headers()`` gives the HTTP headers)."""
         outcome = await self._ask_backend(self._begin(url, permits, timeout, key))
         if (wait_s := allowed_wait_s(outcome[0])) > 0:
-            await asyncio.sleep(wait_s)
+            await sleep_async(wait_s)
         return self._decision(outcome, timeout, permits)
 
     async def acquire(self, url: str, permits: int = 1, key: str | None = None) -> float:
-        """``GatewayLimiter.acquire``: the seconds waited, however long it takes.
+        """Take ``permits`` for ``url`` however long it takes; returns the seconds waited.
 
-        Cancelled while waiting: CancelledError at once; the permits stay spent.
+        Raises InterfaceClosed for a closed interface (it would never return), and
+        ValueError for more permits than a window of the interface can ever hold. A
+        shadow rule returns 0.0 at once (its wait and refusals are only counted).
         """
-        wait_s = self._acquired(
-            url,
-            permits,
-            await self._ask_backend(self._begin(url, permits, None, key, forever=True)),
-        )
+        begun = self._begin(url, permits, None, key, forever=True)
+        wait_s = self._acquired(url, permits, await self._ask_backend(begun))
         if wait_s > 0:
-            await asyncio.sleep(wait_s)
+            await sleep_async(wait_s)
         return wait_s
+
+    async def pushback(
+        self, url: str, retry_after: float | None = None, key: str | None = None
+    ) -> None:
+        """The supplier refused or failed a call on ``url`` (HTTP 429/503, a timeout):
+        tell the whole fleet, in one round trip; every process obeys it from its next
+        decision on.
+
+        ``retry_after`` seconds: no call on ``url`` goes before now + ``retry_after`` (the
+        Redis server's clock); callers whose wait budget cannot reach it are refused.
+        None: the interface's effective rate halves (not below a tenth of the row's
+        rate; once per second however many 429s come), then recovers by 5 % of the row's
+        rate per second. ``key``: the caller, for per-caller limits. Nothing happens on
+        an interface that is not limited; a Redis failure is logged, never raised.
+        """
+        push = self._begin_pushback(url, retry_after, key)
+        if push is not None:
+            pushback = self.backend.pushback
+            reply = await attempt_async(pushback, push.rule, push.retry_after, push.key)
+            self._pushed(push, reply)
 
     async def status(self, url: str | None = None) -> list[BucketStatus]:
         """Every limit in force (or ``url``'s) with its live state (shared buckets),
@@ -385,34 +449,22 @@ class AsyncGatewayLimiter(LimiterCore):
             return state
         return dataclasses.replace(state, in_flight=await self.in_flight(rule.url))
 
-    async def _describe(self, interface: Rule, limits: list[Rule]) -> list[BucketStatus]:
-        # core.status.describe_interface, with the peeks awaited.
-        pushed = (
-            await attempt_async(self.backend.peek_pushback, interface)
-            if has_pushback_state(interface)
-            else None
-        )
-        out = []
-        for rule in limits:
-            peeked = (
-                await attempt_async(self.backend.peek, rule) if has_shared_state(rule) else None
-            )
-            out.append(bucket_status(rule, self.backend.shared, peeked, interface, pushed))
-        return out
-
     # --- concurrency: slot() (core/slots.py explains the design) ----------------------
 
     @asynccontextmanager
     async def slot(
         self, url: str, timeout: float | None = None, key: str | None = None
     ) -> AsyncIterator[Decision]:
-        """``GatewayLimiter.slot``, awaited: hold one of ``url``'s ``maxConcurrent`` slots
-        fleet-wide while the block runs; ``Refused`` when a rate permit and a slot cannot
-        both be had within ``timeout`` (default: the row's ``cache``).
+        """Hold one of ``url``'s ``maxConcurrent`` slots (fleet-wide) while the block runs.
 
-        The slot is given back however the block ends, cancellation included (the
-        release is shielded from a second cancellation). Cancelled while waiting for a
-        slot: nothing is held.
+        Waits up to ``timeout`` seconds (default: the row's ``cache``) for a rate permit
+        and a free slot together; raises ``Refused`` (with the Decision) when both cannot
+        be had in time. The slot is given back when the block ends, however it ends
+        (asyncio: cancellation included, the release shielded from a second one;
+        cancelled while waiting for a slot, nothing is held).
+        Yields the Decision (``in_flight``: calls in flight, this one included).
+        An interface without ``maxConcurrent`` (or a shadow row) is decided as
+        ``decide`` would; one that is not limited admits at once.
         """
         check_args(url, 1, timeout, key)
         if not self._started:
@@ -429,67 +481,12 @@ class AsyncGatewayLimiter(LimiterCore):
         try:
             yield held.decision
         finally:
-            await asyncio.shield(self._give_back(held))
-
-    async def _slot_script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
-        return parse(await self.backend.script(call))
-
-    def _in_flight_seen(self) -> dict[str, int]:
-        return dict(self._slotting.seen)
-
-    async def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
-        lease_id = self._slotting.leases.new_id()
-        taking = Taking(rule, key, lease_id, time.monotonic() + budget_s, budget_s)
-        waiter = self._slotting.waiter(lease_id, asyncio.get_running_loop())
-        held: Held | None = None
-        try:
-            held = await self._run(take_slot(self, self._slotting, taking, waiter))
-            if held.wait_s > 0:  # the rate permit's wait, the slot held
-                await asyncio.sleep(held.wait_s)
-            return held
-        except BaseException:
-            if held is not None:  # cancelled in the rate's wait: give the slot back
-                await asyncio.shield(self._give_back(held))
-            elif taking.placed:  # refused after waiting, or interrupted: give the place up
-                await asyncio.shield(self._give_back(given_up(rule, lease_id)))
-            raise
-        finally:
-            self._slotting.forget(lease_id)
-
-    async def _give_back(self, held: Held) -> None:
-        """Give back a slot: one round trip; a failure leaves the lease to lapse."""
-        call = self._slotting.give_back(held)
-        if call is not None:
-            reply = await attempt_async(self._slot_script, call, parse_counts)
-            self._slotting.counted(held.url, reply)
-
-    def _background_release(self, held: Held) -> None:
-        task = asyncio.get_running_loop().create_task(self._give_back(held))
-        _RELEASES.add(task)
-        task.add_done_callback(_RELEASES.discard)
-
-    def _start_renewer(self) -> None:
-        """One task renewing every lease this limiter holds, every third of
-        ``slot_lease``, one script call per interface."""
-        if self._renewer is None:
-            self._renewer = asyncio.create_task(self._renewing(), name="gateway-limiter-leases")
-
-    async def _renewing(self) -> None:
-        lease_s, state = self.settings.slot_lease, self._slotting
-        while True:
-            await asyncio.sleep(lease_s / 3)
-            for call in state.renewals():
-                await attempt_async(self._slot_script, call, parse_counts)
-
-    async def _stop_renewer(self) -> None:
-        task, self._renewer = self._renewer, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        await asyncio.to_thread(self._slotting.close)
+            await shielded_async(self._give_back, held)
 
     async def in_flight(self, url: str) -> int | None:
-        """``GatewayLimiter.in_flight``, awaited."""
+        """Calls to ``url`` in flight across the fleet now (one round trip), or None when
+        its row has no ``maxConcurrent`` (or Redis cannot be asked: then this process's
+        own, under the failure policy)."""
         rule = slot_rule(self.registry.snapshot, url)
         if rule is None or rule.max_concurrent is None:
             return None
@@ -501,11 +498,37 @@ class AsyncGatewayLimiter(LimiterCore):
         return self._slotting.local.in_flight(url) if counted is None else counted
 
 
-#: Releases sent for a take cancelled in flight, referenced until they finish.
-_RELEASES: set[asyncio.Task[None]] = set()
+# --- asyncio only below: the process-wide limiter (scripts/generate_sync.py stops here) ---
+
+import asyncio  # noqa: E402
+import atexit  # noqa: E402
+import threading  # noqa: E402
+
+from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, LimiterError  # noqa: E402
+
+__all__ += [
+    "BackendUnavailable",
+    "InterfaceClosed",
+    "LimiterError",
+    "NotStarted",
+    "aclose_default",
+    "acquire",
+    "decide",
+    "default_limiter",
+    "pushback",
+    "slot",
+    "try_acquire",
+]
 
 
-# --- the process-wide limiter ------------------------------------------------------
+def _abandon(limiter: AsyncGatewayLimiter) -> None:
+    """Stop ``limiter``'s reloads and leave the metrics' gauges, with no I/O on its
+    connections (its event loop is gone, and its connections and tasks with it)."""
+    unwatch(limiter)
+    limiter._stopping()
+    limiter._heartbeats = None
+    limiter._slotting.close()
+    limiter.registry.close()
 
 
 class _ProcessWide:
@@ -560,7 +583,7 @@ async def default_limiter() -> AsyncGatewayLimiter:
     lock, left_behind = _process.claim(loop)
     if left_behind is not None:
         # Its loop is gone, and its connections with it; stop its reloads.
-        await asyncio.to_thread(left_behind.abandon)
+        await asyncio.to_thread(_abandon, left_behind)
     async with lock:  # concurrent first callers build it once
         limiter = _process.limiter
         if limiter is None:

@@ -39,9 +39,10 @@ first in ``close`` (and ``abandon``). This module rebuilds a limiter through its
 ``__init__`` with its ``settings`` and reads or sets, by name: ``registry``,
 ``backend``, ``_started``, ``_metrics``, ``_source``, ``_shared``, ``_fleet``,
 ``_tally`` (the decision path's one counter call, which a parked limiter's next
-decision goes through), ``_running``, ``_beat``, ``backend_healthy``, the heartbeat's
-``_heartbeats`` / ``_start_heartbeats`` / ``_stop_heartbeats`` / ``_beating`` /
-``_stop_beating``, and ``_renewer``. ``tests/deploy/`` exercises every one of them.
+decision goes through), ``_running``, ``backend_healthy``, and the heartbeats'
+``_heartbeats`` (a ``concurrency.Repeating`` or ``AsyncRepeating``, or None),
+``_start_heartbeats(join=True)`` and ``_stop_heartbeats``. ``tests/deploy/`` exercises
+every one of them.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ import os
 import threading
 from typing import Any, Final, Literal
 
-from gateway_limiter.core.failure import attempt, attempt_async
+from gateway_limiter.core.failure import attempt_async
 from gateway_limiter.observe.logs import log
 from gateway_limiter.observe.metrics import after_fork_in_child
 
@@ -120,9 +121,6 @@ def _restart(limiter: Any, kind: Kind) -> None:
     type(limiter).__init__(limiter, limiter.settings)
     limiter.registry.snapshot = limits
     limiter._heartbeats = None
-    limiter._renewer = None
-    if kind == THREADED:
-        limiter._stop_beating = None
     # The reloads start now (a thread), so that the child follows the table whatever it
     # decides on; the fleet counts it from its first decision on a limited interface.
     limiter._running(limiter.registry.start())
@@ -139,31 +137,11 @@ def _attributes(limiter: Any) -> dict[str, object]:
     return held
 
 
-def _join_fleet(limiter: Any, kind: Kind) -> None:
+def _join_fleet(limiter: Any) -> None:
     """Beat now, then every ``fleet_heartbeat`` s: on a thread of its own (threaded), or
     as a task of the running loop (asyncio), never on the deciding caller's time."""
-    if not (limiter._shared and limiter._started and limiter._heartbeats is None):
-        return
-    fleet = limiter._fleet
-    if kind == THREADED:
-
-        def join() -> None:
-            demand = fleet.demand(limiter.registry.snapshot.rules)
-            limiter._beat(attempt(limiter.backend.heartbeat, fleet.member, fleet.ttl_ms, demand))
-            if limiter._started:
-                limiter._start_heartbeats()
-
-        threading.Thread(target=join, name="gateway-limiter-fleet-join", daemon=True).start()
-        return
-
-    async def join_async() -> None:
-        demand = fleet.demand(limiter.registry.snapshot.rules)
-        beat = attempt_async(limiter.backend.heartbeat, fleet.member, fleet.ttl_ms, demand)
-        limiter._beat(await beat)
-        await limiter._beating()
-
-    loop = asyncio.get_running_loop()
-    limiter._heartbeats = loop.create_task(join_async(), name="gateway-limiter-fleet")
+    if limiter._shared and limiter._started and limiter._heartbeats is None:
+        limiter._start_heartbeats(join=True)
 
 
 def _beat_on_first_decision(limiter: Any, kind: Kind) -> None:
@@ -180,7 +158,7 @@ def _beat_on_first_decision(limiter: Any, kind: Kind) -> None:
         except IndexError:
             return
         _parked.discard(id(limiter))
-        _join_fleet(limiter, kind)
+        _join_fleet(limiter)
 
     limiter._tally = first
 

@@ -1,17 +1,23 @@
+# This file is generated from gateway_limiter/aio.py by scripts/generate_sync.py:
+# do not edit it. Change aio.py (and the twins it uses), then run
+# `python scripts/generate_sync.py`; CI fails while this file is stale (`--check`).
+# How: docs/design.md, "One shell, two ways to wait", and the script's docstring.
 """``GatewayLimiter``: the facade every gateway process calls before an upstream call.
 
 The decision path itself (routing, the failure policy and its circuit breaker, local
 refusals, shadow rules, metrics) is ``gateway_limiter.core.pipeline.LimiterCore``,
 shared with the asyncio limiter (``gateway_limiter.aio``). This class is the core's
-threaded I/O shell: it calls the backend and sleeps with ``time.sleep``.
+threaded I/O shell: it calls the backend, sleeps with ``time.sleep``, and renews the
+fleet membership and slot leases on daemon threads (``gateway_limiter.concurrency``).
 ``decide`` returns a decision as a ``Decision``; ``try_acquire`` is its ``allowed``.
+
+This module is generated from ``gateway_limiter/aio.py`` by ``scripts/generate_sync.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,12 +29,20 @@ from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.schemes import open_backend
 from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.backends.slot_wakeups import listen
-from gateway_limiter.backends.slots import (
-    parse_counts,
+from gateway_limiter.backends.slots import parse_counts
+from gateway_limiter.concurrency import (
+    Cancelled,
+    Repeating,
+    blocking,
+    event_loop,
+    shielded,
+    sleep,
+    spawn,
 )
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
+from gateway_limiter.core import steps
 from gateway_limiter.core.decision import Decision
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.core.pipeline import (
@@ -47,53 +61,201 @@ from gateway_limiter.core.slots import (
     refused,
     take_slot,
 )
-from gateway_limiter.core.status import BucketStatus, chosen, describe_interface
-from gateway_limiter.core.steps import (
-    Ask,
-    Await,
-    Reserve,
-    Send,
-    StartRenewer,
-    Step,
-    Steps,
-    Subscribe,
+from gateway_limiter.core.status import (
+    BucketStatus,
+    bucket_status,
+    chosen,
+    has_pushback_state,
+    has_shared_state,
 )
 from gateway_limiter.errors import NotStarted
 from gateway_limiter.lifecycle import THREADED, unwatch, watch
-from gateway_limiter.model.bucket import US_PER_S, Verdict
+from gateway_limiter.model.bucket import Verdict
 
 __all__ = ["GatewayLimiter"]
 
 T = TypeVar("T")
 
 
-class GatewayLimiter(LimiterCore):
-    """Fleet-wide rate limits for one gateway process.
+class Shell(LimiterCore):
+    """The I/O half of ``GatewayLimiter``, below its public API: it carries out
+    the engine's steps (``core/steps.py``) over the backend, and runs the background
+    work (fleet heartbeats, slot lease renewals)."""
 
-    >>> with GatewayLimiter(database_url="sqlite:///limits.db") as limiter:  # doctest: +SKIP
-    ...     if limiter.try_acquire("/ibe/flight/search"):
-    ...         call_supplier()
-
-    Keywords are settings (see docs/design.md) and override the file and environment.
-    """
-
-    _NOT_STARTED: ClassVar[str] = "call start() (or use 'with GatewayLimiter(...)') first"
     backend: Backend
-    _heartbeats: threading.Thread | None = None
-    _stop_beating: threading.Event | None = None
-
-    _renewer: threading.Thread | None = None
+    _heartbeats: Repeating | None
+    _renewer: Repeating
 
     @staticmethod
-    def _in_process() -> Backend:
+    def _in_process() -> MemoryBackend:
         return MemoryBackend()
 
     def _open_backend(self, settings: Settings) -> bool:
         self.backend = open_backend(settings)
         self._slotting = SlotState(settings)
-        self._renewing = threading.Lock()
-        self._stop_renewing = threading.Event()
+        self._heartbeats = None
+        self._renewer = Repeating(
+            "gateway-limiter-leases", settings.slot_lease / 3, self._renew_slots
+        )
         return self.backend.shared
+
+    def _ask_backend(self, step: Outcome | steps.Ask) -> Outcome:
+        # A decision's one backend round trip (when ``_begin`` left one to make).
+        if type(step) is not steps.Ask:
+            return step  # type: ignore[return-value]
+        if step.lease is None and not step.renewing:  # a plain decision: bucket.lua
+            return self._finish(step, self._reserve(step))
+        return self._run(self._leasing(step))
+
+    def _reserve(self, ask: steps.Ask) -> Verdict | BackendError:
+        try:
+            return self.backend.reserve(ask.rule, ask.permits, ask.budget_s, ask.key)
+        except BackendError as e:
+            return e
+
+    def _run(self, engine: steps.Steps[T]) -> T:
+        """Carry out the engine's steps (``core/steps.py``) until it answers."""
+        got: Any = None
+        try:
+            while True:
+                got = self._carry_out(engine.send(got))
+        except StopIteration as done:
+            answer: T = done.value
+            return answer
+
+    def _carry_out(self, step: steps.Step) -> Any:
+        match step:
+            case steps.Reserve(ask):
+                return self._reserve(ask)
+            case steps.Send(call, parse, abandoned):
+                try:
+                    return attempt(self._slot_script, call, parse)
+                except Cancelled:
+                    # the script may have run: give back what it may have taken (a
+                    # lease Redis does not hold is removed as nothing)
+                    if abandoned is not None:
+                        spawn(self._give_back, abandoned)
+                    raise
+            case steps.Await(until, seconds):
+                until.wait(seconds)
+            case steps.Subscribe():  # connecting blocks (asyncio: in a worker thread)
+                start = functools.partial(listen, self.settings, self.backend.client)
+                blocking(self._slotting.subscribe, start)
+            case steps.StartRenewer():
+                self._renewer.start()
+        return None
+
+    def _describe(self, interface: Rule, limits: list[Rule]) -> list[BucketStatus]:
+        """Every limit of ``interface`` as ``status`` shows it, with what pushbacks left
+        on the interface (the hold, the effective rate)."""
+        pushed = (
+            attempt(self.backend.peek_pushback, interface)
+            if has_pushback_state(interface)
+            else None
+        )
+        out = []
+        for rule in limits:
+            peeked = attempt(self.backend.peek, rule) if has_shared_state(rule) else None
+            out.append(bucket_status(rule, self.backend.shared, peeked, interface, pushed))
+        return out
+
+    def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
+        lease_id = self._slotting.leases.new_id()
+        taking = Taking(rule, key, lease_id, time.monotonic() + budget_s, budget_s)
+        waiter = self._slotting.waiter(lease_id, event_loop())
+        held: Held | None = None
+        try:
+            held = self._run(take_slot(self, self._slotting, taking, waiter))
+            if held.wait_s > 0:  # the rate permit's wait, the slot held
+                sleep(held.wait_s)
+            return held
+        except BaseException:
+            if held is not None:  # interrupted in the rate's wait: give the slot back
+                shielded(self._give_back, held)
+            elif taking.placed:  # refused after waiting, or interrupted: give the place up
+                shielded(self._give_back, given_up(rule, lease_id))
+            raise
+        finally:
+            self._slotting.forget(lease_id)
+
+    def _slot_script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
+        return parse(self.backend.script(call))
+
+    def _in_flight_seen(self) -> dict[str, int]:
+        return dict(self._slotting.seen)
+
+    def _give_back(self, held: Held) -> None:
+        """Give back a slot: one round trip; a failure leaves the lease to lapse."""
+        call = self._slotting.give_back(held)
+        if call is not None:
+            reply = attempt(self._slot_script, call, parse_counts)
+            self._slotting.counted(held.url, reply)
+
+    def _renew_slots(self) -> None:
+        """Renew every slot lease this limiter holds, one script call per interface
+        (every third of ``slot_lease``, once a slot is taken: ``_renewer``)."""
+        for call in self._slotting.renewals():
+            attempt(self._slot_script, call, parse_counts)
+
+    def _stop_renewer(self) -> None:
+        self._renewer.stop()
+        blocking(self._slotting.close)
+
+    def _join_fleet(self) -> None:
+        """One heartbeat: this process counts in the fleet from now on."""
+        fleet = self._fleet
+        demand = fleet.demand(self.registry.snapshot.rules)
+        self._beat(attempt(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand))
+
+    def _start_heartbeats(self, *, join: bool = False) -> None:
+        """Renew this process's fleet membership every ``fleet_heartbeat`` s, never on a
+        decision's path (``core/fleet.py``); ``join``: beat once at once first."""
+        heartbeats = Repeating(
+            "gateway-limiter-fleet",
+            self._fleet.heartbeat_s,
+            self._heartbeat,
+            self._join_fleet if join else None,
+        )
+        self._heartbeats = heartbeats
+        heartbeats.start()
+
+    def _heartbeat(self) -> None:
+        fleet = self._fleet
+        demand = fleet.demand(self.registry.snapshot.rules)
+        tallies = self._tallies()
+        beat = attempt(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand, tallies)
+        self._beat(beat)
+        for rule, permits in self._charges():  # after an outage, off the decision path
+            charged = attempt(self.backend.reserve, rule, permits, None)
+            if not isinstance(charged, BackendError):
+                fleet.charged += permits
+        for call in self._lease_returns():  # leases a reload ended
+            attempt(self.backend.script, call)
+
+    def _stop_heartbeats(self) -> None:
+        """Stop beating and leave the fleet at once (best effort), so N drops now rather
+        than when this member would have expired."""
+        heartbeats, self._heartbeats = self._heartbeats, None
+        if heartbeats is None:
+            return
+        heartbeats.stop()  # a heartbeat in flight ends within Redis' timeouts
+        if self.backend_healthy:
+            attempt(self.backend.heartbeat, self._fleet.member, 0)
+
+
+class GatewayLimiter(Shell):
+    """Fleet-wide rate limits for one gateway process.
+
+    ::
+
+        with GatewayLimiter(redis_url="redis://127.0.0.1:6379/0") as limiter:
+            if limiter.try_acquire("/ibe/flight/search"):
+                call_supplier()
+
+    Keywords are settings (see docs/design.md) and override the file and environment.
+    """
+
+    _NOT_STARTED: ClassVar[str] = "call start() (or use 'with GatewayLimiter(...)') first"
 
     def start(self) -> ReloadSummary:
         """Load the limits now, then reload every ``reload_interval`` seconds."""
@@ -102,47 +264,17 @@ class GatewayLimiter(LimiterCore):
         self._prepared(failure)
         if self._shared:
             if failure is None:  # know N from the start: one round trip, here, once
-                fleet = self._fleet
-                demand = fleet.demand(self.registry.snapshot.rules)
-                self._beat(attempt(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand))
+                self._join_fleet()
             self._start_heartbeats()
         watch(self, THREADED)  # a fork restarts it in the child (lifecycle.py)
-        return self._running(self.registry.start())
-
-    def _start_heartbeats(self) -> None:
-        """Renew this process's fleet membership every ``fleet_heartbeat`` s on a daemon
-        thread: never on a decision's path (``core/fleet.py``)."""
-        stop = self._stop_beating = threading.Event()
-        fleet, backend = self._fleet, self.backend
-
-        def beat() -> None:
-            while not stop.wait(fleet.heartbeat_s):
-                demand = fleet.demand(self.registry.snapshot.rules)
-                tallies = self._tallies()
-                self._beat(attempt(backend.heartbeat, fleet.member, fleet.ttl_ms, demand, tallies))
-                for rule, permits in self._charges():  # after an outage, off the decision path
-                    if not isinstance(attempt(backend.reserve, rule, permits, None), BackendError):
-                        fleet.charged += permits
-                for call in self._lease_returns():  # leases a reload ended
-                    attempt(backend.script, call)
-
-        self._heartbeats = threading.Thread(target=beat, name="gateway-limiter-fleet", daemon=True)
-        self._heartbeats.start()
-
-    def _stop_heartbeats(self) -> None:
-        """Stop beating and leave the fleet at once (best effort), so N drops now rather
-        than when this member would have expired."""
-        if self._stop_beating is None or self._heartbeats is None:
-            return
-        self._stop_beating.set()
-        self._heartbeats.join()  # a heartbeat in flight ends within Redis' timeouts
-        self._stop_beating = self._heartbeats = None
-        if self.backend_healthy:
-            attempt(self.backend.heartbeat, self._fleet.member, 0)
+        # The switch's source (etcd, Apollo) followed, up to its first reading; then
+        # the registry's first reload and its reload thread.
+        self.registry.start_following()
+        return self._running(blocking(self.registry.start, follow_switch=False))
 
     def reload(self) -> ReloadSummary:
         """Reload the limits now; the last good limits stay if the database fails."""
-        return self.registry.reload()
+        return blocking(self.registry.reload)
 
     def close(self) -> None:
         """Stop reloading and close connections. Decisions after this raise NotStarted."""
@@ -152,7 +284,8 @@ class GatewayLimiter(LimiterCore):
             attempt(self.backend.script, call)
         self._stop_heartbeats()
         self._stop_renewer()
-        self.registry.close()
+        self.registry.stop_following()
+        blocking(self.registry.close)  # disposing the engine is database I/O
         self.backend.close()
 
     def __enter__(self) -> Self:
@@ -167,46 +300,6 @@ class GatewayLimiter(LimiterCore):
     ) -> None:
         self.close()
 
-    def _ask_backend(self, step: Outcome | Ask) -> Outcome:
-        # A decision's one backend round trip (when ``_begin`` left one to make).
-        if type(step) is not Ask:
-            return step  # type: ignore[return-value]
-        if step.lease is None and not step.renewing:  # a plain decision: bucket.lua
-            return self._finish(step, self._reserve(step))
-        return self._run(self._leasing(step))
-
-    def _reserve(self, ask: Ask) -> Verdict | BackendError:
-        try:
-            return self.backend.reserve(ask.rule, ask.permits, ask.budget_s, ask.key)
-        except BackendError as e:
-            return e
-
-    def _run(self, steps: Steps[T]) -> T:
-        """Carry out the engine's steps (``core/steps.py``) until it answers."""
-        got: Any = None
-        try:
-            while True:
-                got = self._carry_out(steps.send(got))
-        except StopIteration as done:
-            answer: T = done.value
-            return answer
-
-    def _carry_out(self, step: Step) -> Any:
-        match step:
-            case Reserve(ask):
-                return self._reserve(ask)
-            case Send(call, parse):
-                return attempt(self._slot_script, call, parse)
-            case Await(until, seconds):
-                until.wait(seconds)
-            case Subscribe():
-                self._slotting.subscribe(
-                    functools.partial(listen, self.settings, self.backend.client)
-                )
-            case StartRenewer():
-                self._start_renewer()
-        return None
-
     def reserve(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
     ) -> Verdict:
@@ -215,7 +308,7 @@ class GatewayLimiter(LimiterCore):
         ``timeout=None`` here means the row's ``cache``; ``key`` is the caller, for
         per-caller limits. A shadow rule's verdict is always allowed, with no wait.
         """
-        return self._ask_backend(self._begin(url, permits, timeout, key))[0]
+        return (self._ask_backend(self._begin(url, permits, timeout, key)))[0]
 
     def try_acquire(
         self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
@@ -225,12 +318,12 @@ class GatewayLimiter(LimiterCore):
 
         ``key`` names the caller (an IP, a channel): rows with ``perCaller = 1`` give
         each key its own limits; other rows ignore it. Always ``decide(...).allowed``,
-        without building the Decision.
+        without building the Decision. (asyncio: cancelled while waiting, CancelledError
+        at once; the permits stay spent.)
         """
-        verdict = self._ask_backend(self._begin(url, permits, timeout, key))[0]
-        if verdict.allowed and verdict.wait_us > 0:
-            time.sleep(verdict.wait_us / US_PER_S)
-            return True
+        verdict = (self._ask_backend(self._begin(url, permits, timeout, key)))[0]
+        if (wait_s := allowed_wait_s(verdict)) > 0:
+            sleep(wait_s)
         return verdict.allowed
 
     def decide(
@@ -241,7 +334,7 @@ class GatewayLimiter(LimiterCore):
         ``Decision.headers()`` gives the HTTP headers)."""
         outcome = self._ask_backend(self._begin(url, permits, timeout, key))
         if (wait_s := allowed_wait_s(outcome[0])) > 0:
-            time.sleep(wait_s)
+            sleep(wait_s)
         return self._decision(outcome, timeout, permits)
 
     def acquire(self, url: str, permits: int = 1, key: str | None = None) -> float:
@@ -251,11 +344,10 @@ class GatewayLimiter(LimiterCore):
         ValueError for more permits than a window of the interface can ever hold. A
         shadow rule returns 0.0 at once (its wait and refusals are only counted).
         """
-        wait_s = self._acquired(
-            url, permits, self._ask_backend(self._begin(url, permits, None, key, forever=True))
-        )
+        begun = self._begin(url, permits, None, key, forever=True)
+        wait_s = self._acquired(url, permits, self._ask_backend(begun))
         if wait_s > 0:
-            time.sleep(wait_s)
+            sleep(wait_s)
         return wait_s
 
     def pushback(self, url: str, retry_after: float | None = None, key: str | None = None) -> None:
@@ -272,7 +364,8 @@ class GatewayLimiter(LimiterCore):
         """
         push = self._begin_pushback(url, retry_after, key)
         if push is not None:
-            reply = attempt(self.backend.pushback, push.rule, push.retry_after, push.key)
+            pushback = self.backend.pushback
+            reply = attempt(pushback, push.rule, push.retry_after, push.key)
             self._pushed(push, reply)
 
     def status(self, url: str | None = None) -> list[BucketStatus]:
@@ -282,7 +375,7 @@ class GatewayLimiter(LimiterCore):
         states = [
             shown
             for interface, limits in chosen(self.registry, url)
-            for shown in describe_interface(interface, limits, self.backend)
+            for shown in self._describe(interface, limits)
         ]
         return [self._with_in_flight(s) for s in states]
 
@@ -303,7 +396,9 @@ class GatewayLimiter(LimiterCore):
 
         Waits up to ``timeout`` seconds (default: the row's ``cache``) for a rate permit
         and a free slot together; raises ``Refused`` (with the Decision) when both cannot
-        be had in time. The slot is given back when the block ends, however it ends.
+        be had in time. The slot is given back when the block ends, however it ends
+        (asyncio: cancellation included, the release shielded from a second one;
+        cancelled while waiting for a slot, nothing is held).
         Yields the Decision (``in_flight``: calls in flight, this one included).
         An interface without ``maxConcurrent`` (or a shadow row) is decided as
         ``decide`` would; one that is not limited admits at once.
@@ -323,65 +418,7 @@ class GatewayLimiter(LimiterCore):
         try:
             yield held.decision
         finally:
-            self._give_back(held)
-
-    def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
-        lease_id = self._slotting.leases.new_id()
-        taking = Taking(rule, key, lease_id, time.monotonic() + budget_s, budget_s)
-        waiter = self._slotting.waiter(lease_id)
-        held: Held | None = None
-        try:
-            held = self._run(take_slot(self, self._slotting, taking, waiter))
-            if held.wait_s > 0:  # the rate permit's wait, the slot held
-                time.sleep(held.wait_s)
-            return held
-        except BaseException:
-            if held is not None:  # interrupted in the rate's wait: give the slot back
-                self._give_back(held)
-            elif taking.placed:  # refused after waiting, or interrupted: give the place up
-                self._give_back(given_up(rule, lease_id))
-            raise
-        finally:
-            self._slotting.forget(lease_id)
-
-    def _slot_script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
-        return parse(self.backend.script(call))
-
-    def _in_flight_seen(self) -> dict[str, int]:
-        return dict(self._slotting.seen)
-
-    def _give_back(self, held: Held) -> None:
-        """Give back a slot: one round trip; a failure leaves the lease to lapse."""
-        call = self._slotting.give_back(held)
-        if call is not None:
-            self._slotting.counted(held.url, attempt(self._slot_script, call, parse_counts))
-
-    def _start_renewer(self) -> None:
-        """One daemon thread renewing every lease this limiter holds, every third of
-        ``slot_lease``, one script call per interface."""
-        if self._renewer is not None:
-            return
-        with self._renewing:
-            if self._renewer is not None:
-                return
-            lease_s, stop, state = self.settings.slot_lease, self._stop_renewing, self._slotting
-
-            def renew() -> None:
-                while not stop.wait(lease_s / 3):
-                    for call in state.renewals():
-                        attempt(self._slot_script, call, parse_counts)
-
-            self._renewer = threading.Thread(
-                target=renew, name="gateway-limiter-leases", daemon=True
-            )
-            self._renewer.start()
-
-    def _stop_renewer(self) -> None:
-        self._stop_renewing.set()
-        if self._renewer is not None:
-            self._renewer.join()
-            self._renewer = None
-        self._slotting.close()
+            shielded(self._give_back, held)
 
     def in_flight(self, url: str) -> int | None:
         """Calls to ``url`` in flight across the fleet now (one round trip), or None when
@@ -393,5 +430,6 @@ class GatewayLimiter(LimiterCore):
         if not self._shared:
             return self._slotting.local.in_flight(url)
         call = self._slotting.count_call(rule)
-        counted = self._slotting.counted(url, attempt(self._slot_script, call, parse_counts))
+        reply = attempt(self._slot_script, call, parse_counts)
+        counted = self._slotting.counted(url, reply)
         return self._slotting.local.in_flight(url) if counted is None else counted

@@ -22,6 +22,13 @@ if TYPE_CHECKING:  # backends/fleet.py and scripts.py import BackendError from h
     from gateway_limiter.backends.scripts import ScriptCall
 
 
+#: What ``peek`` answers: the limit's stored state (None: none stored) and the server's
+#: time in µs.
+PeekedState = tuple[LimitState | None, float]
+#: What ``peek_pushback`` answers: what pushbacks left (None: nothing) and the time.
+PeekedPushback = tuple[PushbackState | None, float]
+
+
 class BackendError(Exception):
     """The shared state could not be reached or answered wrongly (a failure policy applies)."""
 
@@ -56,11 +63,11 @@ class Backend(Protocol):
         Raises BackendError when the state cannot be reached.
         """
 
-    def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+    def peek(self, rule: Rule) -> PeekedState:
         """The stored state of ``rule``'s own shared limit (a bucket's, a window's; None:
         none stored) and the clock, in µs."""
 
-    def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+    def peek_pushback(self, rule: Rule) -> PeekedPushback:
         """What pushbacks left on ``rule``'s interface for all its callers (None: nothing)
         and the clock, in µs. ``rule`` is the interface's, with all its limits."""
 
@@ -118,10 +125,10 @@ class AsyncBackend(Protocol):
         Raises BackendError when the state cannot be reached. Never sleeps for the wait.
         """
 
-    async def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+    async def peek(self, rule: Rule) -> PeekedState:
         """``Backend.peek``, awaited."""
 
-    async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+    async def peek_pushback(self, rule: Rule) -> PeekedPushback:
         """``Backend.peek_pushback``, awaited."""
 
     async def pushback(

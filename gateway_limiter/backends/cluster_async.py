@@ -9,7 +9,7 @@ that node.
 
 **Concurrent decisions share round trips per master**, through the lanes of
 ``backends/redis_async.py``: each master has its own queue and up to
-``redis_pool_size`` lanes on a pool of connections to it (an ``AsyncRedisBackend`` on
+``redis_pool_size`` lanes on a pool of connections to it (``redis_async.Lanes`` on
 that master: the same batches, first come first served, ``Deadline``s, cancellation,
 and a failed round trip failing the decisions queued behind it). A decision joins the
 queue of the master that serves its interface's slot in the client's slot map. What
@@ -57,8 +57,8 @@ from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
-from gateway_limiter.backends import scripts
-from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends import fleet, scripts
+from gateway_limiter.backends.base import BackendError, PeekedPushback, PeekedState
 from gateway_limiter.backends.cluster import (
     Redirected,
     batch_error,
@@ -66,18 +66,11 @@ from gateway_limiter.backends.cluster import (
     cluster_policies,
 )
 from gateway_limiter.backends.connections import connection_failed, round_trips
-from gateway_limiter.backends.fleet import (
-    Heartbeat,
-    fleet_key,
-    heartbeat_args,
-    parse_heartbeat,
-    parse_members,
-)
 from gateway_limiter.backends.readiness import Readiness
 from gateway_limiter.backends.redis import CLIENT_ERRORS
 from gateway_limiter.backends.redis_async import (
-    AsyncRedisBackend,
     Deadline,
+    Lanes,
     async_client_options,
 )
 from gateway_limiter.backends.schemes import register_async
@@ -86,13 +79,11 @@ from gateway_limiter.backends.topology import parse_endpoints
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import Verdict
-from gateway_limiter.model.limits import LimitState
-from gateway_limiter.model.pushback import PushbackState
 
 T = TypeVar("T")
 
 
-class MasterLanes(AsyncRedisBackend):
+class MasterLanes(Lanes):
     """The lanes of ``backends/redis_async.py`` on one master of a cluster: a redirect
     in a batch answers its caller with ``Redirected`` (any other error reply, as on one
     Redis, with its own BackendError)."""
@@ -101,6 +92,11 @@ class MasterLanes(AsyncRedisBackend):
 
     def _reply_error(self, error: ResponseError) -> Exception:
         return batch_error(error)
+
+    async def aclose(self) -> None:
+        """Stop the lanes, then close every pooled connection."""
+        await self.stop()
+        await self._pool.disconnect()
 
 
 @register_async("redis+cluster")
@@ -279,7 +275,7 @@ class AsyncRedisClusterBackend:
         """Any other script call (``limiter.slot``'s), on the master of its keys' slot."""
         return (await self._ask(call))[0]
 
-    async def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+    async def peek(self, rule: Rule) -> PeekedState:
         """GET (a sliding window: LRANGE), then TIME on the node that holds the key."""
         key = state_key(self._prefix, rule)
 
@@ -298,7 +294,7 @@ class AsyncRedisClusterBackend:
         raw, time_reply = await self._queued(both)
         return scripts.parse_limit_state(rule, raw), scripts.clock_us(time_reply)
 
-    async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+    async def peek_pushback(self, rule: Rule) -> PeekedPushback:
         """GET, then TIME on the node that holds the key, like ``peek``."""
         key, in_bucket = scripts.pushback_peek_key(self._prefix, rule)
 
@@ -309,6 +305,25 @@ class AsyncRedisClusterBackend:
 
         raw, time_reply = await self._queued(both)
         return scripts.parse_pushback_state(raw, in_bucket), scripts.clock_us(time_reply)
+
+    async def heartbeat(
+        self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
+    ) -> fleet.Heartbeat:
+        """One EVAL of the fleet's heartbeat on the master of the set's slot."""
+        args = fleet.heartbeat_args(self._prefix, member, ttl_ms, demand, tallies)
+        return fleet.parse_heartbeat(await self._queued(lambda: self._client.eval(*args)))
+
+    async def members(self) -> tuple[list[tuple[str, float]], float]:
+        """ZRANGE, then TIME on the node that holds the set."""
+        key = fleet.fleet_key(self._prefix)
+
+        async def both() -> tuple[Any, Any]:
+            entries = await self._client.zrange(key, 0, -1, withscores=True)
+            node = self._client.get_node_from_key(key)
+            return entries, await self._client.time(target_nodes=node)
+
+        entries, time_reply = await self._queued(both)
+        return fleet.members_reply(entries, time_reply)
 
     async def prepare(self) -> None:
         """Once, when the cluster first answers (``backends/readiness.py``): SCRIPT LOAD on
@@ -327,26 +342,6 @@ class AsyncRedisClusterBackend:
             return cluster_policies(replies)
 
         await self._readiness.get_ready_async(lambda: self._queued(load))
-
-    async def heartbeat(
-        self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
-    ) -> Heartbeat:
-        """One EVAL of the fleet's heartbeat on the master of the set's slot."""
-        args = heartbeat_args(self._prefix, member, ttl_ms, demand, tallies)
-        return parse_heartbeat(await self._queued(lambda: self._client.eval(*args)))
-
-    async def members(self) -> tuple[list[tuple[str, float]], float]:
-        """ZRANGE, then TIME on the node that holds the set."""
-        key = fleet_key(self._prefix)
-
-        async def both() -> tuple[Any, Any]:
-            entries = await self._client.zrange(key, 0, -1, withscores=True)
-            node = self._client.get_node_from_key(key)
-            return entries, await self._client.time(target_nodes=node)
-
-        entries, time_reply = await self._queued(both)
-        live, now_ms = parse_members(entries, time_reply)
-        return list(live), now_ms
 
     async def aclose(self) -> None:
         """Stop every master's lanes, and close every node's connections."""

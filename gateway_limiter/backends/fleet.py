@@ -227,6 +227,15 @@ def parse_members(
     return live, float(now_ms)
 
 
+def members_reply(
+    entries: list[tuple[Any, Any]], time_reply: Any
+) -> tuple[list[tuple[str, float]], float]:
+    """What a backend's ``members`` answers: ``parse_members``' live members as
+    (member, expires at ms) pairs, and the server's time in ms."""
+    live, now_ms = parse_members(entries, time_reply)
+    return list(live), now_ms
+
+
 def encode_member(host: str, pid: int, since_s: float, version: str, ttl_ms: int) -> str:
     """A member's text: what ``gateway-limiter fleet`` shows of it, as JSON."""
     described = {"host": host, "pid": pid, "since": round(since_s, 3), "version": version}

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway_limiter.backends.base import BackendError, to_us
+from gateway_limiter.backends.base import BackendError, PeekedPushback, PeekedState, to_us
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.schemes import register, register_async
 from gateway_limiter.backends.scripts import ScriptCall
@@ -30,12 +30,10 @@ from gateway_limiter.model.bucket import US_PER_S, Verdict, expiry_ms, reserve
 from gateway_limiter.model.limits import (
     Limit,
     LimitKind,
-    LimitState,
     limit_expiry_ms,
     reserve_limits,
 )
 from gateway_limiter.model.pushback import (
-    PushbackState,
     factor_at,
     push,
     pushback_expiry_ms,
@@ -164,7 +162,7 @@ class MemoryBackend:
             self._written(now_us)
             return factor, next_free_us
 
-    def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+    def peek(self, rule: Rule) -> PeekedState:
         """The live state of ``rule``'s own shared limit, if any."""
         with self._lock:
             now_us = self._clock()
@@ -176,7 +174,7 @@ class MemoryBackend:
                 state = state._replace(window=state.window + offset)
             return state, now_us + offset
 
-    def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+    def peek_pushback(self, rule: Rule) -> PeekedPushback:
         """What pushbacks left on ``rule``'s interface for all callers, if anything."""
         with self._lock:
             now_us = self._clock()
@@ -273,11 +271,11 @@ class AsyncMemoryBackend:
         """The model's pushback, recorded at once."""
         return self._memory.pushback(rule, retry_after, caller)
 
-    async def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+    async def peek(self, rule: Rule) -> PeekedState:
         """The live state of ``rule``'s own shared limit, if any."""
         return self._memory.peek(rule)
 
-    async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+    async def peek_pushback(self, rule: Rule) -> PeekedPushback:
         """What pushbacks left on ``rule``'s interface for all callers, if anything."""
         return self._memory.peek_pushback(rule)
 

@@ -32,7 +32,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
 from redis.retry import Retry
 
-from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends import fleet
+from gateway_limiter.backends.base import BackendError, PeekedPushback, PeekedState
 from gateway_limiter.backends.connections import (
     call_error,
     connection_failed,
@@ -41,15 +42,6 @@ from gateway_limiter.backends.connections import (
     read_pipelined,
     round_trips,
     write_pipelined,
-)
-from gateway_limiter.backends.fleet import (
-    Heartbeat,
-    fleet_key,
-    heartbeat_args,
-    parse_heartbeat,
-    parse_members,
-    sum_tallies,
-    tallies_key,
 )
 from gateway_limiter.backends.readiness import Readiness
 from gateway_limiter.backends.schemes import register
@@ -75,8 +67,6 @@ from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import Verdict
-from gateway_limiter.model.limits import LimitState
-from gateway_limiter.model.pushback import PushbackState
 from gateway_limiter.observe.redact import url_error
 
 __all__ = [
@@ -211,7 +201,7 @@ class ScriptBackend:
             except NoScriptError:  # restarted, flushed, promoted: load there, ask again
                 return self._again(client, call)
 
-    def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+    def peek(self, rule: Rule) -> PeekedState:
         """GET (a sliding window: LRANGE) and TIME in one pipeline (``rule``'s own limit,
         shared state), on the server that holds the key."""
         key = state_key(self._prefix, rule)
@@ -222,7 +212,7 @@ class ScriptBackend:
             raw, time_reply = pipe.execute(raise_on_error=False)
         return parse_limit_state(rule, raw), clock_us(time_reply)
 
-    def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+    def peek_pushback(self, rule: Rule) -> PeekedPushback:
         """GET and TIME in one pipeline, on the server that holds the interface's keys."""
         key, in_bucket = pushback_peek_key(self._prefix, rule)
         with backend_errors():
@@ -241,38 +231,37 @@ class ScriptBackend:
 
     def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
-    ) -> Heartbeat:
+    ) -> fleet.Heartbeat:
         """One EVAL of the fleet's heartbeat (``backends/fleet.py``) where the set lives."""
-        key = fleet_key(self._prefix)
+        key = fleet.fleet_key(self._prefix)
         with backend_errors():
             reply = self._server(key).eval(
-                *heartbeat_args(self._prefix, member, ttl_ms, demand, tallies)
+                *fleet.heartbeat_args(self._prefix, member, ttl_ms, demand, tallies)
             )
-        return parse_heartbeat(reply)
+        return fleet.parse_heartbeat(reply)
 
     def members(self) -> tuple[list[tuple[str, float]], float]:
         """ZRANGE and TIME in one pipeline, on the server that holds the set."""
-        key = fleet_key(self._prefix)
+        key = fleet.fleet_key(self._prefix)
         with backend_errors():
             pipe = self._server(key).pipeline(transaction=False)
             pipe.zrange(key, 0, -1, withscores=True)
             pipe.time()
             entries, time_reply = pipe.execute()
-        live, now_ms = parse_members(entries, time_reply)
-        return list(live), now_ms
+        return fleet.members_reply(entries, time_reply)
 
     def fleet_tallies(self) -> dict[str, dict[str, float]]:
         """The fleet's live numbers per interface, summed over the live members (one
         pipeline: the set, the tallies and TIME, on the server that holds both)."""
-        key = fleet_key(self._prefix)
+        key = fleet.fleet_key(self._prefix)
         with backend_errors():
             pipe = self._server(key).pipeline(transaction=False)
             pipe.zrange(key, 0, -1, withscores=True)
             pipe.time()
-            pipe.hgetall(tallies_key(self._prefix))
+            pipe.hgetall(fleet.tallies_key(self._prefix))
             entries, time_reply, stored = pipe.execute()
-        live, _ = parse_members(entries, time_reply)
-        return sum_tallies(stored, {m.member for m in live})
+        live, _ = fleet.parse_members(entries, time_reply)
+        return fleet.sum_tallies(stored, {m.member for m in live})
 
 
 #: Options a ``redis_url`` query may set besides those redis-py converts from text

@@ -59,7 +59,6 @@ import inspect
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from types import TracebackType
 from typing import Any, TypeVar
 
 import redis
@@ -70,16 +69,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
 
-from gateway_limiter.backends import scripts
-from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends import fleet, scripts
+from gateway_limiter.backends.base import BackendError, PeekedPushback, PeekedState
 from gateway_limiter.backends.connections import packer, round_trips
-from gateway_limiter.backends.fleet import (
-    Heartbeat,
-    fleet_key,
-    heartbeat_args,
-    parse_heartbeat,
-    parse_members,
-)
 from gateway_limiter.backends.readiness import Readiness
 from gateway_limiter.backends.redis import (
     CLIENT_ERRORS,
@@ -93,8 +85,6 @@ from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import Verdict
-from gateway_limiter.model.limits import LimitState
-from gateway_limiter.model.pushback import PushbackState
 from gateway_limiter.observe.redact import url_error
 
 T = TypeVar("T")
@@ -146,15 +136,10 @@ class Deadline:
         # A timeout due now runs via call_soon: after the wake-ups already queued.
         self._timeout.reschedule(loop.time())
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: Any) -> None:
         if self._handle is not None:
             self._handle.cancel()
-        await self._timeout.__aexit__(exc_type, exc, tb)  # raises TimeoutError if it struck
+        await self._timeout.__aexit__(*exc_info)  # raises TimeoutError if it struck
 
 
 def async_client_options(settings: Settings) -> dict[str, Any]:
@@ -222,16 +207,14 @@ class _Call:
         self.asking = asking
 
 
-@register_async("redis", "rediss", "unix")
-class AsyncRedisBackend:
-    """The bucket script on one Redis server (a master), through ``redis.asyncio``."""
+class Lanes:
+    """Up to ``redis_pool_size`` lanes on one master's pool of connections, sending the
+    queued script calls in batches (the module's docstring says how), and the turns of
+    the other calls (``queued``: peek, prepare, heartbeats) for a connection of it."""
 
-    shared = True
     __slots__ = (
         "_active",
-        "_client",
         "_collecting",
-        "_commands",
         "_connect_seconds",
         "_failures",
         "_lanes",
@@ -239,10 +222,7 @@ class AsyncRedisBackend:
         "_others",
         "_pack",
         "_pool",
-        "_prefix",
         "_queue",
-        "_read_seconds",
-        "_readiness",
         "_round_trips",
         "_slots",
     )
@@ -250,30 +230,11 @@ class AsyncRedisBackend:
     #: Decisions sent in one round trip at most (a batch of 128 runs ~1-2 ms in Redis).
     BATCH = 128
 
-    def __init__(
-        self,
-        settings: Settings,
-        pool: ConnectionPool | None = None,
-        trips: RoundTrips | None = None,
-    ) -> None:
-        """``pool``: connections to the master made elsewhere (Sentinel's, a cluster
-        master's), instead of one built from ``redis_url``; ``trips``: the read deadline
-        to follow and feed, when it is shared (a cluster's, by all its masters)."""
-        if pool is None:
-            try:
-                pool = BlockingConnectionPool.from_url(
-                    settings.redis_url, timeout=None, **async_client_options(settings)
-                )
-            except ValueError as e:
-                raise ValueError(f"redis_url {url_error(settings.redis_url, e)}") from None
+    def __init__(self, settings: Settings, pool: ConnectionPool, trips: RoundTrips) -> None:
         self._pool = pool
-        self._client = Redis.from_pool(pool)  # for peek and prepare; owns and closes the pool
-        self._prefix = settings.key_prefix
-        self._read_seconds = settings.redis_timeout
         self._connect_seconds = settings.redis_connect_timeout + settings.redis_timeout
         self._slots = asyncio.Semaphore(settings.redis_pool_size)  # FIFO, unlike the pool
         self._failures = 0  # calls failed so far: a queued caller compares before and after
-        self._commands = scripts.Commands(settings.key_prefix)
         self._queue: deque[_Call] = deque()  # decisions not yet sent, first come first
         self._lanes: set[asyncio.Task[None]] = set()  # referenced while they run
         self._max_lanes = settings.redis_pool_size
@@ -281,15 +242,9 @@ class AsyncRedisBackend:
         self._collecting = 0  # lanes on their way to take the queue (0 or 1)
         self._pack = packer(pool.connection_kwargs)
         self._others = 0  # peek/prepare calls waiting for a connection
-        self._readiness = Readiness()
-        self._round_trips = trips or round_trips(settings)  # a lane's read deadline
+        self._round_trips = trips  # a lane's read deadline
 
-    @property
-    def client(self) -> Redis:
-        """The redis.asyncio client (for status and tests)."""
-        return self._client
-
-    async def _queued(self, call: Callable[[], Awaitable[T]]) -> T:
+    async def queued(self, call: Callable[[], Awaitable[T]]) -> T:
         """Wait for a connection slot in turn, then ``call``; Redis errors -> BackendError."""
         failures = self._failures
         self._others += 1  # busy lanes hand their connection over after their round trip
@@ -316,17 +271,6 @@ class AsyncRedisBackend:
         while self._queue:
             _resolve(self._queue.popleft().future, error=error)
 
-    async def pushback(
-        self, rule: Rule, retry_after: float | None, caller: str | None = None
-    ) -> tuple[float, float]:
-        """One EVALSHA of ``pushback.lua``, queued with the decisions (see ``_lane``)."""
-        call = self.enqueue(self._commands.pushback(rule, retry_after, caller, None))
-        return scripts.parse_pushback(await call.future)
-
-    async def script(self, call: scripts.ScriptCall) -> Any:
-        """Any other script call (``limiter.slot``'s), queued with the decisions."""
-        return await self.enqueue(call).future
-
     def enqueue(self, script: scripts.ScriptCall, asking: bool = False) -> _Call:
         """``script`` queued with the decisions (see ``_lane``): its reply, or its error,
         comes in its ``future``. ``asking``: ASKING goes before it, in the same write (a
@@ -335,18 +279,6 @@ class AsyncRedisBackend:
         self._queue.append(call)
         self._start_lane()
         return call
-
-    async def reserve(
-        self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
-    ) -> Verdict:
-        """One EVALSHA, sent in one round trip with the other decisions queued at that
-        moment (see ``_lane``)."""
-        entered_s = time.monotonic()
-        if not self._readiness.ready:  # Redis was away at start: ready it once it answers
-            self._readiness.in_background(self.prepare)
-        call = self.enqueue(self._commands(rule, permits, timeout, caller, None))
-        reply = await call.future  # cancelled: the lane skips or drops the reply
-        return scripts.queued_verdict(scripts.parse_reply(reply), call.sent - entered_s)
 
     def _start_lane(self) -> None:
         """A lane for the queue, unless one is on its way or all are busy (then the first
@@ -466,7 +398,98 @@ class AsyncRedisBackend:
         """What a caller gets for an error reply to its call: its own BackendError."""
         return BackendError(_describe(error))
 
-    async def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+    async def stop(self) -> None:
+        """Cancel the lanes running, and wait for them to end."""
+        lanes = list(self._lanes)
+        for lane in lanes:
+            lane.cancel()
+        await asyncio.gather(*lanes, return_exceptions=True)
+
+
+@register_async("redis", "rediss", "unix")
+class AsyncRedisBackend:
+    """The bucket script on one Redis server (a master), through ``redis.asyncio``."""
+
+    __slots__ = (
+        "_client",
+        "_commands",
+        "_connect_seconds",
+        "_lanes",
+        "_pool",
+        "_prefix",
+        "_read_seconds",
+        "_readiness",
+    )
+
+    shared = True
+
+    #: Decisions sent in one round trip at most (``Lanes.BATCH``).
+    BATCH = Lanes.BATCH
+
+    def __init__(
+        self,
+        settings: Settings,
+        pool: ConnectionPool | None = None,
+        trips: RoundTrips | None = None,
+        lanes: type[Lanes] = Lanes,
+    ) -> None:
+        """``pool``: connections to the master made elsewhere (Sentinel's, a cluster
+        master's), instead of one built from ``redis_url``; ``trips``: the read deadline
+        to follow and feed, when it is shared (a cluster's, by all its masters);
+        ``lanes``: what sends the batches (a cluster master's read redirects)."""
+        if pool is None:
+            try:
+                pool = BlockingConnectionPool.from_url(
+                    settings.redis_url, timeout=None, **async_client_options(settings)
+                )
+            except ValueError as e:
+                raise ValueError(f"redis_url {url_error(settings.redis_url, e)}") from None
+        self._pool = pool
+        self._client = Redis.from_pool(pool)  # for peek and prepare; owns and closes the pool
+        self._prefix = settings.key_prefix
+        self._read_seconds = settings.redis_timeout
+        self._connect_seconds = settings.redis_connect_timeout + settings.redis_timeout
+        self._commands = scripts.Commands(settings.key_prefix)
+        self._readiness = Readiness()
+        self._lanes = lanes(settings, pool, trips or round_trips(settings))
+
+    @property
+    def client(self) -> Redis:
+        """The redis.asyncio client (for status and tests)."""
+        return self._client
+
+    def enqueue(self, script: scripts.ScriptCall, asking: bool = False) -> _Call:
+        """``script`` queued with the decisions (``Lanes.enqueue``)."""
+        return self._lanes.enqueue(script, asking)
+
+    async def _queued(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call`` in turn for a connection (``Lanes.queued``)."""
+        return await self._lanes.queued(call)
+
+    async def pushback(
+        self, rule: Rule, retry_after: float | None, caller: str | None = None
+    ) -> tuple[float, float]:
+        """One EVALSHA of ``pushback.lua``, queued with the decisions (see ``_lane``)."""
+        call = self.enqueue(self._commands.pushback(rule, retry_after, caller, None))
+        return scripts.parse_pushback(await call.future)
+
+    async def script(self, call: scripts.ScriptCall) -> Any:
+        """Any other script call (``limiter.slot``'s), queued with the decisions."""
+        return await self.enqueue(call).future
+
+    async def reserve(
+        self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
+    ) -> Verdict:
+        """One EVALSHA, sent in one round trip with the other decisions queued at that
+        moment (see ``_lane``)."""
+        entered_s = time.monotonic()
+        if not self._readiness.ready:  # Redis was away at start: ready it once it answers
+            self._readiness.in_background(self.prepare)
+        call = self.enqueue(self._commands(rule, permits, timeout, caller, None))
+        reply = await call.future  # cancelled: the lane skips or drops the reply
+        return scripts.queued_verdict(scripts.parse_reply(reply), call.sent - entered_s)
+
+    async def peek(self, rule: Rule) -> PeekedState:
         """GET (a sliding window: LRANGE) and TIME in one pipeline."""
         key = state_key(self._prefix, rule)
 
@@ -480,7 +503,7 @@ class AsyncRedisBackend:
         raw, time_reply = await self._queued(both)
         return scripts.parse_limit_state(rule, raw), scripts.clock_us(time_reply)
 
-    async def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+    async def peek_pushback(self, rule: Rule) -> PeekedPushback:
         """GET and TIME in one pipeline, like ``peek``."""
         key, in_bucket = scripts.pushback_peek_key(self._prefix, rule)
 
@@ -512,16 +535,16 @@ class AsyncRedisBackend:
 
     async def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
-    ) -> Heartbeat:
+    ) -> fleet.Heartbeat:
         """One EVAL of the fleet's heartbeat (``backends/fleet.py``), in turn for a
         connection like ``peek``."""
 
         async def beat() -> Any:
             async with Deadline(self._connect_seconds + self._read_seconds):
-                args = heartbeat_args(self._prefix, member, ttl_ms, demand, tallies)
+                args = fleet.heartbeat_args(self._prefix, member, ttl_ms, demand, tallies)
                 return await self._client.eval(*args)
 
-        return parse_heartbeat(await self._queued(beat))
+        return fleet.parse_heartbeat(await self._queued(beat))
 
     async def members(self) -> tuple[list[tuple[str, float]], float]:
         """ZRANGE and TIME in one pipeline."""
@@ -529,21 +552,17 @@ class AsyncRedisBackend:
         async def both() -> list[Any]:
             async with Deadline(self._connect_seconds + self._read_seconds):
                 pipe = self._client.pipeline(transaction=False)
-                pipe.zrange(fleet_key(self._prefix), 0, -1, withscores=True)
+                pipe.zrange(fleet.fleet_key(self._prefix), 0, -1, withscores=True)
                 pipe.time()
                 return await pipe.execute()
 
         entries, time_reply = await self._queued(both)
-        live, now_ms = parse_members(entries, time_reply)
-        return list(live), now_ms
+        return fleet.members_reply(entries, time_reply)
 
     async def aclose(self) -> None:
         """Stop the lanes, then close the client and every pooled connection."""
         await self._readiness.cancel()
-        lanes = list(self._lanes)
-        for lane in lanes:
-            lane.cancel()
-        await asyncio.gather(*lanes, return_exceptions=True)
+        await self._lanes.stop()
         await self._client.aclose()
         await self._pool.disconnect()
 

@@ -231,7 +231,7 @@ def _expected_failure(ctx: Context, error: Exception) -> tuple[str, int] | None:
     if "sqlalchemy" in loaded:
         from sqlalchemy.exc import SQLAlchemyError
 
-        from gateway_limiter.config.reload import describe_db_error
+        from gateway_limiter.config.table import describe_db_error
 
         if isinstance(error, SQLAlchemyError):
             return database_problem(ctx.database_or_unknown, describe_db_error(error)), EXIT_FAILURE

@@ -37,7 +37,7 @@ def cmd_db_upgrade(ctx: Context) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
     from gateway_limiter.config.migrate import current_revision, head_revision, upgrade
-    from gateway_limiter.config.reload import describe_db_error
+    from gateway_limiter.config.table import describe_db_error
 
     engine = ctx.engine(create=True)
     before = current_revision(engine)

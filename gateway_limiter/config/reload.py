@@ -12,7 +12,6 @@ count reloads that way, whoever started them (the scheduler, ``reload()``, the C
 from __future__ import annotations
 
 import logging
-import queue
 import random
 import threading
 import time
@@ -24,9 +23,9 @@ from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError, NoSuchTableError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
-from gateway_limiter.config.audit import record_source_switch, record_sql_changes
+from gateway_limiter.config.recording import ChangeRecorder
 from gateway_limiter.config.rules import Rule, Skipped, build_rules
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.config.switch_source import (
@@ -35,14 +34,14 @@ from gateway_limiter.config.switch_source import (
     SwitchFollower,
     SwitchWatcher,
     parse_switch_source,
-    switch_value,
 )
 from gateway_limiter.config.table import (
-    ConfRow,
+    describe_db_error,
     make_engine,
     missing_sqlite_file,
     read_rows,
     read_switch,
+    table_missing,
 )
 from gateway_limiter.observe.logs import OUTAGE_REPORT_SECONDS, Throttle, held_back, log
 from gateway_limiter.observe.redact import mask_secrets
@@ -97,35 +96,108 @@ class ReloadSummary:
         )
 
 
-#: Driver error codes that mean "no such table": MySQL/MariaDB's ER_NO_SUCH_TABLE.
-_NO_SUCH_TABLE_CODES = frozenset({1146})
+class DatabaseOutage:
+    """Whether the reload finds the database down, and what has been said of it: one
+    error per outage, and a database that comes and goes reported at most once per
+    ``OUTAGE_REPORT_SECONDS``, with a count of the outages in between."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self._reports = Throttle(OUTAGE_REPORT_SECONDS)
+        self._reported = False
+        #: Taken to decide whether an outage is reported yet: the reload's thread and
+        #: the scheduler's (a reload stuck on the database) may both want to say so.
+        self._lock = threading.Lock()
+
+    def begun_unread(self) -> None:
+        """An outage began, already reported (no database file at the first reload)."""
+        self.down = True
+        self._reported = True  # so the reload that finds the file says so
+
+    def failed(self, reason: str, *, loaded: bool) -> None:
+        """A reload failed for ``reason``; ``loaded``: limits were read before."""
+        with self._lock:
+            if not loaded and not self.down:
+                log.error(
+                    "cannot load limits from the database (%s): NO LIMITS IN FORCE, every "
+                    "call is admitted until a reload succeeds",
+                    reason,
+                )
+                self._reported = True
+            elif not self.down:
+                held = self._reports.ready("database")
+                self._reported = held is not None
+                if held is not None:
+                    log.error(
+                        "cannot reload limits (%s); keeping the last good limits%s",
+                        reason,
+                        held_back(held),
+                    )
+                else:
+                    log.debug("cannot reload limits (%s); keeping the last good limits", reason)
+            else:
+                log.debug("reload still failing: %s", reason)
+            self.down = True
+
+    def stuck(self, running: float, interval: float) -> None:
+        """A reload has been running for ``running`` s at a tick of ``interval`` s."""
+        with self._lock:
+            if self.down:  # this outage is reported already
+                log.debug("reload still running after %.1f s", running)
+                return
+            self.down = True
+            held = self._reports.ready("database")  # as failed: flaps throttled
+            self._reported = held is not None
+            if held is None:
+                log.debug("reload still running after %.1f s", running)
+                return
+            log.error(
+                "a reload has been running for %.1f s (reload_interval %s s): the database "
+                "does not answer in time; keeping the last good limits until a reload ends%s",
+                running,
+                interval,
+                held_back(held),
+            )
+
+    def over(self) -> None:
+        """A reload succeeded: an outage, if any, is over (said if it was reported)."""
+        with self._lock:
+            if self.down:
+                if self._reported:
+                    log.warning("database reachable again; limits reloaded")
+                self.down = False
 
 
-def table_missing(error: BaseException) -> bool:
-    """True when ``error`` proves a table does not exist (not a lock, a timeout, a lost
-    connection or a permission, which say nothing about the table)."""
-    if isinstance(error, NoSuchTableError):
-        return True
-    orig = error.orig if isinstance(error, DBAPIError) else None
-    if orig is None:
-        return False
-    code = orig.args[0] if orig.args else None
-    if isinstance(code, int) and code in _NO_SUCH_TABLE_CODES:
-        return True
-    if getattr(orig, "pgcode", None) == "42P01":  # PostgreSQL: undefined_table
-        return True
-    return type(orig).__module__.startswith("sqlite3") and "no such table" in str(orig)
-
-
-def describe_db_error(error: BaseException) -> str:
-    """A one-line, password-free account of a database error."""
-    if isinstance(error, NoSuchTableError):
-        text = f"NoSuchTableError: table {error} does not exist"
-    elif isinstance(error, DBAPIError) and error.orig is not None:
-        text = f"{type(error.orig).__name__}: {error.orig}"
-    else:
-        text = f"{type(error).__name__}: {error}"
-    return mask_secrets(text.splitlines()[0] if text else type(error).__name__)
+def summarise(old: Snapshot, new: Snapshot) -> ReloadSummary:
+    """What a good reload changed from ``old`` to ``new``; logs what is new in it (a row
+    skipped or a warning when it first appears, not on every tick; the switch turned)."""
+    added = tuple(sorted(u for u in new.rules if u not in old.rules))
+    removed = tuple(sorted(u for u in old.rules if u not in new.rules))
+    changed = tuple(sorted(u for u, r in new.rules.items() if u in old.rules and old.rules[u] != r))
+    if old.named != new.named:  # a named caller's limits changed: its URL changed
+        moved = {url for (url, _), _rule in old.named.items() ^ new.named.items()}
+        changed = tuple(sorted(set(changed) | (moved & new.rules.keys() - set(added))))
+    before = {(s.config_id, s.reason) for s in old.skipped}
+    for s in new.skipped:
+        if (s.config_id, s.reason) not in before:
+            log.warning("row skipped: %s", s)
+    for warning in new.warnings:
+        if warning not in old.warnings:
+            log.warning("%s", warning)
+    if old.switch != new.switch and old.loaded_at is not None:
+        log.warning("global switch turned %s", "on" if new.switch else "off")
+    summary = ReloadSummary(
+        ok=True,
+        added=added,
+        changed=changed,
+        removed=removed,
+        skipped=new.skipped,
+        switch=new.switch,
+        rules=len(new.rules),
+    )
+    if added or changed or removed:
+        log.info("limits reloaded: %s", summary)
+    return summary
 
 
 class Registry:
@@ -143,28 +215,14 @@ class Registry:
         if source.external:
             self._follower = SwitchFollower(source, settings.switch, self._switch_changed)
             self._watcher = SwitchWatcher(self._follower)
-        self._switch_recorder: threading.Thread | None = None
-        self._switch_records: queue.Queue[tuple[bool | None, str] | None] = queue.Queue()
         self._engine = engine if engine is not None else make_engine(settings.database_url)
         self._reload_lock = threading.Lock()
-        self._db_down = False
         self._switch_table_missing = False
         self._scheduler: Any = None
-        self._outages = Throttle(OUTAGE_REPORT_SECONDS)
-        self._outage_reported = False
-        #: Taken to decide whether an outage is reported yet: the reload's thread and
-        #: the scheduler's (a reload stuck on the database) may both want to say so.
-        self._outage_lock = threading.Lock()
+        self._outage = DatabaseOutage()
         self._reload_began: float | None = None  # time.monotonic() of a reload running
-        #: The rows and switch the last recording of plain SQL changes that succeeded
-        #: was asked for (None: none yet), and those the latest reload asks for.
-        self._audited: tuple[list[ConfRow], bool | None] | None = None
-        self._audit_wanted: tuple[list[ConfRow], bool | None] | None = None
-        self._audit_lock = threading.Lock()
-        self._auditing = False
-        self._audit_again = False
-        self._auditor: threading.Thread | None = None
-        self._closed = False
+        #: What plain SQL and the switch's source change, recorded in the audit.
+        self._recorder = ChangeRecorder(self._engine, source)
         #: Called with the summary of every reload, good or failed (metrics count them).
         self.listeners: list[Callable[[ReloadSummary], None]] = []
 
@@ -172,6 +230,11 @@ class Registry:
     def engine(self) -> Engine:
         """The engine the rules are read with."""
         return self._engine
+
+    def wait_for_audit(self, timeout_s: float = 30.0) -> bool:
+        """Wait until the recording of plain-SQL changes started by a reload is done
+        (tests, and ``close``); False if it still runs after ``timeout_s``."""
+        return self._recorder.wait(timeout_s)
 
     def reload(self) -> ReloadSummary:
         """Read the table now and swap the new snapshot in; never raises.
@@ -207,7 +270,7 @@ class Registry:
         except Exception as e:  # whatever it is: see reload's docstring
             return self._failed(e)
         if self.settings.audit_sql_changes:
-            self._audit_sql(rows, stored_switch)
+            self._recorder.sql(rows, stored_switch)
         with self._swap_lock:  # the switch's watcher may swap a snapshot in meanwhile
             if self._follower is not None:
                 switch, switch_source = self._follower.enabled, self._follower.origin
@@ -243,44 +306,7 @@ class Registry:
         for listener in self.listeners:
             listener(summary)
         if reading is not None and self.settings.audit_sql_changes:
-            self._record_source_switch(reading)
-
-    def _record_source_switch(self, reading: Reading) -> None:
-        """Have the audit record what the source said, on a thread of its own (the
-        watcher never waits for the database)."""
-        enabled = None if reading.text is None else switch_value(reading.text)
-        self._switch_records.put((enabled, reading.version))
-        with self._audit_lock:
-            if self._switch_recorder is None or not self._switch_recorder.is_alive():
-                self._switch_recorder = threading.Thread(
-                    target=self._record_source_switches,
-                    name="gateway-limiter-audit-switch",
-                    daemon=True,
-                )
-                self._switch_recorder.start()
-
-    def _record_source_switches(self) -> None:
-        source = self.switch_source
-        failing = False
-        while True:
-            item = self._switch_records.get()
-            try:
-                if item is None:
-                    return
-                enabled, version = item
-                try:
-                    record_source_switch(self._engine, source.kind, source.shown, enabled, version)
-                    failing = False
-                except Exception as e:  # the audit must never cost the gateway its switch
-                    if not failing:
-                        log.warning(
-                            "could not record the switch change at %s in the audit: %s",
-                            source.shown,
-                            describe_db_error(e),
-                        )
-                    failing = True
-            finally:
-                self._switch_records.task_done()
+            self._recorder.source_switch(reading)
 
     def wait_for_switch_source(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the switch's source (etcd, Apollo) to be read
@@ -300,9 +326,10 @@ class Registry:
         """Whether the switch's source (etcd, Apollo) has answered this process yet."""
         return self._follower is not None and self._follower.reached
 
-    def start_following(self, *, wait: bool = False) -> None:
+    def start_following(self, *, wait: bool = True) -> None:
         """Follow the switch's source on a thread of its own (etcd, Apollo; nothing for
-        the table); ``wait``: up to ``FIRST_READING_WAIT_S`` for its first reading."""
+        the table); ``wait``: up to ``FIRST_READING_WAIT_S`` for its first reading (the
+        threaded limiter's ``start`` waits, then reloads: ``start_following_async``)."""
         if self._watcher is not None:
             self._watcher.start_thread(wait_s=FIRST_READING_WAIT_S if wait else 0.0)
 
@@ -317,68 +344,10 @@ class Registry:
         if self._watcher is not None:
             await self._watcher.stop_task()
 
-    def _audit_sql(self, rows: list[ConfRow], stored_switch: bool | None) -> None:
-        """Have what plain SQL changed recorded (config.audit), when the rows or the
-        switch differ from those of the last recording that succeeded: an unchanged
-        table costs nothing more. A recording that fails or finds the lock taken leaves
-        them unmarked, so the next reload tries again.
-
-        The recording runs on a thread of its own, never in the reload: a first reload
-        of a 10,000-row table would otherwise wait for 10,000 audit rows to be written.
-        """
-        if (rows, stored_switch) == self._audited:
-            return
-        with self._audit_lock:
-            self._audit_wanted = (rows, stored_switch)
-            if self._auditing:  # the running one goes round once more when done
-                self._audit_again = True
-                return
-            self._auditing = True
-        self._auditor = threading.Thread(
-            target=self._record_sql_changes, name="gateway-limiter-audit", daemon=True
-        )
-        self._auditor.start()
-
-    def _record_sql_changes(self) -> None:
-        while True:
-            with self._audit_lock:
-                wanted = self._audit_wanted
-            try:
-                if record_sql_changes(self._engine) is None:
-                    # Another process holds the lock: compare again at the next reload.
-                    log.debug("the audit lock is taken: compared again at the next reload")
-                else:
-                    # recorded: what this reload read is audited (read before the
-                    # recording, so a change made since is found at the next reload)
-                    self._audited = wanted
-            except Exception as e:  # the audit must never cost the gateway its limits
-                reason = describe_db_error(e)
-                log.warning(
-                    "could not record the table's changes in the audit (tried again at "
-                    "the next reload): %s",
-                    reason,
-                )
-            with self._audit_lock:
-                if not self._audit_again or self._closed:
-                    self._auditing = False
-                    return
-                self._audit_again = False
-
-    def wait_for_audit(self, timeout_s: float = 30.0) -> bool:
-        """Wait until the recording of plain-SQL changes started by a reload is done
-        (tests, and ``close``); False if it still runs after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        records = self._switch_records
-        with records.all_tasks_done:  # the switch changes a source made, recorded
-            if not records.all_tasks_done.wait_for(
-                lambda: records.unfinished_tasks == 0, timeout_s
-            ):
-                return False
-        auditor = self._auditor
-        if auditor is not None:
-            auditor.join(max(0.0, deadline - time.monotonic()))
-            return not auditor.is_alive()
-        return True
+    def stop_following(self) -> None:
+        """End the thread ``start_following`` started (``close`` ends it too)."""
+        if self._watcher is not None:
+            self._watcher.stop_thread()
 
     def _read_switch(self) -> bool | None:
         """The switch row (None: the setting decides). Only a switch table proven
@@ -404,7 +373,7 @@ class Registry:
 
     def _no_database_file(self, path: Path) -> ReloadSummary:
         reason = f"database file {path} does not exist"
-        if self.snapshot.loaded_at is not None or self._db_down:
+        if self.snapshot.loaded_at is not None or self._outage.down:
             # It was there (or something else failed first): an outage like any other.
             return self._failed(FileNotFoundError(reason))
         url = self._engine.url.render_as_string(hide_password=True)
@@ -418,102 +387,26 @@ class Registry:
             mask_secrets(url),
             ", the default" if default else "",
         )
-        self._db_down = True
-        self._outage_reported = True  # so the reload that finds the file says so
+        self._outage.begun_unread()
         return ReloadSummary(ok=False, switch=self.snapshot.switch, rules=0, error=reason)
 
     def _failed(self, error: BaseException) -> ReloadSummary:
         reason = describe_db_error(error)
-        with self._outage_lock:
-            self._report_failure(reason)
+        self._outage.failed(reason, loaded=self.snapshot.loaded_at is not None)
         return ReloadSummary(
             ok=False, switch=self.snapshot.switch, rules=len(self.snapshot.rules), error=reason
         )
-
-    def _report_failure(self, reason: str) -> None:
-        if self.snapshot.loaded_at is None and not self._db_down:
-            log.error(
-                "cannot load limits from the database (%s): NO LIMITS IN FORCE, every call "
-                "is admitted until a reload succeeds",
-                reason,
-            )
-            self._outage_reported = True
-        elif not self._db_down:
-            # Once per outage; and a database that comes and goes is reported at most
-            # once per OUTAGE_REPORT_SECONDS, with a count of the outages in between.
-            held = self._outages.ready("database")
-            self._outage_reported = held is not None
-            if held is not None:
-                log.error(
-                    "cannot reload limits (%s); keeping the last good limits%s",
-                    reason,
-                    held_back(held),
-                )
-            else:
-                log.debug("cannot reload limits (%s); keeping the last good limits", reason)
-        else:
-            log.debug("reload still failing: %s", reason)
-        self._db_down = True
 
     def _reload_stuck(self) -> None:
         """The scheduler found the last reload still running at a tick (the database
         does not answer within its timeouts): one error for the outage, not one a tick."""
         began = self._reload_began
         running = 0.0 if began is None else time.monotonic() - began
-        with self._outage_lock:
-            if self._db_down:  # this outage is reported already
-                log.debug("reload still running after %.1f s", running)
-                return
-            self._db_down = True
-            held = self._outages.ready("database")  # as _report_failure: flaps throttled
-            self._outage_reported = held is not None
-            if held is None:
-                log.debug("reload still running after %.1f s", running)
-                return
-            log.error(
-                "a reload has been running for %.1f s (reload_interval %s s): the database "
-                "does not answer in time; keeping the last good limits until a reload ends%s",
-                running,
-                self.settings.reload_interval,
-                held_back(held),
-            )
+        self._outage.stuck(running, self.settings.reload_interval)
 
     def _succeeded(self, old: Snapshot, new: Snapshot) -> ReloadSummary:
-        with self._outage_lock:
-            if self._db_down:
-                if self._outage_reported:
-                    log.warning("database reachable again; limits reloaded")
-                self._db_down = False
-        added = tuple(sorted(u for u in new.rules if u not in old.rules))
-        removed = tuple(sorted(u for u in old.rules if u not in new.rules))
-        changed = tuple(
-            sorted(u for u, r in new.rules.items() if u in old.rules and old.rules[u] != r)
-        )
-        if old.named != new.named:  # a named caller's limits changed: its URL changed
-            moved = {url for (url, _), _rule in old.named.items() ^ new.named.items()}
-            changed = tuple(sorted(set(changed) | (moved & new.rules.keys() - set(added))))
-        # Warn about a skipped row when it first appears, not on every tick.
-        before = {(s.config_id, s.reason) for s in old.skipped}
-        for s in new.skipped:
-            if (s.config_id, s.reason) not in before:
-                log.warning("row skipped: %s", s)
-        for warning in new.warnings:
-            if warning not in old.warnings:
-                log.warning("%s", warning)
-        if old.switch != new.switch and old.loaded_at is not None:
-            log.warning("global switch turned %s", "on" if new.switch else "off")
-        summary = ReloadSummary(
-            ok=True,
-            added=added,
-            changed=changed,
-            removed=removed,
-            skipped=new.skipped,
-            switch=new.switch,
-            rules=len(new.rules),
-        )
-        if added or changed or removed:
-            log.info("limits reloaded: %s", summary)
-        return summary
+        self._outage.over()
+        return summarise(old, new)
 
     def start(self, *, follow_switch: bool = True) -> ReloadSummary:
         """Reload now, then every ``reload_interval`` seconds in a background thread.
@@ -523,7 +416,7 @@ class Registry:
         passes False and follows it as a task: ``start_following_async``).
         """
         if follow_switch:
-            self.start_following()
+            self.start_following(wait=False)
         summary = self.reload()
         if follow_switch and self._watcher is not None:
             self._watcher.settled.wait(FIRST_READING_WAIT_S)
@@ -557,12 +450,9 @@ class Registry:
         if self._watcher is not None:
             self._watcher.stop_thread()
             self._watcher.abandon()  # a task's loop stops it (stop_following_async)
-        self._closed = True
         # A recording in flight finishes its transaction (it holds the database's
         # timeouts) before the engine goes.
-        self.wait_for_audit(timeout_s=10.0)
-        if self._switch_recorder is not None:
-            self._switch_records.put(None)
+        self._recorder.close()
         self._engine.dispose()
 
 

@@ -42,7 +42,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, NoSuchTableError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -597,3 +597,34 @@ def upsert_conf(
         if by is not None and before != after:
             record_change(table.conn, by, now.config_id, "update", before, after)
         return now, False
+
+
+#: Driver error codes that mean "no such table": MySQL/MariaDB's ER_NO_SUCH_TABLE.
+_NO_SUCH_TABLE_CODES = frozenset({1146})
+
+
+def table_missing(error: BaseException) -> bool:
+    """True when ``error`` proves a table does not exist (not a lock, a timeout, a lost
+    connection or a permission, which say nothing about the table)."""
+    if isinstance(error, NoSuchTableError):
+        return True
+    orig = error.orig if isinstance(error, DBAPIError) else None
+    if orig is None:
+        return False
+    code = orig.args[0] if orig.args else None
+    if isinstance(code, int) and code in _NO_SUCH_TABLE_CODES:
+        return True
+    if getattr(orig, "pgcode", None) == "42P01":  # PostgreSQL: undefined_table
+        return True
+    return type(orig).__module__.startswith("sqlite3") and "no such table" in str(orig)
+
+
+def describe_db_error(error: BaseException) -> str:
+    """A one-line, password-free account of a database error."""
+    if isinstance(error, NoSuchTableError):
+        text = f"NoSuchTableError: table {error} does not exist"
+    elif isinstance(error, DBAPIError) and error.orig is not None:
+        text = f"{type(error.orig).__name__}: {error.orig}"
+    else:
+        text = f"{type(error).__name__}: {error}"
+    return mask_secrets(text.splitlines()[0] if text else type(error).__name__)

@@ -279,12 +279,12 @@ def local_refusals_for(shared: bool, registry: Registry) -> LocalRefusals | None
     return refusals
 
 
-class LimiterCore:
-    """What the sync and asyncio limiters share: everything but the I/O.
-
-    Settings, the registry of rules, the failure policy and its breaker, the metrics,
-    and the local refusals (what replies said about when each interface is next free).
-    A subclass opens its backend (sync or asyncio) in ``_open_backend``.
+class LimiterBase:
+    """What a limiter holds, and its life: settings, the registry of rules, the failure
+    policy and its breaker, the fleet, the metrics, the local refusals (what replies
+    said about when each interface is next free) and the leases; built, started,
+    beating, stopped. The decision path is ``LimiterCore``'s, on top of it. A subclass
+    opens its backend (sync or asyncio) in ``_open_backend``.
     """
 
     __slots__ = (
@@ -387,6 +387,19 @@ class LimiterCore:
         interface was not free within their timeout (see ``core.local_refusal``)."""
         return 0 if self._local_refusals is None else self._local_refusals.refused
 
+    def _backend_failed(self, error: BackendError) -> None:
+        """The backend failed ``error``: the breaker counts it, the policy decides meanwhile."""
+        if script_fault(error):  # the call's or its row's, not Redis': the breaker stays
+            return
+        if not self._breaker.is_open:  # an outage begins (not a failed probe in one)
+            self.policy.outage_began(start_empty=self._fleet.size != 0)
+        self._breaker.failed(error)
+        if self._local_refusals is not None:
+            # The failure policy decides now; the backend may come back without its state.
+            self._local_refusals.forget()
+        if self._metrics is not None:
+            self._metrics.backend_error()
+
     # --- start and stop: the shell does the I/O in between -----------------------
 
     def _starting(self) -> None:
@@ -428,6 +441,16 @@ class LimiterCore:
         self._started = False
         if self._metrics is not None and self._source is not None:
             self._metrics.detach(self._source)
+
+
+class LimiterCore(LimiterBase):
+    """What the sync and asyncio limiters share: everything but the I/O. One decision
+    (``_begin``, the backend in the shell, ``_finish``) and one pushback
+    (``_begin_pushback``, the backend, ``_pushed``), with the failure policy deciding
+    when the backend cannot.
+    """
+
+    __slots__ = ()
 
     # --- one decision: _begin, the backend (in the shell), _finish ----------------
 
@@ -629,15 +652,3 @@ class LimiterCore:
             if not rule.shadow:
                 raise
             return REFUSE, Reason.BACKEND_FALLBACK  # a shadow rule never stops a call
-
-    def _backend_failed(self, error: BackendError) -> None:
-        if script_fault(error):  # the call's or its row's, not Redis': the breaker stays
-            return
-        if not self._breaker.is_open:  # an outage begins (not a failed probe in one)
-            self.policy.outage_began(start_empty=self._fleet.size != 0)
-        self._breaker.failed(error)
-        if self._local_refusals is not None:
-            # The failure policy decides now; the backend may come back without its state.
-            self._local_refusals.forget()
-        if self._metrics is not None:
-            self._metrics.backend_error()

@@ -18,12 +18,7 @@ from collections.abc import Callable
 from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
 
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.integrations.supplier import (
-    PUSHBACK_STATUSES,
-    default_interface,
-    refused,
-    retry_after_seconds,
-)
+from gateway_limiter.integrations.supplier import admit, default_interface, pushbacks
 
 __all__ = ["Interface", "LimiterMiddleware"]
 
@@ -47,14 +42,12 @@ class LimiterMiddleware:
         self.interface = interface if interface is not None else path_of
 
     async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
-        """Decide, send (if admitted), and push back on 429/503."""
+        """Each request the session sends decided first, sent if admitted (``Refused`` if
+        not), then pushed back on after a 429 or 503."""
         url = self.interface(request)
         if url is not None:
-            decision = await self.limiter.decide(url)
-            if not decision.allowed:
-                raise refused(url, decision)
+            admit(url, await self.limiter.decide(url))
         response = await handler(request)
-        if url is not None and response.status in PUSHBACK_STATUSES:
-            retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-            await self.limiter.pushback(url, retry_after)
+        for push in pushbacks(url, response.status, response.headers.get("Retry-After")):
+            await self.limiter.pushback(*push)
         return response

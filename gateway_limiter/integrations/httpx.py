@@ -18,12 +18,7 @@ from collections.abc import Callable
 import httpx
 
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.integrations.supplier import (
-    PUSHBACK_STATUSES,
-    default_interface,
-    refused,
-    retry_after_seconds,
-)
+from gateway_limiter.integrations.supplier import admit, default_interface, pushbacks
 from gateway_limiter.limiter import GatewayLimiter
 
 __all__ = ["AsyncLimiterTransport", "Interface", "LimiterTransport"]
@@ -56,12 +51,10 @@ class LimiterTransport(httpx.BaseTransport):
         """Decide, send (if admitted), and push back on 429/503."""
         url = self.interface(request)
         if url is not None:
-            decision = self.limiter.decide(url)
-            if not decision.allowed:
-                raise refused(url, decision)
+            admit(url, self.limiter.decide(url))
         response = self.transport.handle_request(request)
-        if url is not None and response.status_code in PUSHBACK_STATUSES:
-            self.limiter.pushback(url, retry_after_seconds(response.headers.get("Retry-After")))
+        for push in pushbacks(url, response.status_code, response.headers.get("Retry-After")):
+            self.limiter.pushback(*push)
         return response
 
     def close(self) -> None:
@@ -84,16 +77,13 @@ class AsyncLimiterTransport(httpx.AsyncBaseTransport):
         self.interface = interface if interface is not None else path_of
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        """Decide, send (if admitted), and push back on 429/503."""
+        """``LimiterTransport.handle_request``, awaited."""
         url = self.interface(request)
         if url is not None:
-            decision = await self.limiter.decide(url)
-            if not decision.allowed:
-                raise refused(url, decision)
+            admit(url, await self.limiter.decide(url))
         response = await self.transport.handle_async_request(request)
-        if url is not None and response.status_code in PUSHBACK_STATUSES:
-            retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-            await self.limiter.pushback(url, retry_after)
+        for push in pushbacks(url, response.status_code, response.headers.get("Retry-After")):
+            await self.limiter.pushback(*push)
         return response
 
     async def aclose(self) -> None:

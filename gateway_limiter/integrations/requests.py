@@ -21,12 +21,7 @@ from urllib.parse import urlsplit
 from requests import PreparedRequest, Response
 from requests.adapters import HTTPAdapter
 
-from gateway_limiter.integrations.supplier import (
-    PUSHBACK_STATUSES,
-    default_interface,
-    refused,
-    retry_after_seconds,
-)
+from gateway_limiter.integrations.supplier import admit, default_interface, pushbacks
 from gateway_limiter.limiter import GatewayLimiter
 
 __all__ = ["Interface", "LimiterAdapter"]
@@ -61,13 +56,12 @@ class LimiterAdapter(HTTPAdapter):
         cert: str | tuple[str, str] | None = None,
         proxies: dict[str, str] | None = None,
     ) -> Response:
-        """Decide, send (if admitted), and push back on 429/503."""
+        """The request decided first, sent if admitted (``Refused`` if not), then pushed
+        back on after a 429 or 503."""
         url = self.interface(request)
         if url is not None:
-            decision = self.limiter.decide(url)
-            if not decision.allowed:
-                raise refused(url, decision)
+            admit(url, self.limiter.decide(url))
         response = super().send(request, stream, timeout, verify, cert, proxies)
-        if url is not None and response.status_code in PUSHBACK_STATUSES:
-            self.limiter.pushback(url, retry_after_seconds(response.headers.get("Retry-After")))
+        for push in pushbacks(url, response.status_code, response.headers.get("Retry-After")):
+            self.limiter.pushback(*push)
         return response

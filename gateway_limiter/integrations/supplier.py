@@ -15,13 +15,20 @@ import math
 import re
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Final
+from typing import Final, NamedTuple
 
 from gateway_limiter.core.decision import Decision
 from gateway_limiter.core.pipeline import MAX_RETRY_AFTER_S
 from gateway_limiter.errors import Refused
 
-__all__ = ["PUSHBACK_STATUSES", "default_interface", "refused", "retry_after_seconds"]
+__all__ = [
+    "PUSHBACK_STATUSES",
+    "admit",
+    "default_interface",
+    "pushbacks",
+    "refused",
+    "retry_after_seconds",
+]
 
 #: The statuses that say the supplier cannot take the call now.
 PUSHBACK_STATUSES: Final = frozenset({429, 503})
@@ -69,3 +76,26 @@ def refused(url: str, decision: Decision) -> Refused:
     and, when waiting can help, the seconds to wait."""
     when = "" if decision.retry_after is None else f", retry after {decision.retry_after:.3g} s"
     return Refused(decision, f"{url}: refused ({decision.reason}{when})")
+
+
+def admit(url: str, decision: Decision) -> None:
+    """Before a request on ``url``: raise ``Refused`` (``refused``) unless ``decision``
+    admits it, so that a refused request never reaches the supplier."""
+    if not decision.allowed:
+        raise refused(url, decision)
+
+
+class Pushback(NamedTuple):
+    """The arguments of ``limiter.pushback`` for a supplier's answer."""
+
+    url: str
+    retry_after: float | None
+
+
+def pushbacks(url: str | None, status: int, retry_after: str | None) -> list[Pushback]:
+    """After a response with ``status`` and the ``Retry-After`` header ``retry_after``
+    to a request on ``url`` (None: not limited): the pushback to tell the fleet, if any
+    (a 429 or 503), as a list of none or one, for the integrations to loop over."""
+    if url is None or status not in PUSHBACK_STATUSES:
+        return []
+    return [Pushback(url, retry_after_seconds(retry_after))]

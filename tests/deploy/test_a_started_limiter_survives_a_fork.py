@@ -69,7 +69,7 @@ def threaded_child(lim: GatewayLimiter, go: int) -> dict[str, Any]:
     return {
         "first": first.limit,
         "last": decision.limit,
-        "beating": lim._heartbeats is not None and lim._heartbeats.is_alive(),
+        "beating": lim._heartbeats is not None and lim._heartbeats.alive,
         "member": f'"pid":{os.getpid()}' in lim._fleet.member.replace(" ", ""),
     }
 
@@ -82,7 +82,7 @@ def async_child(alim: AsyncGatewayLimiter) -> dict[str, Any]:
             if time.monotonic() - started > 15:
                 break
             await asyncio.sleep(0.05)
-        beating = alim._heartbeats is not None and not alim._heartbeats.done()
+        beating = alim._heartbeats is not None and alim._heartbeats.alive
         await alim.aclose()  # on the child's own loop: leaves the fleet
         return {"first": first.limit, "last": decision.limit, "beating": beating}
 

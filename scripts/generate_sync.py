@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Write the threaded limiter shell (gateway_limiter/limiter.py) from the asyncio one.
+
+The two shells carry out the same engine steps (``gateway_limiter/core``); only how they
+wait differs. So the shell is written once, as asyncio, in ``gateway_limiter/aio.py``,
+and this script writes ``gateway_limiter/limiter.py`` from it, in the manner of
+httpcore's ``scripts/unasync.py``:
+
+1. take ``aio.py`` from the end of its docstring to the line that begins
+   ``# --- asyncio only`` (what follows, the process-wide asyncio limiter, is left out);
+2. rewrite each line with ``SUBSTITUTIONS`` below, in order: ``async`` and
+   ``await`` dropped, ``AsyncX`` -> ``X``, ``x_async`` -> ``x`` (the twins in
+   ``gateway_limiter/concurrency.py``, ``core/failure.py``, ``core/slots.py``,
+   ``config/reload.py``), and the few names that differ otherwise;
+3. put ``HEADER`` and ``DOCSTRING`` on top, sort the imports and format the whole with
+   ruff (the version pinned in pyproject.toml), so the file passes ``ruff check`` and
+   ``ruff format --check``.
+
+Usage::
+
+    python scripts/generate_sync.py          # write gateway_limiter/limiter.py
+    python scripts/generate_sync.py --check  # exit 1 if limiter.py is not what it writes
+
+A name the asyncio shell starts using needs a twin under the renamed name (or a line
+here); the generated module is type-checked and tested like any other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "gateway_limiter" / "aio.py"
+TARGET = ROOT / "gateway_limiter" / "limiter.py"
+#: The line of aio.py from which on nothing is generated.
+STOP = "# --- asyncio only"
+
+HEADER = """\
+# This file is generated from gateway_limiter/aio.py by scripts/generate_sync.py:
+# do not edit it. Change aio.py (and the twins it uses), then run
+# `python scripts/generate_sync.py`; CI fails while this file is stale (`--check`).
+# How: docs/design.md, "One shell, two ways to wait", and the script's docstring.
+"""
+
+DOCSTRING = '''\
+"""``GatewayLimiter``: the facade every gateway process calls before an upstream call.
+
+The decision path itself (routing, the failure policy and its circuit breaker, local
+refusals, shadow rules, metrics) is ``gateway_limiter.core.pipeline.LimiterCore``,
+shared with the asyncio limiter (``gateway_limiter.aio``). This class is the core's
+threaded I/O shell: it calls the backend, sleeps with ``time.sleep``, and renews the
+fleet membership and slot leases on daemon threads (``gateway_limiter.concurrency``).
+``decide`` returns a decision as a ``Decision``; ``try_acquire`` is its ``allowed``.
+
+This module is generated from ``gateway_limiter/aio.py`` by ``scripts/generate_sync.py``.
+"""
+'''
+
+#: (regular expression, replacement), applied in order to each line. Specific names
+#: first, then the general rules.
+SUBSTITUTIONS: list[tuple[str, str]] = [
+    (r"\bcall await start\(\)", "call start()"),
+    (r"\bopen_async_backend\b", "open_backend"),
+    (r"\bASYNCIO\b", "THREADED"),
+    (r"\basynccontextmanager\b", "contextmanager"),
+    (r"\b__aenter__\b", "__enter__"),
+    (r"\b__aexit__\b", "__exit__"),
+    (r"\baclose\b", "close"),
+    (r"\basync (def|with|for)\b", r"\1"),
+    (r"\bawait ", ""),
+    (r"\bAsync([A-Z]\w*)\b", r"\1"),
+    (r"\b(\w+)_async\b", r"\1"),
+]
+_COMPILED = [(re.compile(pattern), repl) for pattern, repl in SUBSTITUTIONS]
+
+
+def unasync_line(line: str) -> str:
+    """``line`` of the asyncio shell as the threaded shell has it."""
+    for pattern, repl in _COMPILED:
+        line = pattern.sub(repl, line)
+    return line
+
+
+def shell_part(source: str) -> str:
+    """What of ``aio.py`` is generated: after its docstring, before ``STOP``."""
+    docstring_end = source.index('"""', source.index('"""') + 3) + 3
+    body = source[docstring_end:]
+    stop = re.search(rf"^{re.escape(STOP)}", body, re.M)
+    if stop is None:
+        raise SystemExit(f"{SOURCE.name}: no line beginning {STOP!r}")
+    return body[: stop.start()]
+
+
+def ruff(text: str, *command: str) -> str:
+    """``text`` as ``ruff <command>`` (pyproject.toml's settings) leaves it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", *command, "--stdin-filename", str(TARGET), "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"ruff {command[0]} failed on the generated text:\n{done.stderr}")
+    return done.stdout
+
+
+def ruff_format(text: str) -> str:
+    """``text`` with its imports sorted (the names renamed sort otherwise) and formatted."""
+    return ruff(ruff(text, "check", "--select", "I", "--fix", "--quiet"), "format")
+
+
+def generate() -> str:
+    """The text of ``limiter.py``."""
+    body = "".join(unasync_line(line) for line in shell_part(SOURCE.read_text()).splitlines(True))
+    return ruff_format(HEADER + DOCSTRING + body.rstrip() + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if limiter.py is stale; write nothing"
+    )
+    args = parser.parse_args(argv)
+    wanted = generate()
+    current = TARGET.read_text() if TARGET.exists() else ""
+    if args.check:
+        if current == wanted:
+            return 0
+        diff = difflib.unified_diff(
+            current.splitlines(True),
+            wanted.splitlines(True),
+            f"{TARGET.relative_to(ROOT)} (as it is)",
+            f"{TARGET.relative_to(ROOT)} (generated from aio.py)",
+        )
+        sys.stderr.writelines(diff)
+        sys.stderr.write(
+            f"\n{TARGET.relative_to(ROOT)} is stale: run `python scripts/generate_sync.py`\n"
+        )
+        return 1
+    if current != wanted:
+        TARGET.write_text(wanted)
+        print(f"wrote {TARGET.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""The threaded limiter (limiter.py) is what scripts/generate_sync.py makes of aio.py.
+
+The check runs on the checkout as it is (CI's step), and on a copy where either file was
+changed by hand, which it must refuse, and which the generator then puts right.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERATOR = Path("scripts/generate_sync.py")
+AIO = Path("gateway_limiter/aio.py")
+LIMITER = Path("gateway_limiter/limiter.py")
+
+
+def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(root / GENERATOR), *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def copy_of_checkout(tmp_path: Path) -> Path:
+    for path in (GENERATOR, AIO, LIMITER, Path("pyproject.toml")):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / path, tmp_path / path)
+    return tmp_path
+
+
+def test_the_checked_in_threaded_shell_is_up_to_date() -> None:
+    done = run(ROOT, "--check")
+    assert done.returncode == 0, done.stderr
+    head = "\n".join((ROOT / LIMITER).read_text().splitlines()[:5]).lower()
+    assert "generated" in head and "do not edit" in head
+
+
+def test_a_hand_edit_of_the_threaded_shell_fails_the_check(tmp_path: Path) -> None:
+    root = copy_of_checkout(tmp_path)
+    limiter = root / LIMITER
+    limiter.write_text(limiter.read_text().replace("time.sleep", "time.sleep (edited)", 1))
+    done = run(root, "--check")
+    assert done.returncode == 1
+    assert "limiter.py is stale" in done.stderr
+    assert "(edited)" in done.stderr  # the diff shows what differs
+    assert run(root).returncode == 0  # generating puts it right
+    assert run(root, "--check").returncode == 0
+    assert limiter.read_text() == (ROOT / LIMITER).read_text()
+
+
+def test_a_change_to_the_asyncio_shell_reaches_the_threaded_one(tmp_path: Path) -> None:
+    root = copy_of_checkout(tmp_path)
+    aio = root / AIO
+    source = aio.read_text()
+    marker = "        await self.backend.aclose()\n"
+    assert marker in source
+    aio.write_text(source.replace(marker, marker + "        await sleep_async(0.0)\n", 1))
+    assert run(root, "--check").returncode == 1
+    assert run(root).returncode == 0
+    generated = (root / LIMITER).read_text()
+    assert "        self.backend.close()\n        sleep(0.0)\n" in generated
+    assert "async" not in generated.split("# --- asyncio only")[0].replace("asyncio", "")
