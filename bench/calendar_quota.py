@@ -29,7 +29,8 @@ on a free port and stops on exit.
    daily row beside it (``limits.lua``, two limits), and with the daily row paced; each
    set so large that every call is admitted; and, for scale, the per-second row with a
    60 s fixed window beside it (any second limit). The target: the pair at most 1.15x
-   the per-second row alone.
+   the per-second row alone. With ``--instructions`` (needs ``valgrind``), the
+   instructions Redis runs per decision too: the same on a quiet host and a busy one.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from bench.harness.args import description, reachable_redis
 from bench.harness.report import machine_facts, table
 from bench.harness.runs import delete_keys, raise_interrupt
 from bench.harness.servers import private_redis
-from bench.server_time import HUGE, Case, _call, _case, measure
+from bench.server_time import HUGE, Case, _call, _case, count_instructions, measure
 from gateway_limiter.backends.redis import RedisBackend
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import CALENDAR_SECONDS, Rule
@@ -239,6 +240,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="a smaller day and fewer repeats")
     parser.add_argument("--redis-url", help="an existing Redis instead of a private one")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count instructions per call under callgrind (needs valgrind)",
+    )
     return parser.parse_args(argv)
 
 
@@ -295,6 +301,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             print(table(["decision", "us/call (median)", "lowest", "x alone"], rows))
             print("target: the per-second + daily row at most 1.15x the per-second row alone")
+            if args.instructions:
+                counted = count_instructions(group, 500)
+                alone = counted[group[0].name]
+                print(flush=True)
+                print("3. Instructions per decision inside EVALSHA (callgrind, a private server)")
+                print(
+                    table(
+                        ["decision", "instructions", "x alone"],
+                        [
+                            [c.name, f"{counted[c.name]:,.0f}", f"{counted[c.name] / alone:.2f}x"]
+                            for c in group
+                        ],
+                    )
+                )
     except KeyboardInterrupt:
         return 130
     return 0

@@ -106,8 +106,10 @@ local own = lim[1]
 -- state (another type, another length) is lost state, as in bucket.lua: read with
 -- pcall (a wrong type answers a table, whose length is 0), start afresh, replace it on
 -- a write.
-local qwin, qused, qleft, qreset, qrate  -- calendar quotas (kind 4): only where there is one
-local qst, qbal, qburst  -- paced ones' buckets (kind 5) and bursts, read from the tail
+local qleft, qreset, qrate  -- calendar quotas (kinds 4 and 5): only where there is one
+-- what step 1 read of each quota, five per limit from 5 i - 4: the counter's period and
+-- count, a paced one's bucket (permits, when) and burst (read from the tail); one table
+local qs
 local tail = 2 + 6 * nlimits
 local factor, pushed_until, held = 1, 0, 0
 local pushed = pcall_("GET", KEYS[nlimits + 1])
@@ -195,28 +197,31 @@ for i = 1, nlimits do
     local window, used, stored, balance = size, 0, -1, 0
     if now >= b3 then window = b3 elseif now >= b2 then window = b2 elseif now >= b1 then window = b1 end
     local saved = pcall_("GET", KEYS[i])
-    if saved and (#saved == 16 or #saved == 32) then
-      local w, u, s, t = unpack("<dd", saved)
-      if #saved == 32 then w, u, s, t = unpack("<dddd", saved) end
-      if w >= window then
-        window, used = w, u
-        if #saved == 32 then stored, balance = s, t end
+    if saved then
+      local n = #saved
+      if n == 16 then
+        local w, u = unpack("<dd", saved)
+        if w >= window then window, used = w, u end
+      elseif n == 32 then
+        local w, u, s, t = unpack("<dddd", saved)
+        if w >= window then window, used, stored, balance = w, u, s, t end
       end
     end
-    local ends  -- the end of the counter's period
-    if window < b1 then ends = b1 elseif window < b2 then ends = b2
-    elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
-    local burst = 0
+    local burst
     if kind == 5 then
       burst = lim[tail]
       tail = tail + 1
       if stored < 0 then stored, balance = burst, now end  -- none kept: full
     end
     if used + permits > rate then  -- full: the start of the period after the counter's
-      earliest = ends
+      if window < b1 then earliest = b1 elseif window < b2 then earliest = b2
+      elseif window < b3 then earliest = b3 else earliest = window + (b3 - b2) end
     else
       earliest = window
       if kind == 5 then  -- paced: once the bucket, refilled up to now, has the permits
+        local ends  -- the end of the counter's period
+        if window < b1 then ends = b1 elseif window < b2 then ends = b2
+        elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
         if now > balance then
           local span = ends - balance
           if span > 0 then stored = stored + (now - balance) * (rate - used) / span else stored = burst end
@@ -231,9 +236,10 @@ for i = 1, nlimits do
       end
     end
     if now > earliest then earliest = now end
-    if qwin == nil then qwin, qused, qst, qbal, qburst = {}, {}, {}, {}, {} end
-    qwin[i], qused[i] = window, used  -- the boundaries stay in lim for step 3
-    qst[i], qbal[i], qburst[i] = stored, balance, burst
+    if qs == nil then qs = {} end
+    local q = 5 * i  -- the boundaries stay in lim for step 3
+    qs[q - 4], qs[q - 3] = window, used
+    if kind == 5 then qs[q - 2], qs[q - 1], qs[q] = stored, balance, burst end
   else  -- 3: a fixed window
     local window, used = floor(now / size), 0
     local saved = pcall_("GET", KEYS[i])
@@ -319,8 +325,8 @@ for i = 1, nlimits do
     end
   elseif kind >= 4 then
     local b1, b2, b3 = lim[b + 3], lim[b + 4], lim[b + 5]
-    local window, used = qwin[i], qused[i]
-    local stored, balance, burst = qst[i], qbal[i], qburst[i]
+    local q = 5 * i
+    local window, used, stored, balance, burst = qs[q - 4], qs[q - 3], qs[q - 2], qs[q - 1], qs[q]
     if allowed == 1 then
       local w = size
       if at >= b3 then w = b3 elseif at >= b2 then w = b2 elseif at >= b1 then w = b1 end
