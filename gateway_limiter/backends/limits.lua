@@ -29,7 +29,7 @@ ARGV[1]  permits wanted (>= 1)
 ARGV[2]  timeout in microseconds; negative = wait as long as it takes (sent as "0" and
          "-1" for the usual two, recognised without parsing)
 ARGV[3]  now in microseconds, or "" for the server's TIME (tests drive the clock)
-ARGV[4]  the struct format of ARGV[5]: "<" and 1 + 6n "d"
+ARGV[4]  the struct format of ARGV[5]: "<" and 1 + 6n + m "d" (m paced quotas)
 ARGV[5]  the limits, as little-endian doubles (backends/scripts.py packs them once per
          row): first how many limits are the interface's own (the rest, last, are its
          channel's: a channel cap, shared with other interfaces, which the interface's
@@ -45,6 +45,14 @@ ARGV[5]  the limits, as little-endian doubles (backends/scripts.py packs them on
                  deciding process's clock; the script picks the period by its own
                  clock. Its key holds two packed doubles: the start of the period that
                  holds reservations, and the permits reserved in it
+         kind 5, a paced calendar quota: as kind 4, and its burst is the next of the m
+                 doubles after the 6n (one per paced quota, in order). Besides the
+                 count it keeps a bucket of at most the burst, refilled at the pace its
+                 last decision set (the permits left over the time left of the
+                 period): no call goes before the bucket has its permits. Its key holds
+                 four doubles: the two of kind 4, the bucket's permits and when they
+                 were counted. A key of two (the quota was not paced) has a full bucket;
+                 kind 4 reads the first two of four
          Packed, the limits are one unpack into one table sized for all of them, rather
          than a tonumber per field (each as dear as a line of arithmetic ten times over).
 
@@ -98,7 +106,11 @@ local own = lim[1]
 -- state (another type, another length) is lost state, as in bucket.lua: read with
 -- pcall (a wrong type answers a table, whose length is 0), start afresh, replace it on
 -- a write.
-local qwin, qused, qleft, qreset, qrate  -- calendar quotas (kind 4): only where there is one
+local qleft, qreset, qrate  -- calendar quotas (kinds 4 and 5): only where there is one
+-- what step 1 read of each quota, five per limit from 5 i - 4: the counter's period and
+-- count, a paced one's bucket (permits, when) and burst (read from the tail); one table
+local qs
+local tail = 2 + 6 * nlimits
 local factor, pushed_until, held = 1, 0, 0
 local pushed = pcall_("GET", KEYS[nlimits + 1])
 if pushed and #pushed == 32 then
@@ -180,24 +192,54 @@ for i = 1, nlimits do
       earliest = max(earliest, tonumber(call("LINDEX", KEYS[i], need - 1)) + size)
     end
     lim[b + 3], lim[b + 4] = count, last
-  elseif kind == 4 then  -- a calendar quota: the period holding now among b0..b3
+  elseif kind >= 4 then  -- a calendar quota: the period holding now among b0..b3
     local b1, b2, b3 = lim[b + 3], lim[b + 4], lim[b + 5]
-    local window, used = size, 0
+    local window, used, stored, balance = size, 0, -1, 0
     if now >= b3 then window = b3 elseif now >= b2 then window = b2 elseif now >= b1 then window = b1 end
     local saved = pcall_("GET", KEYS[i])
-    if saved and #saved == 16 then
-      local w, u = unpack("<dd", saved)
-      if w >= window then window, used = w, u end
+    if saved then
+      local n = #saved
+      if n == 16 then
+        local w, u = unpack("<dd", saved)
+        if w >= window then window, used = w, u end
+      elseif n == 32 then
+        local w, u, s, t = unpack("<dddd", saved)
+        if w >= window then window, used, stored, balance = w, u, s, t end
+      end
+    end
+    local burst
+    if kind == 5 then
+      burst = lim[tail]
+      tail = tail + 1
+      if stored < 0 then stored, balance = burst, now end  -- none kept: full
     end
     if used + permits > rate then  -- full: the start of the period after the counter's
       if window < b1 then earliest = b1 elseif window < b2 then earliest = b2
       elseif window < b3 then earliest = b3 else earliest = window + (b3 - b2) end
     else
       earliest = window
+      if kind == 5 then  -- paced: once the bucket, refilled up to now, has the permits
+        local ends  -- the end of the counter's period
+        if window < b1 then ends = b1 elseif window < b2 then ends = b2
+        elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
+        if now > balance then
+          local span = ends - balance
+          if span > 0 then stored = stored + (now - balance) * (rate - used) / span else stored = burst end
+          if not (stored < burst) then stored = burst end
+          balance = now
+        end
+        local spend = permits
+        if stored < permits then spend = stored end
+        local paced = balance + (permits - spend) * (ends - balance) / (rate - used)
+        if paced > ends then paced = ends end
+        if paced > earliest then earliest = paced end
+      end
     end
     if now > earliest then earliest = now end
-    if qwin == nil then qwin, qused = {}, {} end
-    qwin[i], qused[i] = window, used  -- the boundaries stay in lim for step 3
+    if qs == nil then qs = {} end
+    local q = 5 * i  -- the boundaries stay in lim for step 3
+    qs[q - 4], qs[q - 3] = window, used
+    if kind == 5 then qs[q - 2], qs[q - 1], qs[q] = stored, balance, burst end
   else  -- 3: a fixed window
     local window, used = floor(now / size), 0
     local saved = pcall_("GET", KEYS[i])
@@ -281,26 +323,52 @@ for i = 1, nlimits do
     if count + 1 > rate then
       earliest = max(earliest, tonumber(call("LINDEX", KEYS[i], count - rate)) + size)
     end
-  elseif kind == 4 then
+  elseif kind >= 4 then
     local b1, b2, b3 = lim[b + 3], lim[b + 4], lim[b + 5]
-    local window, used = qwin[i], qused[i]
+    local q = 5 * i
+    local window, used, stored, balance, burst = qs[q - 4], qs[q - 3], qs[q - 2], qs[q - 1], qs[q]
     if allowed == 1 then
       local w = size
       if at >= b3 then w = b3 elseif at >= b2 then w = b2 elseif at >= b1 then w = b1 end
-      if w > window then window, used = w, 0 end
+      if kind == 5 then  -- paced: the bucket refilled up to T gives the permits
+        if w > window then
+          window, used, stored, balance = w, 0, burst, at
+        elseif at > balance then
+          local ends
+          if window < b1 then ends = b1 elseif window < b2 then ends = b2
+          elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
+          local span = ends - balance
+          if span > 0 then stored = stored + (at - balance) * (rate - used) / span else stored = burst end
+          if not (stored < burst) then stored = burst end
+          balance = at
+        end
+        stored = stored - permits
+        if not (stored > 0) then stored = 0 end
+      elseif w > window then
+        window, used = w, 0
+      end
       used = used + permits
     end
     local ends  -- the end of the counter's period
     if window < b1 then ends = b1 elseif window < b2 then ends = b2
     elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
     if allowed == 1 then  -- (a period already over: a process clock periods behind)
-      call("SET", KEYS[i], pack("<dd", window, used), "PX", max(1000, ceil((ends - now) / 1000) + 1000))
+      local state
+      if kind == 5 then state = pack("<dddd", window, used, stored, balance) else state = pack("<dd", window, used) end
+      call("SET", KEYS[i], state, "PX", max(1000, ceil((ends - now) / 1000) + 1000))
     end
     if used + 1 > rate then
       earliest = ends
     else
       earliest = window
       if now > earliest then earliest = now end
+      if kind == 5 then  -- paced: once the bucket has a permit
+        local spend = 1
+        if stored < 1 then spend = stored end
+        local paced = balance + (1 - spend) * (ends - balance) / (rate - used)
+        if paced > ends then paced = ends end
+        if paced > earliest then earliest = paced end
+      end
     end
     -- what is left of the period the clock is in, and when it ends
     local start, reset, left = size, 0, rate

@@ -45,7 +45,7 @@ from gateway_limiter.backends.state import (
     state_key,
 )
 from gateway_limiter.config.rules import Rule
-from gateway_limiter.model.algorithms import KIND_CODES
+from gateway_limiter.model.algorithms import KIND_CODES, PACED_CALENDAR_CODE
 from gateway_limiter.model.bucket import US_PER_S, BucketState, Verdict
 from gateway_limiter.model.limits import (
     CalendarWindow,
@@ -196,14 +196,20 @@ def limits_args(rule: Rule, now_s: float | None = None) -> list[bytes]:
     limits are the interface's own followed by each limit's kind, rate and size (and three
     zeros the script fills), as little-endian doubles: the script unpacks them once
     rather than parsing each from text. A calendar quota sends its four boundaries
-    around ``now_s`` (this process's clock) in place of the size and the zeros."""
+    around ``now_s`` (this process's clock) in place of the size and the zeros; a paced
+    one its own code, and its burst after every limit's six."""
     fields = [float(own_limits(rule))]
+    bursts: list[float] = []
     for r in rule.limits:
         spec = limit(r, now_s)
-        if spec.kind is LimitKind.CALENDAR:
+        if spec.kind is LimitKind.CALENDAR and spec.size > 0.0:
+            fields += (PACED_CALENDAR_CODE, spec.rate, *spec.bounds)
+            bursts.append(spec.size)
+        elif spec.kind is LimitKind.CALENDAR:
             fields += (KIND_CODES[spec.kind], spec.rate, *spec.bounds)
         else:
             fields += (KIND_CODES[spec.kind], spec.rate, spec.size, 0.0, 0.0, 0.0)
+    fields += bursts
     layout = "<" + "d" * len(fields)
     return [layout.encode("ascii"), struct.pack(layout, *fields)]
 
@@ -393,6 +399,9 @@ def parse_state(raw: object) -> BucketState | None:
 
 #: A fixed window's counter in Redis: the window k, the permits in it (limits.lua).
 FIXED = struct.Struct("<2d")
+#: A paced calendar quota's: its count's two, then its pacing bucket's permits and when
+#: they were counted (limits.lua).
+PACED = struct.Struct("<4d")
 
 
 def is_sliding(rule: Rule) -> bool:
@@ -415,6 +424,8 @@ def parse_limit_state(rule: Rule, raw: object) -> LimitState | None:
             return None
         return FixedWindow(*FIXED.unpack(raw))
     if rule.kind is LimitKind.CALENDAR:  # the period's start, µs, and the permits in it
+        if isinstance(raw, bytes) and len(raw) == PACED.size:  # and a paced one's bucket
+            return CalendarWindow(*PACED.unpack(raw))
         if not isinstance(raw, bytes) or len(raw) != FIXED.size:
             return None
         return CalendarWindow(*FIXED.unpack(raw))

@@ -94,6 +94,8 @@ def limit(rule: Rule, now_s: float | None = None) -> Limit:
     own = LIMIT_MODELS[rule.kind].limit(rule.rate, rule.period, rule.burst)
     if rule.calendar is not None:
         bounds = calendar_bounds(rule.calendar, time.time() if now_s is None else now_s)
+        if rule.pacing:  # a paced quota's size is its pacing burst
+            return own._replace(size=float(rule.pace_burst), bounds=bounds)
         return own._replace(bounds=bounds)
     return own
 

@@ -262,7 +262,10 @@ class Registry:
         try:
             rows = read_rows(self._engine, display=False)
             ruleset = build_rules(
-                rows, self.settings.default_cache, self.settings.default_time_zone
+                rows,
+                self.settings.default_cache,
+                self.settings.default_time_zone,
+                self.settings.quota_pacing_burst,
             )
             # Read with the rows: a switch that cannot be read keeps the whole last good
             # snapshot, rows and switch together (only a missing table means the setting).

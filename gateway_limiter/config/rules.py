@@ -90,6 +90,7 @@ from gateway_limiter.model.algorithms import (
 from gateway_limiter.model.algorithms import ALGORITHMS as ALGORITHMS  # noqa: PLC0414
 from gateway_limiter.model.algorithms import Algorithm as Algorithm  # noqa: PLC0414
 from gateway_limiter.model.calendar import (
+    DEFAULT_PACING_BURST,
     DEFAULT_TIME_ZONE,
     Calendar,
     QuotaPeriod,
@@ -162,6 +163,9 @@ class Rule:
     calendar: Calendar | None = None
     #: ``quotaPacing``: spread what is left of the quota over what is left of the period.
     pacing: bool = False
+    #: A paced quota's burst: the most permits its pacing saves up (``maxPermits``, else
+    #: the ``quota_pacing_burst`` setting).
+    pace_burst: int = DEFAULT_PACING_BURST
     #: ``rateLimit = 0`` here or in any of ``also`` (a closed channel closes its
     #: interfaces): every call refused. Computed, so the decision path reads a field.
     closed: bool = field(init=False, compare=False)
@@ -188,6 +192,7 @@ class Rule:
             lease_ms: int = 0,
             calendar: Calendar | None = None,
             pacing: bool = False,
+            pace_burst: int = DEFAULT_PACING_BURST,
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -396,17 +401,23 @@ def calendar_problem(
             "calendar is the period (leave periodSeconds 1, and add a row for a rate)",
             None,
         )
-    if row.max_permits is not None:
+    if row.max_permits is not None and not row.quota_pacing:
         return (
-            f"maxPermits {row.max_permits} is not used by a calendar quota (quotaPeriod "
-            f"{period}: rateLimit is the period's permits)",
+            f"maxPermits {row.max_permits} is not used by a calendar quota without pacing "
+            f"(quotaPeriod {period}: rateLimit is the period's permits; with quotaPacing 1 "
+            "it is the most the pacing saves up)",
             None,
         )
+    if row.max_permits is not None and row.max_permits < 1:
+        return f"maxPermits {row.max_permits} of a paced quota is not at least 1", None
     return "", Calendar(renewal, zone)
 
 
 def rule_from_row(
-    row: ConfRow, default_cache: float, default_time_zone: str = DEFAULT_TIME_ZONE
+    row: ConfRow,
+    default_cache: float,
+    default_time_zone: str = DEFAULT_TIME_ZONE,
+    pacing_burst: int = DEFAULT_PACING_BURST,
 ) -> Rule | Skipped | None:
     """The rule of one row, a Skipped with the reason, or None for a disabled row."""
     if row.status not in (0, 1):
@@ -451,8 +462,12 @@ def rule_from_row(
     per_caller = 0 if row.per_caller is None else row.per_caller
     if per_caller not in (0, 1):
         return Skipped(row.config_id, f"perCaller {per_caller!r} is not 0 or 1")
-    problem = algorithm_problem(
-        algorithm, row.max_permits, row.warmup_period, period, bool(per_caller)
+    problem = algorithm_problem(  # a calendar quota's maxPermits: its pacing burst
+        algorithm,
+        None if calendar is not None else row.max_permits,
+        row.warmup_period,
+        period,
+        bool(per_caller),
     ) or share_problem(url, row.channel_type, row.caller_key, bool(per_caller))
     if problem:
         return Skipped(row.config_id, problem)
@@ -471,15 +486,18 @@ def rule_from_row(
     problem = lease_range_problem(row)
     if problem:  # build_rules clears such a leaseMs first: only the edits' checks see this
         return Skipped(row.config_id, problem)
+    capacity = row.max_permits or 0
+    pace_burst = DEFAULT_PACING_BURST
     if calendar is not None:  # counted on the calendar's periods, as a fixed window
         algorithm = Algorithm.FIXED_WINDOW
         period = CALENDAR_SECONDS[calendar.renewal.period]
+        pace_burst, capacity = capacity or pacing_burst, 0
     return Rule(
         url=url,
         rate=int(row.rate_limit),
         cache=cache,
         config_id=row.config_id,
-        capacity=row.max_permits or 0,
+        capacity=capacity,
         algorithm=Algorithm(algorithm),
         warmup=float(row.warmup_period or 0.0),
         period=period,
@@ -492,6 +510,7 @@ def rule_from_row(
         lease_ms=int(row.lease_ms or 0),
         calendar=calendar,
         pacing=bool(row.quota_pacing),
+        pace_burst=pace_burst,
     )
 
 
@@ -515,7 +534,11 @@ class RowWarning(str):
 
 
 def _without_bad_lease(
-    row: ConfRow, warnings: list[str], default_cache: float, default_time_zone: str
+    row: ConfRow,
+    warnings: list[str],
+    default_cache: float,
+    default_time_zone: str,
+    pacing_burst: int = DEFAULT_PACING_BURST,
 ) -> ConfRow:
     """``row`` with an out-of-range ``leaseMs`` cleared, and a warning naming it when the
     row applies: an optional performance setting must not unlimit its interface."""
@@ -523,7 +546,7 @@ def _without_bad_lease(
     if not problem:
         return row
     cleared = replace(row, lease_ms=None)
-    if isinstance(rule_from_row(cleared, default_cache, default_time_zone), Rule):
+    if isinstance(rule_from_row(cleared, default_cache, default_time_zone, pacing_burst), Rule):
         warnings.append(
             RowWarning(
                 f"leaseMs of configId {row.config_id} ignored on {row.interface_url!r}: "
@@ -849,11 +872,15 @@ def twin_warnings(rows: Sequence[ConfRow]) -> list[RowWarning]:
 
 
 def build_rules(
-    rows: Iterable[ConfRow], default_cache: float, default_time_zone: str = DEFAULT_TIME_ZONE
+    rows: Iterable[ConfRow],
+    default_cache: float,
+    default_time_zone: str = DEFAULT_TIME_ZONE,
+    pacing_burst: int = DEFAULT_PACING_BURST,
 ) -> RuleSet:
     """Turn rows into rules: skip bad rows, resolve duplicate limits (stricter wins),
     gather each URL's limits into one Rule, with its channel's cap and named callers.
-    ``default_time_zone`` is the zone of calendar quotas whose ``timeZone`` is NULL."""
+    ``default_time_zone`` is the zone of calendar quotas whose ``timeZone`` is NULL;
+    ``pacing_burst`` the burst of paced ones whose ``maxPermits`` is NULL."""
     limits: dict[str, dict[_Slot, Rule]] = {}  # url -> slot -> the row's limit
     caps: dict[str, dict[_Slot, Rule]] = {}  # channelType -> slot -> a channel row's limit
     channels: dict[str, dict[str, list[int]]] = {}  # url -> channelType -> configIds
@@ -863,8 +890,10 @@ def build_rules(
     rows = list(rows)
     warnings: list[str] = list(twin_warnings(rows))
     for row in rows:
-        row = _without_bad_lease(row, warnings, default_cache, default_time_zone)  # noqa: PLW2901
-        outcome = rule_from_row(row, default_cache, default_time_zone)
+        row = _without_bad_lease(  # noqa: PLW2901
+            row, warnings, default_cache, default_time_zone, pacing_burst
+        )
+        outcome = rule_from_row(row, default_cache, default_time_zone, pacing_burst)
         if outcome is None:
             if row.interface_url and row.interface_url != CHANNEL_URL:
                 disabled.add(row.interface_url)
@@ -873,14 +902,6 @@ def build_rules(
             skipped.append(outcome)
             continue
         leases = leases or outcome.lease_ms != 0
-        if outcome.pacing:
-            warnings.append(
-                RowWarning(
-                    f"quotaPacing of configId {outcome.config_id} on {outcome.url!r} is not "
-                    "applied yet: the quota holds, without pacing",
-                    [outcome.config_id],
-                )
-            )
         shape = url_shape_problem(outcome.url)
         if shape:  # applied: callers may pass such a key to the limiter themselves
             warnings.append(RowWarning(f"configId {row.config_id}: {shape}", [row.config_id]))

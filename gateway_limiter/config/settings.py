@@ -63,6 +63,10 @@ class Settings:
     default_cache: float = 0.5
     #: The IANA zone of calendar quotas whose ``timeZone`` is NULL.
     default_time_zone: str = "UTC"
+    #: A paced calendar quota's burst when its row has no maxPermits (permits).
+    quota_pacing_burst: int = 10
+    #: The used fractions of a calendar quota's period told in a warning (comma-separated).
+    quota_warn_at: str = "0.8,0.95"
     on_backend_error: str = "share"
     redis_timeout: float = 0.05
     redis_connect_timeout: float = 0.5
@@ -180,6 +184,12 @@ def _validate(s: Settings) -> None:
         raise _bad(
             "default_time_zone", s.default_time_zone, "must be an IANA time zone (e.g. UTC)"
         ) from None
+    if not 1 <= s.quota_pacing_burst <= 1_000_000_000:
+        raise _bad("quota_pacing_burst", s.quota_pacing_burst, "must be between 1 and 1000000000")
+    try:
+        warn_fractions(s.quota_warn_at)
+    except ValueError as e:
+        raise _bad("quota_warn_at", s.quota_warn_at, str(e)) from None
     if not 1 <= s.redis_pool_size <= 10_000:
         raise _bad("redis_pool_size", s.redis_pool_size, "must be between 1 and 10000")
     if not (math.isfinite(s.fleet_heartbeat) and 0.05 <= s.fleet_heartbeat <= 3600):
@@ -207,6 +217,22 @@ def _validate(s: Settings) -> None:
             raise _bad(key, getattr(s, key), "must be 1-64 printable characters, no spaces")
     if s.rls_interface_entry == s.rls_caller_entry:
         raise _bad("rls_caller_entry", s.rls_caller_entry, "must differ from rls_interface_entry")
+
+
+def warn_fractions(text: str) -> tuple[float, ...]:
+    """The ``quota_warn_at`` setting's fractions, ascending (ValueError saying why not)."""
+    out: list[float] = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        try:
+            value = float(part)
+        except ValueError:
+            raise ValueError(f"{part.strip()!r} is not a number") from None
+        if not (math.isfinite(value) and 0 < value <= 1):
+            raise ValueError(f"{part.strip()} must be above 0 and at most 1")
+        out.append(value)
+    return tuple(sorted(set(out)))
 
 
 def console_host_names(text: str) -> list[str]:

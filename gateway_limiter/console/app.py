@@ -71,6 +71,7 @@ from gateway_limiter.config.table import (
     write_switch,
 )
 from gateway_limiter.console.sources import Sources
+from gateway_limiter.core.status import BucketStatus
 from gateway_limiter.observe.logs import one_line
 
 HERE: Final = Path(__file__).resolve().parent
@@ -444,6 +445,23 @@ def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
 
     # --- live ---------------------------------------------------------------------------
 
+    def quota_json(b: BucketStatus) -> dict[str, Any] | None:
+        """A calendar quota's period as the page draws it (its burn-down): when it
+        started and renews (Unix s), the permits used of its limit, and its zone."""
+        calendar = b.rule.calendar
+        if calendar is None or b.quota_used is None or b.renews_at is None:
+            return None
+        starts_at, _ = calendar.period_at(b.renews_at - 1)
+        return {
+            "period": calendar.renewal.period.value,
+            "timeZone": calendar.zone.key,
+            "used": round(b.quota_used),
+            "limit": b.rule.rate,
+            "startsAt": starts_at,
+            "renewsAt": b.renews_at,
+            "pacing": b.rule.pacing,
+        }
+
     def status_now() -> dict[str, Any]:
         buckets = []
         for b in sources.status():
@@ -479,6 +497,8 @@ def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
                     "leaseMs": rule.lease_ms,
                     "shared": b.shared,
                     "error": b.error,
+                    # a shared calendar quota: its period, used / limit, renewal
+                    "quota": quota_json(b),
                 }
             )
         return {

@@ -29,12 +29,13 @@ from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.config.reload import Registry, ReloadSummary, Snapshot
 from gateway_limiter.config.rules import Algorithm, Rule
-from gateway_limiter.config.settings import Settings, load_settings
+from gateway_limiter.config.settings import Settings, load_settings, warn_fractions
 from gateway_limiter.core.decision import ADMIT, REFUSE, Decision, Reason, decision_of
 from gateway_limiter.core.failure import Breaker, FailurePolicy, Policy, script_fault
 from gateway_limiter.core.fleet import Fleet
 from gateway_limiter.core.leases import Leases, from_lease, leasing
 from gateway_limiter.core.local_refusal import LocalRefusals
+from gateway_limiter.core.quota_watch import QuotaWatch
 from gateway_limiter.core.steps import Ask, Steps
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
 from gateway_limiter.model.bucket import US_PER_S, Verdict
@@ -296,6 +297,7 @@ class LimiterBase:
         "_local_refusals",
         "_metrics",
         "_outcomes",
+        "_quotas",
         "_shared",
         "_source",
         "_started",
@@ -322,6 +324,8 @@ class LimiterBase:
         self._metrics = open_metrics(chosen)
         self._outcomes = Outcomes(self._metrics)
         self._source: Source | None = None
+        #: calendar quotas' used ratios, and their warnings (``quota_warn_at``)
+        self._quotas = QuotaWatch(warn_fractions(chosen.quota_warn_at))
         #: url -> its effective rate / the row's, where the last reply said it was < 1
         self._factors: dict[str, float] = {}
         if self._metrics is not None:
@@ -332,6 +336,7 @@ class LimiterBase:
                 fleet_size=lambda: self._fleet.size,
                 factors=lambda: dict(self._factors),
                 in_flight=self._in_flight_seen,
+                quota_used=self._quotas.used,
             )
         self._local_refusals = local_refusals_for(shared, self.registry)
         #: leases of lease rows; memory:// decides in-process already and takes none
@@ -591,6 +596,8 @@ class LimiterCore(LimiterBase):
             )
         if verdict.factor != 1.0 or self._factors:  # a pushback, now or before
             self._seen_factor(ask.rule, verdict.factor)
+        if verdict.quota_left >= 0.0:  # a calendar quota: how much of its period is used
+            self._quotas.seen(ask.rule, verdict)
 
     def _seen_factor(self, rule: Rule, factor: float) -> None:
         if factor < 1.0:

@@ -72,6 +72,10 @@ ALGORITHM_TABLE: Final[dict[Kind, Spec]] = {
     Quota.CALENDAR: Spec(LimitKind.CALENDAR, 4.0, True),
 }
 
+#: A paced calendar quota's code in ``limits.lua``: the same state and key as the quota's
+#: (pacing on or off keeps the period's count), its burst sent after every limit.
+PACED_CALENDAR_CODE: Final = 5.0
+
 #: Each kind of state's code in the scripts (from the table).
 KIND_CODES: Final[dict[LimitKind, float]] = {
     spec.kind: spec.code for spec in ALGORITHM_TABLE.values()

@@ -62,6 +62,9 @@ MAX_RENEWS = 16
 MAX_RENEWAL_DAY = 30
 #: The ``default_time_zone`` setting's default.
 DEFAULT_TIME_ZONE = "UTC"
+#: The ``quota_pacing_burst`` setting's default: the most permits a paced quota saves up
+#: when its row has no ``maxPermits``.
+DEFAULT_PACING_BURST = 10
 
 WEEKDAYS: tuple[str, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 

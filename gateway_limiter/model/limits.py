@@ -115,10 +115,14 @@ class FixedWindow(NamedTuple):
 
 
 class CalendarWindow(NamedTuple):
-    """A calendar quota's counter: the period holding reservations, and its count."""
+    """A calendar quota's counter: the period holding reservations, and its count; a
+    paced quota's also its pacing bucket (``stored`` -1: none kept, as when the quota was
+    not paced: the bucket is then full)."""
 
     window: float  # the period's start, epoch µs
     used: float  # permits reserved in it
+    stored: float = -1.0  # paced: the permits the pacing bucket holds at ``balance``
+    balance: float = 0.0  # paced: when ``stored`` was last brought up to date, epoch µs
 
 
 class SlidingLog(NamedTuple):
@@ -476,15 +480,47 @@ class CalendarLimit:
     than the hold's end)."""
 
     def limit(self, rate: int, period_s: int, capacity: int) -> Limit:
-        """Without bounds: ``state.limit`` adds them for the moment of the decision."""
+        """Without bounds: ``state.limit`` adds them for the moment of the decision, and
+        a paced quota's burst as its size (0: not paced)."""
         return Limit(LimitKind.CALENDAR, float(rate), 0.0)
 
     def _counter(self, limit: Limit, state: LimitState | None, now_us: float) -> CalendarWindow:
         start = calendar_start(limit.bounds, now_us)
         counter = cast(CalendarWindow | None, state)
         if counter is None or counter.window < start:
+            if limit.size > 0.0:  # paced: a new period starts with a full bucket
+                return CalendarWindow(start, 0.0, limit.size, now_us)
             return CalendarWindow(start, 0.0)
+        if limit.size > 0.0 and counter.stored < 0.0:  # a count kept without pacing
+            return CalendarWindow(counter.window, counter.used, limit.size, now_us)
         return counter
+
+    def _paced_now(self, limit: Limit, counter: CalendarWindow, now_us: float) -> CalendarWindow:
+        """A paced counter's bucket brought up to ``now_us``: it has refilled at the
+        pace its last decision set, the permits left over the time left of its period."""
+        if not now_us > counter.balance:
+            return counter
+        return CalendarWindow(
+            counter.window, counter.used, self._refilled(limit, counter, now_us), now_us
+        )
+
+    def _refilled(self, limit: Limit, counter: CalendarWindow, at_us: float) -> float:
+        span = calendar_end(limit.bounds, counter.window) - counter.balance
+        if span > 0.0:
+            stored = counter.stored + (at_us - counter.balance) * (limit.rate - counter.used) / span
+        else:  # its period is over
+            stored = limit.size
+        return limit.size if not stored < limit.size else stored
+
+    def _paced_earliest(self, limit: Limit, counter: CalendarWindow, permits: float) -> float:
+        """When a paced counter's bucket has ``permits`` (from its balance, at its pace),
+        at the latest the end of its period (the next one starts with a full bucket)."""
+        ends = calendar_end(limit.bounds, counter.window)
+        spend = counter.stored if counter.stored < permits else permits
+        paced = counter.balance + (permits - spend) * (ends - counter.balance) / (
+            limit.rate - counter.used
+        )
+        return ends if paced > ends else paced
 
     def earliest(
         self,
@@ -500,22 +536,41 @@ class CalendarLimit:
         counter = self._counter(limit, state, now_us)
         if counter.used + float(permits) > limit.rate:
             return max(now_us, calendar_end(limit.bounds, counter.window)), counter
+        if limit.size > 0.0:  # paced: also once its bucket has the permits
+            counter = self._paced_now(limit, counter, now_us)
+            paced = self._paced_earliest(limit, counter, float(permits))
+            return max(now_us, counter.window, paced), counter
         return max(now_us, counter.window), counter
 
     def next_free_at(self, limit: Limit, state: LimitState, now_us: float) -> float:
-        """The period the counter has room for one more permit in."""
+        """The period the counter has room for one more permit in (paced: once its bucket
+        has one)."""
         counter = self._counter(limit, state, now_us)
         if counter.used + 1.0 > limit.rate:
             return calendar_end(limit.bounds, counter.window)
+        if limit.size > 0.0:
+            return max(now_us, counter.window, self._paced_earliest(limit, counter, 1.0))
         return max(now_us, counter.window)
 
     def record(self, limit: Limit, state: LimitState, n: float, at_us: float) -> LimitState:
-        """Count the permits in the period that contains T."""
+        """Count the permits in the period that contains T (paced: and take them from
+        the bucket, refilled up to T; a new period's bucket is full)."""
         counter = cast(CalendarWindow, state)
         window = calendar_start(limit.bounds, at_us)
+        if limit.size <= 0.0:
+            if window > counter.window:
+                counter = CalendarWindow(window, 0.0)
+            return CalendarWindow(counter.window, counter.used + n)
         if window > counter.window:
-            counter = CalendarWindow(window, 0.0)
-        return CalendarWindow(counter.window, counter.used + n)
+            counter = CalendarWindow(window, 0.0, limit.size, at_us)
+        elif at_us > counter.balance:
+            counter = CalendarWindow(
+                counter.window, counter.used, self._refilled(limit, counter, at_us), at_us
+            )
+        stored = counter.stored - n
+        return CalendarWindow(
+            counter.window, counter.used + n, stored if stored > 0.0 else 0.0, counter.balance
+        )
 
     def expiry_ms(self, limit: Limit, state: LimitState, now_us: float) -> int:
         """When the counter's period ends."""

@@ -34,6 +34,8 @@ name                                        type      what
                                                       rate permit, in time), by ``interface``
 ``gateway_limiter_bucket_*``                gauge     live bucket state by ``interface``
                                                       (``serve-metrics`` only; see there)
+``gateway_limiter_quota_used_ratio``        gauge     a calendar quota's period used (0-1), by
+                                                      ``interface`` and ``period``
 =========================================== ========= ==========================================
 
 Counters are totals for the process. Gauges describe the most recently started
@@ -126,6 +128,8 @@ class Source:
     factors: Callable[[], Mapping[str, float]] | None = None
     #: interface -> calls in flight fleet-wide, as the last slot call saw it.
     in_flight: Callable[[], Mapping[str, int]] | None = None
+    #: (interface, period) -> the used ratio of its calendar quota, as last seen.
+    quota_used: Callable[[], Mapping[tuple[str, str], float]] | None = None
 
 
 class Tally:
@@ -385,8 +389,14 @@ def _families(source: Source | None) -> list[Metric]:
         "last slot call saw it.",
         labels=["interface"],
     )
+    quota = gauge(
+        "quota_used_ratio",
+        "Each calendar quota's period used (0 to 1), fleet-wide, as this process's last "
+        "decision on the interface saw it.",
+        labels=["interface", "period"],
+    )
     families: list[Metric] = [rules, shadow, skipped, switch, age, fallback, fleet]
-    families += [rates, stored, debt, free, effective, in_flight]
+    families += [rates, stored, debt, free, effective, in_flight, quota]
     if source is None:
         return families
     snapshot = source.snapshot()
@@ -410,6 +420,10 @@ def _families(source: Source | None) -> list[Metric]:
     for url in sorted(snapshot.rules):
         if snapshot.rules[url].max_concurrent is not None:
             in_flight.add_metric([url], seen.get(url, 0))
+    if source.quota_used is not None:
+        for (url, period), ratio in sorted(source.quota_used().items()):
+            if url in snapshot.rules:
+                quota.add_metric([url, period], ratio)
     if source.buckets is not None:
         for sample in source.buckets():
             stored.add_metric([sample.url], sample.stored)

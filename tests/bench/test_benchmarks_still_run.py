@@ -38,6 +38,11 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ),
         ("reload_cost.py", ["--rows", "50", "--repeats", "2"], ["1. One reload of 50 rows"]),
         ("fleet_outage.py", ["--quick"], ["Fleet outage:", "local, even demand"]),
+        (
+            "calendar_quota.py",
+            ["--quick"],
+            ["1. A simulated day", "paced (burst 10)", "per-second + daily row (limits.lua)"],
+        ),
         ("fleet_membership.py", ["--quick"], ["Fleet membership:", "EVAL per heartbeat"]),
         ("console_tally_cost.py", [], ["tally on (as shipped)", "Tallies.add alone"]),
         ("failover_loss.py", ["--quick"], ["Failover loss:", "1. sentinel", "lost bytes"]),

@@ -185,3 +185,25 @@ def test_status_shows_what_a_quota_used_and_when_it_renews(
     line = next(line for line in out.splitlines() if "50,000/day" in line)
     shown = dt.datetime.fromtimestamp(midnight, ZoneInfo("Asia/Shanghai"))
     assert f"used 3 of 50,000; renews {shown:%Y-%m-%d} 00:00 CST (Asia/Shanghai)" in line
+
+
+def test_conf_set_paces_a_daily_quota_with_max_permits_as_its_burst(
+    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+) -> None:
+    db, engine = migrated_any_db
+    ran = cli(
+        capsys,
+        db,
+        *("conf", "set", URL, "--rate", "50000", "--quota-period", "day"),
+        *("--time-zone", "Asia/Shanghai", "--pacing", "--max-permits", "30", "--enable"),
+    )
+    assert ran.code == 0, ran.err
+    assert "not applied" not in ran.out + ran.err
+    rule = build_rules(read_rows(engine), 0.5).rules[URL]
+    assert rule.pacing and rule.pace_burst == 30
+    # without pacing the burst means nothing: refused naming the field, nothing written
+    ran = cli(capsys, db, "conf", "set", URL, "--quota-period", "day", "--no-pacing")
+    assert ran.code != 0 and "maxPermits 30 is not used by a calendar quota without pacing" in (
+        ran.err
+    )
+    assert build_rules(read_rows(engine), 0.5).rules[URL].pacing

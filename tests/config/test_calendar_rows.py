@@ -121,7 +121,8 @@ def test_calendar_quotas_per_caller_for_a_named_caller_and_over_a_channel() -> N
         ({"time_zone": 8}, "timeZone 8 is not text"),
         ({"algorithm": "sliding_window"}, "algorithm 'sliding_window' cannot count"),
         ({"period_seconds": 60}, "periodSeconds 60 cannot go with quotaPeriod day"),
-        ({"max_permits": 10}, "maxPermits 10 is not used by a calendar quota"),
+        ({"max_permits": 10}, "maxPermits 10 is not used by a calendar quota without pacing"),
+        ({"max_permits": 0, "quota_pacing": 1}, "maxPermits 0 of a paced quota"),
     ],
 )
 def test_bad_calendar_rows_are_skipped_naming_their_config_id(
@@ -152,10 +153,35 @@ def test_default_time_zone_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -
         Settings(default_time_zone="Beijing")
 
 
-def test_pacing_is_stored_and_the_reload_says_it_is_not_applied_yet() -> None:
-    ruleset = build_rules([row(4, pacing=1)], 0.5)
-    assert ruleset.rules["/search"].pacing
-    assert ruleset.warnings == (
-        "quotaPacing of configId 4 on '/search' is not applied yet: the quota holds, "
-        "without pacing",
+@pytest.mark.parametrize(
+    ("max_permits", "setting", "burst"), [(None, None, 10), (None, 40, 40), (25, 40, 25)]
+)
+def test_a_paced_row_applies_with_its_burst_from_max_permits_else_the_setting(
+    max_permits: int | None, setting: int | None, burst: int
+) -> None:
+    paced = row(4, pacing=1, max_permits=max_permits)
+    ruleset = (
+        build_rules([paced], 0.5) if setting is None else build_rules([paced], 0.5, "UTC", setting)
     )
+    rule = ruleset.rules["/search"]
+    assert ruleset.warnings == () and ruleset.skipped == ()
+    assert rule.pacing and rule.pace_burst == burst
+    assert rule.capacity == 0  # the quota itself holds rateLimit per period
+
+
+def test_a_paced_fixed_window_row_takes_max_permits_as_its_burst() -> None:
+    paced = row(4, pacing=1, algorithm="fixed_window", max_permits=3)
+    rule = build_rules([paced], 0.5).rules["/search"]
+    assert rule.pacing and rule.pace_burst == 3
+
+
+def test_quota_settings_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().quota_pacing_burst == 10 and Settings().quota_warn_at == "0.8,0.95"
+    monkeypatch.setenv("GATEWAY_LIMITER_QUOTA_PACING_BURST", "50")
+    assert load_settings(None).quota_pacing_burst == 50
+    with pytest.raises(SettingsError, match="quota_pacing_burst"):
+        Settings(quota_pacing_burst=0)
+    with pytest.raises(SettingsError, match=r"quota_warn_at.*above 0"):
+        Settings(quota_warn_at="0.8,1.5")
+    with pytest.raises(SettingsError, match=r"quota_warn_at.*'most' is not a number"):
+        Settings(quota_warn_at="most")

@@ -505,3 +505,76 @@ def test_live_table_reads_long_periods_without_a_pushback_and_a_spent_window_as_
     page = browser.find_element(By.ID, "live").text
     assert "pushback" not in page
     screenshot(browser, "console-long-periods.png", tmp_path)
+
+
+def test_a_calendar_quota_is_drawn_as_its_burn_down_against_the_even_pace(
+    browser: Any, console: Served, tmp_path: Path
+) -> None:
+    import time
+
+    from gateway_limiter import GatewayLimiter
+    from gateway_limiter.model.calendar import Calendar
+
+    url = "/ibe/quota/daily"
+    write_row(console.engine, url, rateLimit=100, cache=0.0)
+    daily = write_row(
+        console.engine,
+        url,
+        add=True,
+        rateLimit=10,
+        cache=0.0,
+        quotaPeriod="day",
+        timeZone="Asia/Shanghai",
+        quotaPacing=1,
+        maxPermits=10,
+    )
+    settings = console.settings
+    with GatewayLimiter(
+        database_url=settings.database_url,
+        redis_url=settings.redis_url,
+        key_prefix=settings.key_prefix,
+        metrics=False,
+    ) as lim:
+        for _ in range(3):
+            assert lim.try_acquire(url, timeout=0)
+        browser.get(console.url + "/")
+        figure = f"figure.burn-down[data-config-id='{daily}']"
+        until(
+            browser,
+            "the quota's burn-down with 3 used",
+            lambda d: d.find_element(By.CSS_SELECTOR, figure).get_attribute("data-used") == "3",
+        )
+        start, end = Calendar.of("day", "Asia/Shanghai").period_at(time.time())
+        caption = browser.find_element(By.CSS_SELECTOR, f"{figure} figcaption").text
+        assert caption.startswith(f"{url} (configId {daily}): used 3 of 10 this day (paced)")
+        renews = time.strftime("%Y-%m-%d %H:%M", time.gmtime(end + 8 * 3600))
+        assert caption.endswith(f"renews {renews} Asia/Shanghai")
+        # the even pace line: nothing at the day's start, the quota at its end
+        line = browser.find_element(By.CSS_SELECTOR, f"{figure} line.pace")
+        assert [line.get_attribute(a) for a in ("x1", "y1", "x2", "y2")] == [
+            "0",
+            "120",
+            "360",
+            "0",
+        ]
+        pace = float(browser.find_element(By.CSS_SELECTOR, figure).get_attribute("data-pace"))
+        assert abs(pace - 10 * (time.time() - start) / (end - start)) < 0.05
+        now = browser.find_element(By.CSS_SELECTOR, f"{figure} circle.now")
+        assert float(now.get_attribute("cy")) == pytest.approx(120 - 0.3 * 120, abs=0.1)
+        assert float(now.get_attribute("cx")) == pytest.approx(360 * pace / 10, abs=1.0)
+        live = browser.find_element(By.CSS_SELECTOR, f"#live tr[data-url='{url}']")
+        assert live is not None
+        cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#live td.stored")]
+        assert "3 / 10 used" in cells
+        # two more used: the next reading moves the point, and the line keeps both
+        for _ in range(2):
+            assert lim.try_acquire(url, timeout=0)
+        until(
+            browser,
+            "the burn-down to follow to 5 used",
+            lambda d: d.find_element(By.CSS_SELECTOR, figure).get_attribute("data-used") == "5",
+        )
+        points = browser.find_element(By.CSS_SELECTOR, f"{figure} polyline.used")
+        ys = {p.split(",")[1] for p in points.get_attribute("points").split()}
+        assert {"84.0", "60.0"} <= ys
+        screenshot(browser, "console-quota-burn-down.png", tmp_path)

@@ -40,7 +40,10 @@ def at(zone: str, *when: int) -> float:
     return moment.timestamp() * US
 
 
-def quota(url: str, rate: int, period: str, zone: str, renews: str | None = None) -> Rule:
+def quota(
+    url: str, rate: int, period: str, zone: str, renews: str | None = None, burst: int = 0
+) -> Rule:
+    """A calendar quota; paced with ``burst`` when that is not 0."""
     calendar = Calendar.of(period, zone, renews)
     return Rule(
         url,
@@ -50,6 +53,8 @@ def quota(url: str, rate: int, period: str, zone: str, renews: str | None = None
         algorithm="fixed_window",
         period=CALENDAR_SECONDS[calendar.renewal.period],
         calendar=calendar,
+        pacing=burst > 0,
+        pace_burst=burst or 10,
     )
 
 
@@ -62,8 +67,8 @@ def stored(client: redis.Redis, rule: Rule) -> CalendarWindow | None:
     raw = client.get(state_key("cal", rule))
     if not isinstance(raw, bytes):
         return None
-    assert len(raw) == 16, raw
-    return CalendarWindow(*struct.unpack("<2d", raw))
+    assert len(raw) in (16, 32), raw  # a paced quota's bucket after its count
+    return CalendarWindow(*struct.unpack(f"<{len(raw) // 8}d", raw))
 
 
 def decide(
@@ -109,6 +114,7 @@ steps = st.lists(
     period=st.sampled_from(["day", "day", "week", "month"]),
     rate=st.integers(1, 12),
     with_rate=st.booleans(),
+    burst=st.sampled_from([0, 0, 1, 2, 5]),  # 0: not paced
     # ten minutes, most of a day, and (beyond what the boundaries cover) three days
     skew=st.sampled_from(
         [0.0, 600 * US, -600 * US, 20 * HOUR_US, -20 * HOUR_US, 72 * HOUR_US, -72 * HOUR_US]
@@ -121,12 +127,13 @@ def test_script_and_model_agree_on_every_decision_and_count(
     period: str,
     rate: int,
     with_rate: bool,
+    burst: int,
     skew: float,
     sequence: list[tuple[int, int, float | None]],
 ) -> None:
     zone, now = start
     url = f"/q/{uuid.uuid4().hex}"
-    rule = quota(url, rate, period, zone)
+    rule = quota(url, rate, period, zone, burst=burst)
     if with_rate:  # a per-second bucket beside the quota, decided with it
         rule = replace(Rule(url, 3, 0.0, 1), also=(rule,))
     model: list[LimitState | None] = [None] * len(rule.limits)

@@ -131,7 +131,16 @@ def test_a_calendar_quota_and_a_channel_quota_are_decided_in_one_slot(
     for quota in ({"quotaPeriod": "day", "timeZone": "Asia/Shanghai"}, {"perCaller": 1}):
         columns = {"quotaPeriod": "day", "timeZone": "America/New_York"} | quota
         write_row(engine, url, add=True, rateLimit=3, cache=0.0, channelType="IBE+", **columns)
-    write_row(engine, "*", rateLimit=1000, cache=0.0, channelType="IBE+", quotaPeriod="month")
+    write_row(  # paced: its bucket beside its count, in the same slot
+        engine,
+        "*",
+        rateLimit=1000,
+        cache=0.0,
+        channelType="IBE+",
+        quotaPeriod="month",
+        quotaPacing=1,
+        maxPermits=100,
+    )
     lim = limiter(
         migrated_db[0],
         cluster_node.url,
@@ -150,4 +159,6 @@ def test_a_calendar_quota_and_a_channel_quota_are_decided_in_one_slot(
     client: redis.Redis = cluster_node.client()
     keys = state_keys(client, key_prefix)
     assert sum(":cq:" in k for k in keys) == 3  # the two daily quotas, the channel's month
+    (month,) = [k for k in keys if k.endswith(":cq:month")]
+    assert len(client.get(month) or b"") == 32  # paced: the count and the pacing bucket
     assert len({client.cluster("KEYSLOT", key) for key in keys}) == 1

@@ -330,11 +330,63 @@ function storedOrUsed(b, windowed) {
   return b.stored === null ? "full" : b.stored;
 }
 
+// Calendar quotas: each one's burn-down, the permits used against the even pace line
+// (none used at the period's start, the whole quota at its renewal), with the readings
+// this page has seen since it opened (per quota and period).
+const SVG = "http://www.w3.org/2000/svg";
+const BURN_W = 360, BURN_H = 120;
+const burnSeen = new Map();
+
+function svg(tag, attributes) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attributes)) node.setAttribute(k, String(v));
+  return node;
+}
+
+function when(seconds, zone) {
+  return new Date(seconds * 1000).toLocaleString("sv-SE", { timeZone: zone }).slice(0, 16) + " " + zone;
+}
+
+function burnDown(b, at) {
+  const q = b.quota;
+  const key = b.configId + " " + q.startsAt;
+  const length = q.renewsAt - q.startsAt;
+  const seen = burnSeen.get(key) || [];
+  if (!seen.length || seen[seen.length - 1][0] < at) seen.push([at, q.used]);
+  burnSeen.set(key, seen.slice(-500));
+  const x = (t) => Math.max(0, Math.min(1, (t - q.startsAt) / length)) * BURN_W;
+  const y = (used) => BURN_H - Math.min(1, used / q.limit) * BURN_H;
+  const pace = q.limit * Math.max(0, Math.min(1, (at - q.startsAt) / length));
+  const box = el("figure", null, "burn-down");
+  box.dataset.url = b.url;
+  box.dataset.configId = String(b.configId);
+  box.dataset.used = String(q.used);
+  box.dataset.limit = String(q.limit);
+  box.dataset.pace = pace.toFixed(3);
+  const chart = svg("svg", { width: BURN_W, height: BURN_H, viewBox: "0 0 " + BURN_W + " " + BURN_H,
+    role: "img", "aria-label": "burn-down of " + b.url });
+  chart.appendChild(svg("rect", { x: 0, y: 0, width: BURN_W, height: BURN_H, fill: "#fafafa", stroke: "#ccc" }));
+  chart.appendChild(svg("line", { class: "pace", x1: 0, y1: BURN_H, x2: BURN_W, y2: 0,
+    stroke: "#888", "stroke-dasharray": "4 3" }));
+  chart.appendChild(svg("polyline", { class: "used", fill: "none", stroke: "#1b6e20", "stroke-width": 2,
+    points: seen.map(([t, u]) => x(t).toFixed(1) + "," + y(u).toFixed(1)).join(" ") }));
+  chart.appendChild(svg("circle", { class: "now", cx: x(at).toFixed(1), cy: y(q.used).toFixed(1), r: 3,
+    fill: q.used > pace ? "#b3261e" : "#1b6e20" }));
+  box.appendChild(chart);
+  const ahead = q.used > pace ? "ahead of the even pace" : "within the even pace";
+  box.appendChild(el("figcaption", b.url + " (configId " + b.configId + "): used " + q.used + " of "
+    + q.limit + " this " + q.period + (q.pacing ? " (paced)" : "") + ", " + ahead + " ("
+    + Math.round(pace) + " by now); renews " + when(q.renewsAt, q.timeZone)));
+  return box;
+}
+
 async function loadLive() {
   const data = await api("GET", "/api/status");
   drawSwitch(data.switch);
   const tallies = (data.fleet && data.fleet.tallies) || {};
   const body = document.createElement("tbody");
+  const quotas = el("div");
+  quotas.id = "quotas";
   for (const b of data.buckets) {
     const t = tallies[b.url] || {};
     const tr = el("tr");
@@ -344,7 +396,8 @@ async function loadLive() {
       : b.callerKey ? " (caller " + b.callerKey + ")" : "";
     cell(tr, b.url + who, "url");
     cell(tr, b.configId, "num");
-    cell(tr, b.rate + " / " + b.periodSeconds + " s " + b.algorithm);
+    cell(tr, b.quota ? b.rate + " / " + b.quota.period + (b.quota.pacing ? " paced" : "")
+      : b.rate + " / " + b.periodSeconds + " s " + b.algorithm);
     // After pushback the fleet runs at factor x the row's rate (the lowest any member saw).
     // The limit's own reading wins where there is one (it also knows a hold). Both in the
     // row's units, compared with its rateLimit: a long period is no pushback.
@@ -358,15 +411,20 @@ async function loadLive() {
     cell(tr, rate(t.waited), "num waited");
     cell(tr, rate(t.refused), "num refused");
     const windowed = b.algorithm === "fixed_window" || b.algorithm === "sliding_window";
-    cell(tr, storedOrUsed(b, windowed), "num stored");
+    cell(tr, b.quota ? b.quota.used + " / " + b.quota.limit + " used" : storedOrUsed(b, windowed),
+      "num stored");
     cell(tr, windowed ? "" : b.debtMs, "num");
     cell(tr, span(b.nextFreeMs), "num next-free");
-    cell(tr, span(b.resetMs), "num resets");
+    cell(tr, b.quota ? "renews " + when(b.quota.renewsAt, b.quota.timeZone) : span(b.resetMs),
+      "num resets");
+    if (b.quota) quotas.appendChild(burnDown(b, data.at));
     cell(tr, b.inFlight === null || b.inFlight === undefined ? ""
       : b.inFlight + " / " + b.maxConcurrent, "num in-flight");
     body.appendChild(tr);
   }
   $("#live tbody").replaceWith(body);
+  $("#quotas").replaceWith(quotas);
+  $("#quotas-section").hidden = !quotas.childElementCount;
   const fleet = document.createElement("tbody");
   const members = (data.fleet && data.fleet.members) || [];
   for (const m of members) {

@@ -1,0 +1,80 @@
+"""How much of each calendar quota's period is used, as this process's decisions see it:
+the ``gateway_limiter_quota_used_ratio`` gauge, and a warning log line once per period
+as each of the ``quota_warn_at`` fractions (default 80 % and 95 %) is passed.
+
+Every reply on an interface with a calendar quota says what is left of the quota that
+binds and when its period ends (``Verdict.quota_left``, ``quota_reset_us``); the watch
+keeps the latest per interface and period, so it costs a decision one dict write. The
+ratio is the fleet's (the count lives in Redis), as of this process's last decision on
+the interface. Each process logs its own warning when its decisions see a fraction
+passed; a fleet of N processes logs at most N lines per fraction and period.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.model.bucket import US_PER_S, Verdict
+from gateway_limiter.observe.logs import log
+
+
+def quota_period(rule: Rule, limit: float) -> str:
+    """The period (day, week, month) of ``rule``'s calendar quota of ``limit`` permits:
+    the one a reply speaks of (the first such, when two have the same limit)."""
+    for r in rule.limits:
+        if r.calendar is not None and r.rate == limit:
+            return r.calendar.renewal.period.value
+    for r in rule.limits:
+        if r.calendar is not None:
+            return r.calendar.renewal.period.value
+    return "calendar"
+
+
+class QuotaWatch:
+    """The used ratio per (interface, period), and the warnings told per period."""
+
+    __slots__ = ("_fractions", "_lock", "_told", "_used")
+
+    def __init__(self, fractions: tuple[float, ...]) -> None:
+        self._fractions = fractions
+        self._used: dict[tuple[str, str], float] = {}
+        #: (interface, period) -> (the period's end, µs; the highest fraction told in it)
+        self._told: dict[tuple[str, str], tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def seen(self, rule: Rule, verdict: Verdict) -> None:
+        """A reply on ``rule``: its quota's used ratio, and a warning when it passed a
+        fraction not yet told in this period."""
+        limit = verdict.quota_limit
+        if verdict.quota_left < 0.0 or limit <= 0.0:
+            return
+        ratio = (limit - verdict.quota_left) / limit
+        key = (rule.url, quota_period(rule, limit))
+        self._used[key] = ratio
+        passed = [f for f in self._fractions if ratio >= f]
+        if not passed:
+            return
+        with self._lock:
+            ends, told = self._told.get(key, (0.0, 0.0))
+            if ends != verdict.quota_reset_us:
+                told = 0.0  # a new period: nothing told in it yet
+            if passed[-1] <= told:
+                return
+            self._told[key] = (verdict.quota_reset_us, passed[-1])
+        log.warning(
+            "calendar quota of %r (%s): %.0f %% used (%d of %d), past %.0f %%; it renews "
+            "at %d (epoch s)",
+            rule.url,
+            key[1],
+            ratio * 100,
+            round(limit - verdict.quota_left),
+            round(limit),
+            passed[-1] * 100,
+            int(verdict.quota_reset_us / US_PER_S),
+        )
+
+    def used(self) -> Mapping[tuple[str, str], float]:
+        """(interface, period) -> the used ratio last seen."""
+        return dict(self._used)
