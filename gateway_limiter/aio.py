@@ -349,6 +349,18 @@ class AsyncGatewayLimiter(AsyncShell):
         await blocking_async(self.registry.close)  # disposing the engine is database I/O
         await self.backend.aclose()
 
+    # --- begin asyncio only
+    def abandon(self) -> None:
+        """Stop reloading and leave the metrics' gauges, with no I/O on the connections
+        (for a limiter whose event loop is gone, and its connections with it, and its
+        heartbeat task)."""
+        unwatch(self)
+        self._stopping()
+        self._heartbeats = None
+        self._slotting.close()
+        self.registry.close()
+
+    # --- end asyncio only
     async def __aenter__(self) -> Self:
         await self.start()
         return self
@@ -521,16 +533,6 @@ __all__ += [
 ]
 
 
-def _abandon(limiter: AsyncGatewayLimiter) -> None:
-    """Stop ``limiter``'s reloads and leave the metrics' gauges, with no I/O on its
-    connections (its event loop is gone, and its connections and tasks with it)."""
-    unwatch(limiter)
-    limiter._stopping()
-    limiter._heartbeats = None
-    limiter._slotting.close()
-    limiter.registry.close()
-
-
 class _ProcessWide:
     """The module-level limiter, the loop it serves, and that loop's start-up lock."""
 
@@ -583,7 +585,7 @@ async def default_limiter() -> AsyncGatewayLimiter:
     lock, left_behind = _process.claim(loop)
     if left_behind is not None:
         # Its loop is gone, and its connections with it; stop its reloads.
-        await asyncio.to_thread(_abandon, left_behind)
+        await asyncio.to_thread(left_behind.abandon)
     async with lock:  # concurrent first callers build it once
         limiter = _process.limiter
         if limiter is None:

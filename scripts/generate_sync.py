@@ -7,7 +7,9 @@ and this script writes ``gateway_limiter/limiter.py`` from it, in the manner of
 httpcore's ``scripts/unasync.py``:
 
 1. take ``aio.py`` from the end of its docstring to the line that begins
-   ``# --- asyncio only`` (what follows, the process-wide asyncio limiter, is left out);
+   ``# --- asyncio only`` (what follows, the process-wide asyncio limiter, is left out),
+   less any lines from ``# --- begin asyncio only`` to ``# --- end asyncio only``
+   (members only the asyncio limiter has);
 2. rewrite each line with ``SUBSTITUTIONS`` below, in order: ``async`` and
    ``await`` dropped, ``AsyncX`` -> ``X``, ``x_async`` -> ``x`` (the twins in
    ``gateway_limiter/concurrency.py``, ``core/failure.py``, ``core/slots.py``,
@@ -39,6 +41,10 @@ SOURCE = ROOT / "gateway_limiter" / "aio.py"
 TARGET = ROOT / "gateway_limiter" / "limiter.py"
 #: The line of aio.py from which on nothing is generated.
 STOP = "# --- asyncio only"
+#: Lines between these two (each alone on its line, indented as the code) are not
+#: generated either: a member the threaded limiter does not have.
+BEGIN_ASYNC_ONLY = "# --- begin asyncio only"
+END_ASYNC_ONLY = "# --- end asyncio only"
 
 HEADER = """\
 # This file is generated from gateway_limiter/aio.py by scripts/generate_sync.py:
@@ -87,13 +93,25 @@ def unasync_line(line: str) -> str:
 
 
 def shell_part(source: str) -> str:
-    """What of ``aio.py`` is generated: after its docstring, before ``STOP``."""
+    """What of ``aio.py`` is generated: after its docstring, before ``STOP``, less the
+    lines from a ``BEGIN_ASYNC_ONLY`` line to an ``END_ASYNC_ONLY`` line (both included)."""
     docstring_end = source.index('"""', source.index('"""') + 3) + 3
     body = source[docstring_end:]
     stop = re.search(rf"^{re.escape(STOP)}", body, re.M)
     if stop is None:
         raise SystemExit(f"{SOURCE.name}: no line beginning {STOP!r}")
-    return body[: stop.start()]
+    kept, skipping = [], False
+    for line in body[: stop.start()].splitlines(True):
+        marker = line.strip()
+        if marker in {BEGIN_ASYNC_ONLY, END_ASYNC_ONLY}:
+            if skipping == (marker == BEGIN_ASYNC_ONLY):
+                raise SystemExit(f"{SOURCE.name}: {marker!r} out of turn")
+            skipping = marker == BEGIN_ASYNC_ONLY
+        elif not skipping:
+            kept.append(line)
+    if skipping:
+        raise SystemExit(f"{SOURCE.name}: {BEGIN_ASYNC_ONLY!r} without {END_ASYNC_ONLY!r}")
+    return "".join(kept)
 
 
 def ruff(text: str, *command: str) -> str:

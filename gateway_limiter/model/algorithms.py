@@ -8,7 +8,7 @@ the fleet share (``core/``), and live status. A calendar quota (``quotaPeriod``)
 row here too, looked up by ``Quota.CALENDAR`` in place of its row's algorithm. A new
 algorithm is a row here, its
 ``LimitModel`` (and ``limits.lua`` branch) when it keeps a new kind of state, and its
-column checks in ``config/rules.py``.
+column checks in ``config/row_checks.py`` (``algorithm_problem``).
 """
 
 from __future__ import annotations
