@@ -36,6 +36,10 @@ ARGV[2]  permits wanted (>= 1)
 ARGV[3]  timeout in microseconds; negative = wait as long as it takes ("0" and "-1",
          the usual two, are recognised without parsing)
 ARGV[4]  now in microseconds; absent or "" = the server's TIME (tests drive the clock)
+ARGV[5]  absent: no priority class in play. Else the share of the capacity a call of a
+         class below critical must leave (model/priority.py): it goes now, leaving that
+         many stored, or is refused with the wait until it could, reserving nothing
+         (allowed -1: "reserved", the bucket alone would have admitted it in time)
 A script that composes this one (lease.lua, slot.lua) may pass ARGV[2-4] as numbers.
 
 Pushback (pushback.lua) lives in the same key: after the five doubles, four more (the
@@ -166,6 +170,20 @@ local wait = new_balance - now
 -- the wait is computed: the balance, plus what the stored permits lack of one permit
 -- (in warm-up, one stable interval)
 local owed = stable
+-- priority classes: a lower class takes no debt, and leaves its share stored
+local share = ARGV[5]
+if share ~= nil then
+  share = tonumber(share)
+  local need = permits + share * capacity
+  local ready = math.huge
+  if need <= capacity then ready = start + max(0, need - stored) * stable end
+  if ready > now then
+    local code = -1
+    if timeout >= 0 and wait > timeout then code = 0 end
+    if warmup <= 0 then owed = max(0, 1 - stored) * stable end
+    return pack("<dddddd", code, ready - now, stored, start + owed - now, factor, held)
+  end
+end
 -- 4. refuse without reserving, or reserve
 if timeout >= 0 and wait > timeout then
   if warmup <= 0 then owed = max(0, 1 - stored) * stable end

@@ -141,6 +141,7 @@ class _Plan:
         "per_caller",
         "pushed",
         "rule",
+        "shares",
         "valid",
     )
 
@@ -157,6 +158,15 @@ class _Plan:
         self.args: list[str] | list[bytes]
         #: calendar quotas: the span of this process's clock (s) over which ``args`` hold
         self.valid: tuple[float, float] | None = None
+        #: priority classes: the limits' shares for this Rule's class, as the scripts
+        #: take them (``bucket.lua``'s ARGV[5], ``limits.lua``'s ARGV[6]); () for none
+        self.shares: tuple[str | bytes, ...] = ()
+        if rule.shares is not None:
+            self.shares = (
+                (repr(rule.shares[0]),)
+                if self.bucket
+                else (struct.pack("<" + "d" * len(rule.shares), *rule.shares),)
+            )
         if self.bucket:
             self.args = [bucket_config(rule)]
         else:
@@ -241,7 +251,9 @@ class Commands:
     ) -> ScriptCall:
         """The script call of one decision: ``timeout`` in seconds (None: any wait);
         ``now`` (µs) drives the clock in tests (None: the server's)."""
-        plan = self._cache.get(rule.url)
+        # a class's variant of an interface's Rule (priority classes) is planned apart
+        cached = rule.url if rule.shares is None else f"{rule.url}\n{rule.shares}"
+        plan = self._cache.get(cached)
         if (
             plan is None
             or plan.rule is not rule
@@ -249,12 +261,14 @@ class Commands:
         ):
             if len(self._cache) >= self.LIMIT:
                 self._cache.clear()
-            plan = self._cache[rule.url] = _Plan(rule, self._prefix, self.clock())
+            plan = self._cache[cached] = _Plan(rule, self._prefix, self.clock())
         timeout_us = timeout_arg(timeout)
         now_us = "" if now is None else repr(now)
         if plan.bucket:
             key = plan.key + caller_part(caller) if plan.keyed else plan.key
             args = [1, key, *plan.args, str(permits), timeout_us]
+            if plan.shares:
+                return ScriptCall("bucket", [*args, now_us, *plan.shares])
             return ScriptCall("bucket", args if now is None else [*args, now_us])
         if plan.keyed:
             keys, pushed = plan.keys_for(caller), plan.pushed + caller_part(caller)
@@ -262,7 +276,16 @@ class Commands:
             keys, pushed = plan.keys, plan.pushed
         return ScriptCall(
             "limits",
-            [len(keys) + 1, *keys, pushed, str(permits), timeout_us, now_us, *plan.args],
+            [
+                len(keys) + 1,
+                *keys,
+                pushed,
+                str(permits),
+                timeout_us,
+                now_us,
+                *plan.args,
+                *plan.shares,
+            ],
         )
 
     def pushback(
@@ -333,6 +356,8 @@ def parse_reply(reply: Any) -> Verdict:
         allowed, wait_us, stored, next_free_us, factor, held_us = REPLY.unpack(reply)
     except (TypeError, struct.error) as e:
         raise BackendError(f"unexpected reply from the bucket script: {reply!r}") from e
+    if allowed < 0.0:  # -1: refused for want of a reserve (priority classes)
+        return Verdict(False, wait_us, stored, next_free_us, factor, held_us, reserved=True)
     return Verdict(allowed == 1.0, wait_us, stored, next_free_us, factor, held_us)
 
 
@@ -348,7 +373,16 @@ def _verdict(
     quota: float,
 ) -> Verdict:
     return Verdict(
-        allowed == 1.0, wait_us, stored, next_free_us, factor, held_us, left, reset_us, quota
+        allowed == 1.0,
+        wait_us,
+        stored,
+        next_free_us,
+        factor,
+        held_us,
+        left,
+        reset_us,
+        quota,
+        allowed < 0.0,
     )
 
 

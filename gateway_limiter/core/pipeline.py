@@ -36,9 +36,10 @@ from gateway_limiter.core.fleet import Fleet
 from gateway_limiter.core.leases import Leases, from_lease, leasing
 from gateway_limiter.core.local_refusal import LocalRefusals
 from gateway_limiter.core.quota_watch import QuotaWatch
-from gateway_limiter.core.steps import Ask, Steps
+from gateway_limiter.core.steps import Ask, Await, Reserve, Steps, Woken
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
 from gateway_limiter.model.bucket import US_PER_S, Verdict
+from gateway_limiter.model.priority import Priority, PriorityError, parse_priority
 from gateway_limiter.observe.logs import SHADOW_REPORT_SECONDS, Throttle, held_back, log, one_line
 from gateway_limiter.observe.metrics import ProcessMetrics, Source, interface_label, process_metrics
 
@@ -133,6 +134,22 @@ def check_pushback_args(url: object, retry_after: object, key: object) -> None:
             f"retry_after must be a number of seconds from 0 to {MAX_RETRY_AFTER_S:g} "
             f"(a day), got {_shown(retry_after)}"
         )
+
+
+def check_priority(priority: object) -> Priority:
+    """``priority`` (a Priority or its text) as a Priority; ValueError/TypeError naming
+    the argument when it is not one."""
+    if not isinstance(priority, str):
+        raise TypeError(f"priority must be a Priority or its text, got {type(priority).__name__}")
+    try:
+        return parse_priority(priority)
+    except PriorityError as e:
+        raise ValueError(str(e)) from None
+
+
+def call_class(rule: Rule, priority: Priority | None) -> Priority:
+    """The class a call is decided in: its own, else its row's, else ``default``."""
+    return priority or rule.priority or Priority.DEFAULT
 
 
 class Push:
@@ -467,19 +484,25 @@ class LimiterCore(LimiterBase):
         key: str | None,
         *,
         forever: bool = False,
+        priority: Priority | str | None = None,
     ) -> Outcome | Ask:
         """Everything up to the backend: the finished Outcome, or what to ask it.
 
         ``timeout_s`` None: the row's ``cache``. ``forever`` (``acquire``): no wait
-        budget at all, however long it takes.
+        budget at all, however long it takes. ``priority``: the call's class (None: its
+        row's); on an interface with a reserve, its class's Rule decides.
         """
         check_args(url, permits, timeout_s, key)
+        if priority is not None and type(priority) is not Priority:
+            priority = check_priority(priority)
         if not self._started:
             raise NotStarted(self._NOT_STARTED)
         snapshot = self.registry.snapshot
         rule = route(snapshot, url, key)
         if rule is None:
             return self._outcomes.unlimited(snapshot, url)
+        if rule.classed:  # priority classes: the class's shares of each limit's reserve
+            rule = rule.classed[call_class(rule, priority).rank]
         if rule.closed:
             return self._settled(rule, REFUSE, Reason.CLOSED)
         if permits > 1:
@@ -501,7 +524,7 @@ class LimiterCore(LimiterBase):
                     return self._refused_locally(rule, refused)
             asked = (now_s, refusals.generation)
         if self._breaker.allows():
-            return Ask(rule, permits, budget_s, key, asked)
+            return Ask(rule, permits, budget_s, key, asked, priority=priority)
         return self._settled(rule, *self._fall_back(rule, permits, budget_s, key))
 
     def _refused_locally(self, rule: Rule, refused: Verdict) -> Outcome:
@@ -528,16 +551,50 @@ class LimiterCore(LimiterBase):
             verdict, reason = self._fall_back(ask.rule, ask.permits, ask.budget_s, ask.key)
             return self._settled(ask.rule, verdict, reason)
         self._answered(ask, reply)
-        return self._settled(ask.rule, reply, Reason.ADMITTED if reply.allowed else Reason.LIMITED)
+        if reply.allowed:
+            return self._settled(ask.rule, reply, Reason.ADMITTED)
+        return self._settled(ask.rule, reply, Reason.RESERVED if reply.reserved else Reason.LIMITED)
 
-    def _decision(self, outcome: Outcome, timeout_s: float | None, permits: int = 1) -> Decision:
+    def _rechecking(self, ask: Ask) -> Steps[Outcome]:
+        """A call of a class below critical on an interface with a reserve: it takes
+        nothing ahead (only critical reserves future permits), so while its budget
+        allows it waits, reserving nothing, until the reply said its class could go,
+        and asks again."""
+        began = time.monotonic()
+        while True:
+            reply = yield Reserve(ask)
+            if isinstance(reply, BackendError) or reply.allowed:
+                return self._finish(ask, reply)
+            wait_s = reply.wait_us / US_PER_S
+            left_s = None if ask.budget_s is None else ask.budget_s - (time.monotonic() - began)
+            if math.isinf(wait_s) or (left_s is not None and wait_s > left_s):
+                return self._finish(ask, reply)
+            yield Await(Woken(), wait_s)
+            budget_s = (
+                None
+                if ask.budget_s is None
+                else max(0.0, ask.budget_s - (time.monotonic() - began))
+            )
+            ask = Ask(ask.rule, ask.permits, budget_s, ask.key, ask.asked, priority=ask.priority)
+            began = time.monotonic()
+
+    def _decision(
+        self,
+        outcome: Outcome,
+        timeout_s: float | None,
+        permits: int = 1,
+        priority: Priority | str | None = None,
+    ) -> Decision:
         """The Decision a ``decide`` answers, once its wait is slept."""
         verdict, reason, rule = outcome
         if rule is None:
-            return decision_of(verdict, reason, None, 0.0, 0.0)
+            return decision_of(verdict, reason, None, 0.0, 0.0)._replace(
+                priority=None if priority is None else str(priority)
+            )
         budget_s = rule.cache if timeout_s is None else timeout_s
         breaker_s = self.settings.breaker_seconds
-        decision = decision_of(verdict, reason, rule, budget_s, breaker_s, permits)
+        cls = call_class(rule, None if priority is None else check_priority(priority))
+        decision = decision_of(verdict, reason, rule, budget_s, breaker_s, permits, cls.value)
         if reason == Reason.BACKEND_FALLBACK and self.policy.kind is FailurePolicy.SHARE:
             # the rate this process enforces now is its part of the row's, not the row's
             part = self._fleet.part(rule)
