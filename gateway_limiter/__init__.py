@@ -156,7 +156,10 @@ def pushback(url: str, retry_after: float | None = None, key: str | None = None)
 
 
 def slot(
-    url: str, timeout: float | None = None, key: str | None = None
+    url: str,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
 ) -> AbstractContextManager[Decision]:
     """``GatewayLimiter.slot`` on the process-wide limiter: ``with slot(url): ...``."""
-    return default_limiter().slot(url, timeout, key)
+    return default_limiter().slot(url, timeout, key, priority)

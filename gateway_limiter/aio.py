@@ -106,7 +106,9 @@ from gateway_limiter.core.pipeline import (
     LimiterCore,
     Outcome,
     allowed_wait_s,
+    call_class,
     check_args,
+    check_priority,
     route,
     slot_rule,
 )
@@ -493,7 +495,11 @@ class AsyncGatewayLimiter(AsyncShell):
 
     @asynccontextmanager
     async def slot(
-        self, url: str, timeout: float | None = None, key: str | None = None
+        self,
+        url: str,
+        timeout: float | None = None,
+        key: str | None = None,
+        priority: Priority | str | None = None,
     ) -> AsyncIterator[Decision]:
         """Hold one of ``url``'s ``maxConcurrent`` slots (fleet-wide) while the block runs.
 
@@ -507,11 +513,14 @@ class AsyncGatewayLimiter(AsyncShell):
         ``decide`` would; one that is not limited admits at once.
         """
         check_args(url, 1, timeout, key)
+        cls = None if priority is None else check_priority(priority)
         if not self._started:
             raise NotStarted(self._NOT_STARTED)
         rule = route(self.registry.snapshot, url, key)
+        if rule is not None and rule.classed:  # priority classes: the class's Rule
+            rule = rule.for_class(call_class(rule, cls))
         if rule is None or rule.max_concurrent is None or rule.shadow or rule.closed:
-            decision = await self.decide(url, 1, timeout, key)
+            decision = await self.decide(url, 1, timeout, key, cls)
             if not decision.allowed:
                 budget = timeout if timeout is not None or rule is None else rule.cache
                 raise refused(url, None, decision, budget or 0.0)
@@ -634,22 +643,32 @@ async def aclose_default() -> None:
 
 
 async def try_acquire(
-    url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+    url: str,
+    permits: int = 1,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
 ) -> bool:
     """``AsyncGatewayLimiter.try_acquire`` on the process-wide asyncio limiter."""
-    return await (await default_limiter()).try_acquire(url, permits, timeout, key)
+    return await (await default_limiter()).try_acquire(url, permits, timeout, key, priority)
 
 
-async def acquire(url: str, permits: int = 1, key: str | None = None) -> float:
+async def acquire(
+    url: str, permits: int = 1, key: str | None = None, priority: Priority | str | None = None
+) -> float:
     """``AsyncGatewayLimiter.acquire`` on the process-wide asyncio limiter."""
-    return await (await default_limiter()).acquire(url, permits, key)
+    return await (await default_limiter()).acquire(url, permits, key, priority)
 
 
 async def decide(
-    url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+    url: str,
+    permits: int = 1,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
 ) -> Decision:
     """``AsyncGatewayLimiter.decide`` on the process-wide asyncio limiter."""
-    return await (await default_limiter()).decide(url, permits, timeout, key)
+    return await (await default_limiter()).decide(url, permits, timeout, key, priority)
 
 
 async def pushback(url: str, retry_after: float | None = None, key: str | None = None) -> None:
@@ -659,8 +678,11 @@ async def pushback(url: str, retry_after: float | None = None, key: str | None =
 
 @asynccontextmanager
 async def slot(
-    url: str, timeout: float | None = None, key: str | None = None
+    url: str,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
 ) -> AsyncIterator[Decision]:
     """``AsyncGatewayLimiter.slot`` on the process-wide asyncio limiter."""
-    async with (await default_limiter()).slot(url, timeout, key) as decision:
+    async with (await default_limiter()).slot(url, timeout, key, priority) as decision:
         yield decision

@@ -49,7 +49,9 @@ from gateway_limiter.core.pipeline import (
     LimiterCore,
     Outcome,
     allowed_wait_s,
+    call_class,
     check_args,
+    check_priority,
     route,
     slot_rule,
 )
@@ -416,7 +418,11 @@ class GatewayLimiter(Shell):
 
     @contextmanager
     def slot(
-        self, url: str, timeout: float | None = None, key: str | None = None
+        self,
+        url: str,
+        timeout: float | None = None,
+        key: str | None = None,
+        priority: Priority | str | None = None,
     ) -> Iterator[Decision]:
         """Hold one of ``url``'s ``maxConcurrent`` slots (fleet-wide) while the block runs.
 
@@ -430,11 +436,14 @@ class GatewayLimiter(Shell):
         ``decide`` would; one that is not limited admits at once.
         """
         check_args(url, 1, timeout, key)
+        cls = None if priority is None else check_priority(priority)
         if not self._started:
             raise NotStarted(self._NOT_STARTED)
         rule = route(self.registry.snapshot, url, key)
+        if rule is not None and rule.classed:  # priority classes: the class's Rule
+            rule = rule.for_class(call_class(rule, cls))
         if rule is None or rule.max_concurrent is None or rule.shadow or rule.closed:
-            decision = self.decide(url, 1, timeout, key)
+            decision = self.decide(url, 1, timeout, key, cls)
             if not decision.allowed:
                 budget = timeout if timeout is not None or rule is None else rule.cache
                 raise refused(url, None, decision, budget or 0.0)

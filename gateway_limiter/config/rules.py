@@ -226,7 +226,7 @@ class Rule:
     #: ``limits`` order; None: no reserve in play (critical, or no limit has one).
     shares: tuple[float, ...] | None = None
     #: An interface with a reserve among its limits: its Rule for each class, by
-    #: ``Priority.rank`` (critical's is this Rule). Empty: every class decides alike.
+    #: ``Priority.rank``, each with ``priority`` its class. Empty: every class alike.
     classed: tuple[Rule, ...] = field(default=(), compare=False, repr=False)
     #: ``rateLimit = 0`` here or in any of ``also`` (a closed channel closes its
     #: interfaces): every call refused. Computed, so the decision path reads a field.
@@ -525,14 +525,15 @@ def with_classes(rule: Rule) -> Rule:
     a reserve: a class below critical is decided with each limit's share for it."""
     if all(r.reserve is None for r in rule.limits):
         return rule
-    variants = [
+    variants = [replace(rule, priority=Priority.CRITICAL)] + [
         replace(
             rule,
+            priority=cls,
             shares=tuple(0.0 if r.reserve is None else r.reserve.share(cls) for r in rule.limits),
         )
         for cls in list(Priority)[1:]
     ]
-    return replace(rule, classed=(rule, *variants))
+    return replace(rule, classed=tuple(variants))
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,15 +141,16 @@ def parse_reserve(text: object) -> Reserve | None:
                 f"got {number}"
             )
         given[cls] = share
-    shares = [0.0]
+    shares, above = [0.0], Priority.CRITICAL  # above: the class the last share is from
     for cls in list(Priority)[1:]:
         share = given.get(cls, shares[-1])
         if share < shares[-1]:
-            above = list(Priority)[len(shares) - 1]
             raise PriorityError(
                 f"reserve {text!r}: {cls.value} must leave at least what {above.value} "
                 f"leaves ({shares[-1]:g}), got {share:g}: a lower class never takes "
                 "capacity a higher one leaves"
             )
+        if cls in given:
+            above = cls
         shares.append(share)
     return Reserve(*shares)
