@@ -221,6 +221,11 @@ def acquired_wait_s(verdict: Verdict, rule: Rule, permits: int) -> float:
     return verdict.wait_us / US_PER_S
 
 
+def _label(rule: Rule, priority: Priority | None = None) -> str:
+    """The metrics' ``priority`` label of a call on ``rule`` (a class's Rule knows it)."""
+    return (priority or rule.priority or Priority.DEFAULT).value
+
+
 class Outcomes:
     """How a decision ends, the same for the sync and asyncio limiters: a shadow rule
     lets the call go whatever the bucket said, and the metrics count every decision.
@@ -235,7 +240,7 @@ class Outcomes:
         self.metrics = metrics
         self._shadow_log = Throttle(SHADOW_REPORT_SECONDS)
 
-    def unlimited(self, snapshot: Snapshot, url: str) -> Outcome:
+    def unlimited(self, snapshot: Snapshot, url: str, priority: Priority | None = None) -> Outcome:
         """A call no rule limits: admitted at once; why, and counted."""
         if not snapshot.switch:
             reason = Reason.SWITCH_OFF
@@ -244,7 +249,8 @@ class Outcomes:
         else:
             reason = Reason.NOT_CONFIGURED
         if self.metrics is not None:
-            self.metrics.record(interface_label(snapshot, url), reason, True, None)
+            label = (priority or Priority.DEFAULT).value
+            self.metrics.record(interface_label(snapshot, url), reason, True, None, label)
         return _UNLIMITED[reason]
 
     def shadowed(self, rule: Rule, verdict: Verdict, reason: Reason) -> Outcome:
@@ -254,12 +260,12 @@ class Outcomes:
         # but the call goes ahead at once.
         if verdict.allowed:
             if self.metrics is not None:
-                self.metrics.record(rule.url, reason, True, verdict.wait_us)
+                self.metrics.record(rule.url, reason, True, verdict.wait_us, _label(rule))
             if verdict.wait_us > 0:
                 verdict = Verdict(True, 0.0, verdict.stored, 0.0, verdict.factor)
             return verdict, reason, rule
         if self.metrics is not None:
-            self.metrics.record(rule.url, Reason.SHADOW, True, None)
+            self.metrics.record(rule.url, Reason.SHADOW, True, None, _label(rule))
         held = self._shadow_log.ready(rule.url)
         if held is not None:
             log.info(
@@ -500,11 +506,11 @@ class LimiterCore(LimiterBase):
         snapshot = self.registry.snapshot
         rule = route(snapshot, url, key)
         if rule is None:
-            return self._outcomes.unlimited(snapshot, url)
+            return self._outcomes.unlimited(snapshot, url, priority)
         if rule.classed:  # priority classes: the class's shares of each limit's reserve
             rule = rule.classed[call_class(rule, priority).rank]
         if rule.closed:
-            return self._settled(rule, REFUSE, Reason.CLOSED)
+            return self._settled(rule, REFUSE, Reason.CLOSED, priority)
         if permits > 1:
             check_permits(rule, url, permits)
         budget_s = None if forever else rule.cache if timeout_s is None else timeout_s
@@ -521,19 +527,21 @@ class LimiterCore(LimiterBase):
             if budget_s is not None and not self._breaker.is_open:
                 refused = refusals.refusal(rule, key, budget_s, now_s)
                 if refused is not None:  # the backend would refuse too: no round trip
-                    return self._refused_locally(rule, refused)
+                    return self._refused_locally(rule, refused, priority)
             asked = (now_s, refusals.generation)
         if self._breaker.allows():
             return Ask(rule, permits, budget_s, key, asked, priority=priority)
-        return self._settled(rule, *self._fall_back(rule, permits, budget_s, key))
+        return self._settled(rule, *self._fall_back(rule, permits, budget_s, key), priority)
 
-    def _refused_locally(self, rule: Rule, refused: Verdict) -> Outcome:
+    def _refused_locally(
+        self, rule: Rule, refused: Verdict, priority: Priority | None = None
+    ) -> Outcome:
         """An earlier reply said ``rule``'s interface is not free in time: refused here."""
         if self._metrics is not None:
             self._metrics.local_refusal()
         if self._factors and (factor := self._factors.get(rule.url)) is not None:
             refused = refused._replace(factor=factor)  # what the last reply said
-        return self._settled(rule, refused, Reason.LIMITED)
+        return self._settled(rule, refused, Reason.LIMITED, priority)
 
     def _leasing(self, ask: Ask) -> Steps[Outcome]:
         """A lease row's decision, as steps for the shell (``core.leases.leasing``)."""
@@ -549,11 +557,12 @@ class LimiterCore(LimiterBase):
         if isinstance(reply, BackendError):
             self._backend_failed(reply)
             verdict, reason = self._fall_back(ask.rule, ask.permits, ask.budget_s, ask.key)
-            return self._settled(ask.rule, verdict, reason)
+            return self._settled(ask.rule, verdict, reason, ask.priority)
         self._answered(ask, reply)
         if reply.allowed:
-            return self._settled(ask.rule, reply, Reason.ADMITTED)
-        return self._settled(ask.rule, reply, Reason.RESERVED if reply.reserved else Reason.LIMITED)
+            return self._settled(ask.rule, reply, Reason.ADMITTED, ask.priority)
+        reason = Reason.RESERVED if reply.reserved else Reason.LIMITED
+        return self._settled(ask.rule, reply, reason, ask.priority)
 
     def _rechecking(self, ask: Ask) -> Steps[Outcome]:
         """A call of a class below critical on an interface with a reserve: it takes
@@ -625,7 +634,9 @@ class LimiterCore(LimiterBase):
             )
         return acquired_wait_s(verdict, rule, permits)
 
-    def _settled(self, rule: Rule, verdict: Verdict, reason: Reason) -> Outcome:
+    def _settled(
+        self, rule: Rule, verdict: Verdict, reason: Reason, priority: Priority | None = None
+    ) -> Outcome:
         # What the limit decided (a shadow rule's refusals count as refusals here): the
         # console's live numbers and the demand the heartbeat reports (core/fleet.py).
         self._tally(rule.url, verdict.allowed, verdict.wait_us > 0)
@@ -633,7 +644,11 @@ class LimiterCore(LimiterBase):
             return self._outcomes.shadowed(rule, verdict, reason)
         if self._metrics is not None:
             self._metrics.record(
-                rule.url, reason, verdict.allowed, verdict.wait_us if verdict.allowed else None
+                rule.url,
+                reason,
+                verdict.allowed,
+                verdict.wait_us if verdict.allowed else None,
+                _label(rule, priority),
             )
         return verdict, reason, rule
 

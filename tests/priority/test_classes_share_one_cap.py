@@ -118,3 +118,20 @@ async def test_asyncio_keeps_the_same_order(alim: AsyncGatewayLimiter) -> None:
     assert waited.allowed
     books = [await alim.try_acquire("/p/book", timeout=0) for _ in range(8)]
     assert sum(books) == 5
+
+
+def test_the_metrics_count_each_class_apart(lim: GatewayLimiter) -> None:
+    from prometheus_client import REGISTRY
+
+    def count(reason: str, priority: str, outcome: str) -> float:
+        labels = {"interface": "/p/search", "outcome": outcome, "reason": reason}
+        found = REGISTRY.get_sample_value(
+            "gateway_limiter_decisions_total", labels | {"priority": priority}
+        )
+        return found or 0.0
+
+    before = count("reserved", "sheddable", "refused"), count("admitted", "critical", "admitted")
+    assert sum(lim.try_acquire("/p/search", timeout=0) for _ in range(6)) == 5
+    assert lim.try_acquire("/p/search", timeout=0, priority="critical")
+    after = count("reserved", "sheddable", "refused"), count("admitted", "critical", "admitted")
+    assert (after[0] - before[0], after[1] - before[1]) == (1.0, 1.0)
