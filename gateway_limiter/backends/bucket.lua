@@ -32,14 +32,15 @@ ARGV[1]  the row's bucket, three little-endian doubles (struct "<ddd", packed on
          capacity (> 0; ignored for warm-up, which derives it from the rate and W), and
          the warm-up period W in microseconds (0 = a token bucket). Unpacked in one call:
          parsing three numbers from text costs more server time than the arithmetic.
+         A fourth double (priority classes, model/priority.py): the share of the
+         capacity a call of a class below critical must leave. It goes now, leaving
+         that many stored, or is refused with the wait until it could, reserving
+         nothing (allowed -1: "reserved", the bucket alone would have admitted it in
+         time).
 ARGV[2]  permits wanted (>= 1)
 ARGV[3]  timeout in microseconds; negative = wait as long as it takes ("0" and "-1",
          the usual two, are recognised without parsing)
 ARGV[4]  now in microseconds; absent or "" = the server's TIME (tests drive the clock)
-ARGV[5]  absent: no priority class in play. Else the share of the capacity a call of a
-         class below critical must leave (model/priority.py): it goes now, leaving that
-         many stored, or is refused with the wait until it could, reserving nothing
-         (allowed -1: "reserved", the bucket alone would have admitted it in time)
 A script that composes this one (lease.lua, slot.lua) may pass ARGV[2-4] as numbers.
 
 Pushback (pushback.lua) lives in the same key: after the five doubles, four more (the
@@ -171,9 +172,8 @@ local wait = new_balance - now
 -- (in warm-up, one stable interval)
 local owed = stable
 -- priority classes: a lower class takes no debt, and leaves its share stored
-local share = ARGV[5]
-if share ~= nil then
-  share = tonumber(share)
+if #ARGV[1] == 32 then
+  local share = unpack("<d", ARGV[1], 25)
   local need = permits + share * capacity
   local ready = math.huge
   if need <= capacity then ready = start + max(0, need - stored) * stable end

@@ -141,7 +141,6 @@ class _Plan:
         "per_caller",
         "pushed",
         "rule",
-        "shares",
         "valid",
     )
 
@@ -158,15 +157,6 @@ class _Plan:
         self.args: list[str] | list[bytes]
         #: calendar quotas: the span of this process's clock (s) over which ``args`` hold
         self.valid: tuple[float, float] | None = None
-        #: priority classes: the limits' shares for this Rule's class, as the scripts
-        #: take them (``bucket.lua``'s ARGV[5], ``limits.lua``'s ARGV[6]); () for none
-        self.shares: tuple[str | bytes, ...] = ()
-        if rule.shares is not None:
-            self.shares = (
-                (repr(rule.shares[0]),)
-                if self.bucket
-                else (struct.pack("<" + "d" * len(rule.shares), *rule.shares),)
-            )
         if self.bucket:
             self.args = [bucket_config(rule)]
         else:
@@ -188,8 +178,12 @@ def _holds(valid: tuple[float, float] | None, now_s: float) -> bool:
 def bucket_config(rule: Rule) -> bytes:
     """``bucket.lua``'s ARGV[1] for ``rule``: its rate (per second), capacity and warm-up
     period (µs; 0 for a token bucket) as three little-endian doubles, which the script
-    unpacks in one call rather than parsing three numbers from text."""
-    return struct.pack("<ddd", rule.per_second, float(rule.burst), rule.warmup * US_PER_S)
+    unpacks in one call rather than parsing three numbers from text; for a class's Rule
+    with a reserve in play (priority classes), a fourth: the class's share."""
+    config = (rule.per_second, float(rule.burst), rule.warmup * US_PER_S)
+    if rule.shares is not None:
+        return struct.pack("<dddd", *config, rule.shares[0])
+    return struct.pack("<ddd", *config)
 
 
 def timeout_arg(timeout: float | None) -> str:
@@ -207,7 +201,8 @@ def limits_args(rule: Rule, now_s: float | None = None) -> list[bytes]:
     zeros the script fills), as little-endian doubles: the script unpacks them once
     rather than parsing each from text. A calendar quota sends its four boundaries
     around ``now_s`` (this process's clock) in place of the size and the zeros; a paced
-    one its own code, and its burst after every limit's six."""
+    one its own code, and its burst after every limit's six. A class's Rule with a
+    reserve in play (priority classes) adds each limit's share, last."""
     fields = [float(own_limits(rule))]
     bursts: list[float] = []
     for r in rule.limits:
@@ -220,6 +215,8 @@ def limits_args(rule: Rule, now_s: float | None = None) -> list[bytes]:
         else:
             fields += (KIND_CODES[spec.kind], spec.rate, spec.size, 0.0, 0.0, 0.0)
     fields += bursts
+    if rule.shares is not None:
+        fields += rule.shares
     layout = "<" + "d" * len(fields)
     return [layout.encode("ascii"), struct.pack(layout, *fields)]
 
@@ -267,8 +264,6 @@ class Commands:
         if plan.bucket:
             key = plan.key + caller_part(caller) if plan.keyed else plan.key
             args = [1, key, *plan.args, str(permits), timeout_us]
-            if plan.shares:
-                return ScriptCall("bucket", [*args, now_us, *plan.shares])
             return ScriptCall("bucket", args if now is None else [*args, now_us])
         if plan.keyed:
             keys, pushed = plan.keys_for(caller), plan.pushed + caller_part(caller)
@@ -284,7 +279,6 @@ class Commands:
                 timeout_us,
                 now_us,
                 *plan.args,
-                *plan.shares,
             ],
         )
 
