@@ -5,6 +5,7 @@ warning naming the configId. On MariaDB and SQLite."""
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -53,6 +54,11 @@ def test_conf_set_writes_the_class_and_the_channel_reserve(
     assert priority_columns(engine) == [
         (1, URL, None, "sheddable", None),
         (2, "*", "IBE+", None, "default=0.1,sheddable_plus=0.3,sheddable=0.5"),
+    ]
+    listed = json.loads(cli(capsys, db, "conf", "list", "--json").out)["rows"]
+    assert [(r["priority"], r["reserve"]) for r in listed] == [
+        ("sheddable", None),
+        (None, "default=0.1,sheddable_plus=0.3,sheddable=0.5"),
     ]
     ran = cli(capsys, db, "conf", "set", URL, "--priority", "none")
     assert ran.code == 0, ran.err
