@@ -41,18 +41,23 @@ def test_conf_set_writes_the_class_and_the_channel_reserve(
     capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
 ) -> None:
     db, engine = migrated_any_db
-    ran = cli(capsys, db, "conf", "set", URL, "--rate", "100", "--priority", "sheddable")
+    ran = cli(
+        capsys,
+        db,
+        *("conf", "set", URL, "--rate", "100", "--channel", "IBE+"),
+        *("--priority", "sheddable", "--enable"),
+    )
     assert ran.code == 0, ran.err
     assert "priority 'sheddable'" in ran.out or "sheddable" in ran.out
     ran = cli(
         capsys,
         db,
-        *("conf", "set", "*", "--channel", "IBE+", "--rate", "100"),
+        *("conf", "set", "*", "--channel", "IBE+", "--rate", "100", "--enable"),
         *("--reserve", "default=0.1,sheddable_plus=0.3,sheddable=0.5"),
     )
     assert ran.code == 0, ran.err
     assert priority_columns(engine) == [
-        (1, URL, None, "sheddable", None),
+        (1, URL, "IBE+", "sheddable", None),
         (2, "*", "IBE+", None, "default=0.1,sheddable_plus=0.3,sheddable=0.5"),
     ]
     listed = json.loads(cli(capsys, db, "conf", "list", "--json").out)["rows"]
@@ -60,6 +65,9 @@ def test_conf_set_writes_the_class_and_the_channel_reserve(
         ("sheddable", None),
         (None, "default=0.1,sheddable_plus=0.3,sheddable=0.5"),
     ]
+    effects = [r["effect"] for r in listed]
+    assert "calls sheddable unless they say" in effects[0]
+    assert "reserve default=0.1,sheddable_plus=0.3,sheddable=0.5" in effects[1]
     ran = cli(capsys, db, "conf", "set", URL, "--priority", "none")
     assert ran.code == 0, ran.err
     assert priority_columns(engine)[0][3] is None
