@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         Refused,
     )
     from gateway_limiter.limiter import GatewayLimiter
+    from gateway_limiter.model.priority import Priority
 
 __all__ = [
     "BackendUnavailable",
@@ -43,6 +44,7 @@ __all__ = [
     "InterfaceClosed",
     "LimiterError",
     "NotStarted",
+    "Priority",
     "Refused",
     "ReloadSummary",
     "Rule",
@@ -69,6 +71,7 @@ _HOMES = {
     "InterfaceClosed": "gateway_limiter.errors",
     "LimiterError": "gateway_limiter.errors",
     "NotStarted": "gateway_limiter.errors",
+    "Priority": "gateway_limiter.model.priority",
     "Refused": "gateway_limiter.errors",
     "ReloadSummary": "gateway_limiter.config.reload",
     "Rule": "gateway_limiter.config.rules",
@@ -119,22 +122,32 @@ def default_limiter() -> GatewayLimiter:
 
 
 def try_acquire(
-    url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+    url: str,
+    permits: int = 1,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
 ) -> bool:
     """``GatewayLimiter.try_acquire`` on the process-wide limiter."""
-    return default_limiter().try_acquire(url, permits, timeout, key)
+    return default_limiter().try_acquire(url, permits, timeout, key, priority)
 
 
-def acquire(url: str, permits: int = 1, key: str | None = None) -> float:
+def acquire(
+    url: str, permits: int = 1, key: str | None = None, priority: Priority | str | None = None
+) -> float:
     """``GatewayLimiter.acquire`` on the process-wide limiter."""
-    return default_limiter().acquire(url, permits, key)
+    return default_limiter().acquire(url, permits, key, priority)
 
 
 def decide(
-    url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+    url: str,
+    permits: int = 1,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
 ) -> Decision:
     """``GatewayLimiter.decide`` on the process-wide limiter."""
-    return default_limiter().decide(url, permits, timeout, key)
+    return default_limiter().decide(url, permits, timeout, key, priority)
 
 
 def pushback(url: str, retry_after: float | None = None, key: str | None = None) -> None:
@@ -143,7 +156,10 @@ def pushback(url: str, retry_after: float | None = None, key: str | None = None)
 
 
 def slot(
-    url: str, timeout: float | None = None, key: str | None = None
+    url: str,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
 ) -> AbstractContextManager[Decision]:
     """``GatewayLimiter.slot`` on the process-wide limiter: ``with slot(url): ...``."""
-    return default_limiter().slot(url, timeout, key)
+    return default_limiter().slot(url, timeout, key, priority)

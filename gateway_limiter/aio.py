@@ -106,7 +106,9 @@ from gateway_limiter.core.pipeline import (
     LimiterCore,
     Outcome,
     allowed_wait_s,
+    call_class,
     check_args,
+    check_priority,
     route,
     slot_rule,
 )
@@ -128,6 +130,7 @@ from gateway_limiter.core.status import (
 from gateway_limiter.errors import NotStarted
 from gateway_limiter.lifecycle import ASYNCIO, unwatch, watch
 from gateway_limiter.model.bucket import Verdict
+from gateway_limiter.model.priority import Priority
 
 __all__ = ["AsyncGatewayLimiter"]
 
@@ -161,6 +164,8 @@ class AsyncShell(LimiterCore):
         if type(step) is not steps.Ask:
             return step  # type: ignore[return-value]
         if step.lease is None and not step.renewing:  # a plain decision: bucket.lua
+            if step.rule.shares is not None:  # a class that takes nothing ahead
+                return await self._run(self._rechecking(step))
             return self._finish(step, await self._reserve(step))
         return await self._run(self._leasing(step))
 
@@ -374,17 +379,28 @@ class AsyncGatewayLimiter(AsyncShell):
         await self.aclose()
 
     async def reserve(
-        self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+        self,
+        url: str,
+        permits: int = 1,
+        timeout: float | None = None,
+        key: str | None = None,
+        priority: Priority | str | None = None,
     ) -> Verdict:
         """Decide without sleeping: the verdict, whose ``wait_us`` the caller must honour.
 
         ``timeout=None`` here means the row's ``cache``; ``key`` is the caller, for
         per-caller limits. A shadow rule's verdict is always allowed, with no wait.
         """
-        return (await self._ask_backend(self._begin(url, permits, timeout, key)))[0]
+        begun = self._begin(url, permits, timeout, key, priority=priority)
+        return (await self._ask_backend(begun))[0]
 
     async def try_acquire(
-        self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+        self,
+        url: str,
+        permits: int = 1,
+        timeout: float | None = None,
+        key: str | None = None,
+        priority: Priority | str | None = None,
     ) -> bool:
         """Take ``permits`` for ``url`` if the wait fits in ``timeout`` (default: the row's
         ``cache``): wait, then True. Otherwise False at once, with nothing reserved.
@@ -394,30 +410,44 @@ class AsyncGatewayLimiter(AsyncShell):
         without building the Decision. (asyncio: cancelled while waiting, CancelledError
         at once; the permits stay spent.)
         """
-        verdict = (await self._ask_backend(self._begin(url, permits, timeout, key)))[0]
+        verdict = (
+            await self._ask_backend(self._begin(url, permits, timeout, key, priority=priority))
+        )[0]
         if (wait_s := allowed_wait_s(verdict)) > 0:
             await sleep_async(wait_s)
         return verdict.allowed
 
     async def decide(
-        self, url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+        self,
+        url: str,
+        permits: int = 1,
+        timeout: float | None = None,
+        key: str | None = None,
+        priority: Priority | str | None = None,
     ) -> Decision:
         """``try_acquire``, answering with the whole Decision: allowed or not, why, the
         seconds waited, when to retry, permits left and the limit (see ``Decision``;
         ``Decision.headers()`` gives the HTTP headers)."""
-        outcome = await self._ask_backend(self._begin(url, permits, timeout, key))
+        begun = self._begin(url, permits, timeout, key, priority=priority)
+        outcome = await self._ask_backend(begun)
         if (wait_s := allowed_wait_s(outcome[0])) > 0:
             await sleep_async(wait_s)
-        return self._decision(outcome, timeout, permits)
+        return self._decision(outcome, timeout, permits, priority)
 
-    async def acquire(self, url: str, permits: int = 1, key: str | None = None) -> float:
+    async def acquire(
+        self,
+        url: str,
+        permits: int = 1,
+        key: str | None = None,
+        priority: Priority | str | None = None,
+    ) -> float:
         """Take ``permits`` for ``url`` however long it takes; returns the seconds waited.
 
         Raises InterfaceClosed for a closed interface (it would never return), and
         ValueError for more permits than a window of the interface can ever hold. A
         shadow rule returns 0.0 at once (its wait and refusals are only counted).
         """
-        begun = self._begin(url, permits, None, key, forever=True)
+        begun = self._begin(url, permits, None, key, forever=True, priority=priority)
         wait_s = self._acquired(url, permits, await self._ask_backend(begun))
         if wait_s > 0:
             await sleep_async(wait_s)
@@ -465,7 +495,11 @@ class AsyncGatewayLimiter(AsyncShell):
 
     @asynccontextmanager
     async def slot(
-        self, url: str, timeout: float | None = None, key: str | None = None
+        self,
+        url: str,
+        timeout: float | None = None,
+        key: str | None = None,
+        priority: Priority | str | None = None,
     ) -> AsyncIterator[Decision]:
         """Hold one of ``url``'s ``maxConcurrent`` slots (fleet-wide) while the block runs.
 
@@ -479,11 +513,14 @@ class AsyncGatewayLimiter(AsyncShell):
         ``decide`` would; one that is not limited admits at once.
         """
         check_args(url, 1, timeout, key)
+        cls = None if priority is None else check_priority(priority)
         if not self._started:
             raise NotStarted(self._NOT_STARTED)
         rule = route(self.registry.snapshot, url, key)
+        if rule is not None and rule.classed:  # priority classes: the class's Rule
+            rule = rule.for_class(call_class(rule, cls))
         if rule is None or rule.max_concurrent is None or rule.shadow or rule.closed:
-            decision = await self.decide(url, 1, timeout, key)
+            decision = await self.decide(url, 1, timeout, key, cls)
             if not decision.allowed:
                 budget = timeout if timeout is not None or rule is None else rule.cache
                 raise refused(url, None, decision, budget or 0.0)
@@ -606,22 +643,32 @@ async def aclose_default() -> None:
 
 
 async def try_acquire(
-    url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+    url: str,
+    permits: int = 1,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
 ) -> bool:
     """``AsyncGatewayLimiter.try_acquire`` on the process-wide asyncio limiter."""
-    return await (await default_limiter()).try_acquire(url, permits, timeout, key)
+    return await (await default_limiter()).try_acquire(url, permits, timeout, key, priority)
 
 
-async def acquire(url: str, permits: int = 1, key: str | None = None) -> float:
+async def acquire(
+    url: str, permits: int = 1, key: str | None = None, priority: Priority | str | None = None
+) -> float:
     """``AsyncGatewayLimiter.acquire`` on the process-wide asyncio limiter."""
-    return await (await default_limiter()).acquire(url, permits, key)
+    return await (await default_limiter()).acquire(url, permits, key, priority)
 
 
 async def decide(
-    url: str, permits: int = 1, timeout: float | None = None, key: str | None = None
+    url: str,
+    permits: int = 1,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
 ) -> Decision:
     """``AsyncGatewayLimiter.decide`` on the process-wide asyncio limiter."""
-    return await (await default_limiter()).decide(url, permits, timeout, key)
+    return await (await default_limiter()).decide(url, permits, timeout, key, priority)
 
 
 async def pushback(url: str, retry_after: float | None = None, key: str | None = None) -> None:
@@ -631,8 +678,11 @@ async def pushback(url: str, retry_after: float | None = None, key: str | None =
 
 @asynccontextmanager
 async def slot(
-    url: str, timeout: float | None = None, key: str | None = None
+    url: str,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
 ) -> AsyncIterator[Decision]:
     """``AsyncGatewayLimiter.slot`` on the process-wide asyncio limiter."""
-    async with (await default_limiter()).slot(url, timeout, key) as decision:
+    async with (await default_limiter()).slot(url, timeout, key, priority) as decision:
         yield decision

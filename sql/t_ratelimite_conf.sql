@@ -53,6 +53,11 @@ alter table t_ratelimite_conf
     add column quotaRenews VARCHAR(16) NULL,               -- local turnover: 02:00, mon 00:00, 15 00:00; NULL = midnight, Monday, the 1st
     add column quotaPacing TINYINT(1)  NOT NULL DEFAULT 0; -- 1: spread what is left over what is left of the period
 
+-- Revision 0010: priority classes (docs/priority.md).
+alter table t_ratelimite_conf
+    add column priority VARCHAR(16)  NULL,  -- class of the interface's calls: critical, default, sheddable_plus, sheddable; NULL = default
+    add column reserve  VARCHAR(128) NULL;  -- share each class leaves for those above: default=0.1,sheddable_plus=0.3,sheddable=0.5; NULL = none
+
 -- Every change to a limit or the switch: through the command line or the console,
 -- or found by the reload after plain SQL (source = 'sql').
 create table t_ratelimite_audit (

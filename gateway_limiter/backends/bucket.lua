@@ -32,6 +32,11 @@ ARGV[1]  the row's bucket, three little-endian doubles (struct "<ddd", packed on
          capacity (> 0; ignored for warm-up, which derives it from the rate and W), and
          the warm-up period W in microseconds (0 = a token bucket). Unpacked in one call:
          parsing three numbers from text costs more server time than the arithmetic.
+         A fourth double (priority classes, model/priority.py): the share of the
+         capacity a call of a class below critical must leave. It goes now, leaving
+         that many stored, or is refused with the wait until it could, reserving
+         nothing (allowed -1: "reserved", the bucket alone would have admitted it in
+         time).
 ARGV[2]  permits wanted (>= 1)
 ARGV[3]  timeout in microseconds; negative = wait as long as it takes ("0" and "-1",
          the usual two, are recognised without parsing)
@@ -166,6 +171,19 @@ local wait = new_balance - now
 -- the wait is computed: the balance, plus what the stored permits lack of one permit
 -- (in warm-up, one stable interval)
 local owed = stable
+-- priority classes: a lower class takes no debt, and leaves its share stored
+if #ARGV[1] == 32 then
+  local share = unpack("<d", ARGV[1], 25)
+  local need = permits + share * capacity
+  local ready = math.huge
+  if need <= capacity then ready = start + max(0, need - stored) * stable end
+  if ready > now then
+    local code = -1
+    if timeout >= 0 and wait > timeout then code = 0 end
+    if warmup <= 0 then owed = max(0, 1 - stored) * stable end
+    return pack("<dddddd", code, ready - now, stored, start + owed - now, factor, held)
+  end
+end
 -- 4. refuse without reserving, or reserve
 if timeout >= 0 and wait > timeout then
   if warmup <= 0 then owed = max(0, 1 - stored) * stable end

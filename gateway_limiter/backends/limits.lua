@@ -55,6 +55,13 @@ ARGV[5]  the limits, as little-endian doubles (backends/scripts.py packs them on
                  kind 4 reads the first two of four
          Packed, the limits are one unpack into one table sized for all of them, rather
          than a tonumber per field (each as dear as a line of arithmetic ten times over).
+         Priority classes (model/priority.py): a call of a class below critical on
+         limits with a reserve has one more double per limit after them (and after the
+         paced quotas' bursts), its share.
+         The call then goes now, leaving every limit its share (a bucket that many
+         stored, a window that many uncounted), or is refused with the wait until it
+         could, recording nothing (allowed -1: "reserved", the limits alone would have
+         admitted it in time). Calendar quotas keep no reserve.
 
 Returns one string of six little-endian doubles, like bucket.lua: allowed (1/0), wait in
 microseconds, the least permits any limit has left (a bucket its stored permits, a window
@@ -265,6 +272,43 @@ end
 local wait = at - now
 local allowed = 1
 if timeout >= 0 and wait > timeout then allowed = 0 end
+-- Priority classes (the shares after the limits): when every limit could leave its
+-- share, now.
+local code = nil
+local shares = tail - 1  -- after the limits and the paced quotas' bursts (step 1 read
+if #lim > tail then       -- them); unpack ends lim with the position after the last
+  local ready = at
+  for i = 1, nlimits do
+    local s = lim[shares + i]
+    if s > 0 then
+      local b, t = 6 * i - 4, now
+      local kind, rate, size = lim[b], lim[b + 1], lim[b + 2]
+      if kind == 1 then
+        local need = permits + s * size
+        t = math.huge
+        if need <= size then t = lim[b + 4] + max(0, need - lim[b + 3]) * (1000000 / rate) end
+      elseif kind == 2 or kind == 3 then
+        local cap = rate
+        if factor ~= 1 and i <= own then cap = max(permits, floor(rate * factor)) end
+        local k = floor(cap - s * cap)
+        if permits > k then
+          t = math.huge
+        elseif kind == 2 then
+          local need = lim[b + 3] + permits - k
+          if need > 0 then t = tonumber(call("LINDEX", KEYS[i], need - 1)) + size end
+        elseif lim[b + 4] + permits > k then
+          t = (lim[b + 3] + 1) * size
+        end
+      end
+      if t > ready then ready = t end
+    end
+  end
+  if ready > now then
+    code = 0
+    if allowed == 1 then code = -1 end
+    allowed, wait = 0, ready - now
+  end
+end
 local least = nil
 local free = now
 if pushed_until > now then free = pushed_until end
@@ -405,6 +449,7 @@ for i = 1, nlimits do
   end
   if earliest > free then free = earliest end
 end
+if code ~= nil then allowed = code end
 if qleft ~= nil then
   return pack("<ddddddddd", allowed, wait, least or 0, free - now, factor, held, qleft, qreset, qrate)
 end

@@ -115,6 +115,7 @@ class MemoryBackend:
                     warmup_us,
                     factor,
                     until_us,
+                    None if rule.shares is None else rule.shares[0],
                 )
                 if new is not None:
                     until_us = now_us + expiry_ms(new, now_us) * 1000.0
@@ -128,7 +129,15 @@ class MemoryBackend:
                 self._live(k, r.per_caller, now_us) for k, r in zip(keys, limits, strict=True)
             ]
             verdict, changed = reserve_limits(
-                specs, states, permits, timeout_us, now_us, factor, until_us, own_limits(rule)
+                specs,
+                states,
+                permits,
+                timeout_us,
+                now_us,
+                factor,
+                until_us,
+                own_limits(rule),
+                rule.shares,
             )
             if changed is not None:
                 for k, r, spec, state in zip(keys, limits, specs, changed, strict=True):

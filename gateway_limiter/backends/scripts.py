@@ -178,8 +178,12 @@ def _holds(valid: tuple[float, float] | None, now_s: float) -> bool:
 def bucket_config(rule: Rule) -> bytes:
     """``bucket.lua``'s ARGV[1] for ``rule``: its rate (per second), capacity and warm-up
     period (µs; 0 for a token bucket) as three little-endian doubles, which the script
-    unpacks in one call rather than parsing three numbers from text."""
-    return struct.pack("<ddd", rule.per_second, float(rule.burst), rule.warmup * US_PER_S)
+    unpacks in one call rather than parsing three numbers from text; for a class's Rule
+    with a reserve in play (priority classes), a fourth: the class's share."""
+    config = (rule.per_second, float(rule.burst), rule.warmup * US_PER_S)
+    if rule.shares is not None:
+        return struct.pack("<dddd", *config, rule.shares[0])
+    return struct.pack("<ddd", *config)
 
 
 def timeout_arg(timeout: float | None) -> str:
@@ -197,7 +201,8 @@ def limits_args(rule: Rule, now_s: float | None = None) -> list[bytes]:
     zeros the script fills), as little-endian doubles: the script unpacks them once
     rather than parsing each from text. A calendar quota sends its four boundaries
     around ``now_s`` (this process's clock) in place of the size and the zeros; a paced
-    one its own code, and its burst after every limit's six."""
+    one its own code, and its burst after every limit's six. A class's Rule with a
+    reserve in play (priority classes) adds each limit's share, last."""
     fields = [float(own_limits(rule))]
     bursts: list[float] = []
     for r in rule.limits:
@@ -210,6 +215,8 @@ def limits_args(rule: Rule, now_s: float | None = None) -> list[bytes]:
         else:
             fields += (KIND_CODES[spec.kind], spec.rate, spec.size, 0.0, 0.0, 0.0)
     fields += bursts
+    if rule.shares is not None:
+        fields += rule.shares
     layout = "<" + "d" * len(fields)
     return [layout.encode("ascii"), struct.pack(layout, *fields)]
 
@@ -241,7 +248,9 @@ class Commands:
     ) -> ScriptCall:
         """The script call of one decision: ``timeout`` in seconds (None: any wait);
         ``now`` (µs) drives the clock in tests (None: the server's)."""
-        plan = self._cache.get(rule.url)
+        # a class's variant of an interface's Rule (priority classes) is planned apart
+        cached = rule.url if rule.shares is None else f"{rule.url}\n{rule.shares}"
+        plan = self._cache.get(cached)
         if (
             plan is None
             or plan.rule is not rule
@@ -249,7 +258,7 @@ class Commands:
         ):
             if len(self._cache) >= self.LIMIT:
                 self._cache.clear()
-            plan = self._cache[rule.url] = _Plan(rule, self._prefix, self.clock())
+            plan = self._cache[cached] = _Plan(rule, self._prefix, self.clock())
         timeout_us = timeout_arg(timeout)
         now_us = "" if now is None else repr(now)
         if plan.bucket:
@@ -262,7 +271,15 @@ class Commands:
             keys, pushed = plan.keys, plan.pushed
         return ScriptCall(
             "limits",
-            [len(keys) + 1, *keys, pushed, str(permits), timeout_us, now_us, *plan.args],
+            [
+                len(keys) + 1,
+                *keys,
+                pushed,
+                str(permits),
+                timeout_us,
+                now_us,
+                *plan.args,
+            ],
         )
 
     def pushback(
@@ -333,6 +350,8 @@ def parse_reply(reply: Any) -> Verdict:
         allowed, wait_us, stored, next_free_us, factor, held_us = REPLY.unpack(reply)
     except (TypeError, struct.error) as e:
         raise BackendError(f"unexpected reply from the bucket script: {reply!r}") from e
+    if allowed < 0.0:  # -1: refused for want of a reserve (priority classes)
+        return Verdict(False, wait_us, stored, next_free_us, factor, held_us, reserved=True)
     return Verdict(allowed == 1.0, wait_us, stored, next_free_us, factor, held_us)
 
 
@@ -348,7 +367,16 @@ def _verdict(
     quota: float,
 ) -> Verdict:
     return Verdict(
-        allowed == 1.0, wait_us, stored, next_free_us, factor, held_us, left, reset_us, quota
+        allowed == 1.0,
+        wait_us,
+        stored,
+        next_free_us,
+        factor,
+        held_us,
+        left,
+        reset_us,
+        quota,
+        allowed < 0.0,
     )
 
 

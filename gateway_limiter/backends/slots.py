@@ -19,11 +19,12 @@ one call's keys share one Redis Cluster slot with the decision script's.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.scripts import Commands, ScriptCall, parse_reply
-from gateway_limiter.backends.state import channel_tag, interface_base
+from gateway_limiter.backends.state import channel_tag, interface_base, own_limits
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import Verdict
 
@@ -86,6 +87,13 @@ def take_call(
     lapses after ``place_s`` unless asked again (0: take no place, the caller will not
     wait)."""
     decision = commands(rule, 1, timeout_s, caller, None)
+    cap = rule.max_concurrent or 0
+    if rule.shares is not None:
+        # a class below critical (priority classes): it leaves its share of the slots
+        # (its interface's rows' reserve) and takes no place in the queue, which would
+        # hold a slot for it ahead of a critical caller
+        share = max(rule.shares[: own_limits(rule)], default=0.0)
+        cap, place_s = math.floor(cap - share * cap), 0.0
     numkeys = int(decision.args[0])
     keys, argv = decision.args[1 : 1 + numkeys], decision.args[1 + numkeys :]
     return ScriptCall(
@@ -95,7 +103,7 @@ def take_call(
             *slot_keys(prefix, rule.url, rule.channel),
             *keys,
             "take",
-            str(rule.max_concurrent),
+            str(cap),
             _ms(lease_s),
             lease_id,
             _place_ms(place_s),

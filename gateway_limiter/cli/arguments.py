@@ -123,6 +123,33 @@ def time_zone_arg(text: str) -> str | None:
     return text
 
 
+def priority_arg(text: str) -> str | None:
+    """``--priority``: the class of the interface's calls (priority), checked as the
+    reload checks it; ``none`` clears it to NULL (``default``)."""
+    from gateway_limiter.model.priority import PriorityError, parse_priority
+
+    if text.strip().lower() == NONE_WORD:
+        return None
+    try:
+        return parse_priority(text).value
+    except PriorityError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def reserve_arg(text: str) -> str | None:
+    """``--reserve``: each class's share of the limit to leave for the classes above it
+    (reserve), checked as the reload checks it; ``none`` clears it to NULL."""
+    from gateway_limiter.model.priority import PriorityError, parse_reserve
+
+    if text.strip().lower() == NONE_WORD:
+        return None
+    try:
+        parse_reserve(text)
+    except PriorityError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text.strip() or None
+
+
 def renews_arg(text: str) -> str | None:
     """``--renews``: quotaRenews as text (its form depends on the period, which
     ``conf set`` checks once it knows it); ``none`` clears it to NULL."""

@@ -28,8 +28,10 @@ from gateway_limiter.cli.arguments import (
     max_concurrent_arg,
     max_permits_arg,
     period_arg,
+    priority_arg,
     rate_arg,
     renews_arg,
+    reserve_arg,
     time_zone_arg,
     url_arg,
     warmup_arg,
@@ -243,6 +245,25 @@ def _register_set(conf: Any) -> None:
         "(quotaRenews): HH:MM for a day, 'mon HH:MM' for a week, 'DD HH:MM' (1-30) for a "
         f"month; '{NONE_WORD}': NULL, midnight, Monday, the 1st",
     )
+    setp.add_argument(
+        "--priority",
+        dest="priority",
+        type=priority_arg,
+        default=argparse.SUPPRESS,
+        metavar="CLASS",
+        help="the class of the URL's calls that name none (priority): critical, default, "
+        f"sheddable_plus or sheddable; '{NONE_WORD}': NULL, default",
+    )
+    setp.add_argument(
+        "--reserve",
+        dest="reserve",
+        type=reserve_arg,
+        default=argparse.SUPPRESS,
+        metavar="SHARES",
+        help="the share of this limit each class must leave for the classes above it "
+        "(reserve), e.g. default=0.1,sheddable_plus=0.3,sheddable=0.5; "
+        f"'{NONE_WORD}': NULL, no reserve",
+    )
     pacing = setp.add_mutually_exclusive_group()
     pacing.add_argument(
         "--pacing",
@@ -299,6 +320,8 @@ _CONF_FIELDS = (
     ("time_zone", "timeZone"),
     ("quota_renews", "quotaRenews"),
     ("quota_pacing", "quotaPacing"),
+    ("priority", "priority"),
+    ("reserve", "reserve"),
 )
 
 
@@ -388,6 +411,9 @@ def cmd_conf_set(ctx: Context) -> int:
         fields["quota_renews"] = a.quota_renews
     if a.quota_pacing is not None:
         fields["quota_pacing"] = a.quota_pacing
+    for name in ("priority", "reserve"):
+        if hasattr(a, name):  # SUPPRESS: absent unless given (None: clear it)
+            fields[name] = getattr(a, name)
     by = ctx.changed_by()
     # Every check is made on the rows as they are in the transaction that writes: a
     # change another session makes meanwhile waits for this one (or this one for it),

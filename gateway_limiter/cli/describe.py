@@ -179,8 +179,18 @@ def row_effect(row: ConfRow, ruleset: RuleSet) -> str:
                 brief += f", at most {limit.max_concurrent} in flight"
             if rule.lease_ms:  # set only where the interface is this one row
                 brief += f", {lease_text(rule)}"
-            return brief
+            return brief + _class_text(limit)
     return "-"
+
+
+def _class_text(limit: Rule) -> str:
+    """A limit's priority class and reserve in words ("" when it has neither)."""
+    text = ""
+    if limit.priority is not None:
+        text += f", calls {limit.priority.value} unless they say"
+    if limit.reserve is not None:
+        text += f", reserve {limit.reserve} (shares each class leaves)"
+    return text
 
 
 def _share_effect(row: ConfRow, ruleset: RuleSet) -> str:
@@ -204,7 +214,7 @@ def _share_effect(row: ConfRow, ruleset: RuleSet) -> str:
         brief = f"channel cap of {limit.channel!r} over {shown}: {brief}"
     if limit.caller is not None:
         brief = f"{brief}, for caller {limit.caller!r} only"
-    return brief
+    return brief + _class_text(limit)
 
 
 def url_effect(url: str, rows: Sequence[ConfRow], ruleset: RuleSet) -> str:

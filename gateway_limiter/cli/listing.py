@@ -196,6 +196,8 @@ def list_json(rows: Sequence[ConfRow], ruleset: RuleSet) -> dict[str, Any]:
                 "callerKey": r.caller_key,
                 "maxConcurrent": r.max_concurrent,
                 "leaseMs": r.lease_ms,
+                "priority": r.priority,
+                "reserve": r.reserve,
                 "effect": row_effect(r, ruleset),
                 "skipped": skipped.get(r.config_id),
             }

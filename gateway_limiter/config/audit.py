@@ -86,6 +86,8 @@ RECORDED_COLUMNS: Final = {
     "time_zone": "timeZone",
     "quota_renews": "quotaRenews",
     "quota_pacing": "quotaPacing",
+    "priority": "priority",
+    "reserve": "reserve",
 }
 
 
@@ -118,7 +120,7 @@ def _value(name: str, value: Any) -> Any:
 #: equal to the same rows read after ``db upgrade`` (no spurious ``sql`` updates).
 #: (quotaPacing, NOT NULL, is recorded only when 1.)
 _RECORDED_WHEN_SET: Final = frozenset(
-    {"lease_ms", "quota_period", "time_zone", "quota_renews", "quota_pacing"}
+    {"lease_ms", "quota_period", "time_zone", "quota_renews", "quota_pacing", "priority", "reserve"}
 )
 
 

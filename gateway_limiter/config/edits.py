@@ -39,6 +39,7 @@ from gateway_limiter.config.rules import (
 )
 from gateway_limiter.config.table import ConfRow, LockedTable
 from gateway_limiter.model.calendar import MAX_RENEWS, QUOTA_PERIODS, RenewalError, load_zone
+from gateway_limiter.model.priority import PriorityError, parse_priority, parse_reserve
 
 #: INT(11) is a signed 32-bit column.
 MAX_INT11: Final = 2**31 - 1
@@ -68,6 +69,8 @@ EDITABLE: Final = {
     "timeZone": "time_zone",
     "quotaRenews": "quota_renews",
     "quotaPacing": "quota_pacing",
+    "priority": "priority",
+    "reserve": "reserve",
 }
 #: Model attribute -> column name.
 COLUMN_OF: Final = {attr: col for col, attr in EDITABLE.items()}
@@ -151,6 +154,21 @@ def _check(column: str, value: Any) -> Any:
         if not isinstance(value, str) or len(value) > MAX_RENEWS:
             raise bad(f"must be text of at most {MAX_RENEWS} characters, or null")
         return value.strip()  # its form for the row's period: row_problem says
+    if column == "priority":
+        if value is None or value == "":
+            return None
+        try:
+            return parse_priority(value).value
+        except PriorityError as e:
+            raise bad(str(e)) from None
+    if column == "reserve":
+        if value is None or value == "":
+            return None
+        try:
+            parse_reserve(value)
+        except PriorityError as e:
+            raise bad(str(e)) from None
+        return value.strip() or None
     if column in ("status", "shadow", "perCaller", "quotaPacing"):
         if value not in (0, 1) or not isinstance(value, (int, bool)):
             raise bad("must be 0 or 1")

@@ -22,6 +22,13 @@ from gateway_limiter.model.calendar import (
     parse_period,
     parse_renewal,
 )
+from gateway_limiter.model.priority import (
+    Priority,
+    PriorityError,
+    Reserve,
+    parse_priority,
+    parse_reserve,
+)
 
 MAX_URL_LENGTH = 128
 MAX_CACHE = 9.99
@@ -134,7 +141,44 @@ def type_problem(row: ConfRow) -> str:
             return f"{column} {value!r} is not text"
     if row.quota_pacing not in (None, 0, 1) or isinstance(row.quota_pacing, float):
         return f"quotaPacing {row.quota_pacing!r} is not 0 or 1"
+    for column, value in (("priority", row.priority), ("reserve", row.reserve)):
+        if not isinstance(value, str | None):
+            return f"{column} {value!r} is not text"
     return ""
+
+
+def priority_problem(
+    row: ConfRow, calendar: bool = False
+) -> tuple[str, Priority | None, Reserve | None]:
+    """Why the row's ``priority`` or ``reserve`` cannot be ("" when they can; each
+    reason starts with its column), and what they are."""
+    try:
+        priority = None if row.priority is None else parse_priority(row.priority)
+        reserve = parse_reserve(row.reserve)
+    except PriorityError as e:
+        return str(e), None, None
+    if priority is not None and row.interface_url == CHANNEL_URL:
+        return (
+            f"priority {row.priority!r} on a channel row (interfaceUrl '*') names no "
+            "interface's calls: set it on the interfaces' rows",
+            None,
+            None,
+        )
+    if reserve is not None and (row.algorithm or Algorithm.TOKEN_BUCKET) == Algorithm.WARM_UP:
+        return (
+            f"reserve {row.reserve!r} cannot go with warm_up (its stored permits cost time, "
+            "so no class could go now)",
+            None,
+            None,
+        )
+    if reserve is not None and calendar:
+        return (
+            f"reserve {row.reserve!r} cannot go with a calendar quota (quotaPeriod "
+            f"{row.quota_period}): give the reserve to a rate row of the interface",
+            None,
+            None,
+        )
+    return "", priority, reserve
 
 
 def calendar_problem(

@@ -62,6 +62,15 @@ calendar columns on a row without a ``quotaPeriod`` make the row skipped, naming
 configId (a daily quota read as a per-second one would let 86,400 times too much
 through).
 
+Priority classes (docs/priority.md, ``model/priority.py``). A row's ``priority`` is the
+class of calls to its interface that name none (NULL: ``default``; of several rows, the
+lowest configId's that sets one); its ``reserve`` (a rate row's or a channel row's) is
+the share of that limit each class below ``critical`` must leave. An interface with a
+reserve among its limits keeps a variant of its Rule per class (``Rule.classed``), whose
+``shares`` the scripts are sent. A value that does not parse, a ``priority`` on a
+channel row, or a ``reserve`` on a warm_up row or a calendar quota make the row skipped,
+naming its configId.
+
 Disabled rows make no rule, but their URLs are kept (``RuleSet.disabled``) so that a
 decision can say "disabled" rather than "not configured".
 
@@ -93,6 +102,7 @@ from gateway_limiter.config.row_checks import (
     caller_key_problem,
     control_character,
     lease_range_problem,
+    priority_problem,
     share_problem,
     type_problem,
     url_shape_problem,
@@ -115,6 +125,10 @@ from gateway_limiter.model.calendar import (
     DEFAULT_TIME_ZONE,
     Calendar,
     QuotaPeriod,
+)
+from gateway_limiter.model.priority import (
+    Priority,
+    Reserve,
 )
 
 __all__ = [
@@ -204,6 +218,16 @@ class Rule:
     #: A paced quota's burst: the most permits its pacing saves up (``maxPermits``, else
     #: the ``quota_pacing_burst`` setting).
     pace_burst: int = DEFAULT_PACING_BURST
+    #: ``priority``: the class of calls to the interface that name none (None: default).
+    priority: Priority | None = None
+    #: ``reserve``: the share of this limit each class below critical must leave.
+    reserve: Reserve | None = None
+    #: In a class's variant (``classed``): each limit's share for that class, in
+    #: ``limits`` order; None: no reserve in play (critical, or no limit has one).
+    shares: tuple[float, ...] | None = None
+    #: An interface with a reserve among its limits: its Rule for each class, by
+    #: ``Priority.rank``, each with ``priority`` its class. Empty: every class alike.
+    classed: tuple[Rule, ...] = field(default=(), compare=False, repr=False)
     #: ``rateLimit = 0`` here or in any of ``also`` (a closed channel closes its
     #: interfaces): every call refused. Computed, so the decision path reads a field.
     closed: bool = field(init=False, compare=False)
@@ -231,6 +255,10 @@ class Rule:
             calendar: Calendar | None = None,
             pacing: bool = False,
             pace_burst: int = DEFAULT_PACING_BURST,
+            priority: Priority | None = None,
+            reserve: Reserve | None = None,
+            shares: tuple[float, ...] | None = None,
+            classed: tuple[Rule, ...] = (),
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -281,6 +309,11 @@ class Rule:
     def quota_period(self) -> QuotaPeriod | None:
         """The calendar period (day, week, month) of a calendar quota, else None."""
         return None if self.calendar is None else self.calendar.renewal.period
+
+    def for_class(self, priority: Priority) -> Rule:
+        """The Rule a call of ``priority`` is decided by: this one, or its class's
+        variant where a limit has a reserve."""
+        return self.classed[priority.rank] if self.classed else self
 
     @property
     def limits(self) -> tuple[Rule, ...]:
@@ -347,6 +380,9 @@ def rule_from_row(
     problem, calendar = calendar_problem(row, default_time_zone)
     if problem:
         return Skipped(row.config_id, problem)
+    problem, priority, reserve = priority_problem(row, calendar is not None)
+    if problem:
+        return Skipped(row.config_id, problem)
     algorithm = row.algorithm or Algorithm.TOKEN_BUCKET
     # NULL (a schema before revision 0004, or written so by hand): today's meaning.
     period = 1 if row.period_seconds is None else row.period_seconds
@@ -402,6 +438,8 @@ def rule_from_row(
         calendar=calendar,
         pacing=bool(row.quota_pacing),
         pace_burst=pace_burst,
+        priority=priority,
+        reserve=reserve,
     )
 
 
@@ -472,12 +510,30 @@ def interface_rule(limits: Iterable[Rule]) -> Rule:
         for r in (lead, *rest)
         if r.max_concurrent is not None and not r.caps_channel
     ]
+    classes = [r for r in sorted((lead, *rest), key=lambda r: r.config_id) if r.priority]
     return replace(
         lead,
         cache=min(r.cache for r in (lead, *rest)),
         also=tuple(rest),
         max_concurrent=min(caps) if caps else None,
+        priority=next((r.priority for r in classes if not r.caps_channel), None),
     )
+
+
+def with_classes(rule: Rule) -> Rule:
+    """``rule`` with its variant per class (``Rule.classed``) when one of its limits has
+    a reserve: a class below critical is decided with each limit's share for it."""
+    if all(r.reserve is None for r in rule.limits):
+        return rule
+    variants = [replace(rule, priority=Priority.CRITICAL)] + [
+        replace(
+            rule,
+            priority=cls,
+            shares=tuple(0.0 if r.reserve is None else r.reserve.share(cls) for r in rule.limits),
+        )
+        for cls in list(Priority)[1:]
+    ]
+    return replace(rule, classed=tuple(variants))
 
 
 @dataclass(frozen=True, slots=True)
@@ -615,6 +671,8 @@ def lease_problem(rule: Rule) -> str:
         return "the row is shadow"
     if rule.channel is not None:
         return "the row is a channel cap"
+    if rule.reserve is not None:
+        return "the row has a reserve (a lease would serve every class alike)"
     return ""
 
 
@@ -777,6 +835,8 @@ def build_rules(
     if leases:  # some row asks for a lease: only then look closer
         rules = {url: _leased(rule, warnings) for url, rule in rules.items()}
         named = {k: _leased(rule, warnings) for k, rule in named.items()}
+    rules = {url: with_classes(rule) for url, rule in rules.items()}
+    named = {k: with_classes(rule) for k, rule in named.items()}
     return RuleSet(
         MappingProxyType(rules),
         tuple(dict.fromkeys(skipped)),  # a row left out for several callers: said once

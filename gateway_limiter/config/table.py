@@ -144,6 +144,9 @@ class RateLimitConf(Base):
     quota_pacing: Mapped[int] = mapped_column(
         "quotaPacing", _TINYINT1, nullable=False, server_default="0"
     )
+    # Revision 0010
+    priority: Mapped[str | None] = mapped_column("priority", String(16))
+    reserve: Mapped[str | None] = mapped_column("reserve", String(128))
 
 
 class LimiterSwitch(Base):
@@ -334,6 +337,8 @@ class ConfRow:
     time_zone: str | None = None
     quota_renews: str | None = None
     quota_pacing: int | None = None
+    priority: str | None = None
+    reserve: str | None = None
 
 
 _ROW_FIELDS = {
@@ -358,6 +363,8 @@ _ROW_FIELDS = {
     "timeZone": "time_zone",
     "quotaRenews": "quota_renews",
     "quotaPacing": "quota_pacing",
+    "priority": "priority",
+    "reserve": "reserve",
 }
 
 

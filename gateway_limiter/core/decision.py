@@ -13,6 +13,7 @@ reason              allowed when
 =================== ======= ===============================================================
 ``admitted``        yes     the bucket had room, within the wait budget (``waited`` s)
 ``limited``         no      the wait would exceed the budget; nothing was reserved
+``reserved``        no      the call's class must leave a reserve it would have taken
 ``closed``          no      the row's ``rateLimit`` is 0
 ``shadow``          yes     a shadow row would have refused (``limited`` or ``closed``)
 ``backend_fallback`` either  Redis was unreachable; ``on_backend_error`` decided
@@ -41,6 +42,9 @@ class Reason(StrEnum):
 
     ADMITTED = "admitted"
     LIMITED = "limited"
+    #: priority classes: the limits would admit the call, but its class must leave a
+    #: reserve for the classes above it (``model/priority.py``)
+    RESERVED = "reserved"
     CLOSED = "closed"
     SHADOW = "shadow"
     BACKEND_FALLBACK = "backend_fallback"
@@ -96,6 +100,9 @@ class Decision(NamedTuple):
     effective_rate: float | None = None
     in_flight: int | None = None
     reset_at: float | None = None
+    #: The call's class (``gateway_limiter.Priority``) on a limited interface: the
+    #: call's ``priority=``, else its row's ``priority``, else ``default``.
+    priority: str | None = None
 
     def headers(self) -> dict[str, str]:
         """``X-RateLimit-Limit``, ``X-RateLimit-Remaining``, (refused) ``Retry-After``, and
@@ -131,6 +138,7 @@ def decision_of(
     budget_s: float,
     fallback_retry_s: float,
     permits: int = 1,
+    priority: str | None = None,
 ) -> Decision:
     """The Decision of a verdict already honoured (any wait slept).
 
@@ -181,4 +189,5 @@ def decision_of(
         rate,
         None,
         reset_at,
+        priority,
     )

@@ -36,9 +36,10 @@ from gateway_limiter.core.fleet import Fleet
 from gateway_limiter.core.leases import Leases, from_lease, leasing
 from gateway_limiter.core.local_refusal import LocalRefusals
 from gateway_limiter.core.quota_watch import QuotaWatch
-from gateway_limiter.core.steps import Ask, Steps
+from gateway_limiter.core.steps import Ask, Await, Reserve, Steps, Woken
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
 from gateway_limiter.model.bucket import US_PER_S, Verdict
+from gateway_limiter.model.priority import Priority, PriorityError, parse_priority
 from gateway_limiter.observe.logs import SHADOW_REPORT_SECONDS, Throttle, held_back, log, one_line
 from gateway_limiter.observe.metrics import ProcessMetrics, Source, interface_label, process_metrics
 
@@ -135,6 +136,22 @@ def check_pushback_args(url: object, retry_after: object, key: object) -> None:
         )
 
 
+def check_priority(priority: object) -> Priority:
+    """``priority`` (a Priority or its text) as a Priority; ValueError/TypeError naming
+    the argument when it is not one."""
+    if not isinstance(priority, str):
+        raise TypeError(f"priority must be a Priority or its text, got {type(priority).__name__}")
+    try:
+        return parse_priority(priority)
+    except PriorityError as e:
+        raise ValueError(str(e)) from None
+
+
+def call_class(rule: Rule, priority: Priority | None) -> Priority:
+    """The class a call is decided in: its own, else its row's, else ``default``."""
+    return priority or rule.priority or Priority.DEFAULT
+
+
 class Push:
     """What ``LimiterCore._begin_pushback`` leaves to the shell: tell the backend the
     supplier pushed back on ``rule`` (``retry_after`` s, or None), for ``key``."""
@@ -204,6 +221,11 @@ def acquired_wait_s(verdict: Verdict, rule: Rule, permits: int) -> float:
     return verdict.wait_us / US_PER_S
 
 
+def _label(rule: Rule, priority: Priority | None = None) -> str:
+    """The metrics' ``priority`` label of a call on ``rule`` (a class's Rule knows it)."""
+    return (priority or rule.priority or Priority.DEFAULT).value
+
+
 class Outcomes:
     """How a decision ends, the same for the sync and asyncio limiters: a shadow rule
     lets the call go whatever the bucket said, and the metrics count every decision.
@@ -218,7 +240,7 @@ class Outcomes:
         self.metrics = metrics
         self._shadow_log = Throttle(SHADOW_REPORT_SECONDS)
 
-    def unlimited(self, snapshot: Snapshot, url: str) -> Outcome:
+    def unlimited(self, snapshot: Snapshot, url: str, priority: Priority | None = None) -> Outcome:
         """A call no rule limits: admitted at once; why, and counted."""
         if not snapshot.switch:
             reason = Reason.SWITCH_OFF
@@ -227,7 +249,8 @@ class Outcomes:
         else:
             reason = Reason.NOT_CONFIGURED
         if self.metrics is not None:
-            self.metrics.record(interface_label(snapshot, url), reason, True, None)
+            label = (priority or Priority.DEFAULT).value
+            self.metrics.record(interface_label(snapshot, url), reason, True, None, label)
         return _UNLIMITED[reason]
 
     def shadowed(self, rule: Rule, verdict: Verdict, reason: Reason) -> Outcome:
@@ -237,12 +260,12 @@ class Outcomes:
         # but the call goes ahead at once.
         if verdict.allowed:
             if self.metrics is not None:
-                self.metrics.record(rule.url, reason, True, verdict.wait_us)
+                self.metrics.record(rule.url, reason, True, verdict.wait_us, _label(rule))
             if verdict.wait_us > 0:
                 verdict = Verdict(True, 0.0, verdict.stored, 0.0, verdict.factor)
             return verdict, reason, rule
         if self.metrics is not None:
-            self.metrics.record(rule.url, Reason.SHADOW, True, None)
+            self.metrics.record(rule.url, Reason.SHADOW, True, None, _label(rule))
         held = self._shadow_log.ready(rule.url)
         if held is not None:
             log.info(
@@ -467,21 +490,27 @@ class LimiterCore(LimiterBase):
         key: str | None,
         *,
         forever: bool = False,
+        priority: Priority | str | None = None,
     ) -> Outcome | Ask:
         """Everything up to the backend: the finished Outcome, or what to ask it.
 
         ``timeout_s`` None: the row's ``cache``. ``forever`` (``acquire``): no wait
-        budget at all, however long it takes.
+        budget at all, however long it takes. ``priority``: the call's class (None: its
+        row's); on an interface with a reserve, its class's Rule decides.
         """
         check_args(url, permits, timeout_s, key)
+        if priority is not None and type(priority) is not Priority:
+            priority = check_priority(priority)
         if not self._started:
             raise NotStarted(self._NOT_STARTED)
         snapshot = self.registry.snapshot
         rule = route(snapshot, url, key)
         if rule is None:
-            return self._outcomes.unlimited(snapshot, url)
+            return self._outcomes.unlimited(snapshot, url, priority)
+        if rule.classed:  # priority classes: the class's shares of each limit's reserve
+            rule = rule.classed[call_class(rule, priority).rank]
         if rule.closed:
-            return self._settled(rule, REFUSE, Reason.CLOSED)
+            return self._settled(rule, REFUSE, Reason.CLOSED, priority)
         if permits > 1:
             check_permits(rule, url, permits)
         budget_s = None if forever else rule.cache if timeout_s is None else timeout_s
@@ -498,19 +527,21 @@ class LimiterCore(LimiterBase):
             if budget_s is not None and not self._breaker.is_open:
                 refused = refusals.refusal(rule, key, budget_s, now_s)
                 if refused is not None:  # the backend would refuse too: no round trip
-                    return self._refused_locally(rule, refused)
+                    return self._refused_locally(rule, refused, priority)
             asked = (now_s, refusals.generation)
         if self._breaker.allows():
-            return Ask(rule, permits, budget_s, key, asked)
-        return self._settled(rule, *self._fall_back(rule, permits, budget_s, key))
+            return Ask(rule, permits, budget_s, key, asked, priority=priority)
+        return self._settled(rule, *self._fall_back(rule, permits, budget_s, key), priority)
 
-    def _refused_locally(self, rule: Rule, refused: Verdict) -> Outcome:
+    def _refused_locally(
+        self, rule: Rule, refused: Verdict, priority: Priority | None = None
+    ) -> Outcome:
         """An earlier reply said ``rule``'s interface is not free in time: refused here."""
         if self._metrics is not None:
             self._metrics.local_refusal()
         if self._factors and (factor := self._factors.get(rule.url)) is not None:
             refused = refused._replace(factor=factor)  # what the last reply said
-        return self._settled(rule, refused, Reason.LIMITED)
+        return self._settled(rule, refused, Reason.LIMITED, priority)
 
     def _leasing(self, ask: Ask) -> Steps[Outcome]:
         """A lease row's decision, as steps for the shell (``core.leases.leasing``)."""
@@ -526,18 +557,53 @@ class LimiterCore(LimiterBase):
         if isinstance(reply, BackendError):
             self._backend_failed(reply)
             verdict, reason = self._fall_back(ask.rule, ask.permits, ask.budget_s, ask.key)
-            return self._settled(ask.rule, verdict, reason)
+            return self._settled(ask.rule, verdict, reason, ask.priority)
         self._answered(ask, reply)
-        return self._settled(ask.rule, reply, Reason.ADMITTED if reply.allowed else Reason.LIMITED)
+        if reply.allowed:
+            return self._settled(ask.rule, reply, Reason.ADMITTED, ask.priority)
+        reason = Reason.RESERVED if reply.reserved else Reason.LIMITED
+        return self._settled(ask.rule, reply, reason, ask.priority)
 
-    def _decision(self, outcome: Outcome, timeout_s: float | None, permits: int = 1) -> Decision:
+    def _rechecking(self, ask: Ask) -> Steps[Outcome]:
+        """A call of a class below critical on an interface with a reserve: it takes
+        nothing ahead (only critical reserves future permits), so while its budget
+        allows it waits, reserving nothing, until the reply said its class could go,
+        and asks again."""
+        began = time.monotonic()
+        while True:
+            reply = yield Reserve(ask)
+            if isinstance(reply, BackendError) or reply.allowed:
+                return self._finish(ask, reply)
+            wait_s = reply.wait_us / US_PER_S
+            left_s = None if ask.budget_s is None else ask.budget_s - (time.monotonic() - began)
+            if math.isinf(wait_s) or (left_s is not None and wait_s > left_s):
+                return self._finish(ask, reply)
+            yield Await(Woken(), wait_s)
+            budget_s = (
+                None
+                if ask.budget_s is None
+                else max(0.0, ask.budget_s - (time.monotonic() - began))
+            )
+            ask = Ask(ask.rule, ask.permits, budget_s, ask.key, ask.asked, priority=ask.priority)
+            began = time.monotonic()
+
+    def _decision(
+        self,
+        outcome: Outcome,
+        timeout_s: float | None,
+        permits: int = 1,
+        priority: Priority | str | None = None,
+    ) -> Decision:
         """The Decision a ``decide`` answers, once its wait is slept."""
         verdict, reason, rule = outcome
         if rule is None:
-            return decision_of(verdict, reason, None, 0.0, 0.0)
+            return decision_of(verdict, reason, None, 0.0, 0.0)._replace(
+                priority=None if priority is None else str(priority)
+            )
         budget_s = rule.cache if timeout_s is None else timeout_s
         breaker_s = self.settings.breaker_seconds
-        decision = decision_of(verdict, reason, rule, budget_s, breaker_s, permits)
+        cls = call_class(rule, None if priority is None else check_priority(priority))
+        decision = decision_of(verdict, reason, rule, budget_s, breaker_s, permits, cls.value)
         if reason == Reason.BACKEND_FALLBACK and self.policy.kind is FailurePolicy.SHARE:
             # the rate this process enforces now is its part of the row's, not the row's
             part = self._fleet.part(rule)
@@ -568,7 +634,9 @@ class LimiterCore(LimiterBase):
             )
         return acquired_wait_s(verdict, rule, permits)
 
-    def _settled(self, rule: Rule, verdict: Verdict, reason: Reason) -> Outcome:
+    def _settled(
+        self, rule: Rule, verdict: Verdict, reason: Reason, priority: Priority | None = None
+    ) -> Outcome:
         # What the limit decided (a shadow rule's refusals count as refusals here): the
         # console's live numbers and the demand the heartbeat reports (core/fleet.py).
         self._tally(rule.url, verdict.allowed, verdict.wait_us > 0)
@@ -576,7 +644,11 @@ class LimiterCore(LimiterBase):
             return self._outcomes.shadowed(rule, verdict, reason)
         if self._metrics is not None:
             self._metrics.record(
-                rule.url, reason, verdict.allowed, verdict.wait_us if verdict.allowed else None
+                rule.url,
+                reason,
+                verdict.allowed,
+                verdict.wait_us if verdict.allowed else None,
+                _label(rule, priority),
             )
         return verdict, reason, rule
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias, TypeVar
 
 from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.config.rules import Rule
+from gateway_limiter.model.priority import Priority
 
 if TYPE_CHECKING:  # core/slots.py imports this module
     from gateway_limiter.core.slots import Held
@@ -31,7 +32,7 @@ class Ask:
     """What ``LimiterCore._begin`` leaves to the shell: ask the backend to ``reserve``
     ``permits`` of ``rule`` within ``budget_s`` (None: however long), for ``key``."""
 
-    __slots__ = ("asked", "budget_s", "key", "lease", "permits", "renewing", "rule")
+    __slots__ = ("asked", "budget_s", "key", "lease", "permits", "priority", "renewing", "rule")
 
     def __init__(
         self,
@@ -41,6 +42,7 @@ class Ask:
         key: str | None,
         asked: tuple[float, int] | None,
         lease: ScriptCall | None = None,
+        priority: Priority | None = None,
     ) -> None:
         self.rule = rule
         self.permits = permits
@@ -54,6 +56,8 @@ class Ask:
         #: A lease row whose lease another caller is renewing: the shell waits for that
         #: (``core.leases.leasing``), then asks again
         self.renewing = False
+        #: The call's class as it was asked for (None: its row's, else default)
+        self.priority = priority
 
 
 class Reserve(NamedTuple):

@@ -18,7 +18,13 @@ from collections.abc import Callable
 from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
 
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.integrations.supplier import admit, default_interface, pushbacks
+from gateway_limiter.integrations.supplier import (
+    ClassOf,
+    PriorityOption,
+    admit,
+    default_interface,
+    pushbacks,
+)
 
 __all__ = ["Interface", "LimiterMiddleware"]
 
@@ -35,10 +41,16 @@ class LimiterMiddleware:
     """An aiohttp client middleware (``ClientSession(middlewares=...)``, or per request)
     deciding with an ``AsyncGatewayLimiter`` and pushing back on 429/503."""
 
-    __slots__ = ("interface", "limiter")
+    __slots__ = ("interface", "limiter", "priority")
 
-    def __init__(self, limiter: AsyncGatewayLimiter, interface: Interface | None = None) -> None:
+    def __init__(
+        self,
+        limiter: AsyncGatewayLimiter,
+        interface: Interface | None = None,
+        priority: PriorityOption[ClientRequest] = None,
+    ) -> None:
         self.limiter = limiter
+        self.priority = ClassOf[ClientRequest](priority)
         self.interface = interface if interface is not None else path_of
 
     async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
@@ -46,7 +58,7 @@ class LimiterMiddleware:
         not), then pushed back on after a 429 or 503."""
         url = self.interface(request)
         if url is not None:
-            admit(url, await self.limiter.decide(url))
+            admit(url, await self.limiter.decide(url, priority=self.priority(request, url)))
         response = await handler(request)
         for push in pushbacks(url, response.status, response.headers.get("Retry-After")):
             await self.limiter.pushback(*push)

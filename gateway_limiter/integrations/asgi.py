@@ -14,7 +14,9 @@ the wait budget: a caller may be held for a permit) before the app sees it:
 
 ``interface`` maps the ASGI scope to the interfaceUrl (default: the path; None: not
 limited, no headers); ``key`` maps it to the caller, for rows with ``perCaller = 1``
-(default: none). Lifespan and websocket scopes pass through untouched.
+(default: none). ``priority`` gives each request's class (priority classes,
+docs/priority.md): one class, a mapping of route (interfaceUrl) to class, or a function
+of the scope; default: the row's. Lifespan and websocket scopes pass through untouched.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.integrations.supplier import default_interface
+from gateway_limiter.integrations.supplier import ClassOf, PriorityOption, default_interface
 
 __all__ = ["RateLimitMiddleware", "header_key", "path_of"]
 
@@ -66,7 +68,7 @@ class RateLimitMiddleware:
     """Pure ASGI middleware: decide each HTTP request with ``limiter`` before ``app``;
     answer 429 when refused, add the rate-limit headers when admitted."""
 
-    __slots__ = ("app", "interface", "key", "limiter")
+    __slots__ = ("app", "interface", "key", "limiter", "priority")
 
     def __init__(
         self,
@@ -74,9 +76,11 @@ class RateLimitMiddleware:
         limiter: AsyncGatewayLimiter,
         interface: ScopeMap | None = None,
         key: ScopeMap | None = None,
+        priority: PriorityOption[Scope] = None,
     ) -> None:
         self.app = app
         self.limiter = limiter
+        self.priority = ClassOf[Scope](priority)
         self.interface = interface if interface is not None else path_of
         self.key = key
 
@@ -90,7 +94,7 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         caller = self.key(scope) if self.key is not None else None
-        decision = await self.limiter.decide(url, key=caller)
+        decision = await self.limiter.decide(url, key=caller, priority=self.priority(scope, url))
         headers = _encoded(decision.headers())
         if not decision.allowed:
             body = f"Too Many Requests: {url} ({decision.reason})\n".encode()

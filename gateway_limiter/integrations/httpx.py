@@ -18,7 +18,13 @@ from collections.abc import Callable
 import httpx
 
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.integrations.supplier import admit, default_interface, pushbacks
+from gateway_limiter.integrations.supplier import (
+    ClassOf,
+    PriorityOption,
+    admit,
+    default_interface,
+    pushbacks,
+)
 from gateway_limiter.limiter import GatewayLimiter
 
 __all__ = ["AsyncLimiterTransport", "Interface", "LimiterTransport"]
@@ -42,8 +48,10 @@ class LimiterTransport(httpx.BaseTransport):
         limiter: GatewayLimiter,
         transport: httpx.BaseTransport | None = None,
         interface: Interface | None = None,
+        priority: PriorityOption[httpx.Request] = None,
     ) -> None:
         self.limiter = limiter
+        self.priority = ClassOf[httpx.Request](priority)
         self.transport = transport if transport is not None else httpx.HTTPTransport()
         self.interface = interface if interface is not None else path_of
 
@@ -51,7 +59,7 @@ class LimiterTransport(httpx.BaseTransport):
         """Decide, send (if admitted), and push back on 429/503."""
         url = self.interface(request)
         if url is not None:
-            admit(url, self.limiter.decide(url))
+            admit(url, self.limiter.decide(url, priority=self.priority(request, url)))
         response = self.transport.handle_request(request)
         for push in pushbacks(url, response.status_code, response.headers.get("Retry-After")):
             self.limiter.pushback(*push)
@@ -71,8 +79,10 @@ class AsyncLimiterTransport(httpx.AsyncBaseTransport):
         limiter: AsyncGatewayLimiter,
         transport: httpx.AsyncBaseTransport | None = None,
         interface: Interface | None = None,
+        priority: PriorityOption[httpx.Request] = None,
     ) -> None:
         self.limiter = limiter
+        self.priority = ClassOf[httpx.Request](priority)
         self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
         self.interface = interface if interface is not None else path_of
 
@@ -80,7 +90,7 @@ class AsyncLimiterTransport(httpx.AsyncBaseTransport):
         """``LimiterTransport.handle_request``, awaited."""
         url = self.interface(request)
         if url is not None:
-            admit(url, await self.limiter.decide(url))
+            admit(url, await self.limiter.decide(url, priority=self.priority(request, url)))
         response = await self.transport.handle_async_request(request)
         for push in pushbacks(url, response.status_code, response.headers.get("Retry-After")):
             await self.limiter.pushback(*push)

@@ -21,7 +21,13 @@ from urllib.parse import urlsplit
 from requests import PreparedRequest, Response
 from requests.adapters import HTTPAdapter
 
-from gateway_limiter.integrations.supplier import admit, default_interface, pushbacks
+from gateway_limiter.integrations.supplier import (
+    ClassOf,
+    PriorityOption,
+    admit,
+    default_interface,
+    pushbacks,
+)
 from gateway_limiter.limiter import GatewayLimiter
 
 __all__ = ["Interface", "LimiterAdapter"]
@@ -41,9 +47,14 @@ class LimiterAdapter(HTTPAdapter):
     URL prefix."""
 
     def __init__(
-        self, limiter: GatewayLimiter, interface: Interface | None = None, **kwargs: Any
+        self,
+        limiter: GatewayLimiter,
+        interface: Interface | None = None,
+        priority: PriorityOption[PreparedRequest] = None,
+        **kwargs: Any,
     ) -> None:
         self.limiter = limiter
+        self.priority = ClassOf[PreparedRequest](priority)
         self.interface = interface if interface is not None else path_of
         super().__init__(**kwargs)
 
@@ -60,7 +71,7 @@ class LimiterAdapter(HTTPAdapter):
         back on after a 429 or 503."""
         url = self.interface(request)
         if url is not None:
-            admit(url, self.limiter.decide(url))
+            admit(url, self.limiter.decide(url, priority=self.priority(request, url)))
         response = super().send(request, stream, timeout, verify, cert, proxies)
         for push in pushbacks(url, response.status_code, response.headers.get("Retry-After")):
             self.limiter.pushback(*push)

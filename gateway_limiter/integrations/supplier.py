@@ -13,22 +13,71 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Final, NamedTuple
+from typing import Final, Generic, NamedTuple, TypeAlias, TypeVar
 
 from gateway_limiter.core.decision import Decision
-from gateway_limiter.core.pipeline import MAX_RETRY_AFTER_S
+from gateway_limiter.core.pipeline import MAX_RETRY_AFTER_S, check_priority
 from gateway_limiter.errors import Refused
+from gateway_limiter.model.priority import Priority
 
 __all__ = [
     "PUSHBACK_STATUSES",
+    "ClassOf",
+    "PriorityOption",
     "admit",
     "default_interface",
     "pushbacks",
     "refused",
     "retry_after_seconds",
 ]
+
+R = TypeVar("R")
+
+#: An integration's ``priority`` option (``ClassOf``).
+PriorityOption: TypeAlias = (
+    Priority | str | Mapping[str, Priority | str] | Callable[[R], Priority | str | None] | None
+)
+
+
+class ClassOf(Generic[R]):
+    """An integration's ``priority`` option: the class of each request's call. A class
+    (``Priority.CRITICAL`` or its text) for every request; a mapping of interfaceUrl (the
+    route) to class, the others taking their row's; or a function of the request (None:
+    the row's). Values are checked when the integration is made, and a function's on
+    each call."""
+
+    __slots__ = ("_by_url", "_fixed", "_pick")
+
+    def __init__(
+        self,
+        option: PriorityOption[R],
+    ) -> None:
+        self._fixed: Priority | None = None
+        self._by_url: dict[str, Priority] | None = None
+        self._pick: Callable[[R], Priority | str | None] | None = None
+        if isinstance(option, str):
+            self._fixed = check_priority(option)
+        elif isinstance(option, Mapping):
+            self._by_url = {url: check_priority(p) for url, p in option.items()}
+        elif option is not None:
+            if not callable(option):
+                raise TypeError(
+                    f"priority must be a class, a mapping or a function, got {option!r}"
+                )
+            self._pick = option
+
+    def __call__(self, request: R, url: str) -> Priority | None:
+        """The class of ``request``'s call to ``url`` (None: its row's)."""
+        if self._pick is not None:
+            picked = self._pick(request)
+            return None if picked is None else check_priority(picked)
+        if self._by_url is not None:
+            return self._by_url.get(url)
+        return self._fixed
+
 
 #: The statuses that say the supplier cannot take the call now.
 PUSHBACK_STATUSES: Final = frozenset({429, 503})

@@ -134,6 +134,9 @@ class Verdict(NamedTuple):
     quota_left: float = -1.0
     quota_reset_us: float = 0.0
     quota_limit: float = 0.0
+    #: Priority classes (``model/priority.py``): refused for want of a reserve (the
+    #: limits alone would have admitted the call within its budget).
+    reserved: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +278,7 @@ def reserve(
     warmup_us: float = 0.0,
     factor: float = 1.0,
     until_us: float = 0.0,
+    share: float | None = None,
 ) -> tuple[Verdict, BucketState | None]:
     """Decide a reservation of ``permits`` with a wait budget of ``timeout_us``.
 
@@ -284,6 +288,11 @@ def reserve(
 
     Pushback (``model/pushback.py``): the bucket runs at ``factor`` times the row's
     rate and capacity, and no call goes before ``until_us`` (see ``held``).
+
+    ``share`` (priority classes, ``model/priority.py``; None: none in play): a call of
+    a class below ``critical`` on a bucket with a reserve goes now, leaving at least
+    ``share`` of the capacity stored, or is refused (``reserved`` unless the bucket
+    alone refuses it) with the wait until it could, reserving nothing.
     """
     sh = shape(rate * factor, capacity * factor, warmup_us)
     permits = float(permits)
@@ -294,6 +303,20 @@ def reserve(
     balance_us = max(current.balance_us, now_us) + cost_us
     wait_us = balance_us - now_us
     held_us = until_us - now_us if until_us > now_us else 0.0
+    if share is not None:
+        need = permits + share * sh.capacity
+        ready_us = math.inf
+        if need <= sh.capacity:
+            ready_us = max(current.balance_us, now_us) + max(0.0, need - current.stored) * (
+                sh.stable_us
+            )
+        if ready_us > now_us:
+            limited = timeout_us is not None and wait_us > timeout_us
+            next_free_us = next_free_bucket(sh, current, now_us)
+            verdict = Verdict(
+                False, ready_us - now_us, current.stored, next_free_us, factor, held_us
+            )
+            return verdict._replace(reserved=not limited), None
     if timeout_us is not None and wait_us > timeout_us:
         next_free_us = next_free_bucket(sh, current, now_us)
         return Verdict(False, wait_us, current.stored, next_free_us, factor, held_us), None

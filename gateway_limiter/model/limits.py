@@ -638,6 +638,7 @@ def reserve_limits(
     factor: float = 1.0,
     until_us: float = 0.0,
     own: int | None = None,
+    shares: Sequence[float] | None = None,
 ) -> tuple[Verdict, tuple[LimitState, ...] | None]:
     """Decide ``permits`` against every limit at once, all or nothing.
 
@@ -655,6 +656,11 @@ def reserve_limits(
     Capacity shares: only the first ``own`` limits (None: all) are the interface's;
     the rest are its channel's, shared with other interfaces, so the pushback neither
     slows them nor makes them owe until ``until_us`` (the call still goes no sooner).
+
+    Priority classes (``model/priority.py``): ``shares`` (None: none in play) is each
+    limit's share for a call of a class below ``critical``. Such a call goes now,
+    leaving every limit its share (``reserve_ready``), or is refused with the wait
+    until it could (``reserved`` unless the limits alone refuse it), recording nothing.
     """
     own = len(limits) if own is None else own
     capped = limits
@@ -685,7 +691,18 @@ def reserve_limits(
         current.append(as_of_now)
         at_us = max(at_us, earliest_us)
     wait_us = at_us - now_us
-    if timeout_us is not None and wait_us > timeout_us:
+    limited = timeout_us is not None and wait_us > timeout_us
+    if shares is not None:
+        ready_us = at_us
+        for limit, state, share in zip(capped, current, shares, strict=True):
+            ready_us = max(ready_us, reserve_ready(limit, state, permits, share, now_us))
+        if ready_us > now_us:
+            next_us = _next_free_us(limits, current, now_us, until_us)
+            left = _least_left(limits, current, now_us, factor, own)
+            quota = quota_left(limits, current, now_us)
+            verdict = Verdict(False, ready_us - now_us, left, next_us, factor, held_us, *quota)
+            return verdict._replace(reserved=not limited), None
+    if limited:
         next_us = _next_free_us(limits, current, now_us, until_us)
         left = _least_left(limits, current, now_us, factor, own)
         quota = quota_left(limits, current, now_us)
@@ -699,6 +716,35 @@ def reserve_limits(
     left = _least_left(limits, new, at_us, factor, own)
     quota = quota_left(limits, new, now_us)
     return Verdict(True, wait_us, left, next_us, factor, held_us, *quota), new
+
+
+def reserve_ready(
+    limit: Limit, state: LimitState, permits: int, share: float, now_us: float
+) -> float:
+    """The earliest time ``limit`` (a window's count capped by a pushback) could give
+    ``permits`` and still have ``share`` of its capacity left, from ``state`` as of
+    ``now_us``; infinite when it never could. A bucket: once it stores the permits and
+    the share; a window: once it counts no more than the permits leave of its limit
+    less the share (whole permits). A calendar quota keeps no reserve."""
+    if share <= 0.0 or limit.kind is LimitKind.CALENDAR:
+        return now_us
+    if limit.kind is LimitKind.TOKEN_BUCKET:
+        bucket = cast(BucketState, state)
+        need = permits + share * limit.size
+        if need > limit.size:
+            return math.inf
+        return bucket.balance_us + max(0.0, need - bucket.stored) * (US_PER_S / limit.rate)
+    most = math.floor(limit.rate - share * limit.rate)
+    if permits > most:
+        return math.inf
+    if limit.kind is LimitKind.SLIDING_WINDOW:
+        log = cast(SlidingLog, state)
+        need = log.total + permits - most
+        return log.nth(need) + limit.size if need > 0 else now_us
+    counter = cast(FixedWindow, state)
+    if counter.used + permits > most:
+        return (counter.window + 1.0) * limit.size
+    return now_us
 
 
 def _next_free_us(

@@ -10,7 +10,8 @@ prometheus-client nothing is recorded and a decision costs what it always did.
 name                                        type      what
 =========================================== ========= ==========================================
 ``gateway_limiter_decisions_total``         counter   decisions, by ``interface``, ``outcome``
-                                                      (admitted, refused) and ``reason``
+                                                      (admitted, refused), ``reason`` and
+                                                      ``priority`` (the call's class)
 ``gateway_limiter_wait_seconds``            histogram waits granted to admitted calls on
                                                       limited interfaces, by ``interface``
 ``gateway_limiter_local_refusals_total``    counter   of the refusals, those decided in-process
@@ -227,8 +228,8 @@ class ProcessMetrics:
             registry=registry,
         )
         # (interface, reason, allowed) -> its tally; interface -> its waits.
-        self._decided: dict[tuple[str, str, bool], Tally] = {}
-        self._bumps: dict[tuple[str, str, bool], Callable[[], int]] = {}
+        self._decided: dict[tuple[str, str, bool, str], Tally] = {}
+        self._bumps: dict[tuple[str, str, bool, str], Callable[[], int]] = {}
         self._waited: dict[str, WaitHistogram] = {}
         self._local = Tally()  # refusals decided in-process
         #: Count one refusal decided in-process, with no round trip (``core.local_refusal``).
@@ -244,11 +245,19 @@ class ProcessMetrics:
 
     # --- the decision path --------------------------------------------------------------
 
-    def record(self, interface: str, reason: str, allowed: bool, wait_micros: float | None) -> None:
-        """Count one decision; count its wait (µs) too when ``wait_micros`` is not None."""
-        bump = self._bumps.get((interface, reason, allowed))
+    def record(
+        self,
+        interface: str,
+        reason: str,
+        allowed: bool,
+        wait_micros: float | None,
+        priority: str = "default",
+    ) -> None:
+        """Count one decision of class ``priority``; count its wait (µs) too when
+        ``wait_micros`` is not None."""
+        bump = self._bumps.get((interface, reason, allowed, priority))
         if bump is None:
-            bump = self._bind(interface, reason, allowed)
+            bump = self._bind(interface, reason, allowed, priority)
         bump()
         if wait_micros is not None:
             waits = self._waited.get(interface)
@@ -259,14 +268,14 @@ class ProcessMetrics:
             else:
                 waits.observe(wait_micros / US_PER_S)
 
-    def _bind(self, interface: str, reason: str, allowed: bool) -> Callable[[], int]:
-        key = (interface, reason, allowed)
+    def _bind(self, interface: str, reason: str, allowed: bool, priority: str) -> Callable[[], int]:
+        key = (interface, reason, allowed, priority)
         with self._lock:  # two threads binding the same key at once keep one tally
             tally = self._decided.setdefault(key, Tally())
             return self._bumps.setdefault(key, tally.bump)
 
-    def decisions(self) -> list[tuple[tuple[str, str, bool], int]]:
-        """Every (interface, reason, allowed) counted so far, with its count."""
+    def decisions(self) -> list[tuple[tuple[str, str, bool, str], int]]:
+        """Every (interface, reason, allowed, priority) counted so far, with its count."""
         return [(key, tally.value) for key, tally in list(self._decided.items())]
 
     def local_refusals(self) -> int:
@@ -331,8 +340,8 @@ def _counted(owner: ProcessMetrics | None) -> list[Metric]:
 
     decisions = CounterMetricFamily(
         PREFIX + "decisions",
-        "Decisions, by interface, outcome (admitted, refused) and reason.",
-        labels=["interface", "outcome", "reason"],
+        "Decisions, by interface, outcome (admitted, refused), reason and priority class.",
+        labels=["interface", "outcome", "reason", "priority"],
     )
     waits = HistogramMetricFamily(
         PREFIX + "wait_seconds",
@@ -347,9 +356,9 @@ def _counted(owner: ProcessMetrics | None) -> list[Metric]:
     )
     if owner is not None:
         local.add_metric([], owner.local_refusals())
-        for (interface, reason, allowed), count in sorted(owner.decisions()):
+        for (interface, reason, allowed, priority), count in sorted(owner.decisions()):
             outcome = "admitted" if allowed else "refused"
-            decisions.add_metric([interface, outcome, reason], count)
+            decisions.add_metric([interface, outcome, reason, priority], count)
         for interface, histogram in sorted(owner.waits(), key=lambda item: item[0]):
             buckets, total = histogram.buckets()
             waits.add_metric([interface], buckets, total)
@@ -475,8 +484,8 @@ class MultiProcessMetrics(ProcessMetrics):
         super().__init__(None)
         self._counted = Counter(
             PREFIX + "decisions",
-            "Decisions, by interface, outcome (admitted, refused) and reason.",
-            ["interface", "outcome", "reason"],
+            "Decisions, by interface, outcome (admitted, refused), reason and priority class.",
+            ["interface", "outcome", "reason", "priority"],
             registry=None,
         )
         self._waits = Histogram(
@@ -515,15 +524,23 @@ class MultiProcessMetrics(ProcessMetrics):
             ["interface"],
         )
 
-    def record(self, interface: str, reason: str, allowed: bool, wait_micros: float | None) -> None:
+    def record(
+        self,
+        interface: str,
+        reason: str,
+        allowed: bool,
+        wait_micros: float | None,
+        priority: str = "default",
+    ) -> None:
         """Count one decision (and its wait) in this worker's files."""
-        super().record(interface, reason, allowed, wait_micros)
+        super().record(interface, reason, allowed, wait_micros, priority)
         if wait_micros is not None:
             self._waits.labels(interface).observe(max(0.0, wait_micros / US_PER_S))
 
-    def _bind(self, interface: str, reason: str, allowed: bool) -> Callable[[], int]:
-        key = (interface, reason, allowed)
-        child = self._counted.labels(interface, "admitted" if allowed else "refused", reason)
+    def _bind(self, interface: str, reason: str, allowed: bool, priority: str) -> Callable[[], int]:
+        key = (interface, reason, allowed, priority)
+        outcome = "admitted" if allowed else "refused"
+        child = self._counted.labels(interface, outcome, reason, priority)
         with self._lock:  # as ProcessMetrics._bind: one tally (and file entry) per key
             tally = self._decided.setdefault(key, Tally())
 

@@ -47,6 +47,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("console_tally_cost.py", [], ["tally on (as shipped)", "Tallies.add alone"]),
         ("failover_loss.py", ["--quick"], ["Failover loss:", "1. sentinel", "lost bytes"]),
         ("lease_cost.py", ["--quick"], ["Lease cost:", "without leases", "leaseMs 20"]),
+        ("priority.py", ["--seconds", "2"], ["bookings 0.2x", "searches alone:", "Redis time"]),
         (
             "rls.py",
             ["--quick"],

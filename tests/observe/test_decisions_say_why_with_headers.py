@@ -47,7 +47,9 @@ def test_admitted_calls_count_permits_down_and_a_refusal_says_when_to_retry(
     refused = [d for d in decisions if not d.allowed]
 
     first = decisions[0]
-    assert first == Decision(True, "admitted", 0.0, None, 4, 5, False, 5.0)  # 5 stored, 1 taken
+    assert first == Decision(
+        True, "admitted", 0.0, None, 4, 5, False, 5.0, priority="default"
+    )  # 5 stored, 1 taken
     assert first.headers() == {"X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "4"}
     assert {d.reason for d in admitted} == {"admitted"}
     assert all(0 <= (d.remaining or 0) <= 4 and d.waited == 0.0 for d in admitted)
@@ -89,7 +91,7 @@ def test_closed_refuses_without_redis_and_without_a_retry_time(
 ) -> None:
     before = evalsha_calls(redis_client)
     closed = lim.decide("/closed")
-    assert closed == Decision(False, "closed", 0.0, None, 0, 0, False, 0.0)
+    assert closed == Decision(False, "closed", 0.0, None, 0, 0, False, 0.0, priority="default")
     # Waiting cannot help a closed interface: no Retry-After.
     assert closed.headers() == {"X-RateLimit-Limit": "0", "X-RateLimit-Remaining": "0"}
     assert evalsha_calls(redis_client) == before
@@ -172,9 +174,18 @@ def test_decide_rejects_bad_arguments_naming_them(
 @pytest.mark.parametrize(
     ("policy", "expected"),
     [
-        ("deny", Decision(False, "backend_fallback", 0.0, 1.0, None, 5, False, 5.0)),
-        ("allow", Decision(True, "backend_fallback", 0.0, None, None, 5, False, 5.0)),
-        ("local", Decision(True, "backend_fallback", 0.0, None, 4, 5, False, 5.0)),
+        (
+            "deny",
+            Decision(False, "backend_fallback", 0.0, 1.0, None, 5, False, 5.0, priority="default"),
+        ),
+        (
+            "allow",
+            Decision(True, "backend_fallback", 0.0, None, None, 5, False, 5.0, priority="default"),
+        ),
+        (
+            "local",
+            Decision(True, "backend_fallback", 0.0, None, 4, 5, False, 5.0, priority="default"),
+        ),
     ],
 )
 def test_redis_down_decisions_say_the_failure_policy_decided(
@@ -210,11 +221,13 @@ async def test_asyncio_decide_gives_the_same_decisions(
         database_url=url, redis_url=redis_server.url, key_prefix=key_prefix, reload_interval=3600
     ) as lim:
         first, second, third = [await lim.decide("/lim") for _ in range(3)]
-        assert first == Decision(True, "admitted", 0.0, None, 1, 2, False, 2.0)
+        assert first == Decision(True, "admitted", 0.0, None, 1, 2, False, 2.0, priority="default")
         assert (second.allowed, second.remaining) == (True, 0)
         assert (third.allowed, third.reason) == (False, "limited")
         assert third.headers()["Retry-After"] == "1"
-        assert await lim.decide("/closed") == Decision(False, "closed", 0.0, None, 0, 0, False, 0.0)
+        assert await lim.decide("/closed") == Decision(
+            False, "closed", 0.0, None, 0, 0, False, 0.0, priority="default"
+        )
         assert await lim.decide("/disabled") == Decision(True, "disabled")
         assert await lim.decide("/nowhere") == Decision(True, "not_configured")
         shadow = [await lim.decide("/shadow") for _ in range(2)]

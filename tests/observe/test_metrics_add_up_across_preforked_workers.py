@@ -101,12 +101,15 @@ def test_a_scrape_adds_up_the_workers_counters_and_keeps_one_value_per_gauge(
         return values[0]
 
     decisions = "gateway_limiter_decisions_total"
-    assert one(decisions, interface=OPEN, outcome="admitted", reason="admitted") == 60
-    assert one(decisions, interface=TIGHT, outcome="admitted", reason="admitted") == (
+    default = {"priority": "default"}
+    assert one(decisions, interface=OPEN, outcome="admitted", reason="admitted", **default) == 60
+    assert one(decisions, interface=TIGHT, outcome="admitted", reason="admitted", **default) == (
         tight_admitted
     )
     refused = WORKERS * TIGHT_CALLS - tight_admitted
-    assert one(decisions, interface=TIGHT, outcome="refused", reason="limited") == refused
+    assert one(decisions, interface=TIGHT, outcome="refused", reason="limited", **default) == (
+        refused
+    )
     assert one("gateway_limiter_wait_seconds_count", interface=OPEN) == WORKERS * CALLS
     assert one("gateway_limiter_wait_seconds_bucket", interface=OPEN, le="0.0") == 60
     assert one("gateway_limiter_reloads_total", outcome="ok") >= WORKERS  # one each at start

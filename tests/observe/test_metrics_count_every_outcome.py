@@ -33,7 +33,7 @@ def value(name: str, **labels: str) -> float:
 
 
 def decided(interface: str, reason: str, outcome: str = "admitted") -> float:
-    return value(DECISIONS, interface=interface, outcome=outcome, reason=reason)
+    return value(DECISIONS, interface=interface, outcome=outcome, reason=reason, priority="default")
 
 
 def label_values(label: str) -> set[str]:
@@ -254,7 +254,8 @@ def test_serve_exposes_the_default_registry_over_http(
         server.close()
     assert reply.status_code == 200
     assert reply.headers["content-type"].startswith("text/plain")
-    series = f'{DECISIONS}{{interface="{urls["lim"]}",outcome="admitted",reason="admitted"}} 2.0'
+    labels = f'interface="{urls["lim"]}",outcome="admitted",priority="default",reason="admitted"'
+    series = f"{DECISIONS}{{{labels}}} 2.0"
     assert series in reply.text.splitlines()
     assert "gateway_limiter_rules_in_force 4.0" in reply.text.splitlines()
     with pytest.raises(httpx.ConnectError):  # closed: the port is released
@@ -280,7 +281,7 @@ def test_tallies_lose_no_count_when_threads_decide_at_once() -> None:
     for t in threads:
         t.join()
     labels = {"interface": "/t"}
-    admitted = labels | {"outcome": "admitted", "reason": "admitted"}
+    admitted = labels | {"outcome": "admitted", "reason": "admitted", "priority": "default"}
     assert registry.get_sample_value(DECISIONS, admitted) == 160_000
     assert registry.get_sample_value("gateway_limiter_wait_seconds_count", labels) == 160_000
     bucket = "gateway_limiter_wait_seconds_bucket"

@@ -95,7 +95,7 @@ async def test_closed_and_shadow_rows(alim: AsyncGatewayLimiter) -> None:
     closed = await judge.judge("d", [w("/a"), w("/closed")])
     assert not closed.allowed
     assert (await alim.decide("/a", timeout=0)).remaining == 2  # nothing was taken
-    shadowed = {"interface": "/s", "outcome": "admitted", "reason": "shadow"}
+    shadowed = {"interface": "/s", "outcome": "admitted", "reason": "shadow", "priority": "default"}
     before = REGISTRY.get_sample_value("gateway_limiter_decisions_total", shadowed) or 0.0
     for _ in range(3):  # the shadow row would refuse after one: answered OK all the same
         assert (await judge.judge("d", [w("/s")])).allowed

@@ -198,7 +198,7 @@ async def test_its_metrics_count_requests_by_code_and_time_them(server: RlsServe
         assert sample("gateway_limiter_rls_requests_total", code=code) == count + 1
     assert sample("gateway_limiter_rls_request_seconds_count") == timed + 3
     # the limiter's own metrics, as in any process
-    refused = {"interface": "/a", "outcome": "refused", "reason": "limited"}
+    refused = {"interface": "/a", "outcome": "refused", "reason": "limited", "priority": "default"}
     assert sample("gateway_limiter_decisions_total", **refused) >= 1
 
 

@@ -164,7 +164,7 @@ const EDIT_FIELDS = [
   ["callerKey", "text"], ["rateLimit", "number"], ["periodSeconds", "number"],
   ["cache", "number"], ["status", "choice"], ["shadow", "choice"], ["perCaller", "choice"],
   ["algorithm", "choice"], ["maxPermits", "number"], ["warmupPeriod", "number"],
-  ["maxConcurrent", "number"], ["leaseMs", "number"],
+  ["maxConcurrent", "number"], ["leaseMs", "number"], ["priority", "text"], ["reserve", "text"],
 ];
 const CHOICES = {
   status: ["0", "1"], shadow: ["0", "1"], perCaller: ["0", "1"],

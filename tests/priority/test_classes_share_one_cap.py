@@ -1,0 +1,137 @@
+"""Priority classes inside one cap, read from MariaDB rows and decided on a real Redis
+(and on ``memory://``, the model the failure policy runs): a channel row's reserve with
+each interface row's ``priority`` gives bookings first call on the supplier's capacity.
+
+Counts are exact (timeout 0, a bucket of 10 that refills one a second: a stall of a
+loaded machine refills well under one permit); the wait of a lower class is asserted in
+a range that holds on a loaded machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from sqlalchemy import Engine
+
+from gateway_limiter import GatewayLimiter, Priority
+from gateway_limiter.aio import AsyncGatewayLimiter
+from tests.support.limiting import write_row
+from tests.support.services import RedisServer
+
+CHANNEL = "PRIO"
+
+
+@pytest.fixture
+def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    engine = limiter_db[1]
+    # the supplier's cap: 10 per 10 s, 10 stored; half of it kept for classes above
+    # sheddable, a tenth of it for critical alone
+    write_row(
+        engine,
+        "*",
+        channelType=CHANNEL,
+        rateLimit=10,
+        periodSeconds=10,
+        cache=0.0,
+        reserve="default=0.1,sheddable=0.5",
+    )
+    write_row(engine, "/p/search", channelType=CHANNEL, rateLimit=1000, priority="sheddable")
+    write_row(engine, "/p/book", channelType=CHANNEL, rateLimit=1000, priority="critical")
+    write_row(engine, "/p/plain", rateLimit=10, cache=0.0)  # no reserve anywhere
+    return limiter_db
+
+
+@pytest.fixture(params=["redis", "memory"])
+def limiter_redis_url(request: pytest.FixtureRequest, redis_server: RedisServer) -> str:
+    return redis_server.url if request.param == "redis" else "memory://"
+
+
+def test_searches_leave_the_reserve_that_bookings_then_take(lim: GatewayLimiter) -> None:
+    searches = [lim.decide("/p/search", timeout=0) for _ in range(8)]
+    assert [d.allowed for d in searches] == [True] * 5 + [False] * 3
+    refused = searches[-1]
+    assert refused.reason == "reserved"
+    assert refused.priority == "sheddable"
+    assert refused.retry_after is not None and 0.5 < refused.retry_after <= 1.0
+    # a default call may go down to a tenth of the cap: 4 more
+    defaults = [lim.decide("/p/search", timeout=0, priority="default") for _ in range(6)]
+    assert [d.allowed for d in defaults] == [True] * 4 + [False] * 2
+    assert defaults[-1].reason == "reserved" and defaults[-1].priority == "default"
+    # bookings (the row's class: critical) take what is left, and then are limited
+    book = [lim.decide("/p/book", timeout=0) for _ in range(3)]
+    assert [d.allowed for d in book] == [True, False, False]
+    assert book[0].priority == "critical"
+    assert book[-1].reason == "limited"
+
+
+def test_the_row_class_is_overridden_by_the_call(lim: GatewayLimiter) -> None:
+    assert (
+        sum(lim.try_acquire("/p/book", timeout=0, priority=Priority.SHEDDABLE) for _ in range(8))
+        == 5
+    )
+    assert sum(lim.try_acquire("/p/search", timeout=0, priority="critical") for _ in range(8)) == 5
+
+
+def test_a_lower_class_waits_without_reserving_and_asks_again(lim: GatewayLimiter) -> None:
+    assert sum(lim.try_acquire("/p/search", timeout=0) for _ in range(6)) == 5
+    began = time.monotonic()
+    waited = lim.decide("/p/search", timeout=3.0)  # one permit comes back in 1 s
+    took = time.monotonic() - began
+    assert waited.allowed and waited.reason == "admitted"
+    assert 0.5 <= took < 3.0
+    # it took nothing ahead: a booking now still finds the whole reserve
+    assert sum(lim.try_acquire("/p/book", timeout=0) for _ in range(8)) == 5
+
+
+def test_with_no_higher_demand_a_lower_class_gets_the_whole_rate(lim: GatewayLimiter) -> None:
+    """The reserve is a floor held back at each moment: once the burst above it is
+    spent, searches alone still go at the cap's rate (within their budget)."""
+    assert sum(lim.try_acquire("/p/search", timeout=0) for _ in range(6)) == 5
+    began = time.monotonic()
+    admitted = sum(lim.try_acquire("/p/search", timeout=2.0) for _ in range(2))
+    took = time.monotonic() - began
+    assert admitted == 2
+    assert 1.0 <= took < 4.0  # one a second, as the cap refills
+
+
+def test_an_interface_without_a_reserve_is_decided_as_before(lim: GatewayLimiter) -> None:
+    for priority in Priority:
+        assert lim.registry.snapshot.rules["/p/plain"].classed == ()
+        d = lim.decide("/p/plain", timeout=0, priority=priority)
+        assert d.allowed and d.priority == priority.value
+
+
+def test_a_bad_priority_argument_is_named(lim: GatewayLimiter) -> None:
+    with pytest.raises(ValueError, match="priority"):
+        lim.try_acquire("/p/search", priority="urgent")
+    with pytest.raises(TypeError, match="priority"):
+        lim.try_acquire("/p/search", priority=3)  # type: ignore[arg-type]
+
+
+async def test_asyncio_keeps_the_same_order(alim: AsyncGatewayLimiter) -> None:
+    got = [await alim.decide("/p/search", timeout=0) for _ in range(6)]
+    assert [d.allowed for d in got] == [True] * 5 + [False]
+    assert got[-1].reason == "reserved"
+    waited = await asyncio.wait_for(alim.decide("/p/search", timeout=3.0), 10)
+    assert waited.allowed
+    books = [await alim.try_acquire("/p/book", timeout=0) for _ in range(8)]
+    assert sum(books) == 5
+
+
+def test_the_metrics_count_each_class_apart(lim: GatewayLimiter) -> None:
+    from prometheus_client import REGISTRY
+
+    def count(reason: str, priority: str, outcome: str) -> float:
+        labels = {"interface": "/p/search", "outcome": outcome, "reason": reason}
+        found = REGISTRY.get_sample_value(
+            "gateway_limiter_decisions_total", labels | {"priority": priority}
+        )
+        return found or 0.0
+
+    before = count("reserved", "sheddable", "refused"), count("admitted", "critical", "admitted")
+    assert sum(lim.try_acquire("/p/search", timeout=0) for _ in range(6)) == 5
+    assert lim.try_acquire("/p/search", timeout=0, priority="critical")
+    after = count("reserved", "sheddable", "refused"), count("admitted", "critical", "admitted")
+    assert (after[0] - before[0], after[1] - before[1]) == (1.0, 1.0)
