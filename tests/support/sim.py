@@ -532,7 +532,9 @@ class Run:
         self.outages: list[list[float]] = []  # [start, end] of each time the store was away
         self.reloads: list[tuple[float, int, tuple[Any, ...]]] = []
         self.held: list[tuple[float, int, str, ExitStack]] = []  # slots held: until, process
-        self.in_flight: dict[str, int] = defaultdict(int)
+        #: url -> the maxConcurrent each slot held now was taken under (None: no cap then)
+        self.in_flight: dict[str, list[int | None]] = defaultdict(list)
+        self.caps_held: list[int | None] = []
         self.limiters: list[SimLimiter] = []
         for i, skew in enumerate(sc.processes):
             SimLimiter.world = self.world
@@ -798,7 +800,9 @@ class Run:
             if not _documented(e, step):
                 raise Violation(f"at {self.world.now:.3f}: slot{_args(a)} raised {e!r}") from e
             return
-        self.in_flight[a["url"]] += 1
+        cap = None if rule is None or rule.shadow else rule.max_concurrent
+        self.in_flight[a["url"]].append(cap)
+        self.caps_held.append(cap)
         self.held.append((self.world.now + a["hold"], a["p"], a["url"], stack))
         if rule is not None and not rule.shadow and not rule.closed and decision.allowed:
             self._admitted(
@@ -812,8 +816,9 @@ class Run:
             )
 
     def _give_back(self, held: tuple[float, int, str, ExitStack]) -> None:
-        self.held.remove(held)
-        self.in_flight[held[2]] -= 1
+        index = self.held.index(held)
+        self.held.pop(index)
+        self.in_flight[held[2]].remove(self.caps_held.pop(index))
         held[3].close()
 
     def close(self) -> None:
@@ -855,15 +860,12 @@ class Checker:
                 )
         # the slots this world handed out while the store was away: per interface, at
         # most maxConcurrent, each process at least one (the policy's part, rounded up)
-        for url, n in run.in_flight.items():
-            rules = [r for lim in run.limiters for r in _caps(lim, url)]
-            if (
-                rules
-                and n > max(rules) * max(1, len(run.limiters))
-                and run.sc.policy in ("share", "local")
-            ):
+        for url, held in run.in_flight.items():
+            caps = [c for c in held if c is not None]
+            if caps and len(caps) > max(caps) * len(run.limiters) and run.sc.policy != "allow":
                 raise Violation(
-                    f"at {run.world.now:.3f}: {n} slots of {url} held, maxConcurrent {max(rules)}"
+                    f"at {run.world.now:.3f}: {len(caps)} slots of {url} held, "
+                    f"maxConcurrent {max(caps)}"
                 )
         self.checked += 1
 
@@ -923,15 +925,6 @@ class Checker:
                 f"{key} shared out during outage {outage} (parts {procs})",
                 shared=True,
             )
-
-
-def _caps(lim: SimLimiter, url: str) -> list[int]:
-    snapshot = lim.registry.snapshot
-    found = [r.max_concurrent for r in snapshot.rules.values() if r.url == url and r.max_concurrent]
-    found += [
-        r.max_concurrent for (u, _), r in snapshot.named.items() if u == url and r.max_concurrent
-    ]
-    return [c for c in found if c is not None]
 
 
 def _split(
@@ -1047,14 +1040,14 @@ def shrink(sc: Scenario, budget: int = 300) -> Scenario:
             candidate = dataclasses.replace(sc, rows=sc.rows[:i] + sc.rows[i + 1 :])
             if still(candidate):
                 sc, changed = candidate, True
-        for i in reversed(range(len(sc.processes))):
-            if len(sc.processes) == 1 or tries >= budget:
+        while len(sc.processes) > 1 and tries < budget:  # the last, while no step names it
+            last = len(sc.processes) - 1
+            if any(s.args.get("p") == last for s in sc.steps):
                 break
-            if any(s.args.get("p") == i for s in sc.steps):
-                continue
-            candidate = dataclasses.replace(sc, processes=sc.processes[:i] + sc.processes[i + 1 :])
-            if still(candidate):
-                sc, changed = candidate, True
+            candidate = dataclasses.replace(sc, processes=sc.processes[:last])
+            if not still(candidate):
+                break
+            sc, changed = candidate, True
     return sc
 
 
