@@ -396,6 +396,7 @@ def _row(rnd: random.Random, config_id: int, url: str) -> dict[str, Any]:
 def scenario(seed: int, length_s: float = 3.0) -> Scenario:
     """A random scenario: rows over every column, calls over every argument, faults."""
     rnd = random.Random(seed)
+    side = random.Random(~seed)
     processes = [rnd.choice((0.0, 0.0, rnd.uniform(-3, 3))) for _ in range(rnd.randint(1, 4))]
     policy = rnd.choice(("share", "share", "share", "local", "allow", "deny"))
     urls = rnd.sample(URLS, rnd.randint(1, len(URLS)))
@@ -463,6 +464,13 @@ def scenario(seed: int, length_s: float = 3.0) -> Scenario:
                     },
                 )
             )
+            # drawn on a second stream, so the scenarios of a seed stay as they were:
+            # several slots at once, and often as a caller some row names
+            slot = steps[-1].args
+            slot["n"] = side.choice((1, 2, 3))
+            named = [r["caller_key"] for r in rows if r.get("caller_key") is not None]
+            if named and side.random() < 0.6:
+                slot["key"] = side.choice(named)
         else:
             steps.append(
                 Step(
@@ -690,7 +698,8 @@ class Run:
             lim = self.limiters[a["p"]]
             lim.pushback(a["url"], a["retry"])
         elif w == "slot":
-            self._slot(step)
+            for _ in range(a.get("n", 1)):
+                self._slot(step)
         elif w == "call":
             for _ in range(a.get("n", 1)):
                 self._call(step)
