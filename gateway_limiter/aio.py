@@ -75,7 +75,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -93,13 +92,13 @@ from gateway_limiter.concurrency import (
     blocking_async,
     event_loop_async,
     shielded_async,
-    sleep_async,
     spawn_async,
 )
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.core import steps
+from gateway_limiter.core.clock import microseconds
 from gateway_limiter.core.decision import Decision
 from gateway_limiter.core.failure import attempt_async
 from gateway_limiter.core.pipeline import (
@@ -146,9 +145,8 @@ class AsyncShell(LimiterCore):
     _heartbeats: AsyncRepeating | None
     _renewer: AsyncRepeating
 
-    @staticmethod
-    def _in_process() -> MemoryBackend:
-        return MemoryBackend()
+    def _in_process(self) -> MemoryBackend:
+        return MemoryBackend(clock=microseconds(self.clock), wall=self.clock.time)
 
     def _open_backend(self, settings: Settings) -> bool:
         self.backend = open_async_backend(settings)
@@ -225,13 +223,14 @@ class AsyncShell(LimiterCore):
 
     async def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
         lease_id = self._slotting.leases.new_id()
-        taking = Taking(rule, key, lease_id, time.monotonic() + budget_s, budget_s)
+        clock = self.clock
+        taking = Taking(rule, key, lease_id, clock.monotonic() + budget_s, budget_s, clock=clock)
         waiter = self._slotting.waiter(lease_id, event_loop_async())
         held: Held | None = None
         try:
             held = await self._run(take_slot(self, self._slotting, taking, waiter))
             if held.wait_s > 0:  # the rate permit's wait, the slot held
-                await sleep_async(held.wait_s)
+                await self.clock.sleep_async(held.wait_s)
             return held
         except BaseException:
             if held is not None:  # interrupted in the rate's wait: give the slot back
@@ -414,7 +413,7 @@ class AsyncGatewayLimiter(AsyncShell):
             await self._ask_backend(self._begin(url, permits, timeout, key, priority=priority))
         )[0]
         if (wait_s := allowed_wait_s(verdict)) > 0:
-            await sleep_async(wait_s)
+            await self.clock.sleep_async(wait_s)
         return verdict.allowed
 
     async def decide(
@@ -431,7 +430,7 @@ class AsyncGatewayLimiter(AsyncShell):
         begun = self._begin(url, permits, timeout, key, priority=priority)
         outcome = await self._ask_backend(begun)
         if (wait_s := allowed_wait_s(outcome[0])) > 0:
-            await sleep_async(wait_s)
+            await self.clock.sleep_async(wait_s)
         return self._decision(outcome, timeout, permits, priority)
 
     async def acquire(
@@ -450,7 +449,7 @@ class AsyncGatewayLimiter(AsyncShell):
         begun = self._begin(url, permits, None, key, forever=True, priority=priority)
         wait_s = self._acquired(url, permits, await self._ask_backend(begun))
         if wait_s > 0:
-            await sleep_async(wait_s)
+            await self.clock.sleep_async(wait_s)
         return wait_s
 
     async def pushback(

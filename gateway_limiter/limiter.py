@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
@@ -36,13 +35,13 @@ from gateway_limiter.concurrency import (
     blocking,
     event_loop,
     shielded,
-    sleep,
     spawn,
 )
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.core import steps
+from gateway_limiter.core.clock import microseconds
 from gateway_limiter.core.decision import Decision
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.core.pipeline import (
@@ -89,9 +88,8 @@ class Shell(LimiterCore):
     _heartbeats: Repeating | None
     _renewer: Repeating
 
-    @staticmethod
-    def _in_process() -> MemoryBackend:
-        return MemoryBackend()
+    def _in_process(self) -> MemoryBackend:
+        return MemoryBackend(clock=microseconds(self.clock), wall=self.clock.time)
 
     def _open_backend(self, settings: Settings) -> bool:
         self.backend = open_backend(settings)
@@ -166,13 +164,14 @@ class Shell(LimiterCore):
 
     def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
         lease_id = self._slotting.leases.new_id()
-        taking = Taking(rule, key, lease_id, time.monotonic() + budget_s, budget_s)
+        clock = self.clock
+        taking = Taking(rule, key, lease_id, clock.monotonic() + budget_s, budget_s, clock=clock)
         waiter = self._slotting.waiter(lease_id, event_loop())
         held: Held | None = None
         try:
             held = self._run(take_slot(self, self._slotting, taking, waiter))
             if held.wait_s > 0:  # the rate permit's wait, the slot held
-                sleep(held.wait_s)
+                self.clock.sleep(held.wait_s)
             return held
         except BaseException:
             if held is not None:  # interrupted in the rate's wait: give the slot back
@@ -339,7 +338,7 @@ class GatewayLimiter(Shell):
         """
         verdict = (self._ask_backend(self._begin(url, permits, timeout, key, priority=priority)))[0]
         if (wait_s := allowed_wait_s(verdict)) > 0:
-            sleep(wait_s)
+            self.clock.sleep(wait_s)
         return verdict.allowed
 
     def decide(
@@ -356,7 +355,7 @@ class GatewayLimiter(Shell):
         begun = self._begin(url, permits, timeout, key, priority=priority)
         outcome = self._ask_backend(begun)
         if (wait_s := allowed_wait_s(outcome[0])) > 0:
-            sleep(wait_s)
+            self.clock.sleep(wait_s)
         return self._decision(outcome, timeout, permits, priority)
 
     def acquire(
@@ -375,7 +374,7 @@ class GatewayLimiter(Shell):
         begun = self._begin(url, permits, None, key, forever=True, priority=priority)
         wait_s = self._acquired(url, permits, self._ask_backend(begun))
         if wait_s > 0:
-            sleep(wait_s)
+            self.clock.sleep(wait_s)
         return wait_s
 
     def pushback(self, url: str, retry_after: float | None = None, key: str | None = None) -> None:

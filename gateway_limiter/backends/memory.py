@@ -1,7 +1,8 @@
 """``memory://``: the reference model in this process, behind one lock.
 
 For one process only (demos, tests, a single gateway), and the ``local`` failure
-policy's stand-in when Redis is down. The clock is this process's monotonic clock.
+policy's stand-in when Redis is down. The clock is this process's monotonic clock,
+unless the limiter was given a clock of its own (``clock``, ``wall``).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class MemoryBackend:
         settings: Settings | None = None,
         *,
         clock: Callable[[], float] = monotonic_us,
+        wall: Callable[[], float] = time.time,
         max_callers: int = MAX_CALLERS,
     ) -> None:
         # key (as in Redis, without a prefix) -> (state, expires at µs); insertion order
@@ -88,7 +90,7 @@ class MemoryBackend:
         self._clock = clock
         #: Calendar quotas follow the wall clock: its distance from ``clock``, taken once,
         #: puts their periods on ``clock``'s timeline (a stepped wall clock moves them).
-        self._wall_offset_us = time.time() * US_PER_S - clock()
+        self._wall_offset_us = wall() * US_PER_S - clock()
         self._writes = 0
 
     def reserve(

@@ -10,13 +10,13 @@ and the rest follow it back.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import ParamSpec, TypeVar
 
 from gateway_limiter.backends.base import Backend, BackendError
 from gateway_limiter.config.rules import Rule
+from gateway_limiter.core.clock import SYSTEM_CLOCK, Clock
 from gateway_limiter.core.decision import ADMIT, REFUSE
 from gateway_limiter.errors import BackendUnavailable
 from gateway_limiter.model.bucket import Verdict
@@ -66,9 +66,10 @@ class Breaker:
     goes at most once per ``OUTAGE_REPORT_SECONDS`` (with a count of the others).
     """
 
-    __slots__ = ("_lock", "_open_s", "_open_until_s", "_outages", "_reported")
+    __slots__ = ("_clock", "_lock", "_open_s", "_open_until_s", "_outages", "_reported")
 
-    def __init__(self, open_s: float) -> None:
+    def __init__(self, open_s: float, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self._open_s = open_s
         #: Monotonic seconds until which calls stay off the backend; 0.0: closed.
         self._open_until_s = 0.0
@@ -85,7 +86,7 @@ class Breaker:
         """Should this call try the backend? (True for exactly one prober per window.)"""
         if self._open_until_s == 0.0:
             return True
-        now_s = time.monotonic()
+        now_s = self._clock.monotonic()
         with self._lock:
             if now_s < self._open_until_s:
                 return False
@@ -104,7 +105,7 @@ class Breaker:
                         one_line(str(error)),
                         held_back(held),
                     )
-            self._open_until_s = time.monotonic() + self._open_s
+            self._open_until_s = self._clock.monotonic() + self._open_s
 
     def succeeded(self) -> bool:
         """The backend answered: close (log once). True for the one call that closed it."""

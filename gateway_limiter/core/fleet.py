@@ -25,10 +25,10 @@ and says so once.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import socket
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from importlib import metadata
@@ -38,6 +38,7 @@ from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.fleet import Heartbeat, encode_demand, encode_member, encode_tallies
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
+from gateway_limiter.core.clock import SYSTEM_CLOCK, Clock
 from gateway_limiter.observe.logs import log
 
 #: A member is dead once it has missed this many heartbeats in a row (one late beat on
@@ -57,8 +58,10 @@ DEMAND_FLOOR: Final = 0.01
 DEMAND_WEIGHT: Final = 0.5
 
 
+@functools.cache
 def package_version() -> str:
-    """The installed gateway-limiter's version ("unknown" when run from a bare tree)."""
+    """The installed gateway-limiter's version ("unknown" when run from a bare tree);
+    read once (a metadata lookup costs milliseconds, every limiter built asks)."""
     try:
         return metadata.version("gateway-limiter")
     except metadata.PackageNotFoundError:
@@ -138,6 +141,7 @@ class Fleet:
     __slots__ = (
         "_admitted",
         "_beat_at",
+        "_clock",
         "_counted",
         "_estimate",
         "_scaled",
@@ -153,7 +157,8 @@ class Fleet:
         "ttl_ms",
     )
 
-    def __init__(self, settings: Settings, shared: bool) -> None:
+    def __init__(self, settings: Settings, shared: bool, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self.heartbeat_s = settings.fleet_heartbeat
         self.ttl_ms = math.ceil(settings.fleet_heartbeat * DEAD_AFTER_BEATS * 1000)
         #: The ``fleet_size`` setting: N until Redis has answered once (0: unknown).
@@ -161,7 +166,7 @@ class Fleet:
         #: N as Redis last answered; None until it has. ``memory://`` is its own fleet.
         self.seen: int | None = None if shared else 1
         self.member = encode_member(
-            socket.gethostname(), os.getpid(), time.time(), package_version(), self.ttl_ms
+            socket.gethostname(), os.getpid(), clock.time(), package_version(), self.ttl_ms
         )
         self._scaled: dict[Rule, tuple[float, Rule]] = {}
         self._warned = False
@@ -170,7 +175,7 @@ class Fleet:
         self._counted: dict[str, int] = {}
         #: url -> calls per second, smoothed (the heartbeat's own).
         self._estimate: dict[str, float] = {}
-        self._beat_at = time.monotonic()
+        self._beat_at = clock.monotonic()
         #: url -> this process's claim (0 to 1) as Redis last answered; empty until then.
         self.claims: dict[str, float] = {}
         #: url -> (its rule, permits this process admitted in-process in this outage)
@@ -180,7 +185,7 @@ class Fleet:
         #: Permits charged to the shared buckets after outages, in all.
         self.charged = 0
         #: This process's calls per interface, sent with each heartbeat (the console).
-        self.tallies = Tallies()
+        self.tallies = Tallies(clock)
 
     def admitted_alone(self, rule: Rule, permits: int) -> None:
         """The failure policy admitted ``permits`` of ``rule`` in this process (not per
@@ -219,7 +224,7 @@ class Fleet:
         heartbeat reports it: decisions per second since the last one (read off
         ``tallies``, the one counter on the decision path), smoothed, at least
         ``DEMAND_FLOOR``. Called by the one heartbeat thread or task."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         elapsed = max(now - self._beat_at, 1e-3)
         self._beat_at = now
         counted = self.tallies.decided()
@@ -293,12 +298,13 @@ class Tallies:
     since the previous heartbeat, for the fleet's live numbers in the console.
     """
 
-    __slots__ = ("_last", "_last_s", "counts")
+    __slots__ = ("_clock", "_last", "_last_s", "counts")
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self.counts: dict[str, list[int]] = {}
         self._last: dict[str, tuple[int, ...]] = {}
-        self._last_s = time.monotonic()
+        self._last_s = clock.monotonic()
 
     def add(self, url: str, allowed: bool, waited: bool) -> None:
         """Count one decision on ``url``."""
@@ -319,7 +325,7 @@ class Tallies:
     def since_last(self, factors: dict[str, float]) -> str:
         """The rates per second since the last call (``encode_tallies``), with the
         effective factors after pushback below 1."""
-        now_s = time.monotonic()
+        now_s = self._clock.monotonic()
         span_s = max(now_s - self._last_s, 1e-3)
         now = {url: tuple(c) for url, c in list(self.counts.items())}
         rates = {}

@@ -47,7 +47,6 @@ from __future__ import annotations
 import math
 import struct
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
@@ -63,6 +62,7 @@ from gateway_limiter.backends.scripts import (
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule
+from gateway_limiter.core.clock import SYSTEM_CLOCK, Clock
 from gateway_limiter.core.decision import Reason
 from gateway_limiter.core.steps import Ask, Await, Reserve, Send, Steps, Woken, raw
 from gateway_limiter.model.bucket import US_PER_S, Verdict
@@ -194,6 +194,7 @@ class Leases:
 
     __slots__ = (
         "_carried",
+        "_clock",
         "_held",
         "_lock",
         "_prefix",
@@ -205,7 +206,8 @@ class Leases:
         "refills",
     )
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self._prefix = prefix
         self._lock = threading.Lock()
         self._held: dict[str, Lease] = {}
@@ -347,7 +349,7 @@ class Leases:
         except BackendError:
             self.failed(rule)
             raise
-        arrived_s = time.monotonic()
+        arrived_s = self._clock.monotonic()
         left = max(0, granted - permits) if verdict.allowed else 0
         size = lease_size(rule, permits)
         woken: list[Callable[[], None]] = []
@@ -402,7 +404,7 @@ class Leases:
     def reloaded(self, snapshot: Snapshot, now_s: float | None = None) -> None:
         """A reload: leases of rules it replaced are carried to the next lease of the
         same bucket, or queued to be handed back (dropped when too old for either)."""
-        now_s = time.monotonic() if now_s is None else now_s
+        now_s = self._clock.monotonic() if now_s is None else now_s
         woken: list[Callable[[], None]] = []
         with self._lock:
             for url, lease in list(self._held.items()):
@@ -428,7 +430,7 @@ class Leases:
     def returns(self, closing: bool = False, now_s: float | None = None) -> Sequence[ScriptCall]:
         """The ``lease.lua`` calls that hand back what is waiting to be (``closing``:
         every lease held too, which ends them); what is too old by now is dropped."""
-        now_s = time.monotonic() if now_s is None else now_s
+        now_s = self._clock.monotonic() if now_s is None else now_s
         woken: list[Callable[[], None]] = []
         with self._lock:
             waiting, self._returns = self._returns, []
@@ -474,7 +476,7 @@ def from_lease(
     The local refusals of plain rows do not apply: another process handing back its
     lease makes the interface free sooner than a reply said.
     """
-    now_s = time.monotonic()
+    now_s = core.clock.monotonic()
     verdict = leases.take(rule, permits, budget_s, now_s)
     if verdict is not None:
         return core._settled(rule, verdict, Reason.ADMITTED if verdict.allowed else Reason.LIMITED)

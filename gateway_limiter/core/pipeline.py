@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
@@ -30,6 +29,7 @@ from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.config.reload import Registry, ReloadSummary, Snapshot
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.config.settings import Settings, load_settings, warn_fractions
+from gateway_limiter.core.clock import SYSTEM_CLOCK, Clock
 from gateway_limiter.core.decision import ADMIT, REFUSE, Decision, Reason, decision_of
 from gateway_limiter.core.failure import Breaker, FailurePolicy, Policy, script_fault
 from gateway_limiter.core.fleet import Fleet
@@ -325,6 +325,7 @@ class LimiterBase:
         "_source",
         "_started",
         "_tally",
+        "clock",
         "policy",
         "registry",
         "settings",
@@ -334,15 +335,22 @@ class LimiterBase:
     _NOT_STARTED: ClassVar[str] = "call start() first"
 
     def __init__(self, settings: Settings | str | Path | None = None, **overrides: Any) -> None:
+        # ``clock=`` (not a setting): where every moment of a decision is read and how its
+        # waits are slept (``core/clock.py``); taken from the keywords so that settings
+        # passed as ``**dict`` keep type-checking
+        clock = overrides.pop("clock", SYSTEM_CLOCK)
+        if not isinstance(clock, Clock):
+            raise TypeError(f"clock must be a Clock, got {type(clock).__name__}")
+        self.clock: Clock = clock
         self.settings = chosen = settings_from(settings, overrides)
         shared = self._open_backend(chosen)
         self.registry = Registry(chosen)  # no I/O until the first reload
         self.policy = Policy(chosen.on_backend_error, self._in_process)
-        self._breaker = Breaker(chosen.breaker_seconds)
+        self._breaker = Breaker(chosen.breaker_seconds, clock)
         self._shared = shared
         self._started = False
         self._fallbacks = 0
-        self._fleet = Fleet(chosen, shared)
+        self._fleet = Fleet(chosen, shared, clock)
         self._tally = self._fleet.tallies.add  # every decision: bound once
         self._metrics = open_metrics(chosen)
         self._outcomes = Outcomes(self._metrics)
@@ -365,7 +373,7 @@ class LimiterBase:
         #: leases of lease rows; memory:// decides in-process already and takes none
         self._leases: Leases | None = None
         if shared:
-            leases = self._leases = Leases(chosen.key_prefix)
+            leases = self._leases = Leases(chosen.key_prefix, clock)
             self.registry.listeners.append(lambda _: leases.reloaded(self.registry.snapshot))
 
     @classmethod
@@ -377,8 +385,7 @@ class LimiterBase:
         """Open this limiter's backend (no I/O yet); whether its state is shared."""
         raise NotImplementedError
 
-    @staticmethod
-    def _in_process() -> Backend:
+    def _in_process(self) -> Backend:
         """Fresh in-process state for the failure policy (the shell's ``memory://``)."""
         raise NotImplementedError
 
@@ -523,7 +530,7 @@ class LimiterCore(LimiterBase):
         if refusals is None:
             asked = None
         else:
-            now_s = time.monotonic()
+            now_s = self.clock.monotonic()
             if budget_s is not None and not self._breaker.is_open:
                 refused = refusals.refusal(rule, key, budget_s, now_s)
                 if refused is not None:  # the backend would refuse too: no round trip
@@ -569,23 +576,25 @@ class LimiterCore(LimiterBase):
         nothing ahead (only critical reserves future permits), so while its budget
         allows it waits, reserving nothing, until the reply said its class could go,
         and asks again."""
-        began = time.monotonic()
+        began = self.clock.monotonic()
         while True:
             reply = yield Reserve(ask)
             if isinstance(reply, BackendError) or reply.allowed:
                 return self._finish(ask, reply)
             wait_s = reply.wait_us / US_PER_S
-            left_s = None if ask.budget_s is None else ask.budget_s - (time.monotonic() - began)
+            left_s = (
+                None if ask.budget_s is None else ask.budget_s - (self.clock.monotonic() - began)
+            )
             if math.isinf(wait_s) or (left_s is not None and wait_s > left_s):
                 return self._finish(ask, reply)
             yield Await(Woken(), wait_s)
             budget_s = (
                 None
                 if ask.budget_s is None
-                else max(0.0, ask.budget_s - (time.monotonic() - began))
+                else max(0.0, ask.budget_s - (self.clock.monotonic() - began))
             )
             ask = Ask(ask.rule, ask.permits, budget_s, ask.key, ask.asked, priority=ask.priority)
-            began = time.monotonic()
+            began = self.clock.monotonic()
 
     def _decision(
         self,
@@ -694,7 +703,7 @@ class LimiterCore(LimiterBase):
         if rule.lease_ms and self._leases is not None:
             self._leases.drop(url)  # the supplier said stop: this process stops now
         refusals = self._local_refusals
-        asked = None if refusals is None else (time.monotonic(), refusals.generation)
+        asked = None if refusals is None else (self.clock.monotonic(), refusals.generation)
         return Push(rule, retry_after, key, asked)
 
     def _pushed(self, push: Push, reply: tuple[float, float] | BackendError) -> None:

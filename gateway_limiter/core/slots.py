@@ -53,6 +53,7 @@ from gateway_limiter.backends.slots import (
 )
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
+from gateway_limiter.core.clock import SYSTEM_CLOCK, Clock
 from gateway_limiter.core.decision import Decision, Reason
 from gateway_limiter.core.failure import FailurePolicy
 from gateway_limiter.core.pipeline import LimiterCore, Outcome, allowed_wait_s
@@ -358,16 +359,18 @@ class Taking:
     placed: bool = False
     #: counted in the metrics as a call that had to wait
     waited: bool = False
+    #: the limiter's clock, which ``deadline`` is on
+    clock: Clock = SYSTEM_CLOCK
 
     def remaining(self) -> float:
         """Seconds left of the wait budget."""
-        return max(0.0, self.deadline - time.monotonic())
+        return max(0.0, self.deadline - self.clock.monotonic())
 
     def _queued_s(self) -> float:
         """Seconds this call has waited for its slot so far (0 when it never queued)."""
         if not self.waited:
             return 0.0
-        return max(0.0, time.monotonic() - (self.deadline - self.budget_s))
+        return max(0.0, self.clock.monotonic() - (self.deadline - self.budget_s))
 
     def _refused(self, decision: Decision, no_slot: bool) -> Refused:
         return refused(self.rule.url, self.rule.max_concurrent, decision, self.budget_s, no_slot)

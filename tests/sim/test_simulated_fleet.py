@@ -1,0 +1,144 @@
+"""The simulated fleet: random rows, calls and faults against many real engines.
+
+Every scenario is seeded: ``GWL_SIM_SCENARIOS`` scenarios (default 2,000) from seed
+``GWL_SIM_SEED`` (default 0) run in the normal test run; a long run is
+``GWL_SIM_SCENARIOS=100000 GWL_SIM_SEED=$RANDOM .venv/bin/python -m pytest -q tests/sim``.
+A scenario that breaks a promise is shrunk and printed as a test to paste here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gateway_limiter.config.rules import Rule
+from tests.support.sim import (
+    Checker,
+    Run,
+    Scenario,
+    SimClock,
+    Step,
+    Violation,
+    World,
+    _hold,
+    as_test,
+    fails,
+    scenario,
+    shrink,
+)
+
+SCENARIOS = int(os.environ.get("GWL_SIM_SCENARIOS", "2000"))
+FIRST_SEED = int(os.environ.get("GWL_SIM_SEED", "0"))
+CHUNKS = 8
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Iterator[None]:
+    """The engines log every outage and skipped row: thousands of lines, none read here."""
+    logging.disable(logging.CRITICAL)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_every_promise_holds_in_random_scenarios(chunk: int) -> None:
+    seeds = range(FIRST_SEED + chunk, FIRST_SEED + SCENARIOS, CHUNKS)
+    for seed in seeds:
+        sc = scenario(seed)
+        message = fails(sc)
+        if message is None:
+            continue
+        small = shrink(sc)
+        pytest.fail(
+            f"seed {seed}: {message}\nshrunk to a test to paste:\n"
+            f"{as_test(small, fails(small) or message)}",
+            pytrace=False,
+        )
+
+
+def test_scenarios_are_reproducible() -> None:
+    """The same seed makes the same scenario and the same admissions."""
+    for seed in (1, 17, 40):
+        assert scenario(seed) == scenario(seed)
+        runs = []
+        for _ in range(2):
+            run = Run(scenario(seed))
+            run.run(Checker())
+            runs.append([(a.at, a.process, a.url, a.permits, a.by_store) for a in run.admissions])
+            run.close()
+        assert runs[0] == runs[1]
+        assert runs[0], "a scenario that admits nothing checks nothing"
+
+
+def test_the_clock_is_the_simulated_one() -> None:
+    """No real sleep: a scenario of seconds of waits runs in a fraction of a second,
+    and the waits are on the world's timeline."""
+    sc = Scenario(
+        seed=0,
+        processes=[0.0, 1.5],
+        policy="share",
+        rows=[{"config_id": 1, "interface_url": "/a", "rate_limit": 2, "cache": 5.0, "status": 1}],
+        steps=[
+            Step(
+                0.1,
+                "call",
+                {
+                    "p": p,
+                    "op": "acquire",
+                    "url": "/a",
+                    "permits": 1,
+                    "timeout": None,
+                    "key": None,
+                    "n": 10,
+                },
+            )
+            for p in (0, 1)
+        ],
+    )
+    began = time.perf_counter()
+    run = Run(sc)
+    run.run(Checker())
+    run.close()
+    assert time.perf_counter() - began < 2.0
+    waits = sorted(a.at for a in run.admissions)
+    assert len(waits) == 20
+    assert waits[-1] > 8.0  # 20 permits at 2/s, 2 saved: about 9 s of waits
+    clock = SimClock(World(), 2.5)
+    assert clock.time() - clock.monotonic() == pytest.approx(1_767_571_200.0 - 1_000.0)
+
+
+def test_the_checker_catches_a_bucket_over_its_bound() -> None:
+    """C + R x T over every span: 3 permits at once on a bucket of 2 at 1/s breaks it."""
+    rule = Rule("/a", 1, 0.0, 1, capacity=2)
+    _hold(rule, [(0.0, 1), (0.5, 1), (1.0, 1), (2.0, 1)], 1.0, 0.0, "ok")
+    with pytest.raises(Violation):
+        _hold(rule, [(0.0, 2), (0.5, 1), (0.6, 1)], 1.0, 0.0, "over")
+    window = Rule("/a", 3, 0.0, 1, algorithm="sliding_window")
+    _hold(window, [(0.0, 3), (1.0, 3)], 1.0, 0.0, "ok")
+    with pytest.raises(Violation):
+        _hold(window, [(0.0, 2), (0.9, 2)], 1.0, 0.0, "over")
+
+
+def test_a_failing_scenario_shrinks_and_prints_a_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broken promise (here every call "takes too long": the real-time ceiling set
+    below zero) shrinks to one step and prints as a test that runs."""
+    from tests.support import sim
+
+    sc = scenario(5)
+    assert fails(sc) is None
+    monkeypatch.setattr(sim, "CALL_REAL_S", -1.0)
+    message = fails(sc)
+    assert message is not None and "of real time" in message
+    small = shrink(sc)
+    assert len(small.steps) == 1 and small.steps[0].what == "call"
+    assert len(small.rows) <= 1
+    assert small.steps[0].args["p"] == len(small.processes) - 1 or len(small.processes) == 1
+    text = as_test(small, message)
+    namespace: dict[str, object] = {}
+    exec(compile("from tests.support.sim import *\n" + text, "pasted", "exec"), namespace)
+    with pytest.raises(Violation):
+        namespace[f"test_simulated_fleet_seed_{small.seed}"]()  # type: ignore[operator]

@@ -1,0 +1,1079 @@
+"""A simulated fleet: many processes' real engines against one simulated store.
+
+Each process is a real ``GatewayLimiter`` (its ``LimiterCore``, its failure policy and
+breaker, its fleet membership, its local refusals, its shell) given a ``SimClock``: one
+timeline for the whole world, each process's clocks skewed by its own amount, and no
+real sleep (a wait a caller honours is recorded: the call goes ahead at its moment). The
+store is the Python model of the scripts (``MemoryBackend``'s reference model, which
+the suite pins to the Lua bit for bit) on the world's clock, shared by every process,
+with the fleet's heartbeat script ported beside it. Nothing runs on a thread: the
+scenario is a list of steps carried out in order, so a seed reproduces it exactly.
+
+Faults: the store unreachable (refused at once), slow (the reply comes after the read
+deadline: the script ran, the caller fell back), paused (every call times out),
+restarted empty, a failover that loses the writes of its last ``lag`` seconds, the
+database away (reloads keep the last good snapshot), rows and the switch edited.
+
+``check`` holds the promises of docs/design.md over what happened: see ``Checker``.
+A failing scenario is shrunk (``shrink``) and printed as a test to paste (``as_test``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, cast
+
+from gateway_limiter import GatewayLimiter
+from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.fleet import Heartbeat
+from gateway_limiter.backends.memory import MemoryBackend
+from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.backends.state import caller_part, state_key
+from gateway_limiter.config.reload import Snapshot
+from gateway_limiter.config.rules import Rule, build_rules
+from gateway_limiter.config.settings import Settings
+from gateway_limiter.config.table import ConfRow
+from gateway_limiter.core.decision import Reason
+from gateway_limiter.core.failure import attempt
+from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, Refused
+from gateway_limiter.model.bucket import US_PER_S, Verdict
+from gateway_limiter.model.limits import LimitState
+from gateway_limiter.model.pushback import PushbackState
+
+#: The world's wall clock at its time 0 (a Monday, 00:00 UTC).
+EPOCH_S = 1_767_571_200.0
+#: What Redis takes as a key's expiry: the scripts pass it as a Lua number, printed
+#: with 14 significant digits; a larger one is no integer to PEXPIRE.
+REDIS_EXPIRY_MS = 1e14
+#: The most list entries one script call may write before it costs Redis more than a
+#: few milliseconds (a sliding window writes one per permit).
+SCRIPT_ENTRIES = 10_000
+#: A decision that takes longer than this in real time costs the process too much.
+CALL_REAL_S = 1.0
+#: ``time.sleep`` refuses a wait it cannot convert (OverflowError).
+SLEEP_MOST_S = 9.2e9
+
+
+class SimClock:
+    """A process's clocks on the world's timeline: ``skew_s`` ahead (or behind); a
+    sleep is recorded on the call in progress, never slept."""
+
+    __slots__ = ("_world", "skew_s", "slept")
+
+    def __init__(self, world: World, skew_s: float) -> None:
+        self._world = world
+        self.skew_s = skew_s
+        self.slept = 0.0
+
+    def monotonic(self) -> float:
+        return 1_000.0 + self._world.now + self.skew_s
+
+    def time(self) -> float:
+        return EPOCH_S + self._world.now + self.skew_s
+
+    def sleep(self, seconds: float) -> None:
+        if not 0 <= seconds <= SLEEP_MOST_S:  # as time.sleep would
+            raise OverflowError("sleep length is too large")
+        self.slept += seconds
+
+    async def sleep_async(self, seconds: float) -> None:
+        self.sleep(seconds)
+
+
+class Unreachable(BackendError):
+    """The simulated store cannot be reached (as a refused connection or a timeout)."""
+
+
+@dataclass
+class Fleet:
+    """The state ``HEARTBEAT_LUA`` keeps (``backends/fleet.py``), ported."""
+
+    members: dict[str, float] = field(default_factory=dict)  # member -> dies at ms
+    claims: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+    totals: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    def copy(self) -> Fleet:
+        return Fleet(
+            dict(self.members),
+            {m: dict(c) for m, c in self.claims.items()},
+            defaultdict(float, self.totals),
+        )
+
+    def _release(self, member: str) -> None:
+        for url, (d, c) in self.claims.pop(member, {}).items():
+            self.totals["d:" + url] -= d
+            self.totals["c:" + url] -= c
+
+    def beat(self, now_ms: float, member: str, ttl_ms: int, demand: str) -> Heartbeat:
+        for m in [m for m, dies in self.members.items() if dies <= now_ms]:
+            self._release(m)
+            del self.members[m]
+        self._release(member)
+        if ttl_ms <= 0:
+            self.members.pop(member, None)
+            return Heartbeat(len(self.members), {})
+        self.members[member] = now_ms + ttl_ms
+        claims: dict[str, float] = {}
+        if demand:
+            wanted: dict[str, float] = json.loads(demand)
+            reporters = len(self.claims) + 1
+            scale = max(1.0, len(self.members) / reporters)
+            total = {}
+            for url, d in wanted.items():
+                self.totals["d:" + url] += d
+                total[url] = self.totals["d:" + url] * scale
+            mine = {}
+            for url, d in wanted.items():
+                taken = self.totals["c:" + url]
+                want = 0.95 * d / total[url] if total[url] > 0 else 0.0
+                c = max(0.0, math.floor(min(want, 1 - taken - 1e-9) * 1e6) / 1e6)
+                self.totals["c:" + url] += c
+                mine[url] = (d, c)
+                claims[url] = c
+            self.claims[member] = mine
+        return Heartbeat(len(self.members), claims)
+
+
+def key_slot(key: str) -> int:
+    """The Redis Cluster slot of ``key`` (CRC16 of its hash tag, as Redis picks it)."""
+    raw = key.encode("utf-8", "surrogatepass")
+    start = raw.find(b"{")
+    if start >= 0:
+        end = raw.find(b"}", start + 1)
+        if end > start + 1:
+            raw = raw[start + 1 : end]
+    crc = 0
+    for byte in raw:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+        crc &= 0xFFFF
+    return crc % 16384
+
+
+class World:
+    """The timeline, the shared store and its faults, and what the checker needs."""
+
+    def __init__(self, prefix: str = "sim") -> None:
+        self.now = 0.0
+        self.prefix = prefix
+        self.store = MemoryBackend(
+            clock=lambda: self.now * US_PER_S, wall=lambda: EPOCH_S + self.now
+        )
+        self.fleet = Fleet()
+        self.down = False  # refused at once
+        self.paused = False  # every call times out (the script does not run)
+        self.slow = False  # replies come after the read deadline (the script ran)
+        #: (time, store dicts, fleet) a few moments back: what a replica holds
+        self.history: list[tuple[float, dict[str, Any], dict[str, Any], Fleet]] = []
+        #: promises the store itself sees broken (a script error, keys in two slots)
+        self.violations: list[str] = []
+        #: (time, what) of every fault, for the checker's allowances
+        self.events: list[tuple[float, str]] = []
+
+    @property
+    def reachable(self) -> bool:
+        return not (self.down or self.paused or self.slow)
+
+    def remember(self) -> None:
+        """Keep the store as a replica might hold it now (for a failover later)."""
+        self.history.append(
+            (self.now, dict(self.store._shared), dict(self.store._callers), self.fleet.copy())
+        )
+        if len(self.history) > 64:
+            del self.history[:32]
+
+    def restart_empty(self) -> None:
+        self.store.close()
+        self.fleet = Fleet()
+        self.events.append((self.now, "restart"))
+
+    def failover(self, lag_s: float) -> None:
+        """A replica promoted with what it had ``lag_s`` ago: later writes are lost."""
+        older = [h for h in self.history if h[0] <= self.now - lag_s]
+        if not older:
+            return self.restart_empty()
+        at, shared, callers, fleet = older[-1]
+        self.store._shared, self.store._callers, self.fleet = (
+            dict(shared),
+            dict(callers),
+            fleet.copy(),
+        )
+        self.events.append((at, "failover"))
+        self.events.append((self.now, "promoted"))
+        return None
+
+    def call(self, keys: list[str], run: Callable[[], Any]) -> Any:
+        """One script call on ``keys``: faults first, then the model, then what Redis
+        would refuse of what it wrote."""
+        if self.down or self.paused:
+            raise Unreachable("simulated store unreachable")
+        if len({key_slot(k) for k in keys}) > 1:
+            self.violations.append(
+                f"at {self.now:.3f}: one call's keys in two Cluster slots: {keys}"
+            )
+            raise BackendError(
+                "ResponseError: CROSSSLOT Keys in request don't hash to the same slot"
+            )
+        store = self.store
+        before = (dict(store._shared), dict(store._callers))
+        try:
+            answer = run()
+        except Exception as e:  # the script failed on what it was given
+            store._shared, store._callers = before
+            self.violations.append(f"at {self.now:.3f}: a script failed: {e!r}")
+            raise BackendError(f"ResponseError: Error running script: @user_script:1: {e!r}") from e
+        now_us = self.now * US_PER_S
+        for states, old in zip((store._shared, store._callers), before, strict=True):
+            for key, (state, until_us) in states.items():
+                if old.get(key, (None,))[0] is state:
+                    continue
+                if (until_us - now_us) / 1000.0 >= REDIS_EXPIRY_MS:
+                    store._shared, store._callers = before
+                    self.violations.append(
+                        f"at {self.now:.3f}: an expiry Redis refuses ({until_us - now_us:.3g} µs)"
+                    )
+                    raise BackendError(
+                        "ResponseError: Error running script: @user_script:1: "
+                        "ERR value is not an integer or out of range"
+                    )
+                written = getattr(state, "total", 0) - getattr(old.get(key, (None,))[0], "total", 0)
+                if written > SCRIPT_ENTRIES:
+                    self.violations.append(
+                        f"at {self.now:.3f}: one call wrote {written} window entries"
+                    )
+        if self.slow:  # it ran, but the reply comes too late
+            raise Unreachable("simulated store: read timed out")
+        return answer
+
+
+def _keys(world: World, rule: Rule, caller: str | None) -> list[str]:
+    return [
+        state_key(world.prefix, r) + (caller_part(caller) if r.per_caller else "")
+        for r in rule.limits
+    ]
+
+
+class SimBackend:
+    """One process's view of the world's store (``Backend``)."""
+
+    shared = True
+    client = None
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def reserve(
+        self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
+    ) -> Verdict:
+        world = self.world
+        verdict: Verdict = world.call(
+            _keys(world, rule, caller),
+            lambda: world.store.reserve(rule, permits, timeout, caller),
+        )
+        return verdict
+
+    def pushback(
+        self, rule: Rule, retry_after: float | None, caller: str | None = None
+    ) -> tuple[float, float]:
+        world = self.world
+        answer: tuple[float, float] = world.call(
+            _keys(world, rule, caller), lambda: world.store.pushback(rule, retry_after, caller)
+        )
+        return answer
+
+    def peek(self, rule: Rule) -> tuple[LimitState | None, float]:
+        return self.world.store.peek(rule)
+
+    def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
+        return self.world.store.peek_pushback(rule)
+
+    def prepare(self) -> None:
+        if not self.world.reachable:
+            raise Unreachable("simulated store unreachable")
+
+    def script(self, call: ScriptCall) -> Any:
+        # slot.lua and lease.lua have no Python model: scenarios send them only while
+        # the store is away, where the failure policy decides in-process.
+        raise Unreachable(f"simulated store: {call.name} while away")
+
+    def heartbeat(
+        self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
+    ) -> Heartbeat:
+        world = self.world
+        if not world.reachable:
+            raise Unreachable("simulated store unreachable")
+        return world.fleet.beat(world.now * 1000.0, member, ttl_ms, demand)
+
+    def members(self) -> tuple[list[tuple[str, float]], float]:
+        return list(self.world.fleet.members.items()), self.world.now * 1000.0
+
+    def close(self) -> None:
+        pass
+
+
+class SimLimiter(GatewayLimiter):
+    """The threaded shell, on the world's store and a clock of its own."""
+
+    world: World
+
+    def _open_backend(self, settings: Settings) -> bool:
+        super()._open_backend(settings)  # memory://: nothing opened
+        self.backend = SimBackend(self.world)
+        return True
+
+
+# --- scenarios ------------------------------------------------------------------------
+
+URLS = ("/a", "/b", "}c{", "/d")
+CHANNEL = "SUP"
+KEYS = (None, "bad", "vip", "k1", "{x}", "ü\x00")
+
+
+@dataclass
+class Step:
+    """One thing that happens at ``at`` seconds: a call, a fault, an edit, a tick."""
+
+    at: float
+    what: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"Step({self.at!r}, {self.what!r}, {self.args!r})"
+
+
+@dataclass
+class Scenario:
+    seed: int
+    processes: list[float]  # each process's clock skew (s)
+    policy: str
+    rows: list[dict[str, Any]]
+    steps: list[Step]
+    breaker_s: float = 1.0
+    heartbeat_s: float = 1.0
+    reload_s: float = 1.0
+
+
+def _row(rnd: random.Random, config_id: int, url: str) -> dict[str, Any]:
+    algorithm = rnd.choice(
+        ("token_bucket", "token_bucket", "warm_up", "sliding_window", "fixed_window")
+    )
+    rate = rnd.choice((1, 2, 3, 5, 10, 25, 100, 1000, 1_000_000))
+    row: dict[str, Any] = {
+        "config_id": config_id,
+        "interface_url": url,
+        "rate_limit": rate,
+        "cache": rnd.choice((None, 0.0, 0.5, 2.0)),
+        "status": rnd.choice((1, 1, 1, 1, 0)),
+        "algorithm": algorithm,
+        "period_seconds": rnd.choice((1, 1, 1, 2, 10)),
+    }
+    if algorithm == "token_bucket" and rnd.random() < 0.3:
+        row["max_permits"] = rnd.choice((1, rate, 3 * rate))
+    if algorithm == "warm_up":
+        row["warmup_period"] = rnd.choice((0.5, 3.0, 1e-305))
+    if rnd.random() < 0.25:
+        row["per_caller"] = 1
+        if rnd.random() < 0.5:
+            row["caller_key"] = rnd.choice(KEYS[1:])
+    if rnd.random() < 0.1:
+        row["shadow"] = 1
+    if rnd.random() < 0.2:
+        row["max_concurrent"] = rnd.choice((1, 2, 5))
+    return row
+
+
+def scenario(seed: int, length_s: float = 3.0) -> Scenario:
+    """A random scenario: rows over every column, calls over every argument, faults."""
+    rnd = random.Random(seed)
+    side = random.Random(~seed)
+    processes = [rnd.choice((0.0, 0.0, rnd.uniform(-3, 3))) for _ in range(rnd.randint(1, 4))]
+    policy = rnd.choice(("share", "share", "share", "local", "allow", "deny"))
+    urls = rnd.sample(URLS, rnd.randint(1, len(URLS)))
+    rows: list[dict[str, Any]] = []
+    for url in urls:
+        for _ in range(rnd.choice((1, 1, 1, 2))):
+            rows.append(_row(rnd, len(rows) + 1, url))
+    if rnd.random() < 0.4:  # a channel cap over some of them
+        rows.append(
+            {
+                "config_id": len(rows) + 1,
+                "interface_url": "*",
+                "channel_type": CHANNEL,
+                "rate_limit": rnd.choice((2, 5, 30)),
+                "cache": 0.5,
+                "status": 1,
+            }
+        )
+        for row in rows:
+            if row["interface_url"] != "*" and rnd.random() < 0.8:
+                row["channel_type"] = CHANNEL
+    steps: list[Step] = []
+    t = 0.0
+    faults = 0
+    while t < length_s:
+        t = round(t + rnd.expovariate(40.0), 4)
+        roll = rnd.random()
+        if roll < 0.03 and faults < 3:
+            faults += 1
+            kind = rnd.choice(("down", "down", "paused", "slow", "restart", "failover", "db"))
+            span = rnd.choice((0.3, 1.5, 4.0))
+            steps.append(Step(t, kind, {"for": span, "lag": rnd.choice((0.05, 0.5))}))
+        elif roll < 0.05:
+            row = rnd.choice(rows)
+            change = rnd.choice(("rate_limit", "status", "algorithm", "switch"))
+            value: Any = {
+                "rate_limit": rnd.choice((0, 1, 5, 50)),
+                "status": rnd.choice((0, 1)),
+                "algorithm": rnd.choice(("token_bucket", "sliding_window", "fixed_window")),
+                "switch": rnd.choice((True, False, True)),
+            }[change]
+            steps.append(Step(t, "edit", {"id": row["config_id"], change: value}))
+        elif roll < 0.07:
+            steps.append(
+                Step(
+                    t,
+                    "pushback",
+                    {
+                        "p": rnd.randrange(len(processes)),
+                        "url": rnd.choice(urls),
+                        "retry": rnd.choice((None, 0.2, 1.0)),
+                    },
+                )
+            )
+        elif roll < 0.12:
+            steps.append(
+                Step(
+                    t,
+                    "slot",
+                    {
+                        "p": rnd.randrange(len(processes)),
+                        "url": rnd.choice(urls),
+                        "key": rnd.choice(KEYS),
+                        "hold": rnd.choice((0.05, 0.5, 2.0)),
+                    },
+                )
+            )
+            # drawn on a second stream, so the scenarios of a seed stay as they were:
+            # several slots at once, and often as a caller some row names
+            slot = steps[-1].args
+            slot["n"] = side.choice((1, 2, 3))
+            named = [r["caller_key"] for r in rows if r.get("caller_key") is not None]
+            if named and side.random() < 0.6:
+                slot["key"] = side.choice(named)
+        else:
+            steps.append(
+                Step(
+                    t,
+                    "call",
+                    {
+                        "p": rnd.randrange(len(processes)),
+                        "op": rnd.choice(("try_acquire", "decide", "decide", "reserve", "acquire")),
+                        "url": rnd.choice((*urls, "/unlimited")),
+                        "permits": rnd.choice((1, 1, 1, 1, 2, 7, 1_000_000, 2**31 - 1)),
+                        "timeout": rnd.choice((None, None, 0, 0.05, 1.0, 1e16)),
+                        "key": rnd.choice(KEYS),
+                        "n": rnd.choice((1, 1, 2, 5)),
+                    },
+                )
+            )
+    return Scenario(seed, processes, policy, rows, steps)
+
+
+# --- running one ----------------------------------------------------------------------
+
+
+@dataclass
+class Admission:
+    """A call that went ahead: when, where, and who decided it."""
+
+    at: float
+    decided: float
+    process: int
+    url: str
+    key: str | None
+    permits: int
+    rule: Rule
+    by_store: bool
+    outage: int  # the world's outage it fell in (-1: none)
+    parts: tuple[float, float]  # the process's claim (or 1/N) and 1/N, then
+
+
+class Violation(AssertionError):
+    """A promise broken; the message says which, where and when."""
+
+
+def _documented(error: BaseException, step: Step) -> bool:
+    """An exception the docs name for this call."""
+    text = str(error)
+    if isinstance(error, (InterfaceClosed, Refused)):
+        return True
+    if isinstance(error, BackendUnavailable):
+        return True  # deny, and an acquire beyond this process's part during an outage
+    if isinstance(error, (TypeError, ValueError)) and type(error) in (TypeError, ValueError):
+        return any(text.startswith(f"{arg} must") for arg in ("url", "permits", "timeout", "key"))
+    return False
+
+
+class Run:
+    """One scenario carried out: the world, the processes, what happened."""
+
+    def __init__(self, sc: Scenario) -> None:
+        self.sc = sc
+        self.world = World()
+        self.rows = [dict(r) for r in sc.rows]
+        self.switch = True
+        self.db_away_until = -1.0
+        self.admissions: list[Admission] = []
+        #: keep the replica's history only where a failover may read it
+        self.failovers = any(s.what == "failover" for s in sc.steps)
+        self.outages: list[list[float]] = []  # [start, end] of each time the store was away
+        self.reloads: list[tuple[float, int, tuple[Any, ...]]] = []
+        self.held: list[tuple[float, int, str, ExitStack]] = []  # slots held: until, process
+        #: url -> the maxConcurrent each slot held now was taken under (None: no cap then)
+        self.in_flight: dict[str, list[int | None]] = defaultdict(list)
+        self.caps_held: list[int | None] = []
+        self.limiters: list[SimLimiter] = []
+        for i, skew in enumerate(sc.processes):
+            SimLimiter.world = self.world
+            lim = SimLimiter(
+                Settings(
+                    redis_url="memory://",
+                    database_url="sqlite://",
+                    on_backend_error=sc.policy,
+                    breaker_seconds=sc.breaker_s,
+                    fleet_heartbeat=sc.heartbeat_s,
+                    reload_interval=sc.reload_s,
+                    metrics=False,
+                    key_prefix=self.world.prefix,
+                    audit_sql_changes=False,
+                ),
+                clock=SimClock(self.world, skew),
+            )
+            lim._fleet.member = f"p{i}"
+            self.limiters.append(lim)
+        for lim in self.limiters:
+            self._start(lim)
+
+    def _start(self, lim: SimLimiter) -> None:
+        lim._starting()
+        failure = attempt(lim.backend.prepare)
+        lim._prepared(failure)
+        if failure is None:
+            self._beat(lim)
+        lim._running(self._reload(lim))
+
+    # the background work of a started limiter, carried out at its moments
+    def _beat(self, lim: SimLimiter) -> None:
+        fleet = lim._fleet
+        demand = fleet.demand(lim.registry.snapshot.rules)
+        tallies = lim._tallies()
+        lim._beat(attempt(lim.backend.heartbeat, fleet.member, fleet.ttl_ms, demand, tallies))
+        for rule, permits in lim._charges():
+            if not isinstance(attempt(lim.backend.reserve, rule, permits, None), BackendError):
+                fleet.charged += permits
+
+    def _reload(self, lim: SimLimiter) -> Any:
+        registry = lim.registry
+        if self.world.now < self.db_away_until:
+            return registry._failed(ConnectionError("simulated database away"))
+        rows = [ConfRow(**{"channel_type": None, "interface_no": None, **r}) for r in self.rows]
+        ruleset = build_rules(rows, lim.settings.default_cache, lim.settings.default_time_zone)
+        old = registry.snapshot
+        new = Snapshot(
+            rules=MappingProxyType(dict(ruleset.rules)),
+            switch=self.switch,
+            switch_source="database",
+            skipped=ruleset.skipped,
+            loaded_at=lim.clock.time(),
+            disabled=ruleset.disabled,
+            named=ruleset.named,
+            warnings=ruleset.warnings,
+        )
+        registry.snapshot = new
+        summary = registry._succeeded(old, new)
+        for listener in registry.listeners:
+            listener(summary)
+        return summary
+
+    def _table_now(self) -> tuple[Any, ...]:
+        return (tuple(tuple(sorted(r.items())) for r in self.rows), self.switch)
+
+    # --- the steps ----------------------------------------------------------------------
+
+    def run(self, check: Checker) -> None:
+        steps = sorted(self.sc.steps, key=lambda s: s.at)
+        ends: list[tuple[float, str]] = []
+        next_beat = self.sc.heartbeat_s
+        next_reload = self.sc.reload_s
+        i = 0
+        while i < len(steps) or self.held or ends:
+            at = steps[i].at if i < len(steps) else math.inf
+            # background moments and fault ends due before the next step
+            due = min(next_beat, next_reload, *(e[0] for e in ends), *(h[0] for h in self.held), at)
+            if due < at:
+                self._advance(due)
+                if due == next_beat:
+                    next_beat += self.sc.heartbeat_s
+                    for lim in self.limiters:
+                        self._beat(lim)
+                    if self.failovers:
+                        self.world.remember()
+                if due == next_reload:
+                    next_reload += self.sc.reload_s
+                    table = self._table_now()
+                    for lim in self.limiters:
+                        self._reload(lim)
+                    self.reloads.append((due, 0, table))
+                for end in [e for e in ends if e[0] <= due]:
+                    ends.remove(end)
+                    self._end_fault(end[1])
+                for held in [h for h in self.held if h[0] <= due]:
+                    self._give_back(held)
+                check.step(self)
+                continue
+            step = steps[i]
+            i += 1
+            self._advance(step.at)
+            self._do(step, ends)
+            check.step(self)
+        check.step(self)
+
+    def _advance(self, to: float) -> None:
+        to = max(to, self.world.now)
+        while self.failovers and self.world.now < to:  # the replica's history, every 0.05 s
+            self.world.now = min(to, (math.floor(self.world.now * 20 + 1e-9) + 1) / 20)
+            self.world.remember()
+        self.world.now = to
+        self._mark_outage()
+
+    def _mark_outage(self) -> None:
+        away = not self.world.reachable
+        if away and (not self.outages or self.outages[-1][1] >= 0):
+            self.outages.append([self.world.now, -1.0])
+        if not away and self.outages and self.outages[-1][1] < 0:
+            self.outages[-1][1] = self.world.now
+
+    def _end_fault(self, what: str) -> None:
+        world = self.world
+        if what == "db":
+            return
+        setattr(world, what, False)
+        self._mark_outage()
+
+    def _do(self, step: Step, ends: list[tuple[float, str]]) -> None:
+        w, a = step.what, step.args
+        world = self.world
+        if w in ("down", "paused", "slow"):
+            if not world.reachable:
+                return
+            setattr(world, w, True)
+            world.events.append((world.now, w))
+            ends.append((world.now + a["for"], w))
+            self._mark_outage()
+        elif w == "restart":
+            world.restart_empty()
+        elif w == "failover":
+            world.failover(a["lag"])
+        elif w == "db":
+            self.db_away_until = world.now + a["for"]
+        elif w == "edit":
+            if "switch" in a:
+                self.switch = a["switch"]
+            else:
+                for row in self.rows:
+                    if row["config_id"] == a["id"]:
+                        row.update({k: v for k, v in a.items() if k != "id"})
+        elif w == "pushback":
+            lim = self.limiters[a["p"]]
+            lim.pushback(a["url"], a["retry"])
+        elif w == "slot":
+            for _ in range(a.get("n", 1)):
+                self._slot(step)
+        elif w == "call":
+            for _ in range(a.get("n", 1)):
+                self._call(step)
+
+    def _route(self, lim: SimLimiter, url: str, key: str | None) -> Rule | None:
+        snapshot = lim.registry.snapshot
+        if not snapshot.switch:
+            return None
+        if key is not None and snapshot.named:
+            return snapshot.named.get((url, key)) or snapshot.rules.get(url)
+        return snapshot.rules.get(url)
+
+    def _parts(self, lim: SimLimiter, rule: Rule) -> tuple[float, float]:
+        n = lim._fleet.size
+        whole = 1.0 if n <= 1 else 1.0 / n
+        claim = lim._fleet.claims.get(rule.url)
+        if self.sc.policy != "share":
+            return 1.0, 1.0
+        return (whole if claim is None else claim), whole
+
+    def _call(self, step: Step) -> None:
+        a = step.args
+        p = a["p"]
+        lim = self.limiters[p]
+        clock = cast(SimClock, lim.clock)
+        clock.slept = 0.0
+        fallbacks = lim.backend_fallbacks
+        rule = self._route(lim, a["url"], a["key"])
+        began = time.perf_counter()
+        allowed = False
+        try:
+            if a["op"] == "try_acquire":
+                allowed = lim.try_acquire(a["url"], a["permits"], a["timeout"], a["key"])
+                reason = None
+            elif a["op"] == "decide":
+                d = lim.decide(a["url"], a["permits"], a["timeout"], a["key"])
+                allowed, reason = d.allowed, d.reason
+            elif a["op"] == "reserve":
+                v = lim.reserve(a["url"], a["permits"], a["timeout"], a["key"])
+                allowed = v.allowed
+                if allowed:
+                    clock.sleep(v.wait_us / US_PER_S)
+                reason = None
+            else:
+                lim.acquire(a["url"], a["permits"], a["key"])
+                allowed, reason = True, None
+        except Exception as e:
+            if not _documented(e, step):
+                raise Violation(f"at {self.world.now:.3f}: {a['op']}{_args(a)} raised {e!r}") from e
+            return
+        finally:
+            spent = time.perf_counter() - began
+            if spent > CALL_REAL_S:
+                raise Violation(
+                    f"at {self.world.now:.3f}: {a['op']}{_args(a)} took {spent:.2f} s of real time"
+                )
+        if not allowed or rule is None or rule.closed:
+            return
+        by_fallback = lim.backend_fallbacks > fallbacks
+        if reason is not None:
+            by_fallback = reason == Reason.BACKEND_FALLBACK
+            if reason == Reason.SHADOW or rule.shadow:
+                return
+        if rule.shadow:
+            return
+        self._admitted(p, a["url"], a["key"], a["permits"], rule, not by_fallback, clock.slept)
+
+    def _admitted(
+        self,
+        p: int,
+        url: str,
+        key: str | None,
+        permits: int,
+        rule: Rule,
+        by_store: bool,
+        wait: float,
+    ) -> None:
+        outage = len(self.outages) - 1 if self.outages else -1
+        self.admissions.append(
+            Admission(
+                self.world.now + wait,
+                self.world.now,
+                p,
+                url,
+                key,
+                permits,
+                rule,
+                by_store,
+                outage,
+                self._parts(self.limiters[p], rule),
+            )
+        )
+
+    def _slot(self, step: Step) -> None:
+        a = step.args
+        if self.world.reachable:  # no slot.lua model: slots only while the store is away
+            return
+        lim = self.limiters[a["p"]]
+        clock = cast(SimClock, lim.clock)
+        clock.slept = 0.0
+        rule = self._route(lim, a["url"], a["key"])
+        stack = ExitStack()
+        try:
+            decision = stack.enter_context(lim.slot(a["url"], 0.0, a["key"]))
+        except Exception as e:
+            stack.close()
+            if not _documented(e, step):
+                raise Violation(f"at {self.world.now:.3f}: slot{_args(a)} raised {e!r}") from e
+            return
+        cap = None if rule is None or rule.shadow else rule.max_concurrent
+        self.in_flight[a["url"]].append(cap)
+        self.caps_held.append(cap)
+        self.held.append((self.world.now + a["hold"], a["p"], a["url"], stack))
+        if rule is not None and not rule.shadow and not rule.closed and decision.allowed:
+            self._admitted(
+                a["p"],
+                a["url"],
+                a["key"],
+                1,
+                rule,
+                decision.reason != Reason.BACKEND_FALLBACK,
+                clock.slept,
+            )
+
+    def _give_back(self, held: tuple[float, int, str, ExitStack]) -> None:
+        index = self.held.index(held)
+        self.held.pop(index)
+        self.in_flight[held[2]].remove(self.caps_held.pop(index))
+        held[3].close()
+
+    def close(self) -> None:
+        for held in list(self.held):
+            with contextlib.suppress(Exception):
+                held[3].close()
+        for lim in self.limiters:
+            lim.registry.close()
+
+
+def _args(a: dict[str, Any]) -> str:
+    shown = {k: v for k, v in a.items() if k not in ("p", "op", "n")}
+    return "(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+
+
+# --- the checker ----------------------------------------------------------------------
+
+
+def _limit_keys(world: World, rule: Rule, key: str | None) -> Iterator[tuple[str, Rule]]:
+    for r in rule.limits:
+        yield state_key(world.prefix, r) + (caller_part(key) if r.per_caller else ""), r
+
+
+class Checker:
+    """The promises of docs/design.md, held after each step (``step``) and over the
+    whole run (``finish``)."""
+
+    def __init__(self) -> None:
+        self.checked = 0
+
+    def step(self, run: Run) -> None:
+        if run.world.violations:
+            raise Violation(run.world.violations[0])
+        # the breaker opens only for a store that is away
+        for p, lim in enumerate(run.limiters):
+            if not lim.backend_healthy and run.world.reachable and not run.outages:
+                raise Violation(
+                    f"at {run.world.now:.3f}: process {p}'s breaker open, the store never away"
+                )
+        # the slots this world handed out while the store was away: per interface, at
+        # most maxConcurrent, each process at least one (the policy's part, rounded up)
+        for url, held in run.in_flight.items():
+            caps = [c for c in held if c is not None]
+            if caps and len(caps) > max(caps) * len(run.limiters) and run.sc.policy != "allow":
+                raise Violation(
+                    f"at {run.world.now:.3f}: {len(caps)} slots of {url} held, "
+                    f"maxConcurrent {max(caps)}"
+                )
+        self.checked += 1
+
+    def finish(self, run: Run) -> None:
+        """Every span of every limit: the store's admissions, and each outage's."""
+        world = run.world
+        store: dict[tuple[str, tuple[Any, ...]], list[tuple[float, float, int]]] = defaultdict(list)
+        alone: dict[tuple[str, int, tuple[Any, ...]], list[tuple[float, int, int, float]]] = (
+            defaultdict(list)
+        )
+        specs: dict[tuple[Any, ...], Rule] = {}
+        for adm in run.admissions:
+            for key, r in _limit_keys(world, adm.rule, adm.key):
+                spec = (r.rate, r.period, r.burst, r.algorithm, r.warmup, r.calendar)
+                specs[spec] = r
+                if adm.by_store:
+                    store[(key, spec)].append((adm.decided, adm.at, adm.permits))
+                else:
+                    part = adm.parts[1] if r.caps_channel else adm.parts[0]
+                    alone[(key, adm.outage, spec)].append((adm.at, adm.permits, adm.process, part))
+        allowance = [t for t, what in world.events if what in ("restart", "failover", "promoted")]
+        for (key, spec), seen in store.items():
+            r = specs[spec]
+            seen.sort()
+            for segment in _split(seen, allowance):
+                _hold(r, sorted(segment), 1.0, 0.0, f"{key} decided by the store")
+        policy = run.sc.policy
+        for (key, outage, spec), apart in alone.items():
+            r = specs[spec]
+            apart.sort()
+            if policy == "deny":
+                raise Violation(f"{key}: {len(apart)} admitted under deny while the store was away")
+            if policy == "allow":
+                continue
+            # a heartbeat answered while the breaker is still open may change a process's
+            # part: its buckets at the old part and the new one both admit (a known gap,
+            # docs/reliability.md), so each distinct part counts
+            procs = {(p, part): part for _, _, p, part in apart}
+            if policy == "local":
+                for p in {p for p, _ in procs}:
+                    _hold(
+                        r,
+                        [(t, n) for t, n, q, _ in apart if q == p],
+                        1.0,
+                        0.0,
+                        f"{key} process {p} alone",
+                    )
+                continue
+            rate_part = sum(procs.values()) if procs else 1.0
+            # every process's bucket holds at least one permit, and starts empty
+            extra = sum(max(1.0, math.floor(r.most * part + 1e-9)) for part in procs.values())
+            _hold(
+                r,
+                [(t, n) for t, n, _, _ in apart],
+                max(rate_part, 1e-9),
+                extra,
+                f"{key} shared out during outage {outage} (parts {procs})",
+                shared=True,
+            )
+
+
+def _split(
+    seen: list[tuple[float, float, int]], cuts: list[float]
+) -> Iterator[list[tuple[float, int]]]:
+    """``seen`` (decided, went ahead, permits) cut where the store lost its state: each
+    part's admissions (went ahead, permits), decided between two cuts."""
+    segment: list[tuple[float, int]] = []
+    cut = iter(sorted(cuts))
+    nxt = next(cut, math.inf)
+    for decided, t, n in seen:
+        while decided >= nxt:
+            if segment:
+                yield segment
+            segment = []
+            nxt = next(cut, math.inf)
+        segment.append((t, n))
+    if segment:
+        yield segment
+
+
+def _hold(
+    r: Rule,
+    seen: list[tuple[float, int]],
+    part: float,
+    extra: float,
+    what: str,
+    shared: bool = False,
+) -> None:
+    """The admissions ``seen`` (time, permits) of limit ``r`` at ``part`` of its rate:
+    a bucket's at most C + R x T over every span; a window's at most its limit per window."""
+    if not seen:
+        return
+    if r.calendar is not None:
+        return
+    if not r.spec.window:
+        rate = r.per_second * part
+        cap = (extra if shared else r.burst) + 1e-6
+        best = -math.inf  # max over i of (R t_i - S_{i-1})
+        total = 0
+        for t, n in seen:
+            best = max(best, rate * t - total)
+            total += n
+            if total - rate * t - best > cap:
+                raise Violation(
+                    f"{what}: {r.algorithm} {r.rate}/{r.period}s (C={r.burst}): more than "
+                    f"C + R x T in a span ending at {t:.3f} (admitted {seen[:12]}...)"
+                )
+        return
+    limit = extra if shared else r.rate
+    if r.algorithm == "fixed_window":
+        limit *= 2  # a span of one period may straddle two windows
+    span = r.period - 1e-6
+    lo = 0
+    count = 0
+    for t, n in seen:
+        count += n
+        while seen[lo][0] <= t - span:
+            count -= seen[lo][1]
+            lo += 1
+        if count > limit + 1e-6:
+            raise Violation(
+                f"{what}: {r.algorithm} {r.rate}/{r.period}s: {count} admitted in one "
+                f"window ending at {t:.3f} (at most {limit:g})"
+            )
+
+
+def run_scenario(sc: Scenario) -> int:
+    """Carry ``sc`` out and check it; the steps checked. Violation when a promise broke."""
+    run = Run(sc)
+    checker = Checker()
+    try:
+        run.run(checker)
+        checker.finish(run)
+    finally:
+        run.close()
+    return checker.checked
+
+
+def fails(sc: Scenario) -> str | None:
+    try:
+        run_scenario(sc)
+    except Violation as v:
+        return str(v)
+    return None
+
+
+def shrink(sc: Scenario, budget: int = 300) -> Scenario:
+    """A smaller scenario that still fails: fewer steps, rows and processes."""
+    tries = 0
+
+    def still(candidate: Scenario) -> bool:
+        nonlocal tries
+        tries += 1
+        return fails(candidate) is not None
+
+    changed = True
+    while changed and tries < budget:
+        changed = False
+        chunk = max(1, len(sc.steps) // 2)
+        while chunk >= 1 and tries < budget:
+            i = 0
+            while i < len(sc.steps) and tries < budget:
+                candidate = dataclasses.replace(sc, steps=sc.steps[:i] + sc.steps[i + chunk :])
+                if still(candidate):
+                    sc, changed = candidate, True
+                else:
+                    i += chunk
+            chunk //= 2
+        for i in range(len(sc.rows)):
+            if tries >= budget or i >= len(sc.rows):
+                break
+            candidate = dataclasses.replace(sc, rows=sc.rows[:i] + sc.rows[i + 1 :])
+            if still(candidate):
+                sc, changed = candidate, True
+        while len(sc.processes) > 1 and tries < budget:  # the last, while no step names it
+            last = len(sc.processes) - 1
+            if any(s.args.get("p") == last for s in sc.steps):
+                break
+            candidate = dataclasses.replace(sc, processes=sc.processes[:last])
+            if not still(candidate):
+                break
+            sc, changed = candidate, True
+    return sc
+
+
+def as_test(sc: Scenario, message: str) -> str:
+    """``sc`` as a test to paste into tests/sim/."""
+    steps = ",\n".join(f"            {s!r}" for s in sc.steps)
+    return f'''
+def test_simulated_fleet_seed_{sc.seed}() -> None:
+    """Found by the simulated fleet (seed {sc.seed}): {message.splitlines()[0][:200]}"""
+    sc = Scenario(
+        seed={sc.seed},
+        processes={sc.processes!r},
+        policy={sc.policy!r},
+        rows={sc.rows!r},
+        steps=[
+{steps}
+        ],
+    )
+    run_scenario(sc)
+'''
