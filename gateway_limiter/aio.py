@@ -317,9 +317,12 @@ class AsyncShell(LimiterCore):
         written = []
         for key, call in keeper.calls(keeper.known(snapshot), lock=True):
             reply = await attempt_async(self.backend.script, call)
-            if isinstance(reply, BackendError):
-                return  # Redis is away: the next round tries again
-            row = keeper.read(key, reply)
+            try:
+                if isinstance(reply, BackendError):
+                    raise reply
+                row = keeper.read(key, reply)
+            except BackendError:
+                return  # Redis is away (or answered nonsense): the next round tries again
             if row is not None:
                 written.append(row)
         if not written:

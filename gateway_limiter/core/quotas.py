@@ -15,7 +15,7 @@ floor), and the fleet keeps the same in the database:
   interval. A process that dies leaves the lock to lapse, and another takes over.
 - **Restored.** A reply that says a counter holds less than this process's floor for
   the same period means Redis lost it (a restart, a failover that lost writes, an
-  eviction): the keeper is woken at once and raises the counter back to the floor
+  eviction): the shell raises it back to the floor at once (a thread or a task)
   (``quota.lua``: a count is only ever raised). A process that starts raises every
   counter to the database's checkpoint before its first decision, and every tick
   raises any counter found below its floor.
