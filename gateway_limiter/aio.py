@@ -94,6 +94,7 @@ from gateway_limiter.concurrency import (
     shielded_async,
     spawn_async,
 )
+from gateway_limiter.config.checkpoints import checkpoints_read, checkpoints_written
 from gateway_limiter.config.reload import ReloadSummary
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
@@ -144,6 +145,7 @@ class AsyncShell(LimiterCore):
     backend: AsyncBackend
     _heartbeats: AsyncRepeating | None
     _renewer: AsyncRepeating
+    _keeper: AsyncRepeating
 
     def _in_process(self) -> MemoryBackend:
         return MemoryBackend(clock=microseconds(self.clock), wall=self.clock.time)
@@ -154,6 +156,9 @@ class AsyncShell(LimiterCore):
         self._heartbeats = None
         self._renewer = AsyncRepeating(
             "gateway-limiter-leases", settings.slot_lease / 3, self._renew_slots
+        )
+        self._keeper = AsyncRepeating(
+            "gateway-limiter-quotas", settings.quota_checkpoint_s, self._keep_quotas
         )
         return self.backend.shared
 
@@ -295,6 +300,55 @@ class AsyncShell(LimiterCore):
         for call in self._lease_returns():  # leases a reload ended
             await attempt_async(self.backend.script, call)
 
+    # --- calendar quotas' floors and checkpoints (core/quotas.py) -------------------
+
+    async def _keep_quotas(self, load: bool = False) -> None:
+        """One round of the calendar quotas' keeper: (``load``: the database's checkpoints
+        as floors first) every counter raised to its floor and read, its lock taken, and
+        the counts whose lock this process holds written to the database."""
+        keeper = self._counters
+        if keeper is None:
+            return
+        snapshot, engine = self.registry.snapshot, self.registry.engine
+        if load:
+            rows = await blocking_async(checkpoints_read, engine, self.settings.key_prefix)
+            keeper.loaded(rows, snapshot)
+        written = []
+        for key, call in keeper.calls(keeper.known(snapshot), lock=True):
+            reply = await attempt_async(self.backend.script, call)
+            try:
+                if isinstance(reply, BackendError):
+                    raise reply
+                row = keeper.read(key, reply)
+            except BackendError:
+                return  # Redis is away (or answered nonsense): the next round tries again
+            if row is not None:
+                written.append(row)
+        if not written:
+            return
+        took: bool = await blocking_async(checkpoints_written, engine, written)
+        if took:
+            keeper.written(written)
+
+    async def _raise_due(self) -> None:
+        """Raise at once the counters a reply found below this process's floors (Redis
+        lost them), rather than at the next round."""
+        if self._counters is not None:
+            for _, call in self._counters.calls(self._counters.take_due(), lock=False):
+                await attempt_async(self.backend.script, call)
+
+    def _keep_quotas_from_now(self) -> None:
+        """Keep the calendar quotas every ``quota_checkpoint_s`` from now, and raise a
+        lost counter as soon as a reply shows it."""
+        if self._counters is not None:
+            self._counters.waking(functools.partial(spawn_async, self._raise_due))
+            self._keeper.start()
+
+    async def _stop_quotas(self) -> None:
+        if self._counters is not None:
+            self._counters.waking(None)
+        await self._keeper.stop()
+
     async def _stop_heartbeats(self) -> None:
         """Stop beating and leave the fleet at once (best effort), so N drops now rather
         than when this member would have expired."""
@@ -335,7 +389,11 @@ class AsyncGatewayLimiter(AsyncShell):
         # The switch's source (etcd, Apollo) followed, up to its first reading; then
         # the registry's first reload and its reload thread.
         await self.registry.start_following_async()
-        return self._running(await blocking_async(self.registry.start, follow_switch=False))
+        summary = await blocking_async(self.registry.start, follow_switch=False)
+        if self._counters is not None:  # every counter raised to its checkpoint first
+            await self._keep_quotas(load=True)
+            self._keep_quotas_from_now()
+        return self._running(summary)
 
     async def reload(self) -> ReloadSummary:
         """Reload the limits now; the last good limits stay if the database fails."""
@@ -349,6 +407,7 @@ class AsyncGatewayLimiter(AsyncShell):
             await attempt_async(self.backend.script, call)
         await self._stop_heartbeats()
         await self._stop_renewer()
+        await self._stop_quotas()
         await self.registry.stop_following_async()
         await blocking_async(self.registry.close)  # disposing the engine is database I/O
         await self.backend.aclose()
@@ -471,6 +530,30 @@ class AsyncGatewayLimiter(AsyncShell):
             pushback = self.backend.pushback
             reply = await attempt_async(pushback, push.rule, push.retry_after, push.key)
             self._pushed(push, reply)
+
+    async def observe(
+        self,
+        url: str,
+        remaining: int | None = None,
+        reset_at: float | None = None,
+        key: str | None = None,
+    ) -> int | None:
+        """The supplier reports ``remaining`` calls left on ``url`` until ``reset_at``
+        (epoch seconds; None: it did not say): the fleet's calendar quotas of ``url``
+        follow, in one round trip, where the supplier says fewer are left than they
+        count. It only ever lowers what is left: a larger ``remaining`` changes nothing.
+
+        It speaks of the interface's own calendar quotas (else its channel's) whose
+        period ends by ``reset_at`` (a report that renews sooner than a quota says
+        nothing of what is left of it). ``key``: the caller, for per-caller quotas.
+        Returns the permits left of those quotas after it (the least), or None when
+        there is none (not limited, no calendar quota) or Redis failed (logged, never
+        raised).
+        """
+        observed = self._begin_observe(url, remaining, reset_at, key)
+        if observed is None:
+            return None
+        return self._observed(observed, await attempt_async(self.backend.script, observed.call))
 
     async def status(self, url: str | None = None) -> list[BucketStatus]:
         """Every limit in force (or ``url``'s) with its live state (shared buckets),

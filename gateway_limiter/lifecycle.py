@@ -41,8 +41,8 @@ first in ``close`` (and ``abandon``). This module rebuilds a limiter through its
 ``_tally`` (the decision path's one counter call, which a parked limiter's next
 decision goes through), ``_running``, ``backend_healthy``, and the heartbeats'
 ``_heartbeats`` (a ``concurrency.Repeating`` or ``AsyncRepeating``, or None),
-``_start_heartbeats(join=True)`` and ``_stop_heartbeats``. ``tests/deploy/`` exercises
-every one of them.
+``_start_heartbeats(join=True)`` and ``_stop_heartbeats``, and the calendar quotas'
+keeper's ``_keep_quotas_from_now``. ``tests/deploy/`` exercises every one of them.
 """
 
 from __future__ import annotations
@@ -142,6 +142,7 @@ def _join_fleet(limiter: Any) -> None:
     as a task of the running loop (asyncio), never on the deciding caller's time."""
     if limiter._shared and limiter._started and limiter._heartbeats is None:
         limiter._start_heartbeats(join=True)
+        limiter._keep_quotas_from_now()  # the calendar quotas' keeper, as the heartbeats
 
 
 def _beat_on_first_decision(limiter: Any, kind: Kind) -> None:

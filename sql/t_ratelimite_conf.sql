@@ -82,3 +82,15 @@ create table t_ratelimite_switch (
     PRIMARY KEY (`switchId`)
 );
 insert into t_ratelimite_switch (switchId, enabled) values (1, NULL);
+
+-- Calendar quotas' counters, checkpointed (revision 0011): one row per counter, written
+-- at most every quota_checkpoint_s by the process holding the counter's lock, so that a
+-- Redis that comes back without a counter resumes from its last count.
+create table t_ratelimite_quota (
+    counterId   VARCHAR(40)  NOT NULL,  -- SHA1 of counterKey
+    counterKey  VARCHAR(512) NOT NULL,  -- the counter's Redis key
+    periodStart BIGINT       NOT NULL,  -- start of the period counted, epoch microseconds
+    used        BIGINT       NOT NULL,  -- permits counted in that period
+    savedAt     datetime     NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    PRIMARY KEY (`counterId`)
+);

@@ -102,6 +102,7 @@ SCRIPTS = {
     "slot_renew": _lua("slot_renew.lua"),
     "lease": with_lease(BUCKET_LUA),
     "descriptors": with_descriptors(),
+    "quota": _lua("quota.lua"),
 }
 #: Script name -> SHA1 of its source (what EVALSHA names).
 SHAS = {name: sha1(source.encode()).hexdigest() for name, source in SCRIPTS.items()}

@@ -67,6 +67,9 @@ class Settings:
     quota_pacing_burst: int = 10
     #: The used fractions of a calendar quota's period told in a warning (comma-separated).
     quota_warn_at: str = "0.8,0.95"
+    #: Seconds between checkpoints of calendar quotas' counters to the database, so a
+    #: Redis that comes back without them resumes from there (``core/quotas.py``).
+    quota_checkpoint_s: float = 5.0
     on_backend_error: str = "share"
     redis_timeout: float = 0.05
     redis_connect_timeout: float = 0.5
@@ -176,6 +179,10 @@ def _validate(s: Settings) -> None:
     _positive("redis_connect_timeout", s.redis_connect_timeout, low=0.001)
     _positive("redis_timeout_ceiling", s.redis_timeout_ceiling, low=0.001)
     _positive("breaker_seconds", s.breaker_seconds, low=0.0)
+    if not (math.isfinite(s.quota_checkpoint_s) and 0.05 <= s.quota_checkpoint_s <= 3600):
+        raise _bad(
+            "quota_checkpoint_s", s.quota_checkpoint_s, "must be between 0.05 and 3600 seconds"
+        )
     if not (math.isfinite(s.default_cache) and 0 <= s.default_cache <= 9.99):
         raise _bad("default_cache", s.default_cache, "must be between 0 and 9.99 seconds")
     try:

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 CONF_TABLE = "t_ratelimite_conf"
 SWITCH_TABLE = "t_ratelimite_switch"
 AUDIT_TABLE = "t_ratelimite_audit"
+QUOTA_TABLE = "t_ratelimite_quota"
 SWITCH_ROW_ID = 1
 
 NAMING_CONVENTION = {
@@ -188,6 +189,23 @@ class AuditEntry(Base):
     action: Mapped[str] = mapped_column("action", String(16), nullable=False)
     before_row: Mapped[str | None] = mapped_column("beforeRow", Text)
     after_row: Mapped[str | None] = mapped_column("afterRow", Text)
+
+
+class QuotaCheckpoint(Base):
+    """One row of ``t_ratelimite_quota`` (revision 0011): a calendar quota counter's count
+    as last checkpointed, so that a Redis that comes back without it resumes from here
+    (``core/quotas.py``). ``counterId`` is the SHA1 of ``counterKey`` (the Redis key),
+    which stays byte-exact whatever the database's collation."""
+
+    __tablename__ = QUOTA_TABLE
+
+    counter_id: Mapped[str] = mapped_column("counterId", String(40), primary_key=True)
+    counter_key: Mapped[str] = mapped_column("counterKey", String(512), nullable=False)
+    period_start: Mapped[int] = mapped_column("periodStart", BigInteger, nullable=False)
+    used: Mapped[int] = mapped_column("used", BigInteger, nullable=False)
+    saved_at: Mapped[dt.datetime] = mapped_column(
+        "savedAt", DateTime, nullable=False, server_default=func.current_timestamp()
+    )
 
 
 #: The text columns that identify a row (with its period and scope), and their lengths:

@@ -36,6 +36,7 @@ from gateway_limiter.core.fleet import Fleet
 from gateway_limiter.core.leases import Leases, from_lease, leasing
 from gateway_limiter.core.local_refusal import LocalRefusals
 from gateway_limiter.core.quota_watch import QuotaWatch
+from gateway_limiter.core.quotas import Observed, QuotaKeeper
 from gateway_limiter.core.steps import Ask, Await, Reserve, Steps, Woken
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
 from gateway_limiter.model.bucket import US_PER_S, Verdict
@@ -150,6 +151,32 @@ def check_priority(priority: object) -> Priority:
 def call_class(rule: Rule, priority: Priority | None) -> Priority:
     """The class a call is decided in: its own, else its row's, else ``default``."""
     return priority or rule.priority or Priority.DEFAULT
+
+
+def check_observe_args(url: object, remaining: object, reset_at: object, key: object) -> None:
+    """Raise TypeError/ValueError naming the bad argument of ``observe``."""
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a string, got {type(url).__name__}")
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"key must be a string or None, got {type(key).__name__}")
+    if remaining is not None:
+        if not isinstance(remaining, int) or isinstance(remaining, bool):
+            raise TypeError(f"remaining must be an int or None, got {type(remaining).__name__}")
+        if not 0 <= remaining <= MAX_PERMITS:
+            raise ValueError(f"remaining must be from 0 to {MAX_PERMITS}, got {_shown(remaining)}")
+    if reset_at is not None:
+        if not isinstance(reset_at, (int, float)) or isinstance(reset_at, bool):
+            raise TypeError(
+                f"reset_at must be epoch seconds (a number) or None, got {type(reset_at).__name__}"
+            )
+        if not 0 <= reset_at <= MAX_RESET_AT:  # NaN and infinity fail this too
+            raise ValueError(
+                f"reset_at must be epoch seconds from 0 to {MAX_RESET_AT}, got {_shown(reset_at)}"
+            )
+
+
+#: The latest ``reset_at`` taken (epoch s): the year 9999.
+MAX_RESET_AT = 253_402_300_799
 
 
 class Push:
@@ -313,6 +340,7 @@ class LimiterBase:
 
     __slots__ = (
         "_breaker",
+        "_counters",
         "_factors",
         "_fallbacks",
         "_fleet",
@@ -375,6 +403,12 @@ class LimiterBase:
         if shared:
             leases = self._leases = Leases(chosen.key_prefix, clock)
             self.registry.listeners.append(lambda _: leases.reloaded(self.registry.snapshot))
+        #: calendar quotas' floors and checkpoints (``core/quotas.py``); shared state only
+        self._counters: QuotaKeeper | None = None
+        if shared:
+            self._counters = QuotaKeeper(
+                chosen.key_prefix, self._fleet.member, chosen.quota_checkpoint_s
+            )
 
     @classmethod
     def from_settings(cls, path: str | Path | None = None, **overrides: Any) -> Self:
@@ -679,6 +713,8 @@ class LimiterCore(LimiterBase):
             self._seen_factor(ask.rule, verdict.factor)
         if verdict.quota_left >= 0.0:  # a calendar quota: how much of its period is used
             self._quotas.seen(ask.rule, verdict)
+        if verdict.quota_limit and self._counters is not None:  # a calendar quota's count
+            self._counters.learn(ask.rule, ask.key, verdict)
 
     def _seen_factor(self, rule: Rule, factor: float) -> None:
         if factor < 1.0:
@@ -719,6 +755,39 @@ class LimiterCore(LimiterBase):
         refusals = self._local_refusals
         if push.asked is not None and refusals is not None and next_free_us > 0.0:
             refusals.learn(push.rule, push.key, push.asked, next_free_us, next_free_us)
+
+    # --- what the supplier says is left: _begin_observe, the backend, _observed ------
+
+    def _begin_observe(
+        self, url: str, remaining: object, reset_at: object, key: str | None
+    ) -> Observed | None:
+        """Check the arguments; the script call that lowers what is left of ``url``'s
+        calendar quotas to ``remaining``, or None: nothing to do (not limited, no calendar
+        quota it speaks of, no ``remaining``, the backend failing or not shared)."""
+        check_observe_args(url, remaining, reset_at, key)
+        if not self._started:
+            raise NotStarted(self._NOT_STARTED)
+        rule = route(self.registry.snapshot, url, key)
+        if rule is None or remaining is None or self._counters is None:
+            return None
+        if not self._breaker.allows():
+            return None
+        assert isinstance(remaining, int)
+        when = None if reset_at is None else float(reset_at)  # type: ignore[arg-type]
+        return self._counters.observe(rule, key, remaining, when)
+
+    def _observed(self, observed: Observed, reply: object) -> int | None:
+        """The backend took a report (or failed: logged, never raised): what is left."""
+        if isinstance(reply, BackendError):
+            self._backend_failed(reply)
+            log.warning("supplier's quota report not recorded: %s", reply)
+            return None
+        assert self._counters is not None
+        try:
+            return self._counters.observed(observed, reply)
+        except BackendError as e:
+            log.warning("supplier's quota report not recorded: %s", e)
+            return None
 
     def _fall_back(
         self, rule: Rule, permits: int, budget_s: float | None, key: str | None

@@ -9,6 +9,10 @@ passes through it) the middleware decides with an ``AsyncGatewayLimiter`` (the r
 supplier when refused, and awaits ``limiter.pushback`` after a 429 or 503 (with the
 ``Retry-After`` seconds when usable). ``interface`` maps the request to its
 interfaceUrl (default: the URL's path); None leaves it unlimited.
+
+After any response that says what is left of the supplier's quota (``RateLimit``, or
+``X-RateLimit-Remaining`` with ``X-RateLimit-Reset``) it calls ``limiter.observe``, so
+the fleet's calendar quotas follow the supplier's own count (``integrations.supplier``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from gateway_limiter.integrations.supplier import (
     PriorityOption,
     admit,
     default_interface,
+    observations,
     pushbacks,
 )
 
@@ -60,6 +65,8 @@ class LimiterMiddleware:
         if url is not None:
             admit(url, await self.limiter.decide(url, priority=self.priority(request, url)))
         response = await handler(request)
+        for seen in observations(url, response.headers):
+            await self.limiter.observe(*seen)
         for push in pushbacks(url, response.status, response.headers.get("Retry-After")):
             await self.limiter.pushback(*push)
         return response

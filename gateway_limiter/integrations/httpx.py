@@ -9,6 +9,10 @@ the wait budget, so a caller may wait for a permit); a refused request raises
 a 429 or 503 it calls ``limiter.pushback`` with the ``Retry-After`` seconds, or none
 (``integrations.supplier``). ``interface`` maps a request to its interfaceUrl (default:
 the URL's path); None leaves the request unlimited.
+
+After any response that says what is left of the supplier's quota (``RateLimit``, or
+``X-RateLimit-Remaining`` with ``X-RateLimit-Reset``) it calls ``limiter.observe``, so
+the fleet's calendar quotas follow the supplier's own count (``integrations.supplier``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from gateway_limiter.integrations.supplier import (
     PriorityOption,
     admit,
     default_interface,
+    observations,
     pushbacks,
 )
 from gateway_limiter.limiter import GatewayLimiter
@@ -61,6 +66,8 @@ class LimiterTransport(httpx.BaseTransport):
         if url is not None:
             admit(url, self.limiter.decide(url, priority=self.priority(request, url)))
         response = self.transport.handle_request(request)
+        for seen in observations(url, response.headers):
+            self.limiter.observe(*seen)
         for push in pushbacks(url, response.status_code, response.headers.get("Retry-After")):
             self.limiter.pushback(*push)
         return response
@@ -92,6 +99,8 @@ class AsyncLimiterTransport(httpx.AsyncBaseTransport):
         if url is not None:
             admit(url, await self.limiter.decide(url, priority=self.priority(request, url)))
         response = await self.transport.handle_async_request(request)
+        for seen in observations(url, response.headers):
+            await self.limiter.observe(*seen)
         for push in pushbacks(url, response.status_code, response.headers.get("Retry-After")):
             await self.limiter.pushback(*push)
         return response

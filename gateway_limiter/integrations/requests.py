@@ -10,6 +10,10 @@ sizes, pass through) whose ``send`` decides first (``limiter.decide``, the row's
 supplier when refused, and calls ``limiter.pushback`` after a 429 or 503 (with the
 ``Retry-After`` seconds when usable). ``interface`` maps the prepared request to its
 interfaceUrl (default: the URL's path); None leaves it unlimited.
+
+After any response that says what is left of the supplier's quota (``RateLimit``, or
+``X-RateLimit-Remaining`` with ``X-RateLimit-Reset``) it calls ``limiter.observe``, so
+the fleet's calendar quotas follow the supplier's own count (``integrations.supplier``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from gateway_limiter.integrations.supplier import (
     PriorityOption,
     admit,
     default_interface,
+    observations,
     pushbacks,
 )
 from gateway_limiter.limiter import GatewayLimiter
@@ -73,6 +78,8 @@ class LimiterAdapter(HTTPAdapter):
         if url is not None:
             admit(url, self.limiter.decide(url, priority=self.priority(request, url)))
         response = super().send(request, stream, timeout, verify, cert, proxies)
+        for seen in observations(url, response.headers):
+            self.limiter.observe(*seen)
         for push in pushbacks(url, response.status_code, response.headers.get("Retry-After")):
             self.limiter.pushback(*push)
         return response

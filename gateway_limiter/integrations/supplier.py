@@ -7,12 +7,29 @@ seconds, or an HTTP date), else none, which lowers the interface's effective rat
 instead. A header that cannot be read is a plain pushback, never an error: the caller
 asked for the supplier's answer, and a malformed header must not replace it with an
 exception.
+
+Every integration also passes on what the supplier says is left of its quota
+(``quota_report``) to ``limiter.observe``, so the fleet's calendar quotas follow the
+supplier's own count (which callers outside the fleet spend too):
+
+- the IETF ``RateLimit`` field (draft-ietf-httpapi-ratelimit-headers): a list of
+  policies, ``"day";r=50;t=3600``, each with what is left (``r``) and the seconds until
+  it renews (``t``); the one with the fewest left is taken. The drafts before it are
+  read too: ``RateLimit: limit=100, remaining=50, reset=30`` and the separate
+  ``RateLimit-Remaining`` / ``RateLimit-Reset`` fields (seconds);
+- else ``X-RateLimit-Remaining`` with ``X-RateLimit-Reset``, which suppliers send as
+  epoch seconds (GitHub) or as seconds from now: a value below ``EPOCH_FROM``
+  (2001-09-09) is seconds from now. ``X-RateLimit-Remaining`` alone is not taken: a
+  count with no renewal may be of a window of a second, and would spend a day's quota.
+
+A field that cannot be read is no report, never an error.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -29,7 +46,9 @@ __all__ = [
     "PriorityOption",
     "admit",
     "default_interface",
+    "observations",
     "pushbacks",
+    "quota_report",
     "refused",
     "retry_after_seconds",
 ]
@@ -114,6 +133,87 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     return seconds
 
 
+#: An ``X-RateLimit-Reset`` of at least this is epoch seconds; below it, seconds from now.
+EPOCH_FROM = 1_000_000_000
+_WHOLE = re.compile(r"\d{1,18}")
+_PARAM = re.compile(r"\s*([a-z][a-z0-9_.*-]*)\s*=\s*(\S*?)\s*")
+
+
+#: The most ``remaining`` passed on (``observe`` takes an INT(11)'s worth).
+_MOST = 2**31 - 1
+
+
+def _whole(value: str | None) -> int | None:
+    if value is None:
+        return None
+    text = value.strip()
+    return min(int(text), _MOST) if _WHOLE.fullmatch(text) else None
+
+
+def _reset_at(seconds: int | None, now_s: float, epoch: bool) -> float | None:
+    if seconds is None:
+        return None
+    if epoch and seconds >= EPOCH_FROM:
+        return float(seconds)
+    return now_s + seconds if seconds <= MAX_RESET_IN_S else None
+
+
+#: The longest renewal taken, in seconds from now: a year (quotas renew monthly at most).
+MAX_RESET_IN_S = 366 * 86_400
+
+
+def _ietf(field: str, now_s: float) -> tuple[int, float] | None:
+    """The ``RateLimit`` field: the policy with the fewest left, or the older drafts'
+    ``remaining=, reset=`` members."""
+    best: tuple[int, float] | None = None
+    members: dict[str, str] = {}
+    for member in field.split(","):
+        item, *params = member.split(";")
+        values = {}
+        for param in params:
+            matched = _PARAM.fullmatch(param)
+            if matched is not None:
+                values[matched[1]] = matched[2]
+        if "r" in values:  # a policy: "name";r=..;t=..
+            left = _whole(values["r"])
+            when = _reset_at(_whole(values.get("t")), now_s, epoch=False)
+            if left is not None and when is not None and (best is None or left < best[0]):
+                best = (left, when)
+        elif (matched := _PARAM.fullmatch(item)) is not None:
+            members[matched[1]] = matched[2]
+    if best is None and "remaining" in members:
+        left = _whole(members["remaining"])
+        when = _reset_at(_whole(members.get("reset")), now_s, epoch=False)
+        if left is not None and when is not None:
+            best = (left, when)
+    return best
+
+
+def quota_report(
+    headers: Mapping[str, str], now_s: float | None = None
+) -> tuple[int, float] | None:
+    """What a response's ``headers`` say is left of the supplier's quota: (remaining,
+    when it renews in epoch seconds), or None when they say nothing usable (module
+    docstring). ``headers`` is looked up case-insensitively by the clients' own types;
+    ``now_s``: this host's clock."""
+    now_s = time.time() if now_s is None else now_s
+    field = headers.get("RateLimit")
+    if field is not None:
+        found = _ietf(field, now_s)
+        if found is not None:
+            return found
+    left = _whole(headers.get("RateLimit-Remaining"))
+    if left is not None:
+        when = _reset_at(_whole(headers.get("RateLimit-Reset")), now_s, epoch=False)
+        if when is not None:
+            return left, when
+    left = _whole(headers.get("X-RateLimit-Remaining"))
+    if left is None:
+        return None
+    when = _reset_at(_whole(headers.get("X-RateLimit-Reset")), now_s, epoch=True)
+    return None if when is None else (left, when)
+
+
 def default_interface(path: str) -> str:
     """The interfaceUrl of a request whose URL path is ``path``: the path itself (an
     empty path is ``/``, as HTTP sends it)."""
@@ -148,3 +248,21 @@ def pushbacks(url: str | None, status: int, retry_after: str | None) -> list[Pus
     if url is None or status not in PUSHBACK_STATUSES:
         return []
     return [Pushback(url, retry_after_seconds(retry_after))]
+
+
+class Observation(NamedTuple):
+    """The arguments of ``limiter.observe`` for a supplier's answer."""
+
+    url: str
+    remaining: int
+    reset_at: float
+
+
+def observations(url: str | None, headers: Mapping[str, str]) -> list[Observation]:
+    """After a response with ``headers`` to a request on ``url`` (None: not limited):
+    what the supplier says is left of its quota (``quota_report``), as a list of none or
+    one, for the integrations to loop over."""
+    if url is None:
+        return []
+    report = quota_report(headers)
+    return [] if report is None else [Observation(url, *report)]

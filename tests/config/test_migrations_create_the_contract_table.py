@@ -26,7 +26,14 @@ from gateway_limiter.config.migrate import (
     head_revision,
     upgrade,
 )
-from gateway_limiter.config.table import AUDIT_TABLE, CONF_TABLE, SWITCH_TABLE, Base, make_engine
+from gateway_limiter.config.table import (
+    AUDIT_TABLE,
+    CONF_TABLE,
+    QUOTA_TABLE,
+    SWITCH_TABLE,
+    Base,
+    make_engine,
+)
 from tests.support.services import (
     MARIADB_HOST,
     MARIADB_PORT,
@@ -117,6 +124,7 @@ def test_upgrade_from_empty_creates_the_tables_and_records_head_in_own_version_t
         CONF_TABLE,
         SWITCH_TABLE,
         AUDIT_TABLE,
+        QUOTA_TABLE,
         VERSION_TABLE,
     }
     assert VERSION_TABLE == "gateway_limiter_alembic_version"
@@ -224,8 +232,8 @@ def test_migrations_and_sql_ddl_create_the_same_columns_on_mariadb(mariadb_db: s
         run_ddl_file(ddl_database)
         from_ddl = _information_schema_columns(ddl_database)
 
-    assert set(from_ddl) == {CONF_TABLE, SWITCH_TABLE, AUDIT_TABLE}
-    for table in (CONF_TABLE, SWITCH_TABLE, AUDIT_TABLE):
+    assert set(from_ddl) == {CONF_TABLE, SWITCH_TABLE, AUDIT_TABLE, QUOTA_TABLE}
+    for table in (CONF_TABLE, SWITCH_TABLE, AUDIT_TABLE, QUOTA_TABLE):
         assert migrated[table] == from_ddl[table], table
 
 

@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter.backends.scripts import LIMITS_LUA, limits_args
 from gateway_limiter.config.rules import Rule
+from gateway_limiter.core.quotas import LOCK_SUFFIX
 from tests.support.limiting import limiter, state_keys, write_row
 from tests.support.services import RedisServer, free_port
 
@@ -158,7 +159,10 @@ def test_a_calendar_quota_and_a_channel_quota_are_decided_in_one_slot(
         lim.close()
     client: redis.Redis = cluster_node.client()
     keys = state_keys(client, key_prefix)
-    assert sum(":cq:" in k for k in keys) == 3  # the two daily quotas, the channel's month
-    (month,) = [k for k in keys if k.endswith(":cq:month")]
+    counters = [k for k in keys if ":cq:" in k and not k.endswith(LOCK_SUFFIX)]
+    assert len(counters) == 3  # the two daily quotas, the channel's month
+    (month,) = [k for k in counters if k.endswith(":cq:month")]
     assert len(client.get(month) or b"") == 32  # paced: the count and the pacing bucket
+    # the shared counters' checkpoint locks, beside them (the per-caller one: not seen yet)
+    assert sum(k.endswith(LOCK_SUFFIX) for k in keys) <= 2
     assert len({client.cluster("KEYSLOT", key) for key in keys}) == 1
