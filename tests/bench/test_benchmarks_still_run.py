@@ -109,6 +109,8 @@ REFUSED = [
 
 UNREACHABLE = ["decision_cost.py", "server_time.py", "slot_cost.py", "accuracy_shares.py"]
 UNREACHABLE_URL = ["--redis-url", "redis://user:s3cret@127.0.0.1:1/0"]
+#: server_time.py's third table, counted by valgrind's callgrind.
+UNDER_CALLGRIND = ["--calls", "200", "--repeats", "1", "--instructions"]
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,8 @@ def runs() -> Iterator[Runs]:
         started = Runs(pool)
         for script, args, _ in SMOKE:
             started.start(script, args, SMOKE_TIMEOUT_S)
+        if shutil.which("valgrind") and shutil.which("callgrind_control"):
+            started.start("server_time.py", UNDER_CALLGRIND, SMOKE_TIMEOUT_S)
         for script, _ in SCRIPTS:
             started.start(script, ["--help"], QUICK_TIMEOUT_S)
             started.start(script, ["--no-such-option"], QUICK_TIMEOUT_S)
@@ -177,25 +181,11 @@ def test_benchmark_runs_to_its_tables(
         assert heading in done.stdout, done.stdout[-3000:]
 
 
-def test_server_time_counts_instructions_under_callgrind() -> None:
+def test_server_time_counts_instructions_under_callgrind(runs: Runs) -> None:
     """``--instructions``: a third table, with a count per call for every script."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         require("valgrind", "apt-get install -y valgrind")
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "server_time.py"),
-            "--calls",
-            "200",
-            "--repeats",
-            "1",
-            "--instructions",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = runs.result("server_time.py", *UNDER_CALLGRIND).done
     assert done.returncode == 0, done.stderr[-3000:]
     table = done.stdout.split("3. Instructions per call inside EVALSHA", 1)[1]
     counts = dict(
