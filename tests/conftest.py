@@ -23,6 +23,27 @@ from tests.support.limiting import limiter
 from tests.support.services import RedisServer, fresh_mariadb_database, mariadb_url
 from tests.support.switch_sources import Centre, private_centre
 
+#: What a terminal's size is read from. Workers of a parallel run (pytest-xdist) start
+#: with COLUMNS=80 and LINES=24 set; the command line's output follows COLUMNS, so each
+#: worker gets the environment the run was started with instead.
+TERMINAL_SIZE = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """(pytest-xdist, in the controller) Hand each worker the run's terminal size."""
+    node.workerinput["gwl_terminal_size"] = {k: os.environ.get(k) for k in TERMINAL_SIZE}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a worker of a parallel run: the run's COLUMNS and LINES, set or not."""
+    workerinput: dict[str, Any] = getattr(config, "workerinput", {})
+    for key, value in workerinput.get("gwl_terminal_size", {}).items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
 
 @pytest.fixture(autouse=True)
 def _quiet_scheduler_logs() -> None:

@@ -13,6 +13,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,98 +23,49 @@ import pytest
 from tests.support.services import require
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
+#: Script runs at a time. Most of a smoke run is time-boxed phases and waits on Redis,
+#: servers and child processes, so a few side by side take little longer than one.
+AT_ONCE = 4
+#: A smoke run's limit; a run of argument handling must end long before any
+#: measurement could.
+SMOKE_TIMEOUT_S, QUICK_TIMEOUT_S = 300, 30
 
-
-@pytest.mark.parametrize(
-    ("script", "args", "expected"),
-    [
-        ("decision_cost.py", ["--quick"], ["1. Throughput", "2. Accuracy", "3. asyncio"]),
-        ("where_time_goes.py", [], ["1. Redis server time", "3. Python alone"]),
-        ("overload.py", ["--quick"], ["1. 8 threads", "2. asyncio", "local refusals:"]),
-        ("pushback_constants.py", [], ["decrease  recovery/s  success share"]),
-        ("accuracy_shares.py", ["--quick"], ["1. Past the first second", "2. Decision cost"]),
-        ("slot_cost.py", ["--quick"], ["Slot cost", "slot: take + give back"]),
-        (
-            "server_time.py",
-            ["--calls", "200", "--repeats", "1"],
-            ["1. Redis server time", "2. Redis server time", "limits.lua, fixed window"],
-        ),
-        ("reload_cost.py", ["--rows", "50", "--repeats", "2"], ["1. One reload of 50 rows"]),
-        ("fleet_outage.py", ["--quick"], ["Fleet outage:", "local, even demand"]),
-        (
-            "calendar_quota.py",
-            ["--quick"],
-            ["1. A simulated day", "paced (burst 10)", "per-second + daily row (limits.lua)"],
-        ),
-        ("fleet_membership.py", ["--quick"], ["Fleet membership:", "EVAL per heartbeat"]),
-        ("console_tally_cost.py", [], ["tally on (as shipped)", "Tallies.add alone"]),
-        ("failover_loss.py", ["--quick"], ["Failover loss:", "1. sentinel", "lost bytes"]),
-        ("lease_cost.py", ["--quick"], ["Lease cost:", "without leases", "leaseMs 20"]),
-        ("priority.py", ["--seconds", "2"], ["bookings 0.2x", "searches alone:", "Redis time"]),
-        (
-            "rls.py",
-            ["--quick"],
-            ["ShouldRateLimit", "in-process, 2 descriptor(s)", "gRPC, 8 connection", "gRPC layer"],
-        ),
-        (
-            "redis_cpu.py",
-            ["--seconds", "0.5", "--processes", "2"],
-            ["Redis CPU per admitted decision", "2 processes x 1 thread", "asyncio tasks"],
-        ),
-    ],
-)
-def test_benchmark_runs_to_its_tables(script: str, args: list[str], expected: list[str]) -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    for heading in expected:
-        assert heading in done.stdout, done.stdout[-3000:]
-
-
-def test_server_time_counts_instructions_under_callgrind() -> None:
-    """``--instructions``: a third table, with a count per call for every script."""
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        require("valgrind", "apt-get install -y valgrind")
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "server_time.py"),
-            "--calls",
-            "200",
-            "--repeats",
-            "1",
-            "--instructions",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    table = done.stdout.split("3. Instructions per call inside EVALSHA", 1)[1]
-    counts = dict(
-        re.findall(r"^(limits\.lua, [^\n]*?|bucket\.lua, [^\n]*?)\s{2,}([\d,]+)\s", table, re.M)
-    )
-    assert len(counts) == 6, table  # bucket.lua three times, limits.lua three times
-    # a script does at least what its minimal commands do: more than a thousand instructions
-    assert all(int(n.replace(",", "")) > 1000 for n in counts.values()), table
-
-
-def run_quickly(script: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """A script run that must end long before any measurement could (argument handling)."""
-    return subprocess.run(
-        [sys.executable, str(BENCH / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-
+#: (script, arguments, headings its output must have): each script's smoke run.
+SMOKE = [
+    ("decision_cost.py", ["--quick"], ["1. Throughput", "2. Accuracy", "3. asyncio"]),
+    ("where_time_goes.py", [], ["1. Redis server time", "3. Python alone"]),
+    ("overload.py", ["--quick"], ["1. 8 threads", "2. asyncio", "local refusals:"]),
+    ("pushback_constants.py", [], ["decrease  recovery/s  success share"]),
+    ("accuracy_shares.py", ["--quick"], ["1. Past the first second", "2. Decision cost"]),
+    ("slot_cost.py", ["--quick"], ["Slot cost", "slot: take + give back"]),
+    (
+        "server_time.py",
+        ["--calls", "200", "--repeats", "1"],
+        ["1. Redis server time", "2. Redis server time", "limits.lua, fixed window"],
+    ),
+    ("reload_cost.py", ["--rows", "50", "--repeats", "2"], ["1. One reload of 50 rows"]),
+    ("fleet_outage.py", ["--quick"], ["Fleet outage:", "local, even demand"]),
+    (
+        "calendar_quota.py",
+        ["--quick"],
+        ["1. A simulated day", "paced (burst 10)", "per-second + daily row (limits.lua)"],
+    ),
+    ("fleet_membership.py", ["--quick"], ["Fleet membership:", "EVAL per heartbeat"]),
+    ("console_tally_cost.py", [], ["tally on (as shipped)", "Tallies.add alone"]),
+    ("failover_loss.py", ["--quick"], ["Failover loss:", "1. sentinel", "lost bytes"]),
+    ("lease_cost.py", ["--quick"], ["Lease cost:", "without leases", "leaseMs 20"]),
+    ("priority.py", ["--seconds", "2"], ["bookings 0.2x", "searches alone:", "Redis time"]),
+    (
+        "rls.py",
+        ["--quick"],
+        ["ShouldRateLimit", "in-process, 2 descriptor(s)", "gRPC, 8 connection", "gRPC layer"],
+    ),
+    (
+        "redis_cpu.py",
+        ["--seconds", "0.5", "--processes", "2"],
+        ["Redis CPU per admitted decision", "2 processes x 1 thread", "asyncio tasks"],
+    ),
+]
 
 #: Every script with a command line, and a phrase of its docstring's first paragraph.
 SCRIPTS = [
@@ -134,61 +88,147 @@ SCRIPTS = [
     ("redis_cpu.py", "Redis CPU per decision, by how the decisions reach Redis"),
 ]
 
+#: (script, arguments, what it says on stderr): a count or duration that cannot run.
+REFUSED = [
+    ("server_time.py", ["--calls", "0"], "argument --calls: 0: must be >= 100"),
+    ("server_time.py", ["--repeats", "0"], "argument --repeats: 0: must be >= 1"),
+    ("decision_cost.py", ["--threads", "0"], "argument --threads: 0: must be >= 2"),
+    ("decision_cost.py", ["--tasks", "0"], "argument --tasks: 0: must be >= 1"),
+    ("lease_cost.py", ["--lease-ms", "-5"], "argument --lease-ms: -5: must be >= 1"),
+    ("lease_cost.py", ["--lease-ms", "0"], "argument --lease-ms: 0: must be >= 1"),
+    ("lease_cost.py", ["--seconds", "0"], "argument --seconds: 0: must be > 0"),
+    ("lease_cost.py", ["--timeout", "nan"], "argument --timeout: nan: must be > 0"),
+    ("reload_cost.py", ["--rows", "0"], "argument --rows: 0: must be >= 1"),
+    ("cluster_scale.py", ["--seconds", "-1"], "argument --seconds: -1: must be > 0"),
+    ("overload.py", ["--rate", "0"], "argument --rate: 0: must be >= 1"),
+    ("failover_loss.py", ["--write-calls", "0"], "argument --write-calls: 0: must be >= 1"),
+    ("pushback_supplier.py", ["--seconds", "0"], "argument --seconds: 0: must be > 0"),
+    ("redis_cpu.py", ["--processes", "0"], "argument --processes: 0: must be >= 1"),
+    ("decision_cost.py", ["--threads", "two"], "argument --threads: 'two' is not an integer"),
+]
+
+UNREACHABLE = ["decision_cost.py", "server_time.py", "slot_cost.py", "accuracy_shares.py"]
+UNREACHABLE_URL = ["--redis-url", "redis://user:s3cret@127.0.0.1:1/0"]
+#: server_time.py's third table, counted by valgrind's callgrind.
+UNDER_CALLGRIND = ["--calls", "200", "--repeats", "1", "--instructions"]
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A finished script run, and how long it took by itself (from its own start)."""
+
+    done: subprocess.CompletedProcess[str]
+    took_s: float
+
+
+def run_script(script: str, args: Sequence[str], timeout: float) -> Ran:
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return Ran(done, time.monotonic() - started)
+
+
+class Runs:
+    """Script runs started together, each test waiting for its own: the module's tests
+    take about as long as its longest runs rather than as long as all of them in turn."""
+
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        self.pool = pool
+        self.started: dict[tuple[str, ...], Future[Ran]] = {}
+
+    def start(self, script: str, args: Sequence[str], timeout: float) -> None:
+        key = (script, *args)
+        if key not in self.started:
+            self.started[key] = self.pool.submit(run_script, script, args, timeout)
+
+    def result(self, script: str, *args: str) -> Ran:
+        return self.started[(script, *args)].result()
+
+
+@pytest.fixture(scope="module")
+def runs() -> Iterator[Runs]:
+    """Every run this module checks, started at once (the longest first)."""
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        started = Runs(pool)
+        for script, args, _ in SMOKE:
+            started.start(script, args, SMOKE_TIMEOUT_S)
+        if shutil.which("valgrind") and shutil.which("callgrind_control"):
+            started.start("server_time.py", UNDER_CALLGRIND, SMOKE_TIMEOUT_S)
+        for script, _ in SCRIPTS:
+            started.start(script, ["--help"], QUICK_TIMEOUT_S)
+            started.start(script, ["--no-such-option"], QUICK_TIMEOUT_S)
+        for script, args, _ in REFUSED:
+            started.start(script, args, QUICK_TIMEOUT_S)
+        for script in UNREACHABLE:
+            started.start(script, UNREACHABLE_URL, QUICK_TIMEOUT_S)
+        yield started
+        for run in started.started.values():
+            run.cancel()
+
+
+@pytest.mark.parametrize(("script", "args", "expected"), SMOKE)
+def test_benchmark_runs_to_its_tables(
+    runs: Runs, script: str, args: list[str], expected: list[str]
+) -> None:
+    done = runs.result(script, *args).done
+    assert done.returncode == 0, done.stderr[-3000:]
+    for heading in expected:
+        assert heading in done.stdout, done.stdout[-3000:]
+
+
+def test_server_time_counts_instructions_under_callgrind(runs: Runs) -> None:
+    """``--instructions``: a third table, with a count per call for every script."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        require("valgrind", "apt-get install -y valgrind")
+    done = runs.result("server_time.py", *UNDER_CALLGRIND).done
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = done.stdout.split("3. Instructions per call inside EVALSHA", 1)[1]
+    counts = dict(
+        re.findall(r"^(limits\.lua, [^\n]*?|bucket\.lua, [^\n]*?)\s{2,}([\d,]+)\s", table, re.M)
+    )
+    assert len(counts) == 6, table  # bucket.lua three times, limits.lua three times
+    # a script does at least what its minimal commands do: more than a thousand instructions
+    assert all(int(n.replace(",", "")) > 1000 for n in counts.values()), table
+
 
 @pytest.mark.parametrize(("script", "phrase"), SCRIPTS)
-def test_help_describes_the_script_without_running_it(script: str, phrase: str) -> None:
+def test_help_describes_the_script_without_running_it(runs: Runs, script: str, phrase: str) -> None:
     """``--help`` exits 0 at once with the first paragraph of the docstring, whole."""
-    started = time.monotonic()
-    done = run_quickly(script, "--help")
+    ran = runs.result(script, "--help")
+    done = ran.done
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("usage:"), done.stdout[-3000:]
     assert " ".join(phrase.split()) in " ".join(done.stdout.split()), done.stdout
-    assert time.monotonic() - started < 20  # no measurement ran (each takes longer)
+    assert ran.took_s < 20  # no measurement ran (each takes longer)
 
 
 @pytest.mark.parametrize(("script", "phrase"), SCRIPTS)
-def test_an_unknown_option_is_an_error(script: str, phrase: str) -> None:
-    done = run_quickly(script, "--no-such-option")
+def test_an_unknown_option_is_an_error(runs: Runs, script: str, phrase: str) -> None:
+    done = runs.result(script, "--no-such-option").done
     assert done.returncode == 2, (done.stdout[-3000:], done.stderr[-3000:])
     assert "unrecognized arguments: --no-such-option" in done.stderr, done.stderr
 
 
-@pytest.mark.parametrize(
-    ("script", "args", "message"),
-    [
-        ("server_time.py", ["--calls", "0"], "argument --calls: 0: must be >= 100"),
-        ("server_time.py", ["--repeats", "0"], "argument --repeats: 0: must be >= 1"),
-        ("decision_cost.py", ["--threads", "0"], "argument --threads: 0: must be >= 2"),
-        ("decision_cost.py", ["--tasks", "0"], "argument --tasks: 0: must be >= 1"),
-        ("lease_cost.py", ["--lease-ms", "-5"], "argument --lease-ms: -5: must be >= 1"),
-        ("lease_cost.py", ["--lease-ms", "0"], "argument --lease-ms: 0: must be >= 1"),
-        ("lease_cost.py", ["--seconds", "0"], "argument --seconds: 0: must be > 0"),
-        ("lease_cost.py", ["--timeout", "nan"], "argument --timeout: nan: must be > 0"),
-        ("reload_cost.py", ["--rows", "0"], "argument --rows: 0: must be >= 1"),
-        ("cluster_scale.py", ["--seconds", "-1"], "argument --seconds: -1: must be > 0"),
-        ("overload.py", ["--rate", "0"], "argument --rate: 0: must be >= 1"),
-        ("failover_loss.py", ["--write-calls", "0"], "argument --write-calls: 0: must be >= 1"),
-        ("pushback_supplier.py", ["--seconds", "0"], "argument --seconds: 0: must be > 0"),
-        ("redis_cpu.py", ["--processes", "0"], "argument --processes: 0: must be >= 1"),
-        ("decision_cost.py", ["--threads", "two"], "argument --threads: 'two' is not an integer"),
-    ],
-)
+@pytest.mark.parametrize(("script", "args", "message"), REFUSED)
 def test_a_count_or_duration_that_cannot_run_is_refused(
-    script: str, args: list[str], message: str
+    runs: Runs, script: str, args: list[str], message: str
 ) -> None:
     """Refused before anything starts, with the option and the value given (exit 2)."""
-    done = run_quickly(script, *args)
+    done = runs.result(script, *args).done
     assert done.returncode == 2, (done.stdout[-3000:], done.stderr[-3000:])
     assert message in done.stderr, done.stderr
     assert done.stdout == ""
 
 
-@pytest.mark.parametrize(
-    "script", ["decision_cost.py", "server_time.py", "slot_cost.py", "accuracy_shares.py"]
-)
-def test_an_unreachable_redis_url_is_one_line_naming_it(script: str) -> None:
+@pytest.mark.parametrize("script", UNREACHABLE)
+def test_an_unreachable_redis_url_is_one_line_naming_it(runs: Runs, script: str) -> None:
     """No traceback: one line with the URL, its password masked, and exit 1."""
-    done = run_quickly(script, "--redis-url", "redis://user:s3cret@127.0.0.1:1/0")
+    done = runs.result(script, *UNREACHABLE_URL).done
     assert done.returncode == 1, (done.stdout[-3000:], done.stderr[-3000:])
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr

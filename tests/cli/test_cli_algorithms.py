@@ -322,6 +322,23 @@ WARMUP_ARGS: Sequence[tuple[list[str], dict[str, Any]]] = (
 )
 
 
+FlagMix = tuple[list[str], dict[str, Any], list[str], dict[str, Any], list[str], dict[str, Any]]
+
+
+def flag_mixes(dialect: str) -> list[FlagMix]:
+    """Every mix of the three flags on SQLite, where a command costs little; on MariaDB
+    a set that still pairs every value of each flag with every value of each other
+    (12 of 36): which mixes are refused is the same check on either store, and what
+    MariaDB adds (how its columns store and read back a value) shows in any of them."""
+    return [
+        (alg_argv, alg, mp_argv, mp, wu_argv, wu)
+        for i, (alg_argv, alg) in enumerate(ALGORITHM_ARGS)
+        for j, (mp_argv, mp) in enumerate(MAX_PERMITS_ARGS)
+        for k, (wu_argv, wu) in enumerate(WARMUP_ARGS)
+        if dialect == "sqlite" or k == (i + j) % len(WARMUP_ARGS)
+    ]
+
+
 @pytest.mark.parametrize("start", STARTS, ids=["new", "tb40", "warm_up", "sliding_window"])
 def test_conf_set_accepts_exactly_the_combinations_the_reload_applies(
     capsys: pytest.CaptureFixture[str],
@@ -332,31 +349,29 @@ def test_conf_set_accepts_exactly_the_combinations_the_reload_applies(
     the row, or exit 2 and the table is untouched, as the reload's own check predicts."""
     db, engine = migrated_any_db
     outcomes = {0: 0, 2: 0}
-    for alg_argv, alg in ALGORITHM_ARGS:
-        for mp_argv, mp in MAX_PERMITS_ARGS:
-            for wu_argv, wu in WARMUP_ARGS:
-                with engine.begin() as conn:
-                    conn.execute(text("delete from t_ratelimite_conf"))
-                if start is not None:
-                    write_row(engine, URL, rateLimit=20, cache=0.5, **start)
-                before = table(engine)
-                argv = [*alg_argv, *mp_argv, *wu_argv]
-                ran = conf_set(capsys, db, URL, "--rate", "30", "--cache", "0.5", "--enable", *argv)
-                expected = rule_from_row(_conf_row(start, alg | mp | wu), 0.5)
-                where = f"start {start}, argv {argv}: {ran.out} {ran.err}"
-                if isinstance(expected, Skipped):
-                    assert ran.code == 2, where
-                    assert table(engine) == before, where
-                else:
-                    assert ran.code == 0, where
-                    assert isinstance(expected, Rule)
-                    rule = applied_rule(engine, URL)
-                    assert (rule.algorithm, rule.capacity, rule.warmup) == (
-                        expected.algorithm,
-                        expected.capacity,
-                        expected.warmup,
-                    ), where
-                outcomes[ran.code] += 1
+    for alg_argv, alg, mp_argv, mp, wu_argv, wu in flag_mixes(engine.dialect.name):
+        with engine.begin() as conn:
+            conn.execute(text("delete from t_ratelimite_conf"))
+        if start is not None:
+            write_row(engine, URL, rateLimit=20, cache=0.5, **start)
+        before = table(engine)
+        argv = [*alg_argv, *mp_argv, *wu_argv]
+        ran = conf_set(capsys, db, URL, "--rate", "30", "--cache", "0.5", "--enable", *argv)
+        expected = rule_from_row(_conf_row(start, alg | mp | wu), 0.5)
+        where = f"start {start}, argv {argv}: {ran.out} {ran.err}"
+        if isinstance(expected, Skipped):
+            assert ran.code == 2, where
+            assert table(engine) == before, where
+        else:
+            assert ran.code == 0, where
+            assert isinstance(expected, Rule)
+            rule = applied_rule(engine, URL)
+            assert (rule.algorithm, rule.capacity, rule.warmup) == (
+                expected.algorithm,
+                expected.capacity,
+                expected.warmup,
+            ), where
+        outcomes[ran.code] += 1
     assert outcomes[0] > 0
     assert outcomes[2] > 0
 

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -259,17 +260,19 @@ def test_status_shows_live_bucket_state_from_redis_after_acquisitions(
     write_row(engine, "/ibe/fare/quote", rateLimit=0, status=1)
     settings = settings_file(tmp_path, url, redis_server.url, key_prefix)
     with GatewayLimiter.from_settings(settings) as limiter:
+        taken_at = time.monotonic()
         admitted = sum(limiter.try_acquire("/ibe/flight/search", timeout=0) for _ in range(6))
     assert admitted == 6
     client: redis.Redis = redis_server.client()
     assert client.exists(bucket_key(key_prefix, "/ibe/flight/search")) == 1
 
     ran = cli(capsys, "--settings", str(settings), "status")
+    since = time.monotonic() - taken_at  # a loaded host may take a second or more
     assert ran.code == 0, ran.err
     assert ANSI not in ran.out
     assert f"key prefix {key_prefix}" in ran.out
     stored = _stored_permits(ran.out, "/ibe/flight/search")
-    assert 3.5 <= stored < 10  # 10 - 6, plus what refilled since (well under a second)
+    assert 3.5 <= stored <= min(10, 4 + 10 * since) + 0.01  # 10 - 6, plus what refilled since
     assert re.search(r"^/ibe/fare/quote .*closed", ran.out, re.MULTILINE)
 
     only = cli(capsys, "--settings", str(settings), "status", "/ibe/flight/search")

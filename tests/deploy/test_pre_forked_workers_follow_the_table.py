@@ -31,14 +31,13 @@ from tests.support.deploy import (
     Seen,
     ask,
     fleet_pids,
-    free_port,
     limiter_env,
     poll,
     reached_by,
     serve,
 )
 from tests.support.limiting import write_row
-from tests.support.services import RedisServer
+from tests.support.services import RedisServer, free_port
 
 pytestmark = pytest.mark.slow
 

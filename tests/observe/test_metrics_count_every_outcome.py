@@ -108,7 +108,8 @@ def test_waits_are_observed_for_admitted_calls_on_limited_interfaces(
 
     histogram = "gateway_limiter_wait_seconds"
     assert value(histogram + "_count", interface=urls["wait"]) == 25
-    assert value(histogram + "_bucket", interface=urls["wait"], le="0.0") == 20
+    # 20, unless a loaded host took 50 ms a call and a permit came back meanwhile
+    assert value(histogram + "_bucket", interface=urls["wait"], le="0.0") == waits.count(0.0)
     for bound in (0.001, 0.05, 0.1, 0.25):  # queued: about 50, 100, ... 250 ms
         observed = value(histogram + "_bucket", interface=urls["wait"], le=str(bound))
         assert observed == sum(w <= bound for w in waits)

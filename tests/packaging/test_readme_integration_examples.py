@@ -22,9 +22,9 @@ from sqlalchemy import Engine
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.errors import NotStarted
-from tests.support.deploy import free_port, limiter_env
+from tests.support.deploy import limiter_env
 from tests.support.limiting import write_row
-from tests.support.services import RedisServer
+from tests.support.services import RedisServer, free_port
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -27,9 +27,12 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> Ran:
 
 
 def settings_file(tmp_path: Path, database_url: str, redis_url: str, key_prefix: str) -> Path:
-    """A settings.toml naming the test's database, Redis and key prefix."""
+    """A settings.toml naming the test's database, Redis and key prefix, with patient
+    Redis reads: on a loaded host a first call can take longer than the default 50 ms,
+    and a decision the outage policy made would not be the one the test checks."""
     settings = tmp_path / "settings.toml"
     settings.write_text(
         f'database_url = "{database_url}"\nredis_url = "{redis_url}"\nkey_prefix = "{key_prefix}"\n'
+        "redis_timeout = 2.0\nredis_timeout_ceiling = 2.0\n"
     )
     return settings

@@ -81,12 +81,6 @@ def ask(port: int, path: str) -> Answer:
     return Answer(response.status, headers, body if isinstance(body, dict) else None, sent_at)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 #: Processes a server may start beside its workers (multiprocessing's own).
 HELPERS = ("resource_tracker", "multiprocessing.forkserver")
 

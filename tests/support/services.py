@@ -58,6 +58,20 @@ def _ephemeral_from() -> int:
         return 32768
 
 
+def _port_range() -> tuple[int, int]:
+    """The ports ``free_port`` picks from: below the kernel's ephemeral range, and when
+    the suite runs in several workers (pytest-xdist), only this worker's share of them,
+    so that two workers never pick the same port between checking it and binding it."""
+    low, top = PORTS_FROM, _ephemeral_from()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or "1")
+    if worker.startswith("gw") and worker[2:].isdigit() and count > 1:
+        share = (top - low) // count
+        low += int(worker[2:]) % count * share
+        top = low + share
+    return low, top
+
+
 def free_port() -> int:
     """A TCP port nobody listens on right now, and none handed out before in this
     process.
@@ -67,10 +81,10 @@ def free_port() -> int:
     from that range, and one of them can hold it by the time a server binds it (a
     cluster's six nodes pick their ports before the first starts: one node once failed
     to start that way)."""
-    top = _ephemeral_from()
+    low, top = _port_range()
     with _ports_lock:
         for _ in range(200):
-            port = _pick.randrange(PORTS_FROM, top) if top > PORTS_FROM + 1000 else 0
+            port = _pick.randrange(low, top) if top > low + 1000 else 0
             if port in _handed_out:
                 continue
             with socket.socket() as s:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import Engine, text
 
+from tests.support import services
 from tests.support.services import RedisServer
 
 
@@ -23,3 +25,20 @@ def test_mariadb_database_is_real_and_migrated(migrated_db: tuple[str, Engine]) 
     with engine.connect() as conn:
         version = conn.execute(text("select version()")).scalar_one()
     assert "MariaDB" in version
+
+
+def test_parallel_workers_pick_ports_from_shares_that_do_not_overlap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under pytest-xdist each worker picks from its own share of the ports: two workers
+    never hand out the same port between checking that it is free and binding it."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    shares = []
+    for worker in ("gw0", "gw1"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        low, top = services._port_range()
+        assert services.PORTS_FROM <= low < top <= services._ephemeral_from()
+        port = services.free_port()
+        assert low <= port < top
+        shares.append(range(low, top))
+    assert not set(shares[0]) & set(shares[1])
