@@ -130,7 +130,10 @@ def test_a_database_that_goes_away_or_stops_answering_never_reaches_a_caller(
         lim.close()
     assert lim.registry.snapshot.rules == good.rules
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    assert len(errors) == 1 and "keeping the last good limits" in errors[0]
+    # The database's outage is told once. A loaded host may also time out a Redis call,
+    # which says so in a line of its own: that one is not the database's.
+    told = [m for m in errors if "redis" not in m.lower()]
+    assert len(told) == 1 and "keeping the last good limits" in told[0], errors
     assert any("reachable again" in r.getMessage() for r in caplog.records)
     figures(
         f"database {fault}",
