@@ -59,7 +59,7 @@ __all__ = [
     "try_acquire",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Where each lazily imported public name lives (keep in step with the TYPE_CHECKING
 #: imports above, which are what mypy sees).
