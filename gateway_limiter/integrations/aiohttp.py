@@ -43,8 +43,22 @@ def path_of(request: ClientRequest) -> str | None:
 
 
 class LimiterMiddleware:
-    """An aiohttp client middleware (``ClientSession(middlewares=...)``, or per request)
-    deciding with an ``AsyncGatewayLimiter`` and pushing back on 429/503."""
+    """An aiohttp client middleware that decides with an ``AsyncGatewayLimiter`` before
+    each request (each redirect hop too) and pushes back after a 429 or 503.
+
+    Args:
+        limiter: a started ``AsyncGatewayLimiter``; the row's ``cache`` is the wait budget.
+        interface: maps a request to its ``interfaceUrl``; default: the URL's path.
+            A function that returns None leaves that request unlimited.
+
+    Raises:
+        gateway_limiter.Refused: when refused; the request never reaches the supplier.
+
+    Example:
+        ```python
+        session = aiohttp.ClientSession(middlewares=(LimiterMiddleware(async_limiter),))
+        ```
+    """
 
     __slots__ = ("interface", "limiter", "priority")
 

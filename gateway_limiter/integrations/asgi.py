@@ -45,9 +45,20 @@ def path_of(scope: Scope) -> str | None:
 
 
 def header_key(name: str) -> ScopeMap:
-    """A ``key`` that is the value of request header ``name`` (None when absent).
+    """A ``key`` for ``RateLimitMiddleware``: the value of a request header.
 
-    A caller that sends the header twice is keyed by the first value.
+    Args:
+        name: the header's name, in any case.
+
+    Returns:
+        A function of the ASGI scope giving the header's first value, or None when the
+        request has none (then the caller is one caller of its own).
+
+    Example:
+        ```python
+        app.add_middleware(RateLimitMiddleware, limiter=async_limiter,
+                           key=header_key("X-Api-Key"))
+        ```
     """
     wanted = name.lower().encode("latin-1")
 
@@ -65,8 +76,29 @@ def _encoded(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
 
 
 class RateLimitMiddleware:
-    """Pure ASGI middleware: decide each HTTP request with ``limiter`` before ``app``;
-    answer 429 when refused, add the rate-limit headers when admitted."""
+    """ASGI middleware for a gateway that limits its own callers.
+
+    Each HTTP request is decided before the app sees it: refused, the answer is
+    ``429 Too Many Requests`` with ``Decision.headers()`` and the app is not called;
+    admitted, the app answers and the same headers are added. Lifespan and websocket
+    scopes pass through. Start the limiter in the app's lifespan: without it every
+    request fails with ``NotStarted``.
+
+    Args:
+        app: the ASGI application it wraps.
+        limiter: an ``AsyncGatewayLimiter``, started in each worker on its event loop.
+        interface: maps the ASGI scope to its ``interfaceUrl``; default: the path.
+            None from it: not limited, no headers.
+        key: maps the scope to the caller, for ``perCaller`` rows (``header_key``);
+            default: no caller key.
+
+    Example:
+        ```python
+        app = Starlette(lifespan=lifespan)
+        app.add_middleware(RateLimitMiddleware, limiter=async_limiter,
+                           key=header_key("X-Api-Key"))
+        ```
+    """
 
     __slots__ = ("app", "interface", "key", "limiter", "priority")
 

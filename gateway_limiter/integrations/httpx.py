@@ -44,9 +44,26 @@ def path_of(request: httpx.Request) -> str | None:
 
 
 class LimiterTransport(httpx.BaseTransport):
-    """An ``httpx.BaseTransport`` deciding with a ``GatewayLimiter`` before each request
-    and pushing back on 429/503; the request itself goes through ``transport``
-    (default: a new ``httpx.HTTPTransport()``)."""
+    """An httpx transport that decides with a ``GatewayLimiter`` before each request and
+    pushes back after a 429 or 503.
+
+    Args:
+        limiter: a started ``GatewayLimiter``; the row's ``cache`` is the wait budget.
+        transport: what sends the request; default a new ``httpx.HTTPTransport()``.
+        interface: maps a request to its ``interfaceUrl``; default: the URL's path.
+            A function that returns None leaves that request unlimited.
+
+    Raises:
+        gateway_limiter.Refused: from ``client.get(...)`` and the like, when refused;
+            the request never reaches the supplier.
+
+    Example:
+        ```python
+        client = httpx.Client(transport=LimiterTransport(limiter),
+                              base_url="https://supplier.example")
+        client.get("/ibe/flight/search")   # decided as "/ibe/flight/search"
+        ```
+    """
 
     def __init__(
         self,
@@ -78,8 +95,23 @@ class LimiterTransport(httpx.BaseTransport):
 
 
 class AsyncLimiterTransport(httpx.AsyncBaseTransport):
-    """``LimiterTransport`` for ``httpx.AsyncClient``, with an ``AsyncGatewayLimiter``
-    (default inner transport: ``httpx.AsyncHTTPTransport()``)."""
+    """``LimiterTransport`` for ``httpx.AsyncClient``, with an ``AsyncGatewayLimiter``.
+
+    Args:
+        limiter: a started ``AsyncGatewayLimiter``; the row's ``cache`` is the wait budget.
+        transport: what sends the request; default a new ``httpx.AsyncHTTPTransport()``.
+        interface: maps a request to its ``interfaceUrl``; default: the URL's path.
+            A function that returns None leaves that request unlimited.
+
+    Raises:
+        gateway_limiter.Refused: when refused; the request never reaches the supplier.
+
+    Example:
+        ```python
+        client = httpx.AsyncClient(transport=AsyncLimiterTransport(async_limiter))
+        await client.get("https://supplier.example/ibe/flight/search")
+        ```
+    """
 
     def __init__(
         self,

@@ -47,9 +47,25 @@ def path_of(request: PreparedRequest) -> str | None:
 
 
 class LimiterAdapter(HTTPAdapter):
-    """An ``HTTPAdapter`` deciding with a ``GatewayLimiter`` before each request and
-    pushing back on 429/503. Mount it on a ``requests.Session`` for the supplier's
-    URL prefix."""
+    """A requests ``HTTPAdapter`` that decides with a ``GatewayLimiter`` before each
+    request and pushes back after a 429 or 503.
+
+    Args:
+        limiter: a started ``GatewayLimiter``; the row's ``cache`` is the wait budget.
+        interface: maps a request to its ``interfaceUrl``; default: the URL's path.
+            A function that returns None leaves that request unlimited.
+        **kwargs: ``HTTPAdapter``'s own (``max_retries``, the pool sizes).
+
+    Raises:
+        gateway_limiter.Refused: from ``session.get(...)`` and the like, when refused;
+            the request never reaches the supplier.
+
+    Example:
+        ```python
+        session = requests.Session()
+        session.mount("https://supplier.example/", LimiterAdapter(limiter))
+        ```
+    """
 
     def __init__(
         self,
