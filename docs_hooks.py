@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gateway_limiter.cli import PROG, build_parser
+from gateway_limiter.cli import build_parser
+from gateway_limiter.cli.context import PROG
 
 CHECKOUT = Path(__file__).resolve().parent
 #: The width --help is laid out in on the page.
