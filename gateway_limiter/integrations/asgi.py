@@ -1,23 +1,5 @@
-"""An ASGI middleware for a gateway that limits its OWN callers (the ``asgi`` extra for
-Starlette/FastAPI; the middleware itself is pure ASGI and imports no framework).
-
->>> app.add_middleware(RateLimitMiddleware, limiter=limiter,  # doctest: +SKIP
-...                    key=header_key("x-api-key"))
-
-Each HTTP request is decided with an ``AsyncGatewayLimiter`` (the row's ``cache`` as
-the wait budget: a caller may be held for a permit) before the app sees it:
-
-- refused: the app is not called; the answer is ``429 Too Many Requests`` with the
-  Decision's headers (``Retry-After`` when waiting can help, ``X-RateLimit-Limit``,
-  ``X-RateLimit-Remaining``, ``X-RateLimit-Effective-Rate``: ``Decision.headers()``);
-- admitted: the app answers, and the same headers are added to its response.
-
-``interface`` maps the ASGI scope to the interfaceUrl (default: the path; None: not
-limited, no headers); ``key`` maps it to the caller, for rows with ``perCaller = 1``
-(default: none). ``priority`` gives each request's class (priority classes,
-docs/priority.md): one class, a mapping of route (interfaceUrl) to class, or a function
-of the scope; default: the row's. Lifespan and websocket scopes pass through untouched.
-"""
+"""An ASGI middleware for a gateway that limits its own callers (the ``asgi`` extra for
+Starlette and FastAPI; the middleware itself is pure ASGI and imports no framework)."""
 
 from __future__ import annotations
 
@@ -91,6 +73,9 @@ class RateLimitMiddleware:
             None from it: not limited, no headers.
         key: maps the scope to the caller, for ``perCaller`` rows (``header_key``);
             default: no caller key.
+        priority: each request's class (see priority classes): one ``Priority``, a
+            mapping of ``interfaceUrl`` to class, or a function of the ASGI scope and its
+            ``interfaceUrl``; default: the row's.
 
     Example:
         ```python
