@@ -141,7 +141,8 @@ def run_sql(block: Block, database: Path) -> None:
 
 
 def run_commands(block: Block, database: Path) -> None:
-    for number, line in enumerate(block.code.splitlines(), start=block.line + 1):
+    lines = block.code.replace("\\\n", " ").splitlines()  # a command continued with "\\"
+    for number, line in enumerate(lines, start=block.line + 1):
         words = shlex.split(line, comments=True)
         if not words:
             continue
