@@ -41,8 +41,8 @@ class LimiterMiddleware:
         interface: maps a request to its ``interfaceUrl``; default: the URL's path.
             A function that returns None leaves that request unlimited.
         priority: each request's class (see priority classes): one ``Priority``, a
-            mapping of ``interfaceUrl`` to class, or a function of the request and its
-            ``interfaceUrl``; default: the row's.
+            mapping of ``interfaceUrl`` to class, or a function of the request
+            (None: the row's); default: the row's.
 
     Raises:
         gateway_limiter.Refused: when refused; the request never reaches the supplier.

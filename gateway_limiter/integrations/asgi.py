@@ -74,8 +74,8 @@ class RateLimitMiddleware:
         key: maps the scope to the caller, for ``perCaller`` rows (``header_key``);
             default: no caller key.
         priority: each request's class (see priority classes): one ``Priority``, a
-            mapping of ``interfaceUrl`` to class, or a function of the ASGI scope and its
-            ``interfaceUrl``; default: the row's.
+            mapping of ``interfaceUrl`` to class, or a function of the ASGI scope
+            (None: the row's); default: the row's.
 
     Example:
         ```python
