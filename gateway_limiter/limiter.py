@@ -313,7 +313,9 @@ class GatewayLimiter(Shell):
             file (``$GATEWAY_LIMITER_SETTINGS``, else ``./settings.toml``), the
             ``GATEWAY_LIMITER_<KEY>`` environment variables and the defaults.
         **overrides: any setting by name (``database_url``, ``redis_url``,
-            ``reload_interval``, ...), applied last.
+            ``reload_interval``, ...), applied last; and ``clock``, what every moment
+            of a decision is read from and every wait slept on
+            (``gateway_limiter.core.clock.Clock``; default the system clock).
 
     Raises:
         SettingsError: a setting is unknown or has a bad value (naming it).
