@@ -178,6 +178,7 @@ def test_installed_wheel_migrates_a_new_database_through_the_python_api(
         "gateway_limiter_alembic_version",
         "t_ratelimite_audit",
         "t_ratelimite_conf",
+        "t_ratelimite_quota",
         "t_ratelimite_switch",
     ]
     assert report["head"] is not None
