@@ -487,7 +487,7 @@ def report(runs: Sequence[Phase], errors: int) -> list[str]:
 
 
 def targets(runs: Sequence[Phase]) -> list[str]:
-    """Each target of issue #7 against the numbers, met or missed."""
+    """Each accuracy target against the numbers, met or missed."""
     by = {(ph.algorithm, ph.number): ph for ph in runs}
 
     def verdict(ok: bool) -> str:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """How exactly capacity shares hold under overload: a channel cap over two interfaces,
-and a named caller beside the default per-caller row (issue 19).
+and a named caller beside the default per-caller row.
 
 Run from the checkout::
 

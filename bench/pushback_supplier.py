@@ -15,7 +15,7 @@ limits table.
 It prints, per second, what the gateways asked (calls), what the limiter refused
 before the supplier, and what reached the supplier and how it answered; then, from
 ``--from-s`` on, the share of the calls reaching the supplier that succeeded and the
-successes per second over the supplier's rate, against the targets of issue 17
+successes per second over the supplier's rate, against pushback's targets
 (>= 90 %, >= 0.8).
 
 ``--retry-after-at S``: the other experiment. The supplier takes everything, except

@@ -1,15 +1,8 @@
 """gateway-limiter: keep a fleet of gateway processes within each supplier's call rate.
 
->>> from gateway_limiter import try_acquire
->>> if try_acquire("/ibe/flight/search"):  # doctest: +SKIP
-...     call_supplier()
-
-``try_acquire`` and ``acquire`` here use one process-wide limiter, built and started
-on first use from settings ($GATEWAY_LIMITER_SETTINGS, else ./settings.toml, else the
-defaults). Build a ``GatewayLimiter`` yourself for anything else.
-
-The names below are imported on first use (PEP 562): ``import gateway_limiter`` alone,
-as the command line does, loads neither SQLAlchemy nor redis.
+The functions here use one process-wide limiter built from the settings; build a
+``GatewayLimiter`` for anything else. Names are imported on first use (PEP 562), so
+``import gateway_limiter`` alone loads neither SQLAlchemy nor redis.
 """
 
 from __future__ import annotations
@@ -59,7 +52,7 @@ __all__ = [
     "try_acquire",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Where each lazily imported public name lives (keep in step with the TYPE_CHECKING
 #: imports above, which are what mypy sees).
@@ -105,7 +98,14 @@ _default_lock = threading.Lock()
 
 
 def default_limiter() -> GatewayLimiter:
-    """The process-wide limiter, built and started on first use (thread-safe)."""
+    """The process-wide limiter, built and started on first use (thread-safe).
+
+    Built from ``$GATEWAY_LIMITER_SETTINGS``, else ``./settings.toml``, else the
+    defaults, and closed when the process exits.
+
+    Returns:
+        The started ``GatewayLimiter`` the module-level functions use.
+    """
     global _default  # noqa: PLW0603 - one limiter per process is the point
     limiter = _default
     if limiter is None:
@@ -128,14 +128,41 @@ def try_acquire(
     key: str | None = None,
     priority: Priority | str | None = None,
 ) -> bool:
-    """``GatewayLimiter.try_acquire`` on the process-wide limiter."""
+    """``GatewayLimiter.try_acquire`` on the process-wide limiter.
+
+    Args:
+        url: the interface (a row's ``interfaceUrl``).
+        permits: permits this call takes.
+        timeout: the most to wait, seconds; None: the row's ``cache``.
+        key: the caller, for ``perCaller`` rows.
+        priority: the call's class (``Priority`` or its text); None: the row's.
+
+    Returns:
+        True once the call may go ahead (after any wait); False at once otherwise.
+
+    Example:
+        ```python
+        from gateway_limiter import try_acquire
+
+        if try_acquire("/ibe/flight/search"):
+            call_supplier()
+        ```
+    """
     return default_limiter().try_acquire(url, permits, timeout, key, priority)
 
 
 def acquire(
     url: str, permits: int = 1, key: str | None = None, priority: Priority | str | None = None
 ) -> float:
-    """``GatewayLimiter.acquire`` on the process-wide limiter."""
+    """``GatewayLimiter.acquire`` on the process-wide limiter: wait as long as it takes.
+
+    Returns:
+        The seconds waited.
+
+    Raises:
+        InterfaceClosed: the interface's ``rateLimit`` is 0.
+        BackendUnavailable: Redis is away and the failure policy cannot grant.
+    """
     return default_limiter().acquire(url, permits, key, priority)
 
 
@@ -146,12 +173,24 @@ def decide(
     key: str | None = None,
     priority: Priority | str | None = None,
 ) -> Decision:
-    """``GatewayLimiter.decide`` on the process-wide limiter."""
+    """``GatewayLimiter.decide`` on the process-wide limiter.
+
+    Returns:
+        A ``Decision``: allowed or not, why, and the headers to answer with.
+    """
     return default_limiter().decide(url, permits, timeout, key, priority)
 
 
 def pushback(url: str, retry_after: float | None = None, key: str | None = None) -> None:
-    """``GatewayLimiter.pushback`` on the process-wide limiter."""
+    """``GatewayLimiter.pushback`` on the process-wide limiter: the supplier answered
+    429 or 503.
+
+    Args:
+        url: the interface.
+        retry_after: the seconds of the supplier's ``Retry-After``; None: lower the
+            interface's rate instead.
+        key: the caller, for ``perCaller`` rows.
+    """
     default_limiter().pushback(url, retry_after, key)
 
 
@@ -161,5 +200,12 @@ def slot(
     key: str | None = None,
     priority: Priority | str | None = None,
 ) -> AbstractContextManager[Decision]:
-    """``GatewayLimiter.slot`` on the process-wide limiter: ``with slot(url): ...``."""
+    """``GatewayLimiter.slot`` on the process-wide limiter.
+
+    Example:
+        ```python
+        with gateway_limiter.slot("/ibe/flight/book"):
+            call_supplier()
+        ```
+    """
     return default_limiter().slot(url, timeout, key, priority)

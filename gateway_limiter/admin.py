@@ -1,18 +1,8 @@
-"""Set up and fill the limits tables from Python: what examples, tests and operator
-scripts need, without the command line.
+"""Set up and fill the limits tables from Python, as ``gateway-limiter db upgrade``,
+``conf set`` and ``switch`` do: for examples, tests and operator scripts.
 
->>> from gateway_limiter import admin
->>> url = "sqlite:///limits.db"
->>> admin.upgrade(url)  # doctest: +SKIP
->>> admin.set_limit(url, "/ibe/flight/search", rate=10, cache=1.0)  # doctest: +SKIP
-1
->>> admin.set_switch(url, True)  # doctest: +SKIP
-
-Each function takes the database URL (a SQLAlchemy URL, as ``database_url``), opens
-its own connection and closes it before returning: a running limiter sees the change
-at its next reload (``reload_interval``), or at once after ``limiter.reload()``. They do
-what ``gateway-limiter db upgrade``, ``conf set`` and ``switch on/off/default`` do.
-SQLAlchemy and Alembic are imported only when a function is called.
+Each function opens its own connection to ``database_url`` and closes it; a running
+limiter sees the change at its next reload, or at once after ``limiter.reload()``.
 """
 
 from __future__ import annotations
@@ -25,8 +15,16 @@ __all__ = ["set_limit", "set_switch", "upgrade"]
 def upgrade(database_url: str) -> None:
     """Create the limits tables, or migrate them to the newest revision.
 
-    Safe to run again (nothing to do at the newest revision). A ``sqlite:///path`` file
-    that does not exist is created.
+    Safe to run again (nothing to do at the newest revision).
+
+    Args:
+        database_url: a SQLAlchemy URL, as the ``database_url`` setting; a
+            ``sqlite:///path`` file that does not exist is created.
+
+    Example:
+        ```python
+        admin.upgrade("mysql+pymysql://gw:secret@db/gateway")
+        ```
     """
     from gateway_limiter.config.migrate import upgrade as migrate_upgrade
     from gateway_limiter.config.table import make_engine
@@ -59,23 +57,46 @@ def set_limit(
 ) -> int:
     """Store one limit: ``rate`` calls per ``period_seconds`` on ``interface_url``.
 
-    The row for that URL, period and scope (``per_caller``: each caller its own
-    bucket, else all callers together) is updated, or inserted; every column named
-    here is written. ``cache`` is the most a call may wait for a permit (seconds;
-    None: the ``default_cache`` setting). ``enabled=False`` stores the row but does not
-    enforce it; ``shadow=True`` counts what it would refuse and refuses nothing.
-    ``algorithm`` is ``token_bucket``, ``sliding_window`` or ``warm_up`` (with
-    ``max_permits`` and ``warmup_period``: docs/algorithms.md). ``caller_key`` (with
-    ``per_caller=True``): the row for that caller alone (a named caller); the row that
-    names none is another row. ``quota_period`` (``day``, ``week``, ``month``): a
-    calendar quota, ``rate`` per period of the calendar in ``time_zone`` (None: the
-    ``default_time_zone`` setting), renewing at ``quota_renews`` (local time; None:
-    midnight, Monday, the 1st); a URL's calendar quota is a row of its own, beside its
-    rate's.
+    The row for that URL, period and scope is updated, or inserted; every column named
+    here is written. The change is recorded in the audit table (source ``admin``).
 
-    Returns the row's configId. Raises ValueError, and writes nothing, when the
-    reload would skip the row (it names why); the tables must exist (``upgrade``).
-    The change is recorded in the audit table (source ``admin``, actor ``user@host``).
+    Args:
+        database_url: a SQLAlchemy URL; the tables must exist (``upgrade``).
+        interface_url: the interface, as callers pass it (``/ibe/flight/search``).
+        rate: permits per period (``rateLimit``); 0 closes the interface.
+        cache: the most a call may wait for a permit, seconds; None: the
+            ``default_cache`` setting.
+        period_seconds: the period of ``rate``, 1 to 86,400 seconds.
+        per_caller: each caller key its own limit, else all callers together.
+        enabled: False stores the row without enforcing it.
+        shadow: True counts what the row would refuse and refuses nothing.
+        algorithm: ``token_bucket``, ``warm_up``, ``sliding_window`` or
+            ``fixed_window``.
+        max_permits: a token bucket's capacity; None: one period's worth.
+        warmup_period: ``warm_up``'s seconds from cold to the full rate.
+        caller_key: with ``per_caller=True``, the row of that caller alone (a named
+            caller).
+        quota_period: ``day``, ``week`` or ``month``: a calendar quota, a row of its own
+            beside the URL's rate.
+        time_zone: the quota's IANA zone; None: the ``default_time_zone`` setting.
+        quota_renews: when the quota renews, in local time (``02:00``, ``mon 00:00``,
+            ``15 00:00``); None: midnight, Monday, the 1st.
+        quota_pacing: stored; not applied yet.
+
+    Returns:
+        The row's ``configId``.
+
+    Raises:
+        ValueError: the reload would skip the row (the message says why); nothing is
+            written.
+
+    Example:
+        ```python
+        url = "sqlite:///limits.db"
+        admin.set_limit(url, "/ibe/flight/search", rate=20, cache=0.2)
+        admin.set_limit(url, "/ibe/flight/search", rate=50_000, quota_period="day",
+                        time_zone="Asia/Shanghai")
+        ```
     """
     from dataclasses import replace
 
@@ -151,8 +172,18 @@ def set_limit(
 
 
 def set_switch(database_url: str, enabled: bool | None) -> None:
-    """Turn every limit on (True) or off (False: every call admitted), or let the
-    ``switch`` setting decide again (None)."""
+    """Set the global switch of every process sharing the table.
+
+    Args:
+        database_url: a SQLAlchemy URL; the tables must exist (``upgrade``).
+        enabled: True turns every limit on; False off (every call admitted); None lets
+            the ``switch`` setting decide again.
+
+    Example:
+        ```python
+        admin.set_switch("sqlite:///limits.db", False)
+        ```
+    """
     from gateway_limiter.config.audit import SOURCE_ADMIN, ChangedBy, local_actor
     from gateway_limiter.config.table import make_engine, write_switch
 

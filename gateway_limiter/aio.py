@@ -1,74 +1,8 @@
 """``AsyncGatewayLimiter``: the limiter for asyncio gateways (aiohttp, FastAPI + httpx).
 
-The same names as ``GatewayLimiter``, as coroutines, and the same behaviour: both are
-I/O shells around one ``gateway_limiter.core.pipeline.LimiterCore`` (the rules, the
-snapshot, the switch, the failure policies, the circuit breaker, local refusals, shadow
-rules, the metrics and the bucket). Only the I/O differs, and none of it blocks the
-event loop:
-
-- a decision is one EVALSHA on ``redis.asyncio`` (``memory://``: the model, in-process);
-- a wait is ``asyncio.sleep``;
-- a reload (``start``, ``reload``, and every ``reload_interval`` after ``start``) runs in
-  a thread, and the loop only ever reads the snapshot the reload swaps in, lock-free,
-  so a slow or unreachable database never delays a request.
-
-A runnable example (``memory://`` and a throw-away SQLite file, no servers)::
-
-    import asyncio, tempfile
-    from gateway_limiter.aio import AsyncGatewayLimiter
-    from gateway_limiter.config.migrate import upgrade
-    from gateway_limiter.config.table import make_engine, upsert_conf
-
-    async def main() -> None:
-        db = f"sqlite:///{tempfile.mkdtemp()}/limits.db"
-        engine = make_engine(db)
-        upgrade(engine)
-        upsert_conf(engine, "/ibe/flight/search", rate_limit=5, cache=0.5, status=1)
-        async with AsyncGatewayLimiter(database_url=db, redis_url="memory://") as limiter:
-            admitted = [await limiter.try_acquire("/ibe/flight/search", timeout=0)
-                        for _ in range(8)]
-            print(admitted)  # 5 stored permits, then refusals: the wait would exceed 0
-            print(round(await limiter.acquire("/ibe/flight/search"), 1))  # 0.2: waits its turn
-
-    asyncio.run(main())
-
-Cancellation: what happens to reserved permits
-==============================================
-
-A caller cancelled while it waits (``try_acquire`` or ``acquire`` sleeping out its
-reservation) gets ``CancelledError`` at once: the wait is a plain ``asyncio.sleep``.
-**The permits it reserved stay spent.** The reservation already moved the shared
-bucket's balance time forward, and callers in any process may have queued behind it
-and computed their own wake-up times from it; handing the permits back would let a
-newcomer take a slot that overlaps theirs, and the supplier could then see more calls
-than the bucket allows (``capacity + rateLimit x seconds``). Keeping them spent errs
-the safe way: the supplier never gets more than that, and the cost is that callers
-after the cancelled one wait up to ``permits / rateLimit`` seconds longer than they had
-to (or are refused by a ``try_acquire`` whose budget that wait no longer fits). The
-same holds when the cancellation lands while the decision itself is in flight: if the
-script ran, its permits are spent; if not, nothing was reserved.
-
-``reload()`` is not interrupted by cancelling its caller: the thread finishes the
-reload and swaps the snapshot in; only the caller stops waiting for the summary.
-
-The threaded limiter is generated from this module
-==================================================
-
-``gateway_limiter/limiter.py`` (``GatewayLimiter``) is written by
-``scripts/generate_sync.py`` from the class below, never by hand: ``async``/``await``
-dropped, ``AsyncX`` renamed ``X`` and ``x_async`` renamed ``x`` (the twins in
-``gateway_limiter/concurrency.py``: tasks become threads, ``asyncio.sleep`` becomes
-``time.sleep``, a call made in a worker thread is made right there). Everything after the
-line that says "asyncio only" (the process-wide limiter) is left out. Change the
-shell here, then run ``python scripts/generate_sync.py``; CI runs it with ``--check``.
-
-Event loops
-===========
-
-An ``AsyncGatewayLimiter`` serves the event loop it is first used on (redis.asyncio
-connections belong to one loop). The module-level ``try_acquire``/``acquire`` keep one
-process-wide limiter for the running loop (see ``default_limiter``); an application
-that uses them closes it at shutdown with ``await gateway_limiter.aio.aclose_default()``.
+``gateway_limiter/limiter.py`` (``GatewayLimiter``) is generated from this module by
+``scripts/generate_sync.py``: change the shell here. How it works:
+docs/internals.md, section ``gateway_limiter.aio``.
 """
 
 from __future__ import annotations
@@ -361,15 +295,32 @@ class AsyncShell(LimiterCore):
 
 
 class AsyncGatewayLimiter(AsyncShell):
-    """Fleet-wide rate limits for one gateway process.
+    """Fleet-wide rate limits for one gateway process: ask it before each upstream call.
 
-    ::
+    Build one per process, shared by all its callers; start it (or use it as a context
+    manager), then ask it before each call to a supplier. The limits are the rows of the
+    database table, reloaded every ``reload_interval``; the buckets are shared in Redis.
 
-        async with AsyncGatewayLimiter(redis_url="redis://127.0.0.1:6379/0") as limiter:
+    Args:
+        settings: a ``Settings``, or the path of a settings file; None: the settings
+            file (``$GATEWAY_LIMITER_SETTINGS``, else ``./settings.toml``), the
+            ``GATEWAY_LIMITER_<KEY>`` environment variables and the defaults.
+        **overrides: any setting by name (``database_url``, ``redis_url``,
+            ``reload_interval``, ...), applied last; and ``clock``, what every moment
+            of a decision is read from and every wait slept on
+            (``gateway_limiter.core.clock.Clock``; default the system clock).
+
+    Raises:
+        SettingsError: a setting is unknown or has a bad value (naming it).
+
+    Example:
+        ```python
+        async with AsyncGatewayLimiter(
+            database_url="mysql+pymysql://gw:secret@db/gateway", redis_url="redis://redis:6379/0"
+        ) as limiter:
             if await limiter.try_acquire("/ibe/flight/search"):
                 await call_supplier()
-
-    Keywords are settings (see docs/design.md) and override the file and environment.
+        ```
     """
 
     _NOT_STARTED: ClassVar[str] = (
@@ -377,7 +328,15 @@ class AsyncGatewayLimiter(AsyncShell):
     )
 
     async def start(self) -> ReloadSummary:
-        """Load the limits now, then reload every ``reload_interval`` seconds."""
+        """Load the limits now, then reload them every ``reload_interval`` seconds.
+
+        Joins the fleet and starts the reload. A table that cannot be read leaves no
+        limits in force (every call admitted), logged at error level, until a reload
+        reads it.
+
+        Returns:
+            What the first load found: the rules, the rows skipped, the switch.
+        """
         self._starting()
         failure = await attempt_async(self.backend.prepare)
         self._prepared(failure)
@@ -396,11 +355,19 @@ class AsyncGatewayLimiter(AsyncShell):
         return self._running(summary)
 
     async def reload(self) -> ReloadSummary:
-        """Reload the limits now; the last good limits stay if the database fails."""
+        """Reload the limits now, without waiting for ``reload_interval``.
+
+        Returns:
+            What changed (rules added, changed, removed; rows skipped); when the
+            database fails, ``ok`` is False and the last good limits stay in force.
+        """
         return await blocking_async(self.registry.reload)
 
     async def aclose(self) -> None:
-        """Stop reloading and close connections. Decisions after this raise NotStarted."""
+        """Stop reloading, leave the fleet and close the connections.
+
+        Decisions after this raise ``NotStarted``.
+        """
         unwatch(self)
         self._stopping()
         for call in self._lease_returns(closing=True):  # best effort: else they expire
@@ -444,10 +411,28 @@ class AsyncGatewayLimiter(AsyncShell):
         key: str | None = None,
         priority: Priority | str | None = None,
     ) -> Verdict:
-        """Decide without sleeping: the verdict, whose ``wait_us`` the caller must honour.
+        """Decide without sleeping: the caller sleeps out the wait itself.
 
-        ``timeout=None`` here means the row's ``cache``; ``key`` is the caller, for
-        per-caller limits. A shadow rule's verdict is always allowed, with no wait.
+        Args:
+            url: the interface: a row's ``interfaceUrl`` (the HTTP integrations pass
+                the request's path).
+            permits: permits this call takes, at least 1.
+            timeout: the most this call may wait for its permits, seconds; None: the
+                row's ``cache``; 0: never wait.
+            key: the caller (an IP, a partner), for rows with ``perCaller = 1``; other
+                rows ignore it.
+            priority: the call's class (a ``Priority`` or its text); None: the row's
+                ``priority``, else ``default``.
+
+        Returns:
+            The verdict: ``allowed``, and ``wait_us``, the microseconds the caller must
+            wait before its call when allowed. A shadow rule's verdict is allowed, with
+            no wait.
+
+        Raises:
+            NotStarted: the limiter was not started, or was closed.
+            ValueError: a bad argument (named), or more permits than the interface can
+                serve in one call; nothing is reserved.
         """
         begun = self._begin(url, permits, timeout, key, priority=priority)
         return (await self._ask_backend(begun))[0]
@@ -460,13 +445,38 @@ class AsyncGatewayLimiter(AsyncShell):
         key: str | None = None,
         priority: Priority | str | None = None,
     ) -> bool:
-        """Take ``permits`` for ``url`` if the wait fits in ``timeout`` (default: the row's
-        ``cache``): wait, then True. Otherwise False at once, with nothing reserved.
+        """Take ``permits`` for ``url`` if the wait for them fits in ``timeout``.
 
-        ``key`` names the caller (an IP, a channel): rows with ``perCaller = 1`` give
-        each key its own limits; other rows ignore it. Always ``decide(...).allowed``,
-        without building the Decision. (asyncio: cancelled while waiting, CancelledError
-        at once; the permits stay spent.)
+        Waits its turn, then answers True; otherwise answers False at once, with nothing
+        reserved. An interface with no enabled row is not limited: True at once. With
+        asyncio, a caller cancelled while it waits gets ``CancelledError`` at once, and
+        the permits it reserved stay spent.
+
+        Args:
+            url: the interface: a row's ``interfaceUrl`` (the HTTP integrations pass
+                the request's path).
+            permits: permits this call takes, at least 1.
+            timeout: the most this call may wait for its permits, seconds; None: the
+                row's ``cache``; 0: never wait.
+            key: the caller (an IP, a partner), for rows with ``perCaller = 1``; other
+                rows ignore it.
+            priority: the call's class (a ``Priority`` or its text); None: the row's
+                ``priority``, else ``default``.
+
+        Returns:
+            True once the call may go ahead; False when it may not. Always
+            ``decide(...).allowed``.
+
+        Raises:
+            NotStarted: the limiter was not started, or was closed.
+            ValueError: a bad argument (named), or more permits than the interface can
+                serve in one call; nothing is reserved.
+
+        Example:
+            ```python
+            if await limiter.try_acquire("/ibe/flight/search", key=client_ip):
+                await call_supplier()
+            ```
         """
         verdict = (
             await self._ask_backend(self._begin(url, permits, timeout, key, priority=priority))
@@ -483,9 +493,35 @@ class AsyncGatewayLimiter(AsyncShell):
         key: str | None = None,
         priority: Priority | str | None = None,
     ) -> Decision:
-        """``try_acquire``, answering with the whole Decision: allowed or not, why, the
-        seconds waited, when to retry, permits left and the limit (see ``Decision``;
-        ``Decision.headers()`` gives the HTTP headers)."""
+        """``try_acquire``, answering with the whole ``Decision``.
+
+        Args:
+            url: the interface: a row's ``interfaceUrl`` (the HTTP integrations pass
+                the request's path).
+            permits: permits this call takes, at least 1.
+            timeout: the most this call may wait for its permits, seconds; None: the
+                row's ``cache``; 0: never wait.
+            key: the caller (an IP, a partner), for rows with ``perCaller = 1``; other
+                rows ignore it.
+            priority: the call's class (a ``Priority`` or its text); None: the row's
+                ``priority``, else ``default``.
+
+        Returns:
+            The decision: ``allowed``, ``reason``, the seconds waited, when to retry,
+            the permits left and the limit; ``headers()`` gives the HTTP headers.
+
+        Raises:
+            NotStarted: the limiter was not started, or was closed.
+            ValueError: a bad argument (named), or more permits than the interface can
+                serve in one call; nothing is reserved.
+
+        Example:
+            ```python
+            decision = await limiter.decide("/ibe/flight/search")
+            if not decision.allowed:
+                return 429, decision.headers()
+            ```
+        """
         begun = self._begin(url, permits, timeout, key, priority=priority)
         outcome = await self._ask_backend(begun)
         if (wait_s := allowed_wait_s(outcome[0])) > 0:
@@ -499,11 +535,25 @@ class AsyncGatewayLimiter(AsyncShell):
         key: str | None = None,
         priority: Priority | str | None = None,
     ) -> float:
-        """Take ``permits`` for ``url`` however long it takes; returns the seconds waited.
+        """Take ``permits`` for ``url`` however long it takes.
 
-        Raises InterfaceClosed for a closed interface (it would never return), and
-        ValueError for more permits than a window of the interface can ever hold. A
-        shadow rule returns 0.0 at once (its wait and refusals are only counted).
+        A shadow rule returns 0.0 at once (its wait and refusals are only counted).
+
+        Args:
+            url: the interface: a row's ``interfaceUrl``.
+            permits: permits this call takes, at least 1.
+            key: the caller, for rows with ``perCaller = 1``.
+            priority: the call's class (a ``Priority`` or its text); None: the row's.
+
+        Returns:
+            The seconds waited.
+
+        Raises:
+            InterfaceClosed: the interface's ``rateLimit`` is 0 (it would never return).
+            BackendUnavailable: Redis is away and the failure policy cannot grant.
+            NotStarted: the limiter was not started, or was closed.
+            ValueError: a bad argument, or more permits than a window of the interface
+                can ever hold.
         """
         begun = self._begin(url, permits, None, key, forever=True, priority=priority)
         wait_s = self._acquired(url, permits, await self._ask_backend(begun))
@@ -514,16 +564,27 @@ class AsyncGatewayLimiter(AsyncShell):
     async def pushback(
         self, url: str, retry_after: float | None = None, key: str | None = None
     ) -> None:
-        """The supplier refused or failed a call on ``url`` (HTTP 429/503, a timeout):
-        tell the whole fleet, in one round trip; every process obeys it from its next
-        decision on.
+        """Tell the whole fleet that the supplier refused or failed a call on ``url``.
 
-        ``retry_after`` seconds: no call on ``url`` goes before now + ``retry_after`` (the
-        Redis server's clock); callers whose wait budget cannot reach it are refused.
-        None: the interface's effective rate halves (not below a tenth of the row's
-        rate; once per second however many 429s come), then recovers by 5 % of the row's
-        rate per second. ``key``: the caller, for per-caller limits. Nothing happens on
-        an interface that is not limited; a Redis failure is logged, never raised.
+        Call it after an HTTP 429 or 503 (the integrations do). One round trip; every
+        process obeys it from its next decision on. Nothing happens on an interface that
+        is not limited; a Redis failure is logged, never raised.
+
+        Args:
+            url: the interface.
+            retry_after: the supplier's ``Retry-After``, seconds: no call on ``url``
+                goes before then (on the Redis clock), and callers whose budget cannot
+                reach it are refused. None: the interface's rate halves (not below a
+                tenth of the row's, once per second), then recovers by 5 % of the
+                row's rate per second.
+            key: the caller, for rows with ``perCaller = 1``.
+
+        Example:
+            ```python
+            response = await client.get(url)
+            if response.status_code == 429:
+                await limiter.pushback("/ibe/flight/search", retry_after=2.0)
+            ```
         """
         push = self._begin_pushback(url, retry_after, key)
         if push is not None:
@@ -556,9 +617,16 @@ class AsyncGatewayLimiter(AsyncShell):
         return self._observed(observed, await attempt_async(self.backend.script, observed.call))
 
     async def status(self, url: str | None = None) -> list[BucketStatus]:
-        """Every limit in force (or ``url``'s) with its live state (shared buckets),
-        what the supplier's pushbacks left (the hold, the effective rate) and, on an
-        interface's first limit, its calls in flight."""
+        """Every limit in force, or ``url``'s, with its live state.
+
+        Args:
+            url: one interface; None: every interface.
+
+        Returns:
+            One ``BucketStatus`` per limit: the rule, the stored permits and debt of a
+            shared bucket, what the supplier's pushbacks left (the hold, the effective
+            rate) and, on an interface's first limit, its calls in flight.
+        """
         states = [
             shown
             for interface, limits in chosen(self.registry, url)
@@ -583,16 +651,32 @@ class AsyncGatewayLimiter(AsyncShell):
         key: str | None = None,
         priority: Priority | str | None = None,
     ) -> AsyncIterator[Decision]:
-        """Hold one of ``url``'s ``maxConcurrent`` slots (fleet-wide) while the block runs.
+        """Hold one of ``url``'s ``maxConcurrent`` slots, fleet-wide, while the block runs.
 
-        Waits up to ``timeout`` seconds (default: the row's ``cache``) for a rate permit
-        and a free slot together; raises ``Refused`` (with the Decision) when both cannot
-        be had in time. The slot is given back when the block ends, however it ends
-        (asyncio: cancellation included, the release shielded from a second one;
-        cancelled while waiting for a slot, nothing is held).
-        Yields the Decision (``in_flight``: calls in flight, this one included).
-        An interface without ``maxConcurrent`` (or a shadow row) is decided as
-        ``decide`` would; one that is not limited admits at once.
+        Waits up to ``timeout`` for a rate permit and a free slot together; the slot is
+        given back when the block ends, however it ends. An interface without
+        ``maxConcurrent`` (or a shadow row) is decided as ``decide`` would; one that is
+        not limited admits at once.
+
+        Args:
+            url: the interface.
+            timeout: the most to wait, seconds; None: the row's ``cache``.
+            key: the caller, for rows with ``perCaller = 1`` or a ``callerKey``.
+            priority: the call's class (a ``Priority`` or its text); None: the row's.
+
+        Yields:
+            The decision; ``in_flight`` is the calls in flight, this one included.
+
+        Raises:
+            Refused: no slot or no rate permit within ``timeout``; ``.decision`` says
+                which, and the calls in flight against ``maxConcurrent``.
+            NotStarted: the limiter was not started, or was closed.
+
+        Example:
+            ```python
+            async with limiter.slot("/ibe/flight/book"):
+                await call_supplier()
+            ```
         """
         check_args(url, 1, timeout, key)
         cls = None if priority is None else check_priority(priority)
@@ -615,9 +699,15 @@ class AsyncGatewayLimiter(AsyncShell):
             await shielded_async(self._give_back, held)
 
     async def in_flight(self, url: str) -> int | None:
-        """Calls to ``url`` in flight across the fleet now (one round trip), or None when
-        its row has no ``maxConcurrent`` (or Redis cannot be asked: then this process's
-        own, under the failure policy)."""
+        """Calls to ``url`` in flight across the fleet now (one round trip).
+
+        Args:
+            url: the interface.
+
+        Returns:
+            The count; None when its row has no ``maxConcurrent``. While Redis cannot be
+            asked, this process's own count.
+        """
         rule = slot_rule(self.registry.snapshot, url)
         if rule is None or rule.max_concurrent is None:
             return None

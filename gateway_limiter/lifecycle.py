@@ -1,48 +1,6 @@
 """A started limiter in a process that forks: what the child and the parent do.
 
-Pre-forking servers (gunicorn with ``--preload``, a ``multiprocessing`` pool with the
-fork start method) may import the application, and start its
-limiter, before they fork their workers. A forked child has none of its parent's
-threads: no reload schedule, no fleet heartbeat, no slot renewer. Its connections
-(Redis, the database, an event loop's sockets) are the parent's, in use by the parent.
-And the parent, which only forks, would stay in the fleet beside the workers.
-
-So every started limiter is watched here (``watch`` in ``start``, ``unwatch`` in
-``close``), and ``os.register_at_fork`` tells this module of every fork, off the
-decision path (a decision never checks a pid):
-
-- **In the child**, each limiter is built afresh from its settings: a new backend
-  (its own Redis connections), a new registry (its own database engine and reload
-  schedule), a new fleet membership under the child's pid, no slot or rate lease, a
-  closed breaker, and the process's metrics made again under prometheus-client's
-  multiprocess mode (``observe.metrics.after_fork_in_child``). Only the last good
-  limits are carried over, as a value, so a child whose first reload fails still
-  decides by them. What the parent left behind is never used nor closed by the child
-  (closing would tear down the parent's connections): the database pool is dropped
-  without closing (``Engine.dispose(close=False)``), and the rest is kept, unused, so
-  that no finaliser touches a socket or an event loop the parent still runs.
-  The child reloads at once and every ``reload_interval`` after, whatever it decides
-  on. It joins the fleet with its first decision on a limited interface: a child that
-  never decides (a pool of workers for other work) is not counted. The heartbeat is
-  then a thread (``GatewayLimiter``) or a task of the child's own event loop
-  (``AsyncGatewayLimiter``: no loop runs at the fork), beating at once.
-- **In the parent**, each limiter stops beating and leaves the fleet, so
-  ``fleet_size`` counts the processes that decide. It keeps its limits and reloads,
-  and rejoins the fleet with its next decision on a limited interface (a parent that
-  decides as well as forks).
-
-A limiter built but not started before the fork needs none of this: it connects on
-first use, in the process that uses it.
-
-The seam with the shells: they call ``watch`` at the end of ``start`` and ``unwatch``
-first in ``close`` (and ``abandon``). This module rebuilds a limiter through its own
-``__init__`` with its ``settings`` and reads or sets, by name: ``registry``,
-``backend``, ``_started``, ``_metrics``, ``_source``, ``_shared``, ``_fleet``,
-``_tally`` (the decision path's one counter call, which a parked limiter's next
-decision goes through), ``_running``, ``backend_healthy``, and the heartbeats'
-``_heartbeats`` (a ``concurrency.Repeating`` or ``AsyncRepeating``, or None),
-``_start_heartbeats(join=True)`` and ``_stop_heartbeats``, and the calendar quotas'
-keeper's ``_keep_quotas_from_now``. ``tests/deploy/`` exercises every one of them.
+How it works: docs/internals.md, section ``gateway_limiter.lifecycle``.
 """
 
 from __future__ import annotations

@@ -302,21 +302,46 @@ class Shell(LimiterCore):
 
 
 class GatewayLimiter(Shell):
-    """Fleet-wide rate limits for one gateway process.
+    """Fleet-wide rate limits for one gateway process: ask it before each upstream call.
 
-    ::
+    Build one per process, shared by all its callers; start it (or use it as a context
+    manager), then ask it before each call to a supplier. The limits are the rows of the
+    database table, reloaded every ``reload_interval``; the buckets are shared in Redis.
 
-        with GatewayLimiter(redis_url="redis://127.0.0.1:6379/0") as limiter:
+    Args:
+        settings: a ``Settings``, or the path of a settings file; None: the settings
+            file (``$GATEWAY_LIMITER_SETTINGS``, else ``./settings.toml``), the
+            ``GATEWAY_LIMITER_<KEY>`` environment variables and the defaults.
+        **overrides: any setting by name (``database_url``, ``redis_url``,
+            ``reload_interval``, ...), applied last; and ``clock``, what every moment
+            of a decision is read from and every wait slept on
+            (``gateway_limiter.core.clock.Clock``; default the system clock).
+
+    Raises:
+        SettingsError: a setting is unknown or has a bad value (naming it).
+
+    Example:
+        ```python
+        with GatewayLimiter(
+            database_url="mysql+pymysql://gw:secret@db/gateway", redis_url="redis://redis:6379/0"
+        ) as limiter:
             if limiter.try_acquire("/ibe/flight/search"):
                 call_supplier()
-
-    Keywords are settings (see docs/design.md) and override the file and environment.
+        ```
     """
 
     _NOT_STARTED: ClassVar[str] = "call start() (or use 'with GatewayLimiter(...)') first"
 
     def start(self) -> ReloadSummary:
-        """Load the limits now, then reload every ``reload_interval`` seconds."""
+        """Load the limits now, then reload them every ``reload_interval`` seconds.
+
+        Joins the fleet and starts the reload. A table that cannot be read leaves no
+        limits in force (every call admitted), logged at error level, until a reload
+        reads it.
+
+        Returns:
+            What the first load found: the rules, the rows skipped, the switch.
+        """
         self._starting()
         failure = attempt(self.backend.prepare)
         self._prepared(failure)
@@ -335,11 +360,19 @@ class GatewayLimiter(Shell):
         return self._running(summary)
 
     def reload(self) -> ReloadSummary:
-        """Reload the limits now; the last good limits stay if the database fails."""
+        """Reload the limits now, without waiting for ``reload_interval``.
+
+        Returns:
+            What changed (rules added, changed, removed; rows skipped); when the
+            database fails, ``ok`` is False and the last good limits stay in force.
+        """
         return blocking(self.registry.reload)
 
     def close(self) -> None:
-        """Stop reloading and close connections. Decisions after this raise NotStarted."""
+        """Stop reloading, leave the fleet and close the connections.
+
+        Decisions after this raise ``NotStarted``.
+        """
         unwatch(self)
         self._stopping()
         for call in self._lease_returns(closing=True):  # best effort: else they expire
@@ -371,10 +404,28 @@ class GatewayLimiter(Shell):
         key: str | None = None,
         priority: Priority | str | None = None,
     ) -> Verdict:
-        """Decide without sleeping: the verdict, whose ``wait_us`` the caller must honour.
+        """Decide without sleeping: the caller sleeps out the wait itself.
 
-        ``timeout=None`` here means the row's ``cache``; ``key`` is the caller, for
-        per-caller limits. A shadow rule's verdict is always allowed, with no wait.
+        Args:
+            url: the interface: a row's ``interfaceUrl`` (the HTTP integrations pass
+                the request's path).
+            permits: permits this call takes, at least 1.
+            timeout: the most this call may wait for its permits, seconds; None: the
+                row's ``cache``; 0: never wait.
+            key: the caller (an IP, a partner), for rows with ``perCaller = 1``; other
+                rows ignore it.
+            priority: the call's class (a ``Priority`` or its text); None: the row's
+                ``priority``, else ``default``.
+
+        Returns:
+            The verdict: ``allowed``, and ``wait_us``, the microseconds the caller must
+            wait before its call when allowed. A shadow rule's verdict is allowed, with
+            no wait.
+
+        Raises:
+            NotStarted: the limiter was not started, or was closed.
+            ValueError: a bad argument (named), or more permits than the interface can
+                serve in one call; nothing is reserved.
         """
         begun = self._begin(url, permits, timeout, key, priority=priority)
         return (self._ask_backend(begun))[0]
@@ -387,13 +438,38 @@ class GatewayLimiter(Shell):
         key: str | None = None,
         priority: Priority | str | None = None,
     ) -> bool:
-        """Take ``permits`` for ``url`` if the wait fits in ``timeout`` (default: the row's
-        ``cache``): wait, then True. Otherwise False at once, with nothing reserved.
+        """Take ``permits`` for ``url`` if the wait for them fits in ``timeout``.
 
-        ``key`` names the caller (an IP, a channel): rows with ``perCaller = 1`` give
-        each key its own limits; other rows ignore it. Always ``decide(...).allowed``,
-        without building the Decision. (asyncio: cancelled while waiting, CancelledError
-        at once; the permits stay spent.)
+        Waits its turn, then answers True; otherwise answers False at once, with nothing
+        reserved. An interface with no enabled row is not limited: True at once. With
+        asyncio, a caller cancelled while it waits gets ``CancelledError`` at once, and
+        the permits it reserved stay spent.
+
+        Args:
+            url: the interface: a row's ``interfaceUrl`` (the HTTP integrations pass
+                the request's path).
+            permits: permits this call takes, at least 1.
+            timeout: the most this call may wait for its permits, seconds; None: the
+                row's ``cache``; 0: never wait.
+            key: the caller (an IP, a partner), for rows with ``perCaller = 1``; other
+                rows ignore it.
+            priority: the call's class (a ``Priority`` or its text); None: the row's
+                ``priority``, else ``default``.
+
+        Returns:
+            True once the call may go ahead; False when it may not. Always
+            ``decide(...).allowed``.
+
+        Raises:
+            NotStarted: the limiter was not started, or was closed.
+            ValueError: a bad argument (named), or more permits than the interface can
+                serve in one call; nothing is reserved.
+
+        Example:
+            ```python
+            if limiter.try_acquire("/ibe/flight/search", key=client_ip):
+                call_supplier()
+            ```
         """
         verdict = (self._ask_backend(self._begin(url, permits, timeout, key, priority=priority)))[0]
         if (wait_s := allowed_wait_s(verdict)) > 0:
@@ -408,9 +484,35 @@ class GatewayLimiter(Shell):
         key: str | None = None,
         priority: Priority | str | None = None,
     ) -> Decision:
-        """``try_acquire``, answering with the whole Decision: allowed or not, why, the
-        seconds waited, when to retry, permits left and the limit (see ``Decision``;
-        ``Decision.headers()`` gives the HTTP headers)."""
+        """``try_acquire``, answering with the whole ``Decision``.
+
+        Args:
+            url: the interface: a row's ``interfaceUrl`` (the HTTP integrations pass
+                the request's path).
+            permits: permits this call takes, at least 1.
+            timeout: the most this call may wait for its permits, seconds; None: the
+                row's ``cache``; 0: never wait.
+            key: the caller (an IP, a partner), for rows with ``perCaller = 1``; other
+                rows ignore it.
+            priority: the call's class (a ``Priority`` or its text); None: the row's
+                ``priority``, else ``default``.
+
+        Returns:
+            The decision: ``allowed``, ``reason``, the seconds waited, when to retry,
+            the permits left and the limit; ``headers()`` gives the HTTP headers.
+
+        Raises:
+            NotStarted: the limiter was not started, or was closed.
+            ValueError: a bad argument (named), or more permits than the interface can
+                serve in one call; nothing is reserved.
+
+        Example:
+            ```python
+            decision = limiter.decide("/ibe/flight/search")
+            if not decision.allowed:
+                return 429, decision.headers()
+            ```
+        """
         begun = self._begin(url, permits, timeout, key, priority=priority)
         outcome = self._ask_backend(begun)
         if (wait_s := allowed_wait_s(outcome[0])) > 0:
@@ -424,11 +526,25 @@ class GatewayLimiter(Shell):
         key: str | None = None,
         priority: Priority | str | None = None,
     ) -> float:
-        """Take ``permits`` for ``url`` however long it takes; returns the seconds waited.
+        """Take ``permits`` for ``url`` however long it takes.
 
-        Raises InterfaceClosed for a closed interface (it would never return), and
-        ValueError for more permits than a window of the interface can ever hold. A
-        shadow rule returns 0.0 at once (its wait and refusals are only counted).
+        A shadow rule returns 0.0 at once (its wait and refusals are only counted).
+
+        Args:
+            url: the interface: a row's ``interfaceUrl``.
+            permits: permits this call takes, at least 1.
+            key: the caller, for rows with ``perCaller = 1``.
+            priority: the call's class (a ``Priority`` or its text); None: the row's.
+
+        Returns:
+            The seconds waited.
+
+        Raises:
+            InterfaceClosed: the interface's ``rateLimit`` is 0 (it would never return).
+            BackendUnavailable: Redis is away and the failure policy cannot grant.
+            NotStarted: the limiter was not started, or was closed.
+            ValueError: a bad argument, or more permits than a window of the interface
+                can ever hold.
         """
         begun = self._begin(url, permits, None, key, forever=True, priority=priority)
         wait_s = self._acquired(url, permits, self._ask_backend(begun))
@@ -437,16 +553,27 @@ class GatewayLimiter(Shell):
         return wait_s
 
     def pushback(self, url: str, retry_after: float | None = None, key: str | None = None) -> None:
-        """The supplier refused or failed a call on ``url`` (HTTP 429/503, a timeout):
-        tell the whole fleet, in one round trip; every process obeys it from its next
-        decision on.
+        """Tell the whole fleet that the supplier refused or failed a call on ``url``.
 
-        ``retry_after`` seconds: no call on ``url`` goes before now + ``retry_after`` (the
-        Redis server's clock); callers whose wait budget cannot reach it are refused.
-        None: the interface's effective rate halves (not below a tenth of the row's
-        rate; once per second however many 429s come), then recovers by 5 % of the row's
-        rate per second. ``key``: the caller, for per-caller limits. Nothing happens on
-        an interface that is not limited; a Redis failure is logged, never raised.
+        Call it after an HTTP 429 or 503 (the integrations do). One round trip; every
+        process obeys it from its next decision on. Nothing happens on an interface that
+        is not limited; a Redis failure is logged, never raised.
+
+        Args:
+            url: the interface.
+            retry_after: the supplier's ``Retry-After``, seconds: no call on ``url``
+                goes before then (on the Redis clock), and callers whose budget cannot
+                reach it are refused. None: the interface's rate halves (not below a
+                tenth of the row's, once per second), then recovers by 5 % of the
+                row's rate per second.
+            key: the caller, for rows with ``perCaller = 1``.
+
+        Example:
+            ```python
+            response = client.get(url)
+            if response.status_code == 429:
+                limiter.pushback("/ibe/flight/search", retry_after=2.0)
+            ```
         """
         push = self._begin_pushback(url, retry_after, key)
         if push is not None:
@@ -479,9 +606,16 @@ class GatewayLimiter(Shell):
         return self._observed(observed, attempt(self.backend.script, observed.call))
 
     def status(self, url: str | None = None) -> list[BucketStatus]:
-        """Every limit in force (or ``url``'s) with its live state (shared buckets),
-        what the supplier's pushbacks left (the hold, the effective rate) and, on an
-        interface's first limit, its calls in flight."""
+        """Every limit in force, or ``url``'s, with its live state.
+
+        Args:
+            url: one interface; None: every interface.
+
+        Returns:
+            One ``BucketStatus`` per limit: the rule, the stored permits and debt of a
+            shared bucket, what the supplier's pushbacks left (the hold, the effective
+            rate) and, on an interface's first limit, its calls in flight.
+        """
         states = [
             shown
             for interface, limits in chosen(self.registry, url)
@@ -506,16 +640,32 @@ class GatewayLimiter(Shell):
         key: str | None = None,
         priority: Priority | str | None = None,
     ) -> Iterator[Decision]:
-        """Hold one of ``url``'s ``maxConcurrent`` slots (fleet-wide) while the block runs.
+        """Hold one of ``url``'s ``maxConcurrent`` slots, fleet-wide, while the block runs.
 
-        Waits up to ``timeout`` seconds (default: the row's ``cache``) for a rate permit
-        and a free slot together; raises ``Refused`` (with the Decision) when both cannot
-        be had in time. The slot is given back when the block ends, however it ends
-        (asyncio: cancellation included, the release shielded from a second one;
-        cancelled while waiting for a slot, nothing is held).
-        Yields the Decision (``in_flight``: calls in flight, this one included).
-        An interface without ``maxConcurrent`` (or a shadow row) is decided as
-        ``decide`` would; one that is not limited admits at once.
+        Waits up to ``timeout`` for a rate permit and a free slot together; the slot is
+        given back when the block ends, however it ends. An interface without
+        ``maxConcurrent`` (or a shadow row) is decided as ``decide`` would; one that is
+        not limited admits at once.
+
+        Args:
+            url: the interface.
+            timeout: the most to wait, seconds; None: the row's ``cache``.
+            key: the caller, for rows with ``perCaller = 1`` or a ``callerKey``.
+            priority: the call's class (a ``Priority`` or its text); None: the row's.
+
+        Yields:
+            The decision; ``in_flight`` is the calls in flight, this one included.
+
+        Raises:
+            Refused: no slot or no rate permit within ``timeout``; ``.decision`` says
+                which, and the calls in flight against ``maxConcurrent``.
+            NotStarted: the limiter was not started, or was closed.
+
+        Example:
+            ```python
+            with limiter.slot("/ibe/flight/book"):
+                call_supplier()
+            ```
         """
         check_args(url, 1, timeout, key)
         cls = None if priority is None else check_priority(priority)
@@ -538,9 +688,15 @@ class GatewayLimiter(Shell):
             shielded(self._give_back, held)
 
     def in_flight(self, url: str) -> int | None:
-        """Calls to ``url`` in flight across the fleet now (one round trip), or None when
-        its row has no ``maxConcurrent`` (or Redis cannot be asked: then this process's
-        own, under the failure policy)."""
+        """Calls to ``url`` in flight across the fleet now (one round trip).
+
+        Args:
+            url: the interface.
+
+        Returns:
+            The count; None when its row has no ``maxConcurrent``. While Redis cannot be
+            asked, this process's own count.
+        """
         rule = slot_rule(self.registry.snapshot, url)
         if rule is None or rule.max_concurrent is None:
             return None

@@ -1,46 +1,6 @@
 """``redis+cluster://``: the scripts on a Redis Cluster, through redis-py's ``RedisCluster``.
 
-The decision is the one of ``backends/redis.py`` (its ``ScriptBackend``: the same script
-calls and reply parsing, from ``backends/scripts.py``): one EVALSHA, sent to the master
-that serves the slot of its keys. Every key of an interface carries the interface's
-``{hash tag}`` (``backends/state.py``) and one call decides one interface, so every
-call's keys lie in one slot and no configuration can make a CROSSSLOT.
-
-What the cluster adds, and how each is met:
-
-- **MOVED / ASK** (a slot resharded, a failover done): redis-py follows the redirect
-  within the call, as Redis Cluster clients must, and updates its slot map. That is
-  routing, not a retry: the call still fails at once when a node does not answer.
-- **A node that fails** (refused, timed out): no retry here (the failure policy is the
-  retry); redis-py refreshes its map of the cluster from the other nodes, and the call
-  raises BackendError. While the cluster promotes a replica, the breaker and
-  ``on_backend_error`` decide; afterwards the new master answers.
-- **NOSCRIPT** (a promoted replica, a restarted node never saw SCRIPT LOAD; scripts are
-  not replicated): SCRIPT LOAD on that node, and the EVALSHA again; never an error.
-- **Timeouts**: ``redis_timeout`` per read and ``redis_connect_timeout`` per connect, on
-  every node, as for one Redis.
-
-Threads deciding at once share round trips per node, as on one Redis
-(``backends/shared_trips.py``, one leader/follower queue per master): a thread that
-finds no round trip to its call's master in flight sends its call at once, alone,
-through redis-py (which routes it, follows MOVED and ASK, and refreshes the slot map
-after a failed node); calls that arrive meanwhile queue on that master, and the thread
-that reads the round trip writes them in one pipeline on one of its pooled connections
-before it wakes anybody (the first of them reads it). Each call keeps its
-own reply, error, NOSCRIPT retry (SCRIPT LOAD on that node, then again) and timeout.
-What the cluster adds to a batch:
-
-- **A redirect in a batch** (MOVED, ASK; TRYAGAIN and CLUSTERDOWN likewise): the node
-  did not run that call, so its caller sends it again alone, through redis-py, which
-  follows the redirect and updates its slot map. A call is never lost, and never run
-  twice. The other calls of the batch keep their replies.
-- **A node that fails** fails the batch to it and the calls queued on it (BackendError,
-  and the failure policy decides), and only those: each master has its own queue. The
-  next call to it goes alone through redis-py, which refreshes the slot map.
-
-The client is built on first use, not at start: ``RedisCluster`` asks a node for the
-slot map when built, and an unreachable cluster at start must mean the failure policy,
-not a gateway that does not start.
+How it works: docs/internals.md, section ``gateway_limiter.backends.cluster``.
 """
 
 from __future__ import annotations

@@ -1,48 +1,7 @@
 """``redis+cluster://`` for asyncio: the scripts on a Redis Cluster, through
 ``redis.asyncio.cluster.RedisCluster``.
 
-The same decisions as ``backends/cluster.py`` (the script calls and reply parsing of
-``backends/scripts.py``, with this module's I/O): one EVALSHA on the master of the
-interface's slot; MOVED and ASK followed; no retry of a failed node
-(BackendError, and the failure policy decides); NOSCRIPT answered by a SCRIPT LOAD on
-that node.
-
-**Concurrent decisions share round trips per master**, through the lanes of
-``backends/redis_async.py``: each master has its own queue and up to
-``redis_pool_size`` lanes on a pool of connections to it (``redis_async.Lanes`` on
-that master: the same batches, first come first served, ``Deadline``s, cancellation,
-and a failed round trip failing the decisions queued behind it). A decision joins the
-queue of the master that serves its interface's slot in the client's slot map. What
-the cluster adds:
-
-- **A redirect in a batch**: the master did not run that call, so its caller sends it
-  again, where the redirect says, the way the cluster client follows one: after MOVED,
-  the client's slot map is updated (``NodesManager.move_slot``) and the call goes in
-  the lanes of the slot's new master; after ASK, in the lanes of the node named, with
-  ASKING before it in the same write; after TRYAGAIN or CLUSTERDOWN, alone through the
-  cluster client. At most ``REDIRECTS`` times, then BackendError. A call is never lost,
-  and never run twice; the other calls of the batch keep their replies. (Not through
-  the cluster client itself: under concurrent calls it fails some of them, as it
-  closes all its connections on every fifth MOVED and sends ASKING on a connection of
-  its own, which another call may take.)
-- **A master that fails** fails its lanes' batch and its queue, and only those. Its
-  next calls go alone through the cluster client (which refreshes its slot map after a
-  failed node) until one is answered; then its lanes again.
-- Before the client has a slot map (the first call), and for a slot that has no master
-  in it, calls go alone through the cluster client.
-
-Calls alone through the cluster client (and peek, prepare, heartbeat, members) queue
-first come, first served for one of ``redis_pool_size`` slots, and a ``Deadline``
-rather than a socket timeout bounds each, as in ``backends/redis_async.py``; but the
-cluster client opens a node's connections inside the call, so connecting and asking
-cannot be timed apart there: such a call gets ``redis_connect_timeout`` plus the read
-deadline in all. Lanes time them apart, as on one Redis: taking a connection gets
-``redis_connect_timeout + redis_timeout``, each round trip the read deadline. That
-deadline is one for the whole cluster, and follows the round trips seen as the other
-backends' does (``backends/round_trips.py``: between ``redis_timeout`` and
-``redis_timeout_ceiling``; a call alone that also opened a connection counts whole,
-which can only lengthen it, within the ceiling). A node that refuses fails at once; one
-that hangs costs a caller that much (the breaker then keeps the others off it).
+How it works: docs/internals.md, section ``gateway_limiter.backends.cluster_async``.
 """
 
 from __future__ import annotations

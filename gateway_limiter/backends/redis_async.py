@@ -1,54 +1,6 @@
 """``redis://``, ``rediss://``, ``unix://`` for asyncio: the scripts on ``redis.asyncio``.
 
-The same scripts, keys, arguments and reply parsing as ``backends/redis.py`` (both take
-them from ``backends/scripts.py``, which has no I/O); one decision is still one
-EVALSHA, and a NOSCRIPT (Redis restarted, SCRIPT FLUSH) costs a SCRIPT LOAD and a
-second EVALSHA, never an error. The connections have the sync client's options
-(connect timeout ``redis_connect_timeout``, no retries: the failure policy is the retry).
-
-**Concurrent decisions share round trips.** A coroutine's decision joins a queue, first
-come first served, and up to ``redis_pool_size`` *lanes* (one pooled connection each)
-send it: a lane takes every decision queued (up to ``BATCH``), writes their EVALSHAs in
-one write, reads the replies in order and answers each caller as its reply is read;
-decisions that arrive meanwhile wait for the next free lane, which takes them all.
-Batches are sent in arrival order; Redis runs each lane's in order, and may interleave
-batches of several lanes in flight at once. So a burst of N decisions costs a few round
-trips, not N, while each stays its own script call with its own reply: an error reply
-(a script error on one key) is that caller's alone, and a NOSCRIPT loads the script and
-asks again for just the calls it hit. One decision alone goes out at once, in a lane of
-its own. Lanes end when the queue is empty: nothing runs in the background while nobody
-decides.
-
-Three things are done differently on an event loop, on purpose:
-
-1. **Timeouts do not blame Redis for the loop's own lateness.** A timer on a loop runs
-   late when the loop is busy (a burst of callers, the application's own work), and a
-   plain socket timeout of 50 ms then fires on replies that came back in 1 ms but were
-   not read yet: the breaker would open on a healthy Redis. So each round trip runs
-   under a ``Deadline`` of ``redis_timeout``, which gives back time the loop was held
-   and lets the loop take one more turn before it strikes (see ``Deadline``). A Redis
-   that really does not answer costs a caller ``redis_timeout`` plus one turn of an
-   idle loop.
-2. **Connecting and asking are timed apart** (docs/design.md): taking a connection
-   from the pool, which may open one and introduce the client, gets
-   ``redis_connect_timeout + redis_timeout``; each round trip on it gets
-   ``redis_timeout``. Both are Deadlines, so a loop busy while a connection was being
-   opened does not count against Redis either.
-3. **Waiting for a connection is queueing, not failure.** Coroutines waiting for a lane
-   mean only that more decisions are in flight than there are connections, which is
-   normal in a burst and says nothing about Redis. The queue is first come, first
-   served (lanes, and ``peek``/``prepare``, take connections in turn through an
-   ``asyncio.Semaphore``: redis-py's pool wakes waiters in no fixed order, and in a
-   burst some would starve). A round trip that fails fails its whole batch and makes
-   every decision queued behind it give up at once with BackendError, and its
-   connection is dropped, so no stale reply is read later: a dead or hung Redis costs a
-   queued caller nothing beyond the failure it waited on.
-
-Cancellation: a caller cancelled while its decision is queued is skipped (never sent:
-nothing reserved). One cancelled while its batch is in flight gets CancelledError at
-once; the lane still reads every reply of the batch, so the connection stays in step
-and the other callers get their answers. Whether its script ran is then unknown; if
-it did, the permits it reserved stay spent (see ``gateway_limiter.aio``).
+How it works: docs/internals.md, section ``gateway_limiter.backends.redis_async``.
 """
 
 from __future__ import annotations

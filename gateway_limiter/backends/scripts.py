@@ -1,26 +1,6 @@
 """The Lua scripts, and what one decision sends and gets back, without any I/O.
 
-Shared by every Redis backend, threaded and asyncio, single, Sentinel and Cluster: they
-differ only in how the commands reach Redis. This module imports no redis.
-
-One decision is one ``ScriptCall``: ``EVALSHA`` of ``bucket.lua`` for an interface that is
-one token bucket (or warm-up), of ``limits.lua`` for every other (windows, several
-limits); each also reads what pushbacks left (in the bucket's own key for
-``bucket.lua``, in ``state.pushback_key`` for ``limits.lua``). One pushback is one
-``EVALSHA`` of ``pushback.lua``. What the replies mean:
-
-- a decision script's reply: six doubles packed in one bulk string, read by
-  ``parse_reply`` into a Verdict with one ``struct`` unpack (as cheap without hiredis
-  as with it); a pushback's, two, read by ``parse_pushback``;
-- **NOSCRIPT**: the server that runs the call lacks the script (Redis restarted, SCRIPT
-  FLUSH, a replica promoted: scripts are not replicated). SCRIPT LOAD
-  ``ScriptCall.source`` on that server (on a cluster, the master of ``ScriptCall.key``'s
-  slot), then the same EVALSHA again: one extra round trip, never an error;
-- **MOVED / ASK** (a cluster resharded or failed over): routing, not an answer. redis-py
-  follows the redirect within the call and updates its slot map; nothing here retries.
-  Every key of one call lies in one slot (``backends/state.py``), so no call can get a
-  CROSSSLOT;
-- any other error: the call failed, and the failure policy decides (no retry here).
+How it works: docs/internals.md, section ``gateway_limiter.backends.scripts``.
 """
 
 from __future__ import annotations

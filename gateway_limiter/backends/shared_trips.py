@@ -1,55 +1,6 @@
 """Threads share round trips: concurrent threaded decisions go to Redis in one pipeline.
 
-The asyncio backend batches coroutines' decisions into shared round trips ("lanes",
-``backends/redis_async.py``); this is the same for threads, as a leader and followers:
-
-- A thread that finds no round trip in flight becomes the **leader**: it sends its own
-  call at once, on its own thread (no queue, no thread hop: one thread alone is no
-  slower), as a plain call through the backend (``send_one``).
-- A thread that finds a round trip in flight **queues** its call and sleeps on a lock of
-  its own.
-- The thread that reads a round trip's replies (the leader, or the **reader** of a
-  batch) then, at once and on its own thread, takes the queue (up to ``BATCH`` calls,
-  first come first served) and **writes** their EVALSHAs in one write on the decision
-  connection, before it wakes anybody: Redis runs the next batch while the callers of
-  the replies it read are woken. The first caller of the batch just written is its
-  reader: once woken it reads the replies in order, gives each caller its own, and in
-  turn writes the next batch before it wakes them.
-- The callers are woken **one after the other**: the reader wakes the first, and each,
-  once awake (it has the GIL), wakes the next; the next batch's reader comes after at
-  most ``READER_AFTER`` (8) of them, so a long chain on a loaded host does not hold
-  up the replies of the batch in flight. Woken all at once, every one but the first
-  would find the GIL taken and sleep again until it is let go: two thread switches per
-  call instead of one, each a system call or two, on the cores Redis and the GIL's
-  holder need. After a failure, the callers it fails are woken all at once (they only
-  raise).
-
-So one round trip is in flight at a time (the connection stays in step), and the
-thread hops, wake-ups and the scramble for the GIL that follow a round trip happen
-while Redis works on the next one, not between them.
-
-Each call stays its own script call with its own reply: an error reply (a script error
-on one key) is that caller's alone; a NOSCRIPT (SCRIPT FLUSH, a restart) loads the
-script and asks again for just the calls it hit, before the next batch is written. A
-connection error or a read timeout fails the round trip's batch and every call still
-queued (BackendError at once: a dead Redis costs a queued caller nothing beyond the
-failure it waited on), and the connection is dropped, so no stale reply is read later.
-A failed write fails its batch and the queue the same way.
-
-Each caller keeps its own timeout: a follower waits at most ``wait_s`` for its turn
-(the round trip in flight), and a follower that gives up then, still queued, is
-removed and never sent; once its call is taken into a batch it waits up to ``wait_s``
-more for its reply (so ``2 x wait_s`` in all, each ``wait_s`` within the read
-deadline), and one that gives up then gets BackendError, while the reader still reads
-its reply (the connection stays in step) and the other callers get theirs. A caller
-that gives up is left out of the chain of wake-ups, or wakes the one it was to wake.
-A batch's reader is woken once its batch is written and the (at most eight) callers
-before it are awake, so it waits for that without a limit of its own: its read then
-has the read deadline; interrupted (KeyboardInterrupt) it still reads its batch, and
-hands on the queue, before it raises.
-
-No redis import here: the backend gives the ways of sending (one call alone; a batch
-written, and its replies read).
+How it works: docs/internals.md, section ``gateway_limiter.backends.shared_trips``.
 """
 
 from __future__ import annotations

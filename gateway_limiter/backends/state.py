@@ -1,36 +1,6 @@
 """Where a limit's state lives (its key), and what the scripts are told about it.
 
-Shared by every backend, so that Redis and ``memory://`` key and describe a limit alike.
-
-Keys: ``<prefix>:{<interfaceUrl>}:<kind>[:<P>s][:<caller>]``
-
-- ``{<interfaceUrl>}`` is the Redis Cluster hash tag: every key of one interface,
-  whatever its period or caller, lands in one slot, so one script call can decide all
-  of its limits at once.
-- ``<kind>`` is the state's shape: ``tb`` a token bucket (or warm-up), ``sw`` a
-  sliding window, ``fw`` a fixed window, ``cq`` a calendar quota (then ``:day``,
-  ``:week`` or ``:month`` in place of ``:<P>s``). A row changing between shapes starts the new
-  one afresh rather than misreading the old.
-- ``:<P>s`` only for a period other than 1 s, so the keys of rows that predate
-  periods stay what they were (their state carries over an upgrade).
-- ``<caller>`` only for a per-caller limit: ``k=<key>`` for a key of at most
-  ``MAX_PLAIN_CALLER`` characters from a plain set (letters, digits and ``._:@/+=-``:
-  IP addresses, channel names, client ids), which stays readable in ``redis-cli``;
-  any other key (long, spaces, braces, control or non-ASCII characters) becomes
-  ``k#<sha1 hex>`` of its UTF-8. So a key's length is bounded (prefix <= 32, URL
-  <= 128 characters, caller <= 66) and no caller can reach into another's state.
-  A call without a key (None) is the caller ``k=`` (the same as the key "").
-- Capacity shares: a channel row's limit is ``<prefix>:{=<channel>}:*:<kind>...``, and
-  every limit of an interface its channel caps moves under the channel's hash tag,
-  ``<prefix>:{=<channel>}:<interfaceUrl>:<kind>...`` (its pushback key too), so one
-  script call decides the interface and its channel together. ``=`` begins no
-  interfaceUrl's tag in practice, and the rest of the key still names the interface;
-  a channelType outside the plain set is its ``#<sha1 hex>``. Adding or removing a
-  channel row moves its interfaces' state to fresh keys (they start full).
-- What pushbacks left (the supplier's retry-after moment and the effective rate,
-  ``model/pushback.py``) follows the bucket's state in its own key for an interface
-  that is one bucket (``bucket.lua`` says why), and is ``<prefix>:{<interfaceUrl>}:pb``
-  (plus the caller part) for any other; every decision script of the interface reads it.
+How it works: docs/internals.md, section ``gateway_limiter.backends.state``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
 """The audit trail ``t_ratelimite_audit``: who changed which limit, when, from what to what.
 
-Two ways a change gets there:
-
-- **Written with the change.** The command line (``conf set/enable/disable/delete``,
-  ``switch``) and the console pass a ``ChangedBy`` (actor and source) to the function
-  that writes the row; it inserts the audit row on the same connection, inside the
-  same transaction, so a change and its record commit or roll back together.
-- **Found by the reload.** A change made with plain SQL has nobody to write its record.
-  When a reload reads rows that differ from what it read last time (or on its first
-  reload), it calls ``record_sql_changes``: under one lock for the whole fleet, it
-  compares every row (and the switch) with the latest ``afterRow`` recorded for it, and
-  records each difference with source ``sql``. The comparison is the dedupe: the
-  second of 100 processes that saw the same change takes the lock after the first has
-  committed, finds the change already recorded, and writes nothing. On MySQL/MariaDB
-  the lock is ``GET_LOCK`` (a named lock, held only for that transaction), asked for
-  without waiting: a process that finds it taken compares again at its next reload.
-  SQLite serves one host (the demo, tests) and takes no lock.
-
-A row is recorded as JSON of its columns (by their column names), without
-``lastModifyTime``, which changes on every write and says nothing about the limit.
+How it works: docs/internals.md, section ``gateway_limiter.config.audit``.
 """
 
 from __future__ import annotations

@@ -74,7 +74,20 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class ReloadSummary:
-    """What a reload did."""
+    """What a reload did: returned by ``start()`` and ``reload()``; ``str()`` says it in
+    one line.
+
+    Attributes:
+        ok: False when the database could not be read: the last good limits stay.
+        added: the URLs of the rules added.
+        changed: the URLs of the rules changed.
+        removed: the URLs of the rules removed.
+        skipped: the rows the reload could not use, each with its ``configId`` and why.
+        switch: the global switch after the reload.
+        rules: the rules in force after the reload.
+        error: why the reload failed, when ``ok`` is False.
+        switch_only: not a reload: a switch kept in etcd or Apollo changed, nothing else.
+    """
 
     ok: bool
     added: tuple[str, ...] = ()

@@ -42,14 +42,30 @@ REDIS_SCHEMES: Final = (
 
 
 class SettingsError(ValueError):
-    """A setting has a bad value, or the settings file cannot be read."""
+    """A setting has a bad value, an unknown key, or the settings file cannot be read.
+
+    The message names the key and the value, passwords masked. The command line exits
+    2 on it.
+    """
 
 
 @dataclass(frozen=True, slots=True, repr=False)
 class Settings:
-    """Every setting of the limiter (docs/design.md), validated.
+    """Every setting of the limiter, validated when built; immutable.
 
-    Its repr masks passwords, so logging a Settings never shows one.
+    Each field is a key of ``settings.toml`` and a ``GATEWAY_LIMITER_<KEY>`` variable,
+    and a keyword of ``GatewayLimiter(...)``; every key, its default and meaning are in
+    the settings reference. Its repr masks passwords, so logging one never shows them.
+
+    Raises:
+        SettingsError: a value is out of range or of the wrong kind (naming the key).
+
+    Example:
+        ```python
+        settings = Settings(database_url="mysql+pymysql://gw:secret@db/gateway",
+                            redis_url="redis://redis:6379/0", reload_interval=5)
+        settings.replace(on_backend_error="deny")   # a validated copy
+        ```
     """
 
     database_url: str = "sqlite:///gateway_limiter.db"
@@ -311,12 +327,29 @@ def load_settings(
     base: Settings | None = None,
     **overrides: Any,
 ) -> Settings:
-    """Load settings: ``base`` (or defaults) < file < environment < ``overrides``.
+    """Load settings: ``base`` (or the defaults), then the file, the environment, and
+    ``overrides``, each overriding the one before.
 
-    ``path=None`` looks for $GATEWAY_LIMITER_SETTINGS, then ./settings.toml. Unknown
-    keys are errors (a misspelt key would otherwise be ignored silently); an unknown
-    ``GATEWAY_LIMITER_*`` variable is a warning on the ``gateway_limiter`` logger that
-    names the nearest valid variable.
+    An unknown ``GATEWAY_LIMITER_*`` variable is a warning naming the nearest valid one.
+
+    Args:
+        path: the settings file; None: ``$GATEWAY_LIMITER_SETTINGS``, else
+            ``./settings.toml`` when it exists, else none.
+        environ: the environment to read; default ``os.environ``.
+        base: the settings to start from; default the built-in defaults.
+        **overrides: settings by name, applied last.
+
+    Returns:
+        The validated settings.
+
+    Raises:
+        SettingsError: an unknown key in the file or the overrides, a bad value, or a
+            file that cannot be read (each naming the key or the file).
+
+    Example:
+        ```python
+        settings = load_settings("settings.toml", reload_interval=5)
+        ```
     """
     env = os.environ if environ is None else environ
     values: dict[str, Any] = dataclasses.asdict(base) if base is not None else {}

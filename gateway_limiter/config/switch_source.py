@@ -1,25 +1,6 @@
 """Where the global switch comes from (setting ``switch_source``): the table, etcd, Apollo.
 
-``table`` (the default) is the switch row of ``t_ratelimite_switch`` and then the
-``switch`` setting, read by every reload. ``etcd://`` and ``apollo://`` name one key in
-a configuration centre, which a watcher follows: etcd's watch stream, Apollo's
-notification long poll; a change there reaches the process in well under a second.
-
-The watcher's logic is written once, as a coroutine (``SwitchWatcher.follow``): the
-threaded limiter runs it on an event loop of its own in a daemon thread, the asyncio
-limiter as a task on its loop. What a reading means (on, off, a bad value, a key that
-is gone, the source unreachable) is decided by ``SwitchFollower``, which has no I/O and
-calls back with the new state; the registry swaps it into the snapshot, so a decision
-reads one attribute, as with the table.
-
-Both speak HTTP with ``httpx`` (extras ``etcd`` and ``apollo``):
-
-- etcd: its v3 JSON gateway, ``POST /v3/kv/range`` then ``POST /v3/watch`` (a stream
-  of JSON lines), keys and values base64, ``POST /v3/auth/authenticate`` first when the
-  URL has a user.
-- Apollo: the config service's open API, ``GET /configs/{appId}/{cluster}/{namespace}``
-  then ``GET /notifications/v2?appId=&cluster=&notifications=[...]``, held by the server
-  until a release (or about 60 s).
+How it works: docs/internals.md, section ``gateway_limiter.config.switch_source``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
 """The console's ASGI application: the page at ``/``, its assets under ``/static/``, and
 the JSON API under ``/api/`` (names fixed in docs/design.md, section "The console").
 
-Safety, in one place:
-
-- **Writes need the token.** Every method but GET needs ``Authorization: Bearer
-  <console_token>``: 401 without one, 403 with a wrong one (compared in constant time).
-  With no ``console_token`` set every write is 403 and the console is read only.
-- **No cookie, so no CSRF.** The page keeps the token the operator types in
-  ``sessionStorage`` and sends it in the header itself; a browser never adds that
-  header to a request another site makes, so a forged form or fetch has no token.
-- **Nothing from the table runs.** The page builds every cell with ``textContent``
-  (never ``innerHTML``), and the template autoescapes; a strict Content-Security-Policy
-  (scripts and styles only from this origin) backs that up.
-- **Only its own Host.** A request whose ``Host`` is not the address the console listens
-  on (or a name of ``console_hosts``) is refused: a site whose name is made to resolve
-  to the console's address (DNS rebinding) cannot read it from a browser.
-- **No secret shown.** Responses carry settings only through ``Settings.masked()``
-  (passwords and the token hidden).
-
-Database and Redis calls run in Starlette's thread pool, never on the event loop.
+How it works: docs/internals.md, section ``gateway_limiter.console.app``.
 """
 
 from __future__ import annotations

@@ -1,26 +1,7 @@
-"""What one decision was, and why: ``Decision``, its reasons, and its HTTP headers.
+"""What one decision was, and why: ``Decision``, its ``Reason``, and its HTTP headers.
 
-``try_acquire`` answers yes or no. A gateway that answers HTTP wants more: how long
-the call waited, when a refused caller may try again, how many permits are left, and
-why (so a refusal by a closed interface is not mistaken for one by a busy one).
-``GatewayLimiter.decide`` returns a ``Decision`` with all of that;
-``decide(...).allowed`` is always what ``try_acquire(...)`` would have returned.
-
-Every decision has exactly one reason:
-
-=================== ======= ===============================================================
-reason              allowed when
-=================== ======= ===============================================================
-``admitted``        yes     the bucket had room, within the wait budget (``waited`` s)
-``limited``         no      the wait would exceed the budget; nothing was reserved
-``reserved``        no      the call's class must leave a reserve it would have taken
-``closed``          no      the row's ``rateLimit`` is 0
-``shadow``          yes     a shadow row would have refused (``limited`` or ``closed``)
-``backend_fallback`` either  Redis was unreachable; ``on_backend_error`` decided
-``switch_off``      yes     the global switch is off: nothing is limited
-``not_configured``  yes     no row for this URL (or only rows the reload skipped)
-``disabled``        yes     the URL's rows all have ``status = 0``
-=================== ======= ===============================================================
+``GatewayLimiter.decide`` returns a ``Decision``; ``decide(...).allowed`` is always
+what ``try_acquire(...)`` would have returned.
 """
 
 from __future__ import annotations
@@ -37,8 +18,22 @@ from gateway_limiter.model.pushback import effective_rate
 
 
 class Reason(StrEnum):
-    """Why a decision went as it did (the table above). The values are what logs, the
-    metrics' ``reason`` label and ``Decision.reason`` have always said."""
+    """Why a decision went as it did: every decision has exactly one reason.
+
+    The values are what ``Decision.reason``, the logs and the metrics' ``reason`` label
+    say.
+
+    Attributes:
+        ADMITTED: allowed: the bucket had room within the wait budget (``waited`` s).
+        LIMITED: refused: the wait would exceed the budget; nothing was reserved.
+        RESERVED: refused: the call's class must leave a reserve for the classes above it.
+        CLOSED: refused: the row's ``rateLimit`` is 0.
+        SHADOW: allowed: a shadow row would have refused.
+        BACKEND_FALLBACK: either: Redis was unreachable and ``on_backend_error`` decided.
+        SWITCH_OFF: allowed: the global switch is off, nothing is limited.
+        NOT_CONFIGURED: allowed: no row for this URL (or only rows the reload skipped).
+        DISABLED: allowed: the URL's rows all have ``status = 0``.
+    """
 
     ADMITTED = "admitted"
     LIMITED = "limited"
@@ -61,31 +56,38 @@ REFUSE: Final = Verdict(False, 0.0, 0.0)
 class Decision(NamedTuple):
     """One decision: whether the call may go ahead, and what a caller may tell its client.
 
-    ``waited``: seconds the call waited before going ahead (0 when refused).
-    ``retry_after``: when refused, seconds after which the same call would fit its wait
-    budget if nobody else took permits meanwhile; None when allowed, or when waiting
-    cannot help (a closed interface, more permits than the limit can ever give).
-    ``remaining``: whole permits left after this call by the limit that binds (a
-    bucket's stored permits; a window's count less what its window holds), 0 while a
-    pushback's ``retry_after`` holds the interface; None when the call is not limited,
-    or the failure policy ``allow``/``deny`` decided.
-    ``limit``: the row's ``rateLimit`` (permits per second); None when not limited.
-    ``shadow``: the rule is in shadow mode: decided and counted, never enforced.
-    ``effective_rate``: the rate the interface runs at after the supplier's pushbacks
-    (``limiter.pushback``), in the row's units (permits per ``periodSeconds``; windows
-    in whole permits, as they enforce it): the ``limit`` unless a pushback without
-    ``retry_after`` lowered it; None when not limited.
+    Returned by ``decide`` (and given to ``with limiter.slot(url) as decision``); an
+    immutable named tuple.
 
-    ``in_flight``: the calls to the interface in flight across the fleet as ``slot()``
-    saw it (this one included when it was admitted); None outside ``slot()``, or where
-    the row has no ``maxConcurrent``.
+    Attributes:
+        allowed: whether the call may go ahead.
+        reason: why (a ``Reason``).
+        waited: seconds the call waited before going ahead (0 when refused); from
+            ``slot()``, the seconds queued for the slot as well.
+        retry_after: when refused, the seconds after which the same call would fit its
+            wait budget if nobody else took permits meanwhile; None when allowed, or
+            when waiting cannot help (a closed interface).
+        remaining: whole permits left after this call by the limit that binds (a
+            bucket's stored permits; a window's count less what it holds); 0 while a
+            pushback's ``retry_after`` holds the interface; None when not limited.
+        limit: the binding row's ``rateLimit``; None when the call is not limited.
+        shadow: the rule is in shadow mode: decided and counted, never enforced.
+        effective_rate: the rate after the supplier's pushbacks, in the row's units;
+            the ``limit`` unless a pushback lowered it; None when not limited.
+        in_flight: from ``slot()`` on a row with ``maxConcurrent``: the calls in flight
+            across the fleet, this one included; else None.
+        reset_at: when a calendar quota binds, when it renews (Unix epoch seconds on the
+            Redis clock); ``limit`` and ``remaining`` are then the quota's, and a
+            refusal by the spent quota has ``retry_after`` = the seconds to it.
+        priority: on a limited interface, the class the call was decided in: its
+            ``priority=``, else its row's ``priority``, else ``default``.
 
-    ``reset_at``: when a calendar quota (``quotaPeriod``) binds, when it renews (Unix
-    epoch seconds, on the Redis server's clock); None otherwise. ``limit``,
-    ``remaining`` and ``effective_rate`` speak of the limit that binds: a calendar quota
-    binds when it has fewer permits left than the interface's other limits (or refused
-    the call for want of them); then ``limit`` is its ``rateLimit`` per period, and a
-    refusal by the spent quota has ``retry_after`` = the seconds to ``reset_at``.
+    Example:
+        ```python
+        decision = limiter.decide("/ibe/flight/search")
+        if not decision.allowed:
+            return 429, decision.headers()   # Retry-After, X-RateLimit-*
+        ```
     """
 
     allowed: bool
@@ -105,11 +107,22 @@ class Decision(NamedTuple):
     priority: str | None = None
 
     def headers(self) -> dict[str, str]:
-        """``X-RateLimit-Limit``, ``X-RateLimit-Remaining``, (refused) ``Retry-After``, and
-        ``X-RateLimit-Effective-Rate`` while a pushback holds the rate below the limit.
+        """The rate-limit headers an HTTP answer to this call should carry.
 
         Empty when the call is not limited, and for a shadow rule: a limit on trial
-        must not change what clients see. ``Retry-After`` is whole seconds, at least 1.
+        must not change what clients see.
+
+        Returns:
+            ``X-RateLimit-Limit`` and ``X-RateLimit-Remaining``; ``Retry-After`` (whole
+            seconds, at least 1) when refused; ``X-RateLimit-Effective-Rate`` while a
+            pushback holds the rate below the limit; and, when a calendar quota binds,
+            ``X-RateLimit-Reset`` with the IETF ``RateLimit-Policy`` and ``RateLimit``.
+
+        Example:
+            ```python
+            >>> Decision(False, "limited", retry_after=0.4, remaining=0, limit=20).headers()
+            {'X-RateLimit-Limit': '20', 'X-RateLimit-Remaining': '0', 'Retry-After': '1'}
+            ```
         """
         if self.limit is None or self.shadow:
             return {}

@@ -1,26 +1,7 @@
 """The fleet: how many processes share the rules (N), and this process's share of a rule
 while Redis is away (``on_backend_error = "share"``). No I/O here.
 
-Each process beats every ``fleet_heartbeat`` seconds, off the decision path (a thread in
-``GatewayLimiter``, a task in ``AsyncGatewayLimiter``): one round trip that renews its
-membership in ``<key_prefix>:fleet``, drops the dead and answers N
-(``backends/fleet.py``). A member missing ``DEAD_AFTER_BEATS`` heartbeats in a row is
-dropped by the next heartbeat of any other.
-
-Each heartbeat also reports this process's recent demand on every interface it
-limits (calls per second, smoothed over a few heartbeats, with a floor of
-``DEMAND_FLOOR`` so an idle interface still gets its part), and Redis answers its
-claim on each: its demand's part of the fleet's, never more than what the other live
-members' claims leave of 1 (``backends/fleet.py``). The demand is read off ``Tallies``,
-the one counter the decision path keeps per interface (also the console's live
-numbers); the rest happens on the heartbeat.
-
-While Redis cannot be asked, ``share`` decides each rule in this process at its last
-claim on it (``shared_by``), or at 1/N of it, with N the last count seen, for an
-interface it holds no claim on yet (``shared_out``), so the processes together stay
-within the rule. A process that has never reached Redis takes N from the
-``fleet_size`` setting; with that 0 (unknown) it decides the whole rule, as ``local``,
-and says so once.
+How it works: docs/internals.md, section ``gateway_limiter.core.fleet``.
 """
 
 from __future__ import annotations

@@ -1,45 +1,7 @@
 """Leases: permits of a hot interface taken ahead in one round trip and spent in this
 process (a row's ``leaseMs``; docs/algorithms.md, "Leases", has the bound they keep).
 
-A lease row is one shared, enforced token bucket (``config.rules.lease_problem``). Each
-process holds at most one lease per such interface: up to ``n = max(permits,
-floor(rate x leaseMs / 1000))`` permits, usable for ``leaseMs`` from the moment the
-request for it left. A decision takes its permits from the lease without any I/O; when
-the lease has too few left or is older than ``leaseMs``, one ``lease.lua`` call hands
-back what is left of it, decides the caller's permits as a plain call would (wait
-budget, debt, pushback), and only if that took stored permits without a wait takes up
-to ``n`` in all. If that leaves the lease short of ``n`` (the bucket ran dry) and the
-caller may wait (a budget above 0, the row not held by a pushback), the same call
-schedules the rest as debt, one effective stable interval apart, the last within the
-caller's budget and spanning at most ``leaseMs``: the
-process hands those, in order, to its next callers who can wait for them, each
-sleeping until its permit's moment as it would after asking Redis itself. A scheduled
-permit is usable from its moment (judged from when the reply arrived, so never before
-the bucket's) until ``leaseMs`` after it (judged from when the request left, so never
-later); one left unused by then is dropped, and debt is never handed back. Threads
-and coroutines of a process share its leases: one of them renews it while the others
-wait for that renewal (``wait``; each wait at most ``redis_timeout_ceiling`` twice
-over), then take from it; one that has waited for ``LEASE_WAITS`` renewals in
-a row is decided the plain way (``bucket.lua``).
-
-What happens to a lease besides being spent:
-
-- a pushback on the interface drops this process's lease at once (not handed back: the
-  supplier just said stop); other processes' leases end within ``leaseMs``;
-- handed back, what is left of it returns to the bucket less what the bucket can have
-  refilled since it was taken (``lease.lua`` judges that on the Redis clock, from the
-  moment its reply gave): u unused permits a seconds old return max(0, u - R x a), so
-  that no hand-back, however late, lets the fleet exceed C + R x (1 + leaseMs/1000) in
-  a second. A lease that by this process's count returns nothing (R x a >= u, a from
-  when its request left) is dropped in-process instead, not sent: a lease older than
-  ``leaseMs`` always is. Dropping never admits more, so that count needs no margin;
-- a reload that changes the row (same bucket key, still leased): what is left is handed
-  back with the next lease of the interface; the switch turning off, the lease turned
-  off, the row going shadow or moving to another key: handed back by the next heartbeat;
-  the limiter closing: every lease handed back. All best effort: a lease that cannot be
-  handed back expires unspent, which only under-admits;
-- Redis failing: a lease already held is spent (its permits were granted); a refill
-  that fails is decided by the failure policy, and the lease it handed back is lost.
+How it works: docs/internals.md, section ``gateway_limiter.core.leases``.
 """
 
 from __future__ import annotations

@@ -1,41 +1,6 @@
 """Local refusals: refusing hopeless callers in-process, the overload fast path.
 
-Under overload most calls are refused, and a refusal that costs a Redis round trip
-costs as much as an admission. But every reply of the scripts says when the interface
-is next free (``Verdict.next_free_us``): the earliest moment any later call could go,
-whoever makes it. Only time passing brings that moment closer; other callers, in this
-process or any other, can only push it later. So a caller whose timeout cannot reach
-it would be refused by Redis too, and is refused here, at once, with no round trip:
-the refusal is exact, nothing is reserved, and the shared state is untouched.
-
-The moment is kept on this process's monotonic clock, counted from when the request
-that learnt it was *sent*: the script ran later than that, so the moment kept is never
-later than the real one (it errs by the round trip, towards asking Redis).
-
-What is kept, per interface (and per caller key for per-caller limits), is the rule it
-was learnt under, the moment, and how long it is trusted: at most ``AHEAD_S`` seconds
-on, since a window's next slot can lie hours away, and a moment kept that long would
-outlive anything that changed it unseen (below); one round trip a second renews it. A
-pushback's hold (``retry_after``: the reply's ``held_us``) is trusted longer, up to
-``HOLD_AHEAD_S``: the supplier said when, a hold only ever grows, and a fleet asking
-Redis every second through a 30 s hold is what the hold is there to spare. A refusal
-reports the real moment, not the trusted one, so ``Retry-After`` says how long is left.
-It is forgotten when it could stop being true or useful: a different rule (a reload
-changed the row: another rate moves the moment), a reload that changed any rule or the
-switch, and a backend failure (the failure policy decides meanwhile, and Redis may come
-back without its state). A reply that was in flight when everything was forgotten is not
-learnt (``generation``).
-Memory is bounded: past ``LIMIT`` entries the whole map starts over.
-
-Redis losing its state without an error this process sees (``FLUSHALL``, a key
-deleted by hand) makes the shared bucket full again while the moment kept here still
-lies ahead: until it passes, this process refuses what the empty Redis would admit.
-That errs on the strict side only, and for at most ``AHEAD_S`` seconds (``HOLD_AHEAD_S``
-for a hold: a hold deleted by hand reaches every process within that). A restart or
-failover that breaks connections is a backend failure, and forgets everything.
-
-Only backends whose state is shared (Redis) get this: ``memory://`` decides in-process
-already.
+How it works: docs/internals.md, section ``gateway_limiter.core.local_refusal``.
 """
 
 from __future__ import annotations

@@ -1,29 +1,7 @@
 """Concurrency limits: what ``limiter.slot`` shares between the sync and asyncio
 limiters, with no I/O in it.
 
-A row's ``maxConcurrent`` caps the calls to its interface in flight across the fleet.
-``slot(url)`` takes a rate permit and a slot together (``backends/slots.py``: one
-script call), holds the slot while the block runs, and gives it back after (a second
-call): two round trips in all. A slot is a lease (``slot_lease`` seconds on the Redis
-server's clock) that this process renews while the call lasts (``Leases``, renewed by
-one background renewer per limiter), so a process that dies loses its slots within a
-lease.
-
-Waiting: a caller that finds no slot free is queued in Redis (a ticket: slots go in
-arrival order across the fleet) and waits here (``Waiter``) for its grant: a release
-hands the freed slot, with the rate permit, straight to the first caller queued and
-announces who got it; the limiter's one subscriber hears it and wakes that one waiter
-(``SlotState.heard``), which goes at once, without asking again. A waiter also asks
-again when the first lease would lapse (a crashed holder announces nothing), before its
-place in the queue lapses, and often while no subscriber listens (the grant is kept in
-Redis for it).
-
-While Redis cannot be asked, ``on_backend_error`` decides the slots as it decides the
-rate (``fallback_cap``), in this process (``LocalSlots``).
-
-``Taking`` is one ``slot()`` call while it takes its slot: reading the replies,
-refusing, counting; the threaded and asyncio limiters' loops only add the round trips
-and the waits.
+How it works: docs/internals.md, section ``gateway_limiter.core.slots``.
 """
 
 from __future__ import annotations

@@ -42,7 +42,14 @@ Peeked = tuple[LimitState | None, float] | BackendError | None
 
 @dataclass(frozen=True, slots=True)
 class BucketStatus:
-    """One rule and its bucket's live state (for ``status``)."""
+    """One limit in force and its live state: what ``limiter.status()`` lists, and what
+    ``gateway-limiter status`` shows.
+
+    The fields without a note below: ``rule``, the limit; ``stored``, the permits
+    saved up in its bucket (None: a full bucket, or a window); ``debt_ms``, the wait
+    queued behind earlier callers; ``shared``, whether the state lives in Redis;
+    ``error``, why the state could not be read.
+    """
 
     rule: Rule
     stored: float | None  # None: no state stored (a full bucket), or a window

@@ -1,19 +1,5 @@
 """An aiohttp client middleware that keeps a session within the fleet's limits (the
-``aiohttp`` extra; aiohttp 3.12 or later, which has client middlewares).
-
->>> session = aiohttp.ClientSession(middlewares=(LimiterMiddleware(limiter),))  # doctest: +SKIP
-
-Before each request (each hop of a redirect too: every request the session sends
-passes through it) the middleware decides with an ``AsyncGatewayLimiter`` (the row's
-``cache`` as the wait budget), raises ``gateway_limiter.Refused`` without touching the
-supplier when refused, and awaits ``limiter.pushback`` after a 429 or 503 (with the
-``Retry-After`` seconds when usable). ``interface`` maps the request to its
-interfaceUrl (default: the URL's path); None leaves it unlimited.
-
-After any response that says what is left of the supplier's quota (``RateLimit``, or
-``X-RateLimit-Remaining`` with ``X-RateLimit-Reset``) it calls ``limiter.observe``, so
-the fleet's calendar quotas follow the supplier's own count (``integrations.supplier``).
-"""
+``aiohttp`` extra; aiohttp 3.12 or later, which has client middlewares)."""
 
 from __future__ import annotations
 
@@ -43,8 +29,29 @@ def path_of(request: ClientRequest) -> str | None:
 
 
 class LimiterMiddleware:
-    """An aiohttp client middleware (``ClientSession(middlewares=...)``, or per request)
-    deciding with an ``AsyncGatewayLimiter`` and pushing back on 429/503."""
+    """An aiohttp client middleware that decides with an ``AsyncGatewayLimiter`` before
+    each request (each redirect hop too) and pushes back after a 429 or 503.
+
+    After a response that says what is left of the supplier's quota (``RateLimit``, or
+    ``X-RateLimit-Remaining`` with ``X-RateLimit-Reset``), it calls ``limiter.observe``,
+    so the fleet's calendar quotas follow the supplier's own count.
+
+    Args:
+        limiter: a started ``AsyncGatewayLimiter``; the row's ``cache`` is the wait budget.
+        interface: maps a request to its ``interfaceUrl``; default: the URL's path.
+            A function that returns None leaves that request unlimited.
+        priority: each request's class (see priority classes): one ``Priority``, a
+            mapping of ``interfaceUrl`` to class, or a function of the request
+            (None: the row's); default: the row's.
+
+    Raises:
+        gateway_limiter.Refused: when refused; the request never reaches the supplier.
+
+    Example:
+        ```python
+        session = aiohttp.ClientSession(middlewares=(LimiterMiddleware(async_limiter),))
+        ```
+    """
 
     __slots__ = ("interface", "limiter", "priority")
 

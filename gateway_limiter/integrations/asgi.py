@@ -1,23 +1,5 @@
-"""An ASGI middleware for a gateway that limits its OWN callers (the ``asgi`` extra for
-Starlette/FastAPI; the middleware itself is pure ASGI and imports no framework).
-
->>> app.add_middleware(RateLimitMiddleware, limiter=limiter,  # doctest: +SKIP
-...                    key=header_key("x-api-key"))
-
-Each HTTP request is decided with an ``AsyncGatewayLimiter`` (the row's ``cache`` as
-the wait budget: a caller may be held for a permit) before the app sees it:
-
-- refused: the app is not called; the answer is ``429 Too Many Requests`` with the
-  Decision's headers (``Retry-After`` when waiting can help, ``X-RateLimit-Limit``,
-  ``X-RateLimit-Remaining``, ``X-RateLimit-Effective-Rate``: ``Decision.headers()``);
-- admitted: the app answers, and the same headers are added to its response.
-
-``interface`` maps the ASGI scope to the interfaceUrl (default: the path; None: not
-limited, no headers); ``key`` maps it to the caller, for rows with ``perCaller = 1``
-(default: none). ``priority`` gives each request's class (priority classes,
-docs/priority.md): one class, a mapping of route (interfaceUrl) to class, or a function
-of the scope; default: the row's. Lifespan and websocket scopes pass through untouched.
-"""
+"""An ASGI middleware for a gateway that limits its own callers (the ``asgi`` extra for
+Starlette and FastAPI; the middleware itself is pure ASGI and imports no framework)."""
 
 from __future__ import annotations
 
@@ -45,9 +27,20 @@ def path_of(scope: Scope) -> str | None:
 
 
 def header_key(name: str) -> ScopeMap:
-    """A ``key`` that is the value of request header ``name`` (None when absent).
+    """A ``key`` for ``RateLimitMiddleware``: the value of a request header.
 
-    A caller that sends the header twice is keyed by the first value.
+    Args:
+        name: the header's name, in any case.
+
+    Returns:
+        A function of the ASGI scope giving the header's first value, or None when the
+        request has none (then the caller is one caller of its own).
+
+    Example:
+        ```python
+        app.add_middleware(RateLimitMiddleware, limiter=async_limiter,
+                           key=header_key("X-Api-Key"))
+        ```
     """
     wanted = name.lower().encode("latin-1")
 
@@ -65,8 +58,32 @@ def _encoded(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
 
 
 class RateLimitMiddleware:
-    """Pure ASGI middleware: decide each HTTP request with ``limiter`` before ``app``;
-    answer 429 when refused, add the rate-limit headers when admitted."""
+    """ASGI middleware for a gateway that limits its own callers.
+
+    Each HTTP request is decided before the app sees it: refused, the answer is
+    ``429 Too Many Requests`` with ``Decision.headers()`` and the app is not called;
+    admitted, the app answers and the same headers are added. Lifespan and websocket
+    scopes pass through. Start the limiter in the app's lifespan: without it every
+    request fails with ``NotStarted``.
+
+    Args:
+        app: the ASGI application it wraps.
+        limiter: an ``AsyncGatewayLimiter``, started in each worker on its event loop.
+        interface: maps the ASGI scope to its ``interfaceUrl``; default: the path.
+            None from it: not limited, no headers.
+        key: maps the scope to the caller, for ``perCaller`` rows (``header_key``);
+            default: no caller key.
+        priority: each request's class (see priority classes): one ``Priority``, a
+            mapping of ``interfaceUrl`` to class, or a function of the ASGI scope
+            (None: the row's); default: the row's.
+
+    Example:
+        ```python
+        app = Starlette(lifespan=lifespan)
+        app.add_middleware(RateLimitMiddleware, limiter=async_limiter,
+                           key=header_key("X-Api-Key"))
+        ```
+    """
 
     __slots__ = ("app", "interface", "key", "limiter", "priority")
 

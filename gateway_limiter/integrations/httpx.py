@@ -1,19 +1,4 @@
-"""httpx transports that keep a client within the fleet's limits (the ``httpx`` extra).
-
->>> client = httpx.Client(transport=LimiterTransport(limiter))  # doctest: +SKIP
->>> client.get("https://supplier.example/ibe/flight/search")  # doctest: +SKIP
-
-Before each request the transport decides (``limiter.decide``: the row's ``cache`` is
-the wait budget, so a caller may wait for a permit); a refused request raises
-``gateway_limiter.Refused`` carrying the Decision and never reaches the supplier. After
-a 429 or 503 it calls ``limiter.pushback`` with the ``Retry-After`` seconds, or none
-(``integrations.supplier``). ``interface`` maps a request to its interfaceUrl (default:
-the URL's path); None leaves the request unlimited.
-
-After any response that says what is left of the supplier's quota (``RateLimit``, or
-``X-RateLimit-Remaining`` with ``X-RateLimit-Reset``) it calls ``limiter.observe``, so
-the fleet's calendar quotas follow the supplier's own count (``integrations.supplier``).
-"""
+"""httpx transports that keep a client within the fleet's limits (the ``httpx`` extra)."""
 
 from __future__ import annotations
 
@@ -44,9 +29,33 @@ def path_of(request: httpx.Request) -> str | None:
 
 
 class LimiterTransport(httpx.BaseTransport):
-    """An ``httpx.BaseTransport`` deciding with a ``GatewayLimiter`` before each request
-    and pushing back on 429/503; the request itself goes through ``transport``
-    (default: a new ``httpx.HTTPTransport()``)."""
+    """An httpx transport that decides with a ``GatewayLimiter`` before each request and
+    pushes back after a 429 or 503.
+
+    After a response that says what is left of the supplier's quota (``RateLimit``, or
+    ``X-RateLimit-Remaining`` with ``X-RateLimit-Reset``), it calls ``limiter.observe``,
+    so the fleet's calendar quotas follow the supplier's own count.
+
+    Args:
+        limiter: a started ``GatewayLimiter``; the row's ``cache`` is the wait budget.
+        transport: what sends the request; default a new ``httpx.HTTPTransport()``.
+        interface: maps a request to its ``interfaceUrl``; default: the URL's path.
+            A function that returns None leaves that request unlimited.
+        priority: each request's class (see priority classes): one ``Priority``, a
+            mapping of ``interfaceUrl`` to class, or a function of the request
+            (None: the row's); default: the row's.
+
+    Raises:
+        gateway_limiter.Refused: from ``client.get(...)`` and the like, when refused;
+            the request never reaches the supplier.
+
+    Example:
+        ```python
+        client = httpx.Client(transport=LimiterTransport(limiter),
+                              base_url="https://supplier.example")
+        client.get("/ibe/flight/search")   # decided as "/ibe/flight/search"
+        ```
+    """
 
     def __init__(
         self,
@@ -78,8 +87,30 @@ class LimiterTransport(httpx.BaseTransport):
 
 
 class AsyncLimiterTransport(httpx.AsyncBaseTransport):
-    """``LimiterTransport`` for ``httpx.AsyncClient``, with an ``AsyncGatewayLimiter``
-    (default inner transport: ``httpx.AsyncHTTPTransport()``)."""
+    """``LimiterTransport`` for ``httpx.AsyncClient``, with an ``AsyncGatewayLimiter``.
+
+    After a response that says what is left of the supplier's quota (``RateLimit``, or
+    ``X-RateLimit-Remaining`` with ``X-RateLimit-Reset``), it calls ``limiter.observe``,
+    so the fleet's calendar quotas follow the supplier's own count.
+
+    Args:
+        limiter: a started ``AsyncGatewayLimiter``; the row's ``cache`` is the wait budget.
+        transport: what sends the request; default a new ``httpx.AsyncHTTPTransport()``.
+        interface: maps a request to its ``interfaceUrl``; default: the URL's path.
+            A function that returns None leaves that request unlimited.
+        priority: each request's class (see priority classes): one ``Priority``, a
+            mapping of ``interfaceUrl`` to class, or a function of the request
+            (None: the row's); default: the row's.
+
+    Raises:
+        gateway_limiter.Refused: when refused; the request never reaches the supplier.
+
+    Example:
+        ```python
+        client = httpx.AsyncClient(transport=AsyncLimiterTransport(async_limiter))
+        await client.get("https://supplier.example/ibe/flight/search")
+        ```
+    """
 
     def __init__(
         self,

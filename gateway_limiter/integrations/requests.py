@@ -1,20 +1,5 @@
 """A requests transport adapter that keeps a session within the fleet's limits (the
-``requests`` extra).
-
->>> session = requests.Session()  # doctest: +SKIP
->>> session.mount("https://supplier.example/", LimiterAdapter(limiter))  # doctest: +SKIP
-
-``LimiterAdapter`` is an ``HTTPAdapter`` (its keywords, ``max_retries`` and the pool
-sizes, pass through) whose ``send`` decides first (``limiter.decide``, the row's
-``cache`` as the wait budget), raises ``gateway_limiter.Refused`` without touching the
-supplier when refused, and calls ``limiter.pushback`` after a 429 or 503 (with the
-``Retry-After`` seconds when usable). ``interface`` maps the prepared request to its
-interfaceUrl (default: the URL's path); None leaves it unlimited.
-
-After any response that says what is left of the supplier's quota (``RateLimit``, or
-``X-RateLimit-Remaining`` with ``X-RateLimit-Reset``) it calls ``limiter.observe``, so
-the fleet's calendar quotas follow the supplier's own count (``integrations.supplier``).
-"""
+``requests`` extra)."""
 
 from __future__ import annotations
 
@@ -47,9 +32,32 @@ def path_of(request: PreparedRequest) -> str | None:
 
 
 class LimiterAdapter(HTTPAdapter):
-    """An ``HTTPAdapter`` deciding with a ``GatewayLimiter`` before each request and
-    pushing back on 429/503. Mount it on a ``requests.Session`` for the supplier's
-    URL prefix."""
+    """A requests ``HTTPAdapter`` that decides with a ``GatewayLimiter`` before each
+    request and pushes back after a 429 or 503.
+
+    After a response that says what is left of the supplier's quota (``RateLimit``, or
+    ``X-RateLimit-Remaining`` with ``X-RateLimit-Reset``), it calls ``limiter.observe``,
+    so the fleet's calendar quotas follow the supplier's own count.
+
+    Args:
+        limiter: a started ``GatewayLimiter``; the row's ``cache`` is the wait budget.
+        interface: maps a request to its ``interfaceUrl``; default: the URL's path.
+            A function that returns None leaves that request unlimited.
+        priority: each request's class (see priority classes): one ``Priority``, a
+            mapping of ``interfaceUrl`` to class, or a function of the request
+            (None: the row's); default: the row's.
+        **kwargs: ``HTTPAdapter``'s own (``max_retries``, the pool sizes).
+
+    Raises:
+        gateway_limiter.Refused: from ``session.get(...)`` and the like, when refused;
+            the request never reaches the supplier.
+
+    Example:
+        ```python
+        session = requests.Session()
+        session.mount("https://supplier.example/", LimiterAdapter(limiter))
+        ```
+    """
 
     def __init__(
         self,

@@ -107,13 +107,23 @@ _SECONDS = re.compile(r"\d+(\.\d+)?")
 
 
 def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
-    """The seconds a ``Retry-After`` header value asks for, or None (no usable value).
+    """The seconds a ``Retry-After`` header value asks for.
 
-    ``"2"`` is 2.0; an HTTP date (``"Wed, 21 Oct 2026 07:28:00 GMT"``) is the seconds
-    from ``now`` (default: this host's clock) to it, 0.0 when it is past. None for no
-    header, for one that is neither, and for more than a day (what ``pushback``
-    accepts): a header that would close an interface for longer is more likely wrong
-    than meant.
+    Args:
+        value: the header's value (RFC 9110: seconds, or an HTTP date), or None.
+        now: the clock an HTTP date is counted from; default this host's.
+
+    Returns:
+        The seconds, 0.0 for a date in the past; None for no header, one that is
+        neither form, or more than a day (more likely wrong than meant).
+
+    Example:
+        ```python
+        >>> retry_after_seconds("2")
+        2.0
+        >>> retry_after_seconds("soon") is None
+        True
+        ```
     """
     if value is None:
         return None

@@ -1,60 +1,6 @@
 """Prometheus metrics, when prometheus-client is installed (``gateway-limiter[metrics]``).
 
-Every limiter with the setting ``metrics = true`` (the default) records into the
-process's default Prometheus registry, so an application that already exposes
-``prometheus_client.REGISTRY`` shows them with no further code; ``serve()`` (or
-``gateway-limiter serve-metrics``) exposes it over HTTP otherwise. Without
-prometheus-client nothing is recorded and a decision costs what it always did.
-
-=========================================== ========= ==========================================
-name                                        type      what
-=========================================== ========= ==========================================
-``gateway_limiter_decisions_total``         counter   decisions, by ``interface``, ``outcome``
-                                                      (admitted, refused), ``reason`` and
-                                                      ``priority`` (the call's class)
-``gateway_limiter_wait_seconds``            histogram waits granted to admitted calls on
-                                                      limited interfaces, by ``interface``
-``gateway_limiter_local_refusals_total``    counter   of the refusals, those decided in-process
-                                                      (no round trip: ``core.local_refusal``)
-``gateway_limiter_backend_errors_total``    counter   Redis calls that failed
-``gateway_limiter_backend_fallbacks_total`` counter   decisions made by ``on_backend_error``
-``gateway_limiter_backend_fallback``        gauge     1 while ``on_backend_error`` decides
-``gateway_limiter_reloads_total``           counter   reloads, by ``outcome`` (ok, failed)
-``gateway_limiter_reload_age_seconds``      gauge     seconds since the last good reload
-``gateway_limiter_rules_in_force``          gauge     rules loaded (shadow ones included)
-``gateway_limiter_shadow_rules``            gauge     of those, rules in shadow mode
-``gateway_limiter_rows_skipped``            gauge     rows the last reload skipped as invalid
-``gateway_limiter_switch_on``               gauge     the global switch: 1 on, 0 off
-``gateway_limiter_rule_permits_per_second`` gauge     each rule's ``rateLimit``, by ``interface``
-``gateway_limiter_in_flight``               gauge     calls in flight by ``interface`` (rows with
-                                                      ``maxConcurrent``), fleet-wide as this
-                                                      process's last slot call saw it
-``gateway_limiter_slot_waits_total``        counter   ``slot()`` calls that had to queue for a
-                                                      slot, by ``interface``
-``gateway_limiter_slot_refusals_total``     counter   ``slot()`` calls refused (no slot, or no
-                                                      rate permit, in time), by ``interface``
-``gateway_limiter_bucket_*``                gauge     live bucket state by ``interface``
-                                                      (``serve-metrics`` only; see there)
-``gateway_limiter_quota_used_ratio``        gauge     a calendar quota's period used (0-1), by
-                                                      ``interface`` and ``period``
-=========================================== ========= ==========================================
-
-Counters are totals for the process. Gauges describe the most recently started
-limiter that is still open (a process normally has one) and are computed when
-Prometheus scrapes, so they cost a decision nothing.
-
-Label values stay few: ``interface`` is the URL of a row in the table (a rule in force,
-or a disabled row), or ``<unconfigured>`` for every other URL a caller passes; caller
-identities never become labels.
-
-What a decision pays: the two metrics recorded on the decision path (decisions, waits)
-are not prometheus_client objects, whose every increment takes a lock (a counter
-``inc`` plus a histogram ``observe`` cost about 2-3 µs here, as much as the rest of the
-limiter's Python). Each label combination gets a ``Tally``, bound once and found with
-one dict lookup, and bumped with one C call and no lock; an admitted call with no wait
-(the common case) bumps one more. Only a call that is told to wait takes a lock to add
-its wait to the histogram, and it is about to sleep anyway. The registry reads them
-when Prometheus scrapes.
+How it works: docs/internals.md, section ``gateway_limiter.observe.metrics``.
 """
 
 from __future__ import annotations

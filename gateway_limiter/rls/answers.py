@@ -2,26 +2,7 @@
 when it resets, and the response headers to add. Plain data: ``server.py`` turns it
 into the protobuf answer.
 
-- ``current_limit``: the descriptor's row (its interface's first limit: the row of
-  period 1 s where there is one) as ``requests_per_unit`` per ``unit``. Envoy's units
-  are a second, a minute, an hour and a day (and a week, a month, a year, longer than
-  any ``periodSeconds``): a period of exactly one of them is said exactly; any other
-  is said in the smallest unit at least as long as the period, its rate scaled to it
-  and rounded down (at least 1): 5 per 10 s is 30 per minute. A calendar quota
-  (``quotaPeriod``) is said per day, week or month, exactly. The ``name`` says the
-  row exactly (``configId 7: 5 per 10 s, sliding_window``).
-- ``limit_remaining``: whole permits left after the call (as ``Decision.remaining``;
-  a sliding window keeps no count, and says 0).
-- ``duration_until_reset``: refused, how long until the call would fit (the
-  ``Retry-After``); admitted, how long until the next permit is free (0 while permits
-  are left).
-- Headers: ``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` (and
-  ``X-RateLimit-Effective-Rate`` under a pushback) of the descriptor that binds (the
-  refused one that frees last, else the one with the fewest permits left), plus
-  ``Retry-After`` when refused, exactly as ``Decision.headers()`` says them for a
-  Python caller; and ``X-RateLimit-Decided-By``: ``redis`` (the shared buckets),
-  ``on_backend_error:<policy>`` (Redis was away: the failure policy decided),
-  ``memory`` or ``none`` (nothing limited).
+How it works: docs/internals.md, section ``gateway_limiter.rls.answers``.
 """
 
 from __future__ import annotations

@@ -1,26 +1,6 @@
 """Every descriptor of one request decided together, all or nothing, on the limiter.
 
-A request's descriptors each name an interface (and perhaps a caller). Each is routed
-as a Python caller's decision is (``AsyncGatewayLimiter``'s own decision path, with a
-wait budget of 0: the service never waits): no row, a disabled row or the switch off
-admit without Redis; a closed row refuses without Redis; a rule the last reply said is
-busy refuses without a round trip; while Redis is away the failure policy decides.
-What is left for Redis is decided so:
-
-- one interface: the limiter's own round trip (``bucket.lua`` or ``limits.lua``, a rate
-  lease where the row has ``leaseMs``): exactly what a Python caller gets;
-- several: one call of ``descriptors.lua``, which runs each interface's own script in
-  turn with its own keys and arguments and, if any refuses, puts every key back: all
-  or nothing, in one round trip. On a Redis Cluster the interfaces lie in different
-  slots, and they are decided one after the other instead (each still all or nothing
-  with its own channel cap), so one may take its permits while another refuses; but
-  the interfaces of one capped channel share its hash tag, and go in one call there too;
-- a refusal decided without Redis (a closed row, a local refusal, the ``deny`` policy)
-  sends nothing for the others: nothing is taken.
-
-Shadow rows are decided on their own and never refuse. The service never waits: a
-row's ``cache`` (its wait budget) cannot be said in Envoy's protocol, so a call that
-would have to wait is refused, with the wait as its ``Retry-After``.
+How it works: docs/internals.md, section ``gateway_limiter.rls.judge``.
 """
 
 from __future__ import annotations

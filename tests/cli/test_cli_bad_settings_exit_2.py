@@ -1,5 +1,5 @@
-"""A bad setting is bad usage: exit status 2 and one line naming it, as the README says
-(the file, the environment, or --database-url), before anything is touched."""
+"""A bad setting is bad usage: exit status 2 and one line naming it, as the command-line
+reference says (the file, the environment, or --database-url), before anything is touched."""
 
 from __future__ import annotations
 

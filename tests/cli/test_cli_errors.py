@@ -199,7 +199,7 @@ def test_a_bad_settings_file_is_one_line_naming_the_key(
     settings = tmp_path / "settings.toml"
     settings.write_text(content)
     ran = cli(capsys, "--settings", str(settings), "conf", "list")
-    assert_one_line_error(ran, 2, needle)  # bad usage, as the README says
+    assert_one_line_error(ran, 2, needle)  # bad usage, as the command-line reference says
 
 
 @pytest.mark.parametrize("scheme", ["mysql", "mariadb"])

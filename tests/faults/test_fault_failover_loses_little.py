@@ -1,5 +1,5 @@
 """A Sentinel failover that may lose writes keeps the fleet within R x T + C plus what
-was lost (issue 22, item 6), against real processes and real redis-servers.
+was lost, against real processes and real redis-servers.
 
 Three processes of three unpaced threads call ``try_acquire(url, timeout=0)`` on one
 interface (R = 100/s, C = 100), default settings (``share`` while Redis is away). The

@@ -1,4 +1,4 @@
-"""The fleet keeps the rule while Redis is away (issue 22), against real processes.
+"""The fleet keeps the rule while Redis is away, against real processes.
 
 Four processes of three threads each call ``try_acquire(url, timeout=0)`` on one
 interface (R = 40/s, C = 40) under the default ``on_backend_error`` (``share``) and

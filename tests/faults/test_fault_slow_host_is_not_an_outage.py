@@ -3,7 +3,7 @@
 for a dead one, while a Redis that stops answering is still seen within
 ``redis_timeout_ceiling``.
 
-The load is the one of issue 22: 3 processes x 6 unpaced threads on one sliding-window
+The load is the outage suite's: 3 processes x 6 unpaced threads on one sliding-window
 interface (R = 20/s), default settings. With a fixed 50 ms read timeout (the ceiling
 set to ``redis_timeout``) about one run in five fell back while Redis was up.
 ``GWL_SLOW_HOST_RUNS`` runs (default 2; docs/reliability.md has the 20-run figures).

@@ -1,8 +1,8 @@
 """A soak: 4 processes x 16 threads on four interfaces of different rates, with reloads
 every second: the bound holds on each interface, and no process's memory grows.
 
-Runs ``GWL_SOAK_SECONDS`` (default 20, which keeps CI short). The full soak of the
-issue is a minute:
+Runs ``GWL_SOAK_SECONDS`` (default 20, which keeps CI short). The full soak
+is a minute:
 
     GWL_SOAK_SECONDS=60 .venv/bin/python -m pytest -q -s tests/faults/test_fault_soak.py
 

@@ -1,4 +1,4 @@
-"""Issue 17's targets, end to end: real gateway processes calling a real HTTP supplier on
+"""Pushback's targets, end to end: real gateway processes calling a real HTTP supplier on
 loopback through ``LimiterTransport``, one Redis, one MariaDB table. Each test runs
 ``bench/pushback_supplier.py`` (the documented command, docs/pushback.md) and asserts
 on the figures it writes.

@@ -1,4 +1,4 @@
-"""The integration examples in examples/ (shown in the README) run as documented, on a
+"""The integration examples in examples/ (shown in the integrations guide) run as documented, on a
 real MariaDB table and a private Redis, against the loopback suppliers they start, and
 print what their docstrings promise: so they cannot rot."""
 

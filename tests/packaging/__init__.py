@@ -1,1 +1,2 @@
-"""What ships works as shown: the wheel, the README and example code, the demo."""
+"""What ships works as shown: the wheel, the code in the README and the docs, the examples,
+the demo."""

@@ -1,4 +1,4 @@
-"""The issue's targets, against a real supplier process that counts its own calls in
+"""The concurrency targets, against a real supplier process that counts its own calls in
 flight: a fleet of gateway processes never has more than ``maxConcurrent`` calls at the
 supplier, keeps it busy, and a killed process's slots come back within a lease."""
 
@@ -100,7 +100,7 @@ def test_a_fleet_never_has_more_than_max_concurrent_calls_at_the_supplier(
         calls_by_process=[c["calls"] for c in counts],
     )
     assert stats["most_in_flight"] == MAX  # the slots were all used, not just never exceeded
-    # The issue's target is 0.85 x 80/s = 68/s, measured at 69-74/s at load 2-5 on this
+    # The target is 0.85 x 80/s = 68/s, measured at 69-74/s at load 2-5 on this
     # 2-core box (docs/concurrency.md). Four gateway processes, the supplier and Redis
     # compete for those cores with other test runs, so the bound here leaves a margin
     # for a busier box; the limiter before the hand-over (and the supplier before

@@ -1,4 +1,4 @@
-"""A failover that loses writes (issue 22, item 6): a fleet of real processes on one
+"""A failover that loses writes: a fleet of real processes on one
 interface, the Redis master SIGKILLed, its replica promoted by Sentinel or Cluster.
 
 Redis replication is asynchronous: a replica promoted before it received the last

@@ -1,4 +1,4 @@
-"""The fleet outage of issue 22: real processes share one interface, Redis is killed.
+"""A fleet outage: real processes share one interface, Redis is killed.
 
 ``run_outage`` starts a ``Fleet`` (tests/support/fleet.py) on one interface of rate R,
 lets it beat long enough that every process knows N, SIGKILLs the private

@@ -1,4 +1,4 @@
-"""The README's Observability example runs as written: its block is executed unchanged,
+"""The wait-or-refuse guide's ``decide`` example runs as written: its block is executed unchanged,
 and its ``flight_search`` answers 200 or 429 with the rate-limit headers, on a real
 Redis and MariaDB."""
 
@@ -13,26 +13,26 @@ from sqlalchemy import Engine
 from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "wait-or-refuse.md"
 
 
-def readme_observability_block() -> str:
-    """The python block of the README's Observability section."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("\n## Observability\n", 1)[1].split("\n## ")[0]
+def decide_block() -> str:
+    """The python block of the guide's "Decide, and say why" section."""
+    text = PAGE.read_text(encoding="utf-8")
+    section = text.split("\n## Decide, and say why\n", 1)[1].split("\n## ")[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    assert len(blocks) == 1, "the Observability section should hold exactly one python block"
+    assert len(blocks) == 1, "the decide section should hold exactly one python block"
     return str(blocks[0])
 
 
-def test_readme_observability_example_answers_429_with_headers(
+def test_decide_example_answers_429_with_headers(
     migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
 ) -> None:
     db, engine = migrated_db
     write_row(engine, "/ibe/flight/search", rateLimit=2, cache=0.0, status=1)
     calls: list[dict[str, str]] = []
     namespace: dict[str, Any] = {"__name__": "readme_example"}
-    exec(compile(readme_observability_block(), str(README), "exec"), namespace)
+    exec(compile(decide_block(), str(PAGE), "exec"), namespace)
 
     def call_supplier(query: dict[str, str]) -> int:
         calls.append(query)

@@ -1,10 +1,10 @@
-"""The README's integration examples run as written, on a real MariaDB table and Redis.
+"""The integrations guide's examples run as written, on a real MariaDB table and Redis.
 
 The ASGI block is executed unchanged (settings from ``GATEWAY_LIMITER_*``, as a
 deployment gives them), and the app it builds is served by uvicorn on loopback,
 lifespan and all: the limiter starts in the lifespan, the middleware answers 429 past
 the row's rate, and the limiter is closed at shutdown. The HTTP clients' block runs
-with the ``limiter`` the README builds before it, on a closed interface: refused
+with the ``limiter`` the getting-started page builds, on a closed interface: refused
 before any request leaves, as it says."""
 
 from __future__ import annotations
@@ -26,33 +26,32 @@ from tests.support.deploy import limiter_env
 from tests.support.limiting import write_row
 from tests.support.services import RedisServer, free_port
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "integrations.md"
 
 
-def readme_integration_block(showing: str) -> str:
-    """The python block of the README's Integrations section that shows ``showing``."""
-    section = README.read_text(encoding="utf-8").split("\n## Integrations\n", 1)[1]
-    section = section.split("\n## ")[0]
+def guide_block(showing: str) -> str:
+    """The python block of the integrations guide that shows ``showing``."""
+    section = PAGE.read_text(encoding="utf-8")
     blocks = [
         block
         for block in re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
         if showing in block
     ]
-    assert len(blocks) == 1, f"the Integrations section should show {showing} once"
+    assert len(blocks) == 1, f"the integrations guide should show {showing} once"
     return str(blocks[0])
 
 
-def test_readme_http_clients_example_refuses_before_the_request(
+def test_http_clients_example_refuses_before_the_request(
     lim: GatewayLimiter, limiter_db: tuple[str, Engine], capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_row(limiter_db[1], "/ibe/flight/search", rateLimit=0, cache=0.0)  # closed
     lim.reload()
     namespace: dict[str, Any] = {"__name__": "readme_example", "limiter": lim}
-    exec(compile(readme_integration_block("LimiterTransport"), str(README), "exec"), namespace)
+    exec(compile(guide_block("LimiterTransport"), str(PAGE), "exec"), namespace)
     assert capsys.readouterr().out == "closed None\n"  # refused: supplier.example never asked
 
 
-async def test_readme_asgi_example_starts_in_the_lifespan_and_limits_callers(
+async def test_asgi_example_starts_in_the_lifespan_and_limits_callers(
     migrated_db: tuple[str, Engine],
     redis_server: RedisServer,
     key_prefix: str,
@@ -64,7 +63,7 @@ async def test_readme_asgi_example_starts_in_the_lifespan_and_limits_callers(
         if name.startswith("GATEWAY_LIMITER_"):  # as a deployment's environment gives them
             monkeypatch.setenv(name, value)
     namespace: dict[str, Any] = {"__name__": "readme_example"}
-    exec(compile(readme_integration_block("RateLimitMiddleware"), str(README), "exec"), namespace)
+    exec(compile(guide_block("RateLimitMiddleware"), str(PAGE), "exec"), namespace)
     limiter: AsyncGatewayLimiter = namespace["async_limiter"]
 
     port = free_port()

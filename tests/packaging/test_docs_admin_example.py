@@ -1,4 +1,4 @@
-"""The README's ``gateway_limiter.admin`` example runs as written, and does what its
+"""The getting-started page's ``gateway_limiter.admin`` example runs as written, and does what its
 comments say."""
 
 from __future__ import annotations
@@ -10,23 +10,23 @@ import pytest
 
 from gateway_limiter.config.table import find_rows, make_engine, read_switch
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "getting-started.md"
 
 
-def readme_admin_block() -> str:
-    """The python block of the README's ``gateway_limiter.admin`` section."""
-    text = README.read_text(encoding="utf-8")
+def admin_block() -> str:
+    """The python block of the page's ``gateway_limiter.admin`` section."""
+    text = PAGE.read_text(encoding="utf-8")
     section = text.split("\n## From Python: `gateway_limiter.admin`\n", 1)[1].split("\n## ")[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
     assert len(blocks) == 1, "the admin section should hold exactly one python block"
     return str(blocks[0])
 
 
-def test_the_readme_admin_block_runs_as_written(
+def test_the_admin_block_runs_as_written(
     tmp_path: Path, no_local_settings: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)  # its sqlite:///limits.db is relative
-    exec(compile(readme_admin_block(), "README.md", "exec"), {})
+    exec(compile(admin_block(), str(PAGE), "exec"), {})
 
     engine = make_engine(f"sqlite:///{tmp_path / 'limits.db'}")
     search = {(r.period_seconds, r.per_caller): r for r in find_rows(engine, "/ibe/flight/search")}

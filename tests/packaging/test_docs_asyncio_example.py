@@ -1,4 +1,4 @@
-"""The README's asyncio example runs as written: its block is executed unchanged, and
+"""The asyncio guide's example runs as written: its block is executed unchanged, and
 its ``flight_search`` guards real httpx calls to a local supplier with a limiter on a
 real Redis and MariaDB."""
 
@@ -16,14 +16,14 @@ from gateway_limiter.aio import AsyncGatewayLimiter
 from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "asyncio.md"
 
 
-def readme_asyncio_block() -> str:
-    """The python block of the README's asyncio section."""
-    section = README.read_text(encoding="utf-8").split("\n## asyncio\n", 1)[1].split("\n## ")[0]
+def guide_asyncio_block() -> str:
+    """The python block of the asyncio guide."""
+    section = PAGE.read_text(encoding="utf-8").split("\n## ")[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    assert len(blocks) == 1, "the asyncio section should hold exactly one python block"
+    assert len(blocks) == 1, "the asyncio guide should open with exactly one python block"
     return str(blocks[0])
 
 
@@ -41,13 +41,13 @@ async def start_supplier(seen: list[str]) -> asyncio.Server:
     return await asyncio.start_server(serve, "127.0.0.1", 0)
 
 
-async def test_readme_asyncio_example_guards_httpx_calls(
+async def test_asyncio_guide_example_guards_httpx_calls(
     migrated_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
 ) -> None:
     url, engine = migrated_db
     write_row(engine, "/ibe/flight/search", rateLimit=5, cache=0.0, status=1)
     namespace: dict[str, Any] = {"__name__": "readme_example"}
-    exec(compile(readme_asyncio_block(), str(README), "exec"), namespace)
+    exec(compile(guide_asyncio_block(), str(PAGE), "exec"), namespace)
 
     seen: list[str] = []
     supplier = await start_supplier(seen)
