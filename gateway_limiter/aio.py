@@ -244,9 +244,12 @@ class AsyncShell(LimiterCore):
         if keeper is None:
             return
         snapshot, engine = self.registry.snapshot, self.registry.engine
-        if load:
+        if not keeper.any_quota(snapshot):
+            return  # nothing to keep: no read of a checkpoint table that may not exist
+        if load or keeper.unloaded:
             rows = await blocking_async(checkpoints_read, engine, self.settings.key_prefix)
             keeper.loaded(rows, snapshot)
+            keeper.unloaded = False
         written = []
         for key, call in keeper.calls(keeper.known(snapshot), lock=True):
             reply = await attempt_async(self.backend.script, call)

@@ -251,9 +251,12 @@ class Shell(LimiterCore):
         if keeper is None:
             return
         snapshot, engine = self.registry.snapshot, self.registry.engine
-        if load:
+        if not keeper.any_quota(snapshot):
+            return  # nothing to keep: no read of a checkpoint table that may not exist
+        if load or keeper.unloaded:
             rows = blocking(checkpoints_read, engine, self.settings.key_prefix)
             keeper.loaded(rows, snapshot)
+            keeper.unloaded = False
         written = []
         for key, call in keeper.calls(keeper.known(snapshot), lock=True):
             reply = attempt(self.backend.script, call)

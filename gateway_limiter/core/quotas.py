@@ -150,6 +150,7 @@ class QuotaKeeper:
         "member",
         "prefix",
         "ttl_ms",
+        "unloaded",
     )
 
     def __init__(self, prefix: str, member: str, interval_s: float) -> None:
@@ -170,6 +171,8 @@ class QuotaKeeper:
         #: a counter's base -> (period start, end) µs last matched to a reply
         self._spans: dict[str, tuple[float, float]] = {}
         self._wake: Callable[[], None] = _nothing
+        #: the database's checkpoints not read yet (none was while no quota was in force)
+        self.unloaded = True
 
     def waking(self, wake: Callable[[], None] | None) -> None:
         """What ``learn`` calls when a counter must be raised now (the shell's: it
@@ -236,6 +239,12 @@ class QuotaKeeper:
                 known[key] = Counter(counter.base, current)
         self.counters.update(known)
         return known
+
+    def any_quota(self, snapshot: Snapshot) -> bool:
+        """Whether any rule in force counts a calendar quota (else there is nothing to
+        checkpoint, and a table from before the checkpoints is no concern)."""
+        rules = (*snapshot.rules.values(), *snapshot.named.values())
+        return any(calendar_limits(rule) for rule in rules)
 
     def loaded(self, rows: Iterable[Checkpoint], snapshot: Snapshot) -> None:
         """The database's checkpoints (at start): floors for the counters rules count."""
