@@ -56,6 +56,9 @@ CONF_COLUMNS = (
 MAX_CONCURRENT_COLUMN = Column("maxConcurrent", numeric=True, short="conc", drop=11)
 #: Shown before ``effect`` when some row has a ``leaseMs`` (schema 0007).
 LEASE_MS_COLUMN = Column("leaseMs", numeric=True, short="lease", drop=12)
+#: Shown before ``effect`` when some row is a calendar quota (schema 0009): its
+#: ``quotaPeriod``, ``timeZone`` (NULL: the default), ``quotaRenews`` and pacing.
+QUOTA_COLUMN = Column("quota", drop=14, cut=12)
 
 
 def status_arg(text: str) -> int:
@@ -125,13 +128,16 @@ def cmd_conf_list(ctx: Context) -> int:
         return 0
     caps = any(r.max_concurrent is not None for r in rows)
     leases = any(r.lease_ms is not None for r in rows)
+    quotas = any(r.quota_period is not None for r in rows)
     columns = (
         *CONF_COLUMNS[:-1],
         *([MAX_CONCURRENT_COLUMN] if caps else []),
         *([LEASE_MS_COLUMN] if leases else []),
+        *([QUOTA_COLUMN] if quotas else []),
         CONF_COLUMNS[-1],
     )
-    ctx.out.table(columns, [_cells(r, ruleset, caps, leases) for r in rows])
+    zone = ctx.settings.default_time_zone
+    ctx.out.table(columns, [_cells(r, ruleset, caps, leases, quotas, zone) for r in rows])
     if any(r.cache is None and r.status == 1 for r in rows):
         ctx.out.line(
             f"cache NULL: callers wait up to default_cache = {ctx.settings.default_cache:g} s"
@@ -145,7 +151,26 @@ def cmd_conf_list(ctx: Context) -> int:
     return 0
 
 
-def _cells(r: ConfRow, ruleset: RuleSet, caps: bool, leases: bool) -> list[str]:
+def quota_cell(r: ConfRow, default_zone: str) -> str:
+    """A calendar quota row's period, zone, renewal and pacing in one cell ("-": none)."""
+    if r.quota_period is None:
+        return "-"
+    parts = [r.quota_period, r.time_zone or f"{default_zone} (default)"]
+    if r.quota_renews:
+        parts.append(f"from {r.quota_renews}")
+    if r.quota_pacing:
+        parts.append("paced")
+    return " ".join(parts)
+
+
+def _cells(
+    r: ConfRow,
+    ruleset: RuleSet,
+    caps: bool,
+    leases: bool,
+    quotas: bool = False,
+    default_zone: str = "UTC",
+) -> list[str]:
     return [
         str(r.config_id),
         fmt_opt(r.channel_type),
@@ -164,6 +189,7 @@ def _cells(r: ConfRow, ruleset: RuleSet, caps: bool, leases: bool) -> list[str]:
         fmt_opt(r.caller_key),
         *([fmt_opt(r.max_concurrent)] if caps else []),
         *([fmt_opt(r.lease_ms)] if leases else []),
+        *([quota_cell(r, default_zone)] if quotas else []),
         row_effect(r, ruleset),
     ]
 
@@ -198,6 +224,10 @@ def list_json(rows: Sequence[ConfRow], ruleset: RuleSet) -> dict[str, Any]:
                 "leaseMs": r.lease_ms,
                 "priority": r.priority,
                 "reserve": r.reserve,
+                "quotaPeriod": r.quota_period,
+                "timeZone": r.time_zone,
+                "quotaRenews": r.quota_renews,
+                "quotaPacing": r.quota_pacing,
                 "effect": row_effect(r, ruleset),
                 "skipped": skipped.get(r.config_id),
             }

@@ -6,6 +6,7 @@ are skipped by the reload with a warning naming the configId. On MariaDB and SQL
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import time
 from pathlib import Path
@@ -100,6 +101,30 @@ def test_conf_set_writes_a_daily_quota_beside_the_per_second_row(
             text("select configId, status from t_ratelimite_conf order by configId")
         ).all()
     assert [tuple(s) for s in statuses] == [(1, 1), (2, 0), (3, 1)]
+
+
+def test_conf_list_shows_a_quota_rows_period_and_zone_and_its_json_has_the_columns(
+    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+) -> None:
+    """A daily row must not read as a per-second one: the table names its period and
+    zone, and ``--json`` carries every calendar column."""
+    db, _ = migrated_any_db
+    assert cli(capsys, db, "conf", "set", URL, "--rate", "20", "--enable").code == 0
+    ran = cli(
+        capsys,
+        db,
+        *("conf", "set", URL, "--rate", "50000", "--quota-period", "day"),
+        *("--time-zone", "Asia/Shanghai", "--renews", "02:00", "--enable"),
+    )
+    assert ran.code == 0, ran.err
+    listed = cli(capsys, db, "conf", "list")
+    assert "quota" in listed.out and "day Asia/Shanghai from 02:00" in listed.out
+    listed = cli(capsys, db, "conf", "list", "--json")
+    rows = json.loads(listed.out)["rows"]
+    assert [
+        (r["rateLimit"], r["quotaPeriod"], r["timeZone"], r["quotaRenews"], r["quotaPacing"])
+        for r in rows
+    ] == [(20, None, None, None, 0), (50000, "day", "Asia/Shanghai", "02:00", 0)]
 
 
 @pytest.mark.parametrize(
