@@ -220,24 +220,23 @@ class Policy:
         if len(started) >= _STARTED_KEPT:
             started.clear()
         started.add((rule, key))
-        if len(self._parts) >= _STARTED_KEPT:
-            self._parts.clear()
-        self._parts[(rule.url, key if rule.keyed else None)] = rule
         # every limit's capacity is at least this; all or nothing, as any reservation
         whole = min(r.most for r in rule.limits)
         if whole >= 1:
             local.reserve(rule, whole, 0.0, key)
 
-    def _part_changed(self, local: Backend, old: Rule, new: Rule, key: str | None) -> None:
-        """``share`` decides ``new``, the rule at another part than ``old`` in this
-        outage: its limits carry on from the old part's state, rescaled."""
+    def _part_changed(self, local: Backend, old: Rule | None, new: Rule, key: str | None) -> None:
+        """``share`` decides ``new`` for the first time in this outage (``old`` None), or
+        at another part than ``old``: its limits then carry on from the old part's
+        state, rescaled, and are not started empty again."""
         parts = self._parts
         if len(parts) >= _STARTED_KEPT:
             parts.clear()
-        parts[(new.url, key if new.keyed else None)] = new
-        self._started.add((new, key))
-        if isinstance(local, Carries):
-            local.carry(old, new, key)
+        caller = key if new.keyed else None  # a state per caller only where one is kept
+        parts[(new.url, caller)] = new
+        if old is not None and isinstance(local, Carries):
+            self._started.add((new, key))
+            local.carry(old, new, caller)
 
     def reserve(
         self, rule: Rule, permits: int, timeout_s: float | None, key: str | None = None
@@ -260,9 +259,9 @@ class Policy:
         if local is not None:
             if self.kind is FailurePolicy.SHARE:
                 last = self._parts.get((rule.url, key if rule.keyed else None))
-                if last is not None and last is not rule and last != rule:
+                if last is not rule and (last is None or last != rule):
                     self._part_changed(local, last, rule, key)
-                elif self._empty_first:
+                if self._empty_first:
                     self._start_empty(local, rule, key)
             return local.reserve(rule, permits, timeout_s, key)
         if self.kind is FailurePolicy.ALLOW:

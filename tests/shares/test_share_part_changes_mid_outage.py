@@ -18,15 +18,17 @@ RATE = 10  # permits per second, and the bucket's capacity
 URL = "/flapping"
 
 
-def go_ahead_times(first_part: float, second_part: float) -> list[float]:
+def go_ahead_times(first_part: float | None, second_part: float) -> list[float]:
     """A call every millisecond for 1 s, each willing to wait 10 s; the claim goes
-    from ``first_part`` to ``second_part`` half-way. When each admitted call goes."""
+    from ``first_part`` (None: Redis has not answered yet, the fleet's size unknown) to
+    ``second_part`` half-way. When each admitted call goes."""
     rule = Rule(url=URL, rate=RATE, cache=10.0, config_id=1)
     fleet = Fleet(Settings(redis_url="redis://unused"), shared=True)
-    fleet.beat(Heartbeat(live=2, claims={URL: first_part}))
+    if first_part is not None:
+        fleet.beat(Heartbeat(live=2, claims={URL: first_part}))
     now = [0.0]
     policy = Policy("share", MemoryBackend)
-    policy.outage_began()
+    policy.outage_began(start_empty=first_part is not None)
     policy.local = MemoryBackend(clock=lambda: now[0])
     went = []
     for ms in range(1000):
@@ -61,4 +63,12 @@ def test_a_smaller_part_counts_what_the_larger_one_admitted() -> None:
 def test_a_larger_part_counts_what_the_smaller_one_admitted() -> None:
     went = go_ahead_times(0.5, 1.0)
     assert len(went) >= 45
+    assert most_over_a_span(went, 1.0) <= 1e-6
+
+
+def test_a_first_heartbeat_mid_outage_counts_what_the_whole_rule_admitted() -> None:
+    # Before Redis ever answered, the rule is decided whole (its bucket full); the
+    # first heartbeat's part then opened a second bucket beside it.
+    went = go_ahead_times(None, 0.5)
+    assert len(went) >= 100
     assert most_over_a_span(went, 1.0) <= 1e-6
