@@ -7,6 +7,7 @@ unless the limiter was given a clock of its own (``clock``, ``wall``).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, Verdict, expiry_ms, reserve
 from gateway_limiter.model.limits import (
+    FixedWindow,
     Limit,
     LimitKind,
     limit_expiry_ms,
@@ -151,6 +153,32 @@ class MemoryBackend:
                     quota_reset_us=verdict.quota_reset_us + self._wall_offset_us
                 )
             return verdict
+
+    def carry(self, old: Rule, new: Rule, caller: str | None = None) -> None:
+        """Carry each limit's state of ``old`` to the same limit of ``new``, the same rule
+        at another part of it, where their keys differ (where they are the same, the
+        state is already shared), so nothing admitted at ``old`` is admitted again: a
+        token bucket's moves as it is (the model rescales what it stored to the new
+        capacity and keeps its debt, the time its reservations run to); a sliding
+        window's admissions (their times) move as they are; a fixed window's latest
+        window becomes the new period's window holding its end, full. Kept until the
+        state is dropped whole (an outage's is)."""
+        with self._lock:
+            now_us = self._clock()
+            for o, n in zip(old.limits, new.limits, strict=False):
+                if o.closed or n.closed or o.algorithm != n.algorithm:
+                    continue
+                old_key, new_key = self._key(o, caller), self._key(n, caller)
+                if old_key == new_key:
+                    continue
+                if caller is not None and not n.per_caller and self._live(new_key, False, now_us):
+                    continue  # another caller's change carried this shared limit already
+                state = self._live(old_key, o.per_caller, now_us)
+                if isinstance(state, FixedWindow):
+                    end_us = (state.window + 1.0) * o.period * US_PER_S - 1.0
+                    state = FixedWindow(float(math.floor(end_us / (n.period * US_PER_S))), n.rate)
+                if state is not None:
+                    self._store(new_key, n.per_caller, state, math.inf)
 
     def _limit(self, rule: Rule, now_us: float) -> Limit:
         """``rule``'s limit; a calendar quota's periods moved onto this backend's clock."""

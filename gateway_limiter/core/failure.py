@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from gateway_limiter.backends.base import Backend, BackendError
 from gateway_limiter.config.rules import Rule
@@ -161,6 +161,14 @@ def script_fault(error: BaseException) -> bool:
 _STARTED_KEPT = 100_000
 
 
+@runtime_checkable
+class Carries(Protocol):
+    """In-process state that can carry a rule's buckets to the same rule at another part
+    (``MemoryBackend.carry``)."""
+
+    def carry(self, old: Rule, new: Rule, caller: str | None = None) -> None: ...
+
+
 class Policy:
     """The failure policy at work: the verdict of a call the backend cannot be asked about.
 
@@ -168,9 +176,15 @@ class Policy:
     use takes the whole of its shared-out capacity): when Redis goes away the fleet may
     just have spent the rule's burst, and N full parts would let it spend it again. So
     the fleet admits at most R x D over an outage of D seconds, from its first second.
+
+    A heartbeat may answer while the breaker is still open and change this process's
+    part: the rule then comes at the new part, and its limits carry on from the old
+    part's state, rescaled (``MemoryBackend.carry``: a bucket's stored permits to the
+    new capacity, its debt kept; a window's admissions kept), never started afresh. So
+    the process admits at most the largest part it held in the outage, never the sum.
     """
 
-    __slots__ = ("_empty_first", "_fresh", "_started", "kind", "local")
+    __slots__ = ("_empty_first", "_fresh", "_parts", "_started", "kind", "local")
 
     def __init__(self, kind: FailurePolicy | str, fresh: Callable[[], Backend]) -> None:
         """``fresh()``: new in-process state for ``local`` and ``share`` to decide on (the
@@ -183,6 +197,9 @@ class Policy:
         self.local = fresh() if self.kind in in_process else None
         #: (rule, caller) whose bucket ``share`` has emptied in this outage
         self._started: set[tuple[Rule, str | None]] = set()
+        #: (url, caller: None unless a limit is per caller) -> the rule at the part
+        #: ``share`` last decided it at, in this outage
+        self._parts: dict[tuple[str, str | None], Rule] = {}
         self._empty_first = True
 
     def outage_began(self, start_empty: bool = True) -> None:
@@ -192,6 +209,7 @@ class Policy:
         if self.kind is FailurePolicy.SHARE:
             self.local = self._fresh()
             self._started = set()
+            self._parts = {}
             self._empty_first = start_empty
 
     def _start_empty(self, local: Backend, rule: Rule, key: str | None) -> None:
@@ -206,6 +224,19 @@ class Policy:
         whole = min(r.most for r in rule.limits)
         if whole >= 1:
             local.reserve(rule, whole, 0.0, key)
+
+    def _part_changed(self, local: Backend, old: Rule | None, new: Rule, key: str | None) -> None:
+        """``share`` decides ``new`` for the first time in this outage (``old`` None), or
+        at another part than ``old``: its limits then carry on from the old part's
+        state, rescaled, and are not started empty again."""
+        parts = self._parts
+        if len(parts) >= _STARTED_KEPT:
+            parts.clear()
+        caller = key if new.keyed else None  # a state per caller only where one is kept
+        parts[(new.url, caller)] = new
+        if old is not None and isinstance(local, Carries):
+            self._started.add((new, key))
+            local.carry(old, new, caller)
 
     def reserve(
         self, rule: Rule, permits: int, timeout_s: float | None, key: str | None = None
@@ -226,8 +257,12 @@ class Policy:
                 )
             return REFUSE
         if local is not None:
-            if self._empty_first and self.kind is FailurePolicy.SHARE:
-                self._start_empty(local, rule, key)
+            if self.kind is FailurePolicy.SHARE:
+                last = self._parts.get((rule.url, key if rule.keyed else None))
+                if last is not rule and (last is None or last != rule):
+                    self._part_changed(local, last, rule, key)
+                if self._empty_first:
+                    self._start_empty(local, rule, key)
             return local.reserve(rule, permits, timeout_s, key)
         if self.kind is FailurePolicy.ALLOW:
             return ADMIT

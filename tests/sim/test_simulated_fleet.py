@@ -27,6 +27,7 @@ from tests.support.sim import (
     _hold,
     as_test,
     fails,
+    run_scenario,
     scenario,
     shrink,
 )
@@ -142,3 +143,157 @@ def test_a_failing_scenario_shrinks_and_prints_a_test(monkeypatch: pytest.Monkey
     exec(compile("from tests.support.sim import *\n" + text, "pasted", "exec"), namespace)
     with pytest.raises(Violation):
         namespace[f"test_simulated_fleet_seed_{small.seed}"]()  # type: ignore[operator]
+
+
+def test_a_part_changed_mid_outage_carries_the_bucket_over() -> None:
+    """Seed 1128, shrunk: the store is away 1.5 s; a heartbeat answers meanwhile (after
+    a call on ``/b``) and the claim on ``/d`` goes from 1 to 0.95. A token bucket of 1
+    per 10 s had booked 7 permits at part 1; at 0.95 a second bucket booked as many
+    again over the same seconds."""
+    sc = Scenario(
+        seed=1128,
+        processes=[0.0],
+        policy="share",
+        rows=[
+            {
+                "config_id": 2,
+                "interface_url": "/b",
+                "rate_limit": 1000000,
+                "cache": 0.5,
+                "status": 1,
+                "algorithm": "token_bucket",
+                "period_seconds": 10,
+                "max_concurrent": 2,
+            },
+            {
+                "config_id": 5,
+                "interface_url": "/d",
+                "rate_limit": 1,
+                "cache": 0.0,
+                "status": 1,
+                "algorithm": "token_bucket",
+                "period_seconds": 10,
+            },
+        ],
+        steps=[
+            Step(0.2973, "down", {"for": 1.5, "lag": 0.05}),
+            Step(
+                0.7441,
+                "call",
+                {
+                    "p": 0,
+                    "op": "acquire",
+                    "url": "/d",
+                    "permits": 7,
+                    "timeout": 0.05,
+                    "key": "k1",
+                    "n": 2,
+                },
+            ),
+            Step(
+                1.7836,
+                "call",
+                {
+                    "p": 0,
+                    "op": "try_acquire",
+                    "url": "/b",
+                    "permits": 1,
+                    "timeout": None,
+                    "key": "vip",
+                    "n": 5,
+                },
+            ),
+            Step(
+                2.4544,
+                "call",
+                {
+                    "p": 0,
+                    "op": "decide",
+                    "url": "/d",
+                    "permits": 1,
+                    "timeout": 1e16,
+                    "key": "k1",
+                    "n": 5,
+                },
+            ),
+        ],
+    )
+    run_scenario(sc)
+
+
+def test_a_part_changed_mid_outage_carries_the_window_over() -> None:
+    """Seed 29, shrunk: as above on a sliding window of 1 per 2 s, stretched to 1 per
+    3 s at 0.95; its bookings at part 1 must count in the window at the new part."""
+    sc = Scenario(
+        seed=29,
+        processes=[-0.9250090599716709],
+        policy="share",
+        rows=[
+            {
+                "config_id": 1,
+                "interface_url": "}c{",
+                "rate_limit": 1,
+                "cache": None,
+                "status": 1,
+                "algorithm": "sliding_window",
+                "period_seconds": 2,
+                "max_concurrent": 2,
+            }
+        ],
+        steps=[
+            Step(0.3993, "paused", {"for": 1.5, "lag": 0.05}),
+            Step(
+                0.4034,
+                "call",
+                {
+                    "p": 0,
+                    "op": "reserve",
+                    "url": "}c{",
+                    "permits": 7,
+                    "timeout": None,
+                    "key": "k1",
+                    "n": 1,
+                },
+            ),
+            Step(
+                0.8863,
+                "call",
+                {
+                    "p": 0,
+                    "op": "acquire",
+                    "url": "}c{",
+                    "permits": 1,
+                    "timeout": 0.05,
+                    "key": "k1",
+                    "n": 1,
+                },
+            ),
+            Step(
+                1.4197,
+                "call",
+                {
+                    "p": 0,
+                    "op": "reserve",
+                    "url": "}c{",
+                    "permits": 1,
+                    "timeout": 1e16,
+                    "key": None,
+                    "n": 1,
+                },
+            ),
+            Step(
+                2.0709,
+                "call",
+                {
+                    "p": 0,
+                    "op": "acquire",
+                    "url": "}c{",
+                    "permits": 1,
+                    "timeout": 1e16,
+                    "key": "vip",
+                    "n": 2,
+                },
+            ),
+        ],
+    )
+    run_scenario(sc)

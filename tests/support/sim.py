@@ -910,11 +910,12 @@ class Checker:
             if policy == "allow":
                 continue
             # a heartbeat answered while the breaker is still open may change a process's
-            # part: its buckets at the old part and the new one both admit (a known gap,
-            # docs/reliability.md), so each distinct part counts
-            procs = {(p, part): part for _, _, p, part in apart}
+            # part: the process is held to the largest part it had in the outage
+            procs: dict[int, float] = {}
+            for _, _, p, part in apart:
+                procs[p] = max(part, procs.get(p, 0.0))
             if policy == "local":
-                for p in {p for p, _ in procs}:
+                for p in procs:
                     _hold(
                         r,
                         [(t, n) for t, n, q, _ in apart if q == p],

@@ -1,0 +1,74 @@
+"""While Redis is away, a heartbeat may still answer (Redis flapping, or reachable from
+the heartbeat but not the decisions) and change this process's part of a rule. The
+process must then decide at the new part with what it admitted at the old one counted
+against it: never two buckets, one per part, each admitting in full.
+
+The outage is decided by the failure policy on a clock the test drives."""
+
+from __future__ import annotations
+
+from gateway_limiter.backends.fleet import Heartbeat
+from gateway_limiter.backends.memory import MemoryBackend
+from gateway_limiter.config.rules import Rule
+from gateway_limiter.config.settings import Settings
+from gateway_limiter.core.failure import Policy
+from gateway_limiter.core.fleet import Fleet
+
+RATE = 10  # permits per second, and the bucket's capacity
+URL = "/flapping"
+
+
+def go_ahead_times(first_part: float | None, second_part: float) -> list[float]:
+    """A call every millisecond for 1 s, each willing to wait 10 s; the claim goes
+    from ``first_part`` (None: Redis has not answered yet, the fleet's size unknown) to
+    ``second_part`` half-way. When each admitted call goes."""
+    rule = Rule(url=URL, rate=RATE, cache=10.0, config_id=1)
+    fleet = Fleet(Settings(redis_url="redis://unused"), shared=True)
+    if first_part is not None:
+        fleet.beat(Heartbeat(live=2, claims={URL: first_part}))
+    now = [0.0]
+    policy = Policy("share", MemoryBackend)
+    policy.outage_began(start_empty=first_part is not None)
+    policy.local = MemoryBackend(clock=lambda: now[0])
+    went = []
+    for ms in range(1000):
+        if ms == 500:  # a heartbeat answers while the breaker is still open
+            fleet.beat(Heartbeat(live=2, claims={URL: second_part}))
+        now[0] = ms * 1000.0
+        verdict = policy.reserve(fleet.share(rule), 1, 10.0)
+        if verdict.allowed:
+            went.append((now[0] + verdict.wait_us) / 1e6)
+    return sorted(went)
+
+
+def most_over_a_span(went: list[float], part: float) -> float:
+    """How far the admissions exceed C + R x T at ``part`` over their worst span (> 0:
+    more than the part admits)."""
+    rate, capacity = RATE * part, max(1, int(RATE * part))
+    worst = 0.0
+    for i, start in enumerate(went):
+        for j in range(i, len(went)):
+            worst = max(worst, (j - i + 1) - capacity - rate * (went[j] - start))
+    return worst
+
+
+def test_a_smaller_part_counts_what_the_larger_one_admitted() -> None:
+    # At part 1 the bucket booked about 95 permits into the next 10 s; a fresh bucket
+    # at 0.5 then booked about 40 more over the same seconds: 135 where 115 is the most.
+    went = go_ahead_times(1.0, 0.5)
+    assert len(went) >= 90  # the first part's bookings stand
+    assert most_over_a_span(went, 1.0) <= 1e-6
+
+
+def test_a_larger_part_counts_what_the_smaller_one_admitted() -> None:
+    went = go_ahead_times(0.5, 1.0)
+    assert len(went) >= 45
+    assert most_over_a_span(went, 1.0) <= 1e-6
+
+
+def test_a_first_heartbeat_mid_outage_counts_what_the_whole_rule_admitted() -> None:
+    # Before Redis ever answered, the rule is decided whole (its bucket full); the
+    # first heartbeat's part then opened a second bucket beside it.
+    went = go_ahead_times(None, 0.5)
+    assert len(went) >= 100
+    assert most_over_a_span(went, 1.0) <= 1e-6
