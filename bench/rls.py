@@ -280,12 +280,13 @@ def h2load_row(
     connections: int,
     body: bytes,
     args: argparse.Namespace,
+    in_flight: int | None = None,
 ) -> tuple[Result, Checked, float]:
     """``h2load`` sending ``body`` (a length-prefixed RateLimitRequest) as gRPC unary
     calls over h2c: ``--in-flight`` streams in all over ``connections`` connections, a
     warm-up run, then a timed one. The result, the checks, and h2load's own CPU per
     call (µs)."""
-    streams = max(1, args.in_flight // connections)
+    streams = max(1, (in_flight or args.in_flight) // connections)
     with tempfile.TemporaryDirectory(prefix="gwl-bench-h2load-") as workdir:
         body_file, log_file = Path(workdir) / "body", Path(workdir) / "log"
         body_file.write_bytes(body)
@@ -375,10 +376,13 @@ def server_row(
     descriptors: int,
     args: argparse.Namespace,
     urls: tuple[str, ...] = URLS,
+    in_flight: int | None = None,
 ) -> tuple[Result, Checked | None, float]:
     """One row against ``server``: by h2load, or by the ``grpc.aio`` client."""
     if args.client == "h2load":
-        return h2load_row(server, connections, framed(descriptors, urls), args)
+        return h2load_row(server, connections, framed(descriptors, urls), args, in_flight)
+    if in_flight is not None:
+        args = argparse.Namespace(**{**vars(args), "in_flight": in_flight})
     return asyncio.run(grpc_row(server, connections, descriptors, args, urls)), None, math.nan
 
 
@@ -480,6 +484,9 @@ def run(args: argparse.Namespace, database_url: str, redis_url: str) -> list[lis
                     for n in descriptor_counts:
                         what = name if name.startswith("empty") else f"service, {n} descriptor(s)"
                         row(what, str(connections), *server_row(server, connections, n, args))
+            # one call at a time: the latency of a call that waits for no other
+            alone = server_row(service, 1, 1, args, in_flight=1)
+            row("service, 1 descriptor, 1 call in flight", "1", *alone)
             result, checked, client_us = server_row(service, CONNECTIONS[-1], 1, args, (CHECK_URL,))
             row(
                 f"service, a row of {CHECK_RATE:,}/s",
@@ -540,6 +547,11 @@ def summary(args: argparse.Namespace, measured: dict[str, Result]) -> None:
     SUMMARY.append(
         f"cores (one service process each) for {TARGET_RATE:,} calls/s at the service's "
         f"CPU per call: {math.ceil(TARGET_RATE * best[4] / 1e6)}"
+    )
+    alone = measured["service, 1 descriptor, 1 call in flight, 1"]
+    SUMMARY.append(
+        f"one call in flight: the service answers {alone[0]:,.0f} calls/s, p50 "
+        f"{alone[1]:.2f} ms, p99 {alone[2]:.2f} ms"
     )
     refusing = measured[f"service, a row of {CHECK_RATE:,}/s, {CONNECTIONS[-1]}"]
     admitted = refusing[0] - refusing[3] / args.seconds
