@@ -17,7 +17,9 @@ timed one; latency per call from its log. It costs a fraction of what a server s
 per call (its column), so the servers get the machine's cores rather than sharing them
 with a Python client. Each answer is checked: the server's own count (the service's
 ``gateway_limiter_rls_requests_total`` by code, the empty servers' count) must match
-what h2load received, with no ``error`` or ``invalid_argument``.
+what h2load received, with no ``error`` or ``invalid_argument``; and one call to each
+server by ``nghttp`` (the same package) must end with the trailer ``grpc-status: 0``
+and the answer expected (OVER_LIMIT for more permits than the refusing row holds).
 
 Servers, each in a process of its own: an empty ``grpc.aio`` server and an empty
 threaded one (``grpc.server``, one worker) whose ``ShouldRateLimit`` answers OK at once
@@ -79,10 +81,12 @@ SERVICE = "envoy.service.ratelimit.v3.RateLimitService"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def request(descriptors: int, urls: tuple[str, ...] = URLS) -> Any:
-    """A request naming the first ``descriptors`` interfaces of ``urls``."""
+def request(descriptors: int, urls: tuple[str, ...] = URLS, hits: int = 0) -> Any:
+    """A request naming the first ``descriptors`` interfaces of ``urls``, asking for
+    ``hits`` permits (0: one)."""
     return rls_pb2.RateLimitRequest(
         domain="bench",
+        hits_addend=hits,
         descriptors=[
             ratelimit_pb2.RateLimitDescriptor(
                 entries=[ratelimit_pb2.RateLimitDescriptor.Entry(key="interface", value=url)]
@@ -336,11 +340,45 @@ def h2load_row(
     return result, (served, answered.get("over_limit", 0), done), client_cpu / max(1, done) * 1e6
 
 
-def framed(descriptors: int, urls: tuple[str, ...] = URLS) -> bytes:
+def framed(descriptors: int, urls: tuple[str, ...] = URLS, hits: int = 0) -> bytes:
     """A RateLimitRequest as one gRPC message: flag 0, its length (4 bytes, big-endian),
     the protobuf."""
-    message = request(descriptors, urls).SerializeToString()
+    message = request(descriptors, urls, hits).SerializeToString()
     return b"\x00" + struct.pack(">I", len(message)) + bytes(message)
+
+
+def one_call(port: int, body: bytes) -> tuple[int, Any]:
+    """One call by ``nghttp`` (nghttp2-client, beside h2load): its ``grpc-status``
+    trailer, and its answer (a RateLimitResponse) when the status is 0."""
+    nghttp = shutil.which("nghttp")
+    if nghttp is None:
+        raise SystemExit("nghttp is not on PATH: apt-get install nghttp2-client")
+    with tempfile.NamedTemporaryFile(prefix="gwl-bench-call-") as body_file:
+        body_file.write(body)
+        body_file.flush()
+        call = [
+            *(nghttp, "-d", body_file.name, "-H", "content-type: application/grpc"),
+            *("-H", "te: trailers", f"http://127.0.0.1:{port}/{SERVICE}/ShouldRateLimit"),
+        ]
+        frames = subprocess.run([*call, "-v"], capture_output=True, check=True).stdout
+        found = re.search(rb"grpc-status: ([0-9]+)", frames)
+        status = -1 if found is None else int(found.group(1))
+        if status != 0:
+            return status, None
+        data = subprocess.run(call, capture_output=True, check=True).stdout
+    return 0, rls_pb2.RateLimitResponse.FromString(data[5:])
+
+
+def checked_call(server: Server, body: bytes, code: int, what: str) -> str:
+    """One call by nghttp whose grpc-status must be 0 and whose answer ``code``."""
+    if shutil.which("nghttp") is None:
+        return f"{what}: not checked (nghttp is not on PATH)"
+    status, reply = one_call(server.port, body)
+    name = rls_pb2.RateLimitResponse.Code.Name(code)
+    if status != 0 or reply.overall_code != code:
+        said = "none" if reply is None else rls_pb2.RateLimitResponse.Code.Name(reply.overall_code)
+        raise SystemExit(f"{what}: grpc-status {status}, answer {said}, not 0 and {name}")
+    return f"{what}: grpc-status 0, {name}"
 
 
 async def grpc_row(
@@ -479,6 +517,10 @@ def run(args: argparse.Namespace, database_url: str, redis_url: str) -> list[lis
             metrics_port = free_port() if has_metrics() else None
             service = Server(start_service(settings, port, metrics_port), port, metrics_port)
             servers.append(("service", service, (1, 2)))
+            ok = rls_pb2.RateLimitResponse.OK
+            for name, server, _n in servers:
+                CHECKS.append(checked_call(server, framed(1), ok, name))
+            CHECKS.append(checked_call(service, framed(2), ok, "service, 2 descriptors"))
             for connections in CONNECTIONS:
                 for name, server, descriptor_counts in servers:
                     for n in descriptor_counts:
@@ -495,6 +537,11 @@ def run(args: argparse.Namespace, database_url: str, redis_url: str) -> list[lis
                 checked,
                 client_us,
             )
+            over = rls_pb2.RateLimitResponse.OVER_LIMIT
+            # more permits than the row holds: refused whatever the bucket has refilled
+            refusing = f"service, {CHECK_RATE * 10:,} permits of the row of {CHECK_RATE:,}/s"
+            body = framed(1, (CHECK_URL,), CHECK_RATE * 10)
+            CHECKS.append(checked_call(service, body, over, refusing))
         finally:
             for _name, server, _n in servers:
                 server.stop()
@@ -511,6 +558,8 @@ def has_metrics() -> bool:
 
 
 SUMMARY: list[str] = []
+#: One call to each server by nghttp, its trailer and answer checked.
+CHECKS: list[str] = []
 
 
 def summary(args: argparse.Namespace, measured: dict[str, Result]) -> None:
@@ -587,9 +636,9 @@ def main() -> None:
     if args.quick:
         args.seconds, args.warmup = 0.3, 0.1
     args.h2load = shutil.which("h2load")
-    if args.client == "h2load" and args.h2load is None:
+    if args.client == "h2load" and (args.h2load is None or shutil.which("nghttp") is None):
         raise SystemExit(
-            "h2load is not on PATH: apt-get install nghttp2-client (or --client grpcio)"
+            "h2load or nghttp is not on PATH: apt-get install nghttp2-client (or --client grpcio)"
         )
     with ExitStack() as stack:
         rows_of: dict[str, dict[str, Any]] = {
@@ -627,6 +676,9 @@ def main() -> None:
             *("CPU µs/call", "per core/s", "client µs/call", "answered"),
         ]
         print(table(headers, rows, left=2))
+        print("\nOne call by nghttp to each server, its grpc-status trailer and answer:")
+        for line in CHECKS:
+            print(f"  {line}")
         print("\ngRPC layer:")
         for line in SUMMARY:
             print(f"  {line}")
