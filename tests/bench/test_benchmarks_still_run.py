@@ -58,7 +58,7 @@ SMOKE = [
     (
         "rls.py",
         ["--quick"],
-        ["ShouldRateLimit", "in-process, 2 descriptor(s)", "gRPC, 8 connection", "gRPC layer"],
+        ["ShouldRateLimit", "in-process, 2 descriptor(s)", "empty aio server", "gRPC layer"],
     ),
     (
         "redis_cpu.py",

@@ -5,6 +5,9 @@ failure policy while Redis is away (``gateway_limiter/rls/server.py``)."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
+import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy import Engine
 
 from gateway_limiter.config.settings import load_settings
-from gateway_limiter.rls.server import SERVICE, RlsServer
+from gateway_limiter.rls.server import SERVICE, RlsServer, serve_until_signalled
 from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
@@ -202,6 +205,37 @@ async def test_its_metrics_count_requests_by_code_and_time_them(server: RlsServe
     assert sample("gateway_limiter_decisions_total", **refused) >= 1
 
 
+async def test_a_call_its_caller_gives_up_on_is_counted_cancelled_not_an_error(
+    db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
+) -> None:
+    running = await serving(
+        db[0], private_redis.url, key_prefix, redis_timeout=3.0, redis_timeout_ceiling=3.0
+    )
+    try:
+        assert (await ask(running.port, request({"interface": "/a"}))).overall_code == OK
+        counts = ("cancelled", "error")
+        before = {c: sample("gateway_limiter_rls_requests_total", code=c) for c in counts}
+        errors = sample("gateway_limiter_rls_errors_total")
+        private_redis.client().client_pause(1500)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as gave_up:  # as Envoy's timeout does
+                await rls_pb2_grpc.RateLimitServiceStub(channel).ShouldRateLimit(
+                    request({"interface": "/a"}), timeout=0.3
+                )
+        assert gave_up.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        for _ in range(100):  # the service hears of it on its own time
+            if sample("gateway_limiter_rls_requests_total", code="cancelled") > before["cancelled"]:
+                break
+            await asyncio.sleep(0.05)
+        assert sample("gateway_limiter_rls_requests_total", code="cancelled") == (
+            before["cancelled"] + 1
+        )
+        assert sample("gateway_limiter_rls_requests_total", code="error") == before["error"]
+        assert sample("gateway_limiter_rls_errors_total") == errors
+    finally:
+        await running.stop(0.5)
+
+
 async def test_stopping_lets_the_calls_in_flight_finish(
     db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
 ) -> None:
@@ -225,3 +259,24 @@ async def test_stopping_lets_the_calls_in_flight_finish(
     headers = {h.key: h.value for h in answered.response_headers_to_add}
     assert headers["X-RateLimit-Decided-By"] == "redis"
     await stopping
+
+
+async def test_the_command_puts_what_it_made_starting_out_of_the_collectors_sight(
+    db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str
+) -> None:
+    settings = load_settings(
+        None, environ={}, database_url=db[0], redis_url=redis_server.url, key_prefix=key_prefix
+    )
+    before = gc.get_freeze_count()
+    frozen: list[int] = []
+
+    def ready(server: RlsServer) -> None:
+        frozen.append(gc.get_freeze_count())
+        os.kill(os.getpid(), signal.SIGTERM)  # stops it, as the command is stopped
+
+    try:
+        await asyncio.wait_for(serve_until_signalled(settings, "127.0.0.1:0", ready), 20)
+    finally:
+        gc.unfreeze()
+    # the modules, the table, the server: thousands of objects the collector no longer scans
+    assert frozen and frozen[0] > before + 1000
