@@ -708,6 +708,7 @@ class LimiterCore(LimiterBase):
                 verdict.next_free_us,
                 verdict.held_us,
                 (verdict.quota_left, verdict.quota_reset_us, verdict.quota_limit),
+                verdict.stored,
             )
         if verdict.factor != 1.0 or self._factors:  # a pushback, now or before
             self._seen_factor(ask.rule, verdict.factor)
