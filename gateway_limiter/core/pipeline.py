@@ -385,6 +385,8 @@ class LimiterBase:
         self._source: Source | None = None
         #: calendar quotas' used ratios, and their warnings (``quota_warn_at``)
         self._quotas = QuotaWatch(warn_fractions(chosen.quota_warn_at))
+        if self._metrics is not None and self._metrics.multiprocess:  # a gauge in a file
+            self._quotas.publish = self._metrics.quota_seen
         #: url -> its effective rate / the row's, where the last reply said it was < 1
         self._factors: dict[str, float] = {}
         if self._metrics is not None:
