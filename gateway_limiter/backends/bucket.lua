@@ -185,15 +185,18 @@ if quota then
   end
   local window, used, qstored, qbalance = b0, 0, -1, 0
   if now >= b3 then window = b3 elseif now >= b2 then window = b2 elseif now >= b1 then window = b1 end
+  local kept = -1  -- the period of a counter stored in this quota's form (16 or 32 bytes)
   local counted = redis.pcall("GET", KEYS[2])
-  if counted then
+  if type(counted) == "string" then
     local n = #counted
     if n == 16 then
       local w, u = unpack("<dd", counted)
       if w >= window then window, used = w, u end
+      if not paced then kept = w end
     elseif n == 32 then
       local w, u, s, t = unpack("<dddd", counted)
       if w >= window then window, used, qstored, qbalance = w, u, s, t end
+      if paced then kept = w end
     end
   end
   if paced and qstored < 0 then qstored, qbalance = burst, now end  -- none kept: full
@@ -288,9 +291,20 @@ if quota then
   if window < b1 then ends = b1 elseif window < b2 then ends = b2
   elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
   if allowed == 1 then
-    local state
-    if paced then state = pack("<dddd", window, used, qstored, qbalance) else state = pack("<dd", window, used) end
-    redis.call("SET", KEYS[2], state, "PX", max(1000, ceil((ends - now) / 1000) + 1000))
+    -- The same period's counter in the same form: overwrite the count (and the pacing
+    -- bucket) in place, keeping its expiry (a second after the period ends, set when
+    -- the period's first call wrote it): a SET with PX costs Redis more than the rest.
+    if kept == window then
+      if paced then
+        redis.call("SETRANGE", KEYS[2], 8, pack("<ddd", used, qstored, qbalance))
+      else
+        redis.call("SETRANGE", KEYS[2], 8, pack("<d", used))
+      end
+    else
+      local state
+      if paced then state = pack("<dddd", window, used, qstored, qbalance) else state = pack("<dd", window, used) end
+      redis.call("SET", KEYS[2], state, "PX", max(1000, ceil((ends - now) / 1000) + 1000))
+    end
   end
   if used + 1 > qrate then
     earliest = ends
