@@ -26,7 +26,8 @@ on a free port and stops on exit.
 
 2. Redis server time per decision (``INFO commandstats``, as ``server_time.py``
    measures it): the per-second row alone (``bucket.lua``), the per-second row with the
-   daily row beside it (``limits.lua``, two limits), and with the daily row paced; each
+   daily row beside it (``bucket.lua`` too, the quota's counter its second key), and
+   with the daily row paced; each
    set so large that every call is admitted; and, for scale, the per-second row with a
    60 s fixed window beside it (any second limit). The target: the pair at most 1.15x
    the per-second row alone. With ``--instructions`` (needs ``valgrind``), the
@@ -229,8 +230,8 @@ def cost_cases(prefix: str) -> list[Case]:
     )
     return [
         _case(alone, _call(commands, Rule("/cost/alone", HUGE, 0.0, 1)), None),
-        _case("per-second + daily row (limits.lua)", _call(commands, pair(False)), alone),
-        _case("per-second + paced daily row (limits.lua)", _call(commands, pair(True)), alone),
+        _case("per-second + daily row (bucket.lua)", _call(commands, pair(False)), alone),
+        _case("per-second + paced daily row (bucket.lua)", _call(commands, pair(True)), alone),
         _case("per-second + 60 s fixed window (limits.lua)", _call(commands, window), alone),
     ]
 

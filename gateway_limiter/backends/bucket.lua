@@ -43,6 +43,19 @@ ARGV[3]  timeout in microseconds; negative = wait as long as it takes ("0" and "
 ARGV[4]  now in microseconds; absent or "" = the server's TIME (tests drive the clock)
 A script that composes this one (lease.lua, slot.lua) may pass ARGV[2-4] as numbers.
 
+A calendar quota beside the bucket (the common pair: a per-second row and a daily one):
+KEYS[2]  the quota's counter (limits.lua's kind 4 or 5 key, under the same hash tag)
+ARGV[5]  the quota, as little-endian doubles: its permits per period, the boundaries
+         b0..b3 (epoch microseconds, as limits.lua takes them), and, when paced, its
+         burst (five doubles, or six). ARGV[4] is then always sent ("" for TIME).
+The pair is decided exactly as limits.lua decides a token bucket and a calendar quota
+(gateway_limiter/model/limits.py, reserve_limits, is the model of both; the property
+tests on real Redis pin this script to it), all or nothing, and the reply has limits.lua's
+three quota doubles after the six. One script, one key read fewer than limits.lua (the
+pushback state is in the bucket's key, as for a bucket alone) and no table built: the
+pair costs little more than the bucket alone (docs/benchmarks.md). Token bucket only:
+a warm-up row stands alone.
+
 Pushback (pushback.lua) lives in the same key: after the five doubles, four more (the
 moment before which no call goes, the factor, when it was set, the rate it was set
 under). The bucket then runs at the factor times the rate and capacity, and owes until
@@ -145,6 +158,181 @@ if old_rate ~= rate or old_capacity ~= capacity or old_refill ~= refill then
   else
     stored = capacity
   end
+end
+
+-- A calendar quota beside the bucket (ARGV[5]; see the header): decided as limits.lua
+-- decides a token bucket and a calendar quota, to the last bit (the same arithmetic, in
+-- the same order), with the bucket's pushback in its own key. Token bucket only.
+local quota = ARGV[5]
+if quota then
+  local ceil, huge = math.ceil, math.huge
+  local paced = #quota == 48
+  local qrate, b0, b1, b2, b3, burst
+  if paced then
+    qrate, b0, b1, b2, b3, burst = unpack("<dddddd", quota)
+  else
+    qrate, b0, b1, b2, b3 = unpack("<ddddd", quota)
+  end
+  -- 1. each limit's earliest time; T (at) is the latest of them
+  local at = now
+  if pushed_until > now then at = pushed_until end
+  local spend = permits
+  if stored < permits then spend = stored end
+  local earliest = balance + (permits - spend) * stable  -- balance >= now after the resync
+  if earliest > at then at = earliest end
+  if permits > qrate then
+    return pack("<dddddd", 0, huge, 0, 0, factor, held)
+  end
+  local window, used, qstored, qbalance = b0, 0, -1, 0
+  if now >= b3 then window = b3 elseif now >= b2 then window = b2 elseif now >= b1 then window = b1 end
+  local kept = -1  -- the period of a counter stored in this quota's form (16 or 32 bytes)
+  local counted = redis.pcall("GET", KEYS[2])
+  if type(counted) == "string" then
+    local n = #counted
+    if n == 16 then
+      local w, u = unpack("<dd", counted)
+      if w >= window then window, used = w, u end
+      if not paced then kept = w end
+    elseif n == 32 then
+      local w, u, s, t = unpack("<dddd", counted)
+      if w >= window then window, used, qstored, qbalance = w, u, s, t end
+      if paced then kept = w end
+    end
+  end
+  if paced and qstored < 0 then qstored, qbalance = burst, now end  -- none kept: full
+  if used + permits > qrate then  -- full: the start of the period after the counter's
+    if window < b1 then earliest = b1 elseif window < b2 then earliest = b2
+    elseif window < b3 then earliest = b3 else earliest = window + (b3 - b2) end
+  else
+    earliest = window
+    if paced then  -- once the pacing bucket, refilled up to now, has the permits
+      local ends
+      if window < b1 then ends = b1 elseif window < b2 then ends = b2
+      elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
+      if now > qbalance then
+        local span = ends - qbalance
+        if span > 0 then qstored = qstored + (now - qbalance) * (qrate - used) / span else qstored = burst end
+        if not (qstored < burst) then qstored = burst end
+        qbalance = now
+      end
+      local take = permits
+      if qstored < permits then take = qstored end
+      local paced_at = qbalance + (permits - take) * (ends - qbalance) / (qrate - used)
+      if paced_at > ends then paced_at = ends end
+      if paced_at > earliest then earliest = paced_at end
+    end
+  end
+  if now > earliest then earliest = now end
+  if earliest > at then at = earliest end
+  -- 2. refuse without writing, or record the call at T in both (3)
+  local wait = at - now
+  local allowed = 1
+  if timeout >= 0 and wait > timeout then allowed = 0 end
+  local code = nil
+  if #ARGV[1] == 32 then  -- priority classes: the bucket's share (a quota keeps none)
+    local ready = at
+    local share = unpack("<d", ARGV[1], 25)
+    if share > 0 then
+      local need = permits + share * capacity
+      local t = huge
+      if need <= capacity then t = balance + max(0, need - stored) * (1000000 / rate) end
+      if t > ready then ready = t end
+    end
+    if ready > now then
+      code = 0
+      if allowed == 1 then code = -1 end
+      allowed, wait = 0, ready - now
+    end
+  end
+  local free = now
+  if pushed_until > now then free = pushed_until end
+  if allowed == 1 then
+    if at > balance then
+      stored = stored + (at - balance) / stable
+      if not (stored < capacity) then stored = capacity end
+    end
+    stored = stored - permits
+    if not (stored > 0) then stored = 0 end
+    balance = at
+    local px = ceil((at + (capacity - stored) * stable - now) / 1000) + 1000
+    local value = pack("<ddddd", stored, at, rate, capacity, stable)
+    if pushed then
+      value = value .. pushed
+      if pushed_px > px then px = pushed_px end
+    end
+    redis.call("SET", KEYS[1], value, "PX", px)
+  end
+  earliest = balance
+  if stored < 1 then earliest = balance + (1 - stored) * stable end
+  if earliest > free then free = earliest end
+  if allowed == 1 then
+    local w = b0
+    if at >= b3 then w = b3 elseif at >= b2 then w = b2 elseif at >= b1 then w = b1 end
+    if paced then
+      if w > window then
+        window, used, qstored, qbalance = w, 0, burst, at
+      elseif at > qbalance then
+        local ends
+        if window < b1 then ends = b1 elseif window < b2 then ends = b2
+        elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
+        local span = ends - qbalance
+        if span > 0 then qstored = qstored + (at - qbalance) * (qrate - used) / span else qstored = burst end
+        if not (qstored < burst) then qstored = burst end
+        qbalance = at
+      end
+      qstored = qstored - permits
+      if not (qstored > 0) then qstored = 0 end
+    elseif w > window then
+      window, used = w, 0
+    end
+    used = used + permits
+  end
+  local ends  -- the end of the counter's period
+  if window < b1 then ends = b1 elseif window < b2 then ends = b2
+  elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
+  if allowed == 1 then
+    -- The same period's counter in the same form: overwrite the count (and the pacing
+    -- bucket) in place, keeping its expiry (a second after the period ends, set when
+    -- the period's first call wrote it): a SET with PX costs Redis more than the rest.
+    if kept == window then
+      if paced then
+        redis.call("SETRANGE", KEYS[2], 8, pack("<ddd", used, qstored, qbalance))
+      else
+        redis.call("SETRANGE", KEYS[2], 8, pack("<d", used))
+      end
+    else
+      local state
+      if paced then state = pack("<dddd", window, used, qstored, qbalance) else state = pack("<dd", window, used) end
+      redis.call("SET", KEYS[2], state, "PX", max(1000, ceil((ends - now) / 1000) + 1000))
+    end
+  end
+  if used + 1 > qrate then
+    earliest = ends
+  else
+    earliest = window
+    if now > earliest then earliest = now end
+    if paced then
+      local take = 1
+      if qstored < 1 then take = qstored end
+      local paced_at = qbalance + (1 - take) * (ends - qbalance) / (qrate - used)
+      if paced_at > ends then paced_at = ends end
+      if paced_at > earliest then earliest = paced_at end
+    end
+  end
+  if earliest > free then free = earliest end
+  -- what is left of the period the clock is in, and when it ends
+  local start, reset, left = b0, 0, qrate
+  if now >= b3 then start = b3 elseif now >= b2 then start = b2 elseif now >= b1 then start = b1 end
+  if start < b1 then reset = b1 elseif start < b2 then reset = b2
+  elseif start < b3 then reset = b3 else reset = start + (b3 - b2) end
+  if window > start then
+    left = 0
+  elseif window == start then
+    left = qrate - used
+    if left < 0 then left = 0 end
+  end
+  if code ~= nil then allowed = code end
+  return pack("<ddddddddd", allowed, wait, stored, free - now, factor, held, left, reset, qrate)
 end
 
 -- 3. spend stored permits first (free in a token bucket; in warm-up, the area under

@@ -30,6 +30,7 @@ from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, Verdict, expiry_ms, reserve
 from gateway_limiter.model.limits import (
+    CalendarWindow,
     FixedWindow,
     Limit,
     LimitKind,
@@ -179,6 +180,25 @@ class MemoryBackend:
                     state = FixedWindow(float(math.floor(end_us / (n.period * US_PER_S))), n.rate)
                 if state is not None:
                     self._store(new_key, n.per_caller, state, math.inf)
+
+    def hold_count(self, limit: Rule, caller: str | None, start_us: float, used: float) -> None:
+        """A calendar quota's count at least ``used`` in the period that starts at
+        ``start_us`` (epoch µs), where that is the period now (``share``: the part of what
+        the fleet had spent; ``core/failure.py``). Nothing for another period."""
+        assert limit.calendar is not None
+        with self._lock:
+            now_us = self._clock()
+            spec = self._limit(limit, now_us)
+            window = start_us - self._wall_offset_us  # on this backend's clock
+            if not spec.bounds or window != spec.bounds[1]:
+                return
+            key = self._key(limit, caller)
+            state = self._live(key, limit.per_caller, now_us)
+            if isinstance(state, CalendarWindow) and (
+                state.window > window or (state.window == window and state.used >= used)
+            ):
+                return
+            self._store(key, limit.per_caller, CalendarWindow(window, used), spec.bounds[2])
 
     def _limit(self, rule: Rule, now_us: float) -> Limit:
         """``rule``'s limit; a calendar quota's periods moved onto this backend's clock."""

@@ -14,8 +14,10 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.state import (
+    bucket_and_quota,
     calendar_valid,
     caller_part,
+    in_bucket,
     limit,
     own_limits,
     pushback_base,
@@ -119,6 +121,7 @@ class _Plan:
         "key",
         "keyed",
         "keys",
+        "paired",
         "per_caller",
         "pushed",
         "rule",
@@ -128,6 +131,8 @@ class _Plan:
     def __init__(self, rule: Rule, prefix: str, now_s: float = 0.0) -> None:
         self.rule = rule
         self.bucket = single_bucket(rule)
+        #: a token bucket and a calendar quota: bucket.lua, with the quota after ARGV[4]
+        self.paired = bucket_and_quota(rule)
         #: each limit's key without the caller part, and whether it takes one
         self.keys = [state_key(prefix, r) for r in rule.limits]
         self.per_caller = [r.per_caller for r in rule.limits]
@@ -140,11 +145,14 @@ class _Plan:
         self.valid: tuple[float, float] | None = None
         if self.bucket:
             self.args = [bucket_config(rule)]
+            return
+        if self.paired:
+            self.args = [bucket_config(rule), quota_config(rule.also[0], now_s)]
         else:
             self.args = limits_args(rule, now_s)
-            spans = [calendar_valid(r.calendar, now_s) for r in rule.limits if r.calendar]
-            if spans:
-                self.valid = (max(s for s, _ in spans), min(e for _, e in spans))
+        spans = [calendar_valid(r.calendar, now_s) for r in rule.limits if r.calendar]
+        if spans:
+            self.valid = (max(s for s, _ in spans), min(e for _, e in spans))
 
     def keys_for(self, caller: str | None) -> list[str]:
         """The keys of every limit for ``caller`` (ignored by shared limits)."""
@@ -165,6 +173,16 @@ def bucket_config(rule: Rule) -> bytes:
     if rule.shares is not None:
         return struct.pack("<dddd", *config, rule.shares[0])
     return struct.pack("<ddd", *config)
+
+
+def quota_config(quota: Rule, now_s: float) -> bytes:
+    """``bucket.lua``'s ARGV[5] for a calendar quota beside the bucket: its permits per
+    period and the four boundaries around ``now_s`` (as ``limits_args`` sends them), and
+    a paced quota's burst, as little-endian doubles."""
+    spec = limit(quota, now_s)
+    if spec.size > 0.0:  # paced: its size is the burst
+        return struct.pack("<6d", spec.rate, *spec.bounds, spec.size)
+    return struct.pack("<5d", spec.rate, *spec.bounds)
 
 
 def timeout_arg(timeout: float | None) -> str:
@@ -250,6 +268,9 @@ class Commands:
             keys, pushed = plan.keys_for(caller), plan.pushed + caller_part(caller)
         else:
             keys, pushed = plan.keys, plan.pushed
+        if plan.paired:
+            config, quota = plan.args
+            return ScriptCall("bucket", [2, *keys, config, str(permits), timeout_us, now_us, quota])
         return ScriptCall(
             "limits",
             [
@@ -271,7 +292,7 @@ class Commands:
         retry_us = "" if retry_after is None else repr(retry_after * US_PER_S)
         now_us = "" if now is None else repr(now)
         rate = repr(pushback_rate(rule))
-        if single_bucket(rule):  # in the bucket's own key (bucket.lua says why)
+        if in_bucket(rule):  # in the bucket's own key (bucket.lua says why)
             key = state_key(self._prefix, rule)
             key = key + caller_part(caller) if rule.per_caller else key
             return ScriptCall("pushback", [1, key, rate, retry_us, now_us, "1"])
@@ -456,7 +477,7 @@ def parse_pushback_state(raw: object, in_bucket: bool) -> PushbackState | None:
 def pushback_peek_key(prefix: str, rule: Rule) -> tuple[str, bool]:
     """Where an interface's pushback state lives for all callers: the key, and whether it
     is the bucket's own (``Commands.pushback`` says why)."""
-    if single_bucket(rule):
+    if in_bucket(rule):
         return state_key(prefix, rule), True
     return pushback_key(prefix, rule, None), False
 

@@ -10,6 +10,7 @@ import time
 from hashlib import sha1
 
 from gateway_limiter.config.rules import Algorithm, Rule
+from gateway_limiter.model.algorithms import LimitKind
 from gateway_limiter.model.bucket import US_PER_S
 from gateway_limiter.model.calendar import Calendar
 from gateway_limiter.model.limits import LIMIT_MODELS, Limit
@@ -99,6 +100,28 @@ def single_bucket(rule: Rule) -> bool:
     return not rule.also and not rule.spec.window
 
 
+def bucket_and_quota(rule: Rule) -> bool:
+    """True when ``rule``'s interface is one token bucket and one calendar quota, both
+    its own (no channel cap): ``bucket.lua`` decides the pair in one call, as
+    ``limits.lua`` would (bucket.lua says why), the pushback state in the bucket's key."""
+    if len(rule.also) != 1:
+        return False
+    quota = rule.also[0]
+    return (
+        rule.kind is LimitKind.TOKEN_BUCKET
+        and rule.warmup == 0.0
+        and quota.calendar is not None
+        and not rule.caps_channel
+        and not quota.caps_channel
+    )
+
+
+def in_bucket(rule: Rule) -> bool:
+    """True when ``bucket.lua`` decides ``rule``'s interface (alone, or with a calendar
+    quota): its pushback state lives in the bucket's own key."""
+    return single_bucket(rule) or bucket_and_quota(rule)
+
+
 def pushback_key(prefix: str, rule: Rule, caller: str | None) -> str:
     """The key of what pushbacks left for ``rule``'s interface (``pushback.lua``): beside
     its limits, under the same hash tag; per caller where a limit is per caller."""
@@ -117,7 +140,7 @@ def pushback_base(prefix: str, url: str, channel: str | None = None) -> str:
 def pushback_rate(rule: Rule) -> float:
     """The rate a pushback's factor is recorded under: the first limit's rate as the
     decision script is told it (so a reload that changes it voids the factor)."""
-    return rule.per_second if single_bucket(rule) else limit(rule).rate
+    return rule.per_second if in_bucket(rule) else limit(rule).rate
 
 
 def bucket_key(prefix: str, url: str) -> str:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway_limiter.cli.context import PROG
 from gateway_limiter.config.rules import CHANNEL_URL, Algorithm, Rule, RuleSet
+from gateway_limiter.model.algorithms import Quota
 from gateway_limiter.model.bucket import US_PER_S, shape
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def _algorithm_text(rule: Rule) -> str:
     """What the rule's algorithm does with the rate, in a few words."""
     if rule.calendar is not None:
         pacing = ", paced" if rule.pacing else ""
-        return f"calendar quota: {calendar_text(rule)}{pacing}"
+        return f"{Quota.CALENDAR}: {calendar_text(rule)}{pacing}"
     if rule.algorithm == Algorithm.SLIDING_WINDOW:
         return f"sliding_window: never more in any {rule.period} s"
     if rule.algorithm == Algorithm.FIXED_WINDOW:
@@ -149,12 +150,15 @@ def _rule_brief(rule: Rule, cache: float) -> str:
     shadow = "shadow (not enforced): " if rule.shadow else ""
     if rule.closed:
         return f"{shadow}closed"
+    caller = ", per caller" if rule.per_caller else ""
+    if rule.calendar is not None:  # named as status names it: its algorithm is the quota
+        paced = ", paced" if rule.pacing else ""
+        return f"{shadow}{_per(rule)}, {Quota.CALENDAR}{paced}{caller}, wait <= {cache:g} s"
     shaped = {
         Algorithm.SLIDING_WINDOW: f"{_per(rule)} in any {rule.period} s",
         Algorithm.FIXED_WINDOW: f"{_per(rule)} in aligned windows",
         Algorithm.WARM_UP: f"{_per(rule)}, {rule.warmup:g} s warm-up",
     }.get(rule.algorithm, f"{_per(rule)}, burst {rule.burst}")
-    caller = ", per caller" if rule.per_caller else ""
     return f"{shadow}{shaped}{caller}, wait <= {cache:g} s"
 
 

@@ -27,6 +27,7 @@ from gateway_limiter.cli.describe import (
 from gateway_limiter.cli.output import Column
 from gateway_limiter.config.rules import ALGORITHMS, build_rules
 from gateway_limiter.config.table import CONF_TABLE, ConfRow, read_rows
+from gateway_limiter.model.algorithms import Quota
 
 if TYPE_CHECKING:
     from gateway_limiter.config.rules import RuleSet
@@ -181,7 +182,7 @@ def _cells(
         fmt_opt(r.status),
         "-" if r.shadow is None else str(r.shadow),  # None: schema before 0005
         fmt_time(r),
-        fmt_opt(r.algorithm),
+        str(Quota.CALENDAR) if r.quota_period is not None else fmt_opt(r.algorithm),
         fmt_opt(r.max_permits),
         fmt_seconds(r.warmup_period),
         fmt_opt(r.period_seconds),

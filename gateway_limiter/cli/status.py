@@ -284,7 +284,7 @@ def status_json(s: BucketStatus) -> dict[str, object]:
         "configId": rule.config_id,
         "channelType": rule.channel,
         "callerKey": rule.caller,
-        "algorithm": str(rule.algorithm),
+        "algorithm": str(rule.table_key),  # a calendar quota's: "calendar"
         "rateLimit": rule.rate,
         "periodSeconds": rule.period,
         "cache": rule.cache,
@@ -302,7 +302,27 @@ def status_json(s: BucketStatus) -> dict[str, object]:
         "heldUntil": s.held_until,
         "inFlight": s.in_flight,
         "maxConcurrent": rule.max_concurrent,
+        "quota": quota_json(s),
         "error": s.error,
+    }
+
+
+def quota_json(s: BucketStatus) -> dict[str, object] | None:
+    """A calendar quota's part of ``status --json`` (null for any other limit): used in
+    the period the Redis clock is in (null: not read), its limit, when it renews (Unix
+    seconds; null: not read), its period, zone and renewal, and its pacing."""
+    rule = s.rule
+    if rule.calendar is None:
+        return None
+    return {
+        "used": s.quota_used,
+        "limit": rule.rate,
+        "resetsAt": s.renews_at,
+        "period": str(rule.calendar.renewal.period),
+        "zone": rule.calendar.zone.key,
+        "renews": rule.calendar.renewal.text,
+        "pacing": rule.pacing,
+        "pacingBurst": rule.pace_burst if rule.pacing else None,
     }
 
 
@@ -464,7 +484,7 @@ def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
             free,
             effective,
             hold,
-            rule.algorithm,
+            rule.table_key,
             pushed + state + shadow,
         ]
         if flights:

@@ -78,7 +78,9 @@ class Decision(NamedTuple):
             across the fleet, this one included; else None.
         reset_at: when a calendar quota binds, when it renews (Unix epoch seconds on the
             Redis clock); ``limit`` and ``remaining`` are then the quota's, and a
-            refusal by the spent quota has ``retry_after`` = the seconds to it.
+            refusal by the spent quota has ``retry_after`` = the seconds to it. A
+            refusal by a paced quota's pace (the other limits had room) reports the
+            quota too: ``retry_after`` is then until its next paced permit.
         priority: on a limited interface, the class the call was decided in: its
             ``priority=``, else its row's ``priority``, else ``default``.
 
@@ -186,7 +188,17 @@ def decision_of(
         spent = not verdict.allowed and left < permits
         # ``stored`` is what the interface's other limits have left (none: the quota's)
         others = any(r.kind is not LimitKind.CALENDAR for r in rule.limits)
-        if spent or not others or remaining is None or left < remaining:  # the quota binds
+        # refused with permits left in the quota and room in the other limits: a paced
+        # quota's pace refused it (a limited refusal; a reserve's is the class's)
+        paced = (
+            reason == Reason.LIMITED
+            and not verdict.allowed
+            and not spent
+            and remaining is not None
+            and remaining >= permits
+            and any(r.pacing for r in rule.limits)
+        )
+        if spent or paced or not others or remaining is None or left < remaining:  # it binds
             remaining, limit = left, int(verdict.quota_limit)
             rate, reset_at = float(limit), verdict.quota_reset_us / US_PER_S
             if spent and retry_after is not None:

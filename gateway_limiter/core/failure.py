@@ -9,6 +9,7 @@ and the rest follow it back.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
@@ -169,6 +170,14 @@ class Carries(Protocol):
     def carry(self, old: Rule, new: Rule, caller: str | None = None) -> None: ...
 
 
+@runtime_checkable
+class HoldsCounts(Protocol):
+    """In-process state whose calendar quota counts can be set at least to a count
+    (``MemoryBackend.hold_count``)."""
+
+    def hold_count(self, limit: Rule, caller: str | None, start_us: float, used: float) -> None: ...
+
+
 class Policy:
     """The failure policy at work: the verdict of a call the backend cannot be asked about.
 
@@ -182,9 +191,16 @@ class Policy:
     part's state, rescaled (``MemoryBackend.carry``: a bucket's stored permits to the
     new capacity, its debt kept; a window's admissions kept), never started afresh. So
     the process admits at most the largest part it held in the outage, never the sum.
+
+    A calendar quota is not a bucket that refills in a second: started empty, its part
+    would be a part of the whole period, given again whatever the fleet had spent. So
+    ``share`` starts it at this process's part of what was left: the count the fleet had
+    reached as this process last knew it (``quota_floor``: a reply, the counters read
+    every ``quota_checkpoint_s``, the checkpoints loaded at start), and the fleet's parts
+    add up to no more than what was left.
     """
 
-    __slots__ = ("_empty_first", "_fresh", "_parts", "_started", "kind", "local")
+    __slots__ = ("_empty_first", "_fresh", "_parts", "_started", "kind", "local", "quota_floor")
 
     def __init__(self, kind: FailurePolicy | str, fresh: Callable[[], Backend]) -> None:
         """``fresh()``: new in-process state for ``local`` and ``share`` to decide on (the
@@ -201,6 +217,9 @@ class Policy:
         #: ``share`` last decided it at, in this outage
         self._parts: dict[tuple[str, str | None], Rule] = {}
         self._empty_first = True
+        #: A calendar quota's count in its period as this process last knew it, by the
+        #: (whole) limit and the caller: (the period's start, epoch µs; used), or None.
+        self.quota_floor: Callable[[Rule, str | None], tuple[float, float] | None] | None = None
 
     def outage_began(self, start_empty: bool = True) -> None:
         """The backend just failed after answering (or never has): ``share`` starts
@@ -238,12 +257,36 @@ class Policy:
             self._started.add((new, key))
             local.carry(old, new, caller)
 
+    def _hold_counts(self, local: Backend, whole: Rule, part: Rule, key: str | None) -> None:
+        """Start each calendar quota of ``part`` (``whole`` at this process's part) at
+        its part of what the fleet had left of the period, where that is known."""
+        floor = self.quota_floor
+        if floor is None or not isinstance(local, HoldsCounts):
+            return
+        for full, mine in zip(whole.limits, part.limits, strict=False):
+            if full.calendar is None or mine.closed or full.rate <= 0:
+                continue
+            known = floor(full, key)
+            if known is None:
+                continue
+            start_us, used = known
+            left = max(0.0, full.rate - used)
+            # floor(Q x part) <= Q x part: the fleet's shares add up to at most 1
+            mine_left = math.floor(left * mine.rate / full.rate + 1e-9)
+            caller = key if mine.per_caller else None
+            local.hold_count(mine, caller, start_us, float(max(0, mine.rate - mine_left)))
+
     def reserve(
-        self, rule: Rule, permits: int, timeout_s: float | None, key: str | None = None
+        self,
+        rule: Rule,
+        permits: int,
+        timeout_s: float | None,
+        key: str | None = None,
+        whole: Rule | None = None,
     ) -> Verdict:
         """What the backend's ``reserve`` would have answered, as the policy says:
-        ``local`` and ``share`` (given the rule at this process's share): the model in
-        this process; ``allow``/``deny``: at once.
+        ``local`` and ``share`` (given the rule at this process's share, and ``whole``,
+        the rule it is a part of): the model in this process; ``allow``/``deny``: at once.
 
         Raises BackendUnavailable for ``deny`` with no timeout (an ``acquire``).
         """
@@ -260,6 +303,8 @@ class Policy:
             if self.kind is FailurePolicy.SHARE:
                 last = self._parts.get((rule.url, key if rule.keyed else None))
                 if last is not rule and (last is None or last != rule):
+                    if last is None and whole is not None:
+                        self._hold_counts(local, whole, rule, key)
                     self._part_changed(local, last, rule, key)
                 if self._empty_first:
                     self._start_empty(local, rule, key)

@@ -34,8 +34,9 @@ class LocalRefusals:
     def __init__(self) -> None:
         #: interface (or (interface, key)) -> (its rule, next free, trusted until, the
         #: hold's end), in s on time.monotonic(), and what the reply said of its calendar
-        #: quota (``Verdict.quota_left``, ``quota_reset_us``, ``quota_limit``)
-        self._at: dict[Hashable, tuple[Rule, float, float, float, Quota]] = {}
+        #: quota (``Verdict.quota_left``, ``quota_reset_us``, ``quota_limit``), and, when
+        #: a paced quota's pace was what kept it shut, what the other limits had left
+        self._at: dict[Hashable, tuple[Rule, float, float, float, Quota, float]] = {}
         self._switch: bool | None = None
         #: bumped by every ``forget``: a reply asked for before that is not learnt
         self.generation = 0
@@ -53,12 +54,14 @@ class LocalRefusals:
 
         The refusal's wait (µs) is until the interface is next free: no sooner could
         this caller go (a lower bound, as ``Retry-After``); its ``held_us``, what is left
-        of a pushback's hold.
+        of a pushback's hold. Where the reply was shut by a paced quota's pace (the
+        other limits had room), the refusal says so as that reply did: its ``stored``
+        is what they had left, so the Decision reports the quota (``decision_of``).
         """
         entry = self._at.get(rule.url if key is None else _slot(rule, key))
         if entry is None:
             return None
-        known, free_at_s, trusted_s, held_s, quota = entry
+        known, free_at_s, trusted_s, held_s, quota, others = entry
         if now_s + timeout_s >= free_at_s or now_s >= trusted_s:
             return None
         # A reload builds new Rule objects: the same limits? (Until the next reply about
@@ -69,7 +72,7 @@ class LocalRefusals:
         self.refused += 1
         wait_us = (free_at_s - now_s) * US_PER_S
         held_us = (held_s - now_s) * US_PER_S if held_s > now_s else 0.0
-        return Verdict(False, wait_us, 0.0, wait_us, 1.0, held_us, *quota)
+        return Verdict(False, wait_us, others, wait_us, 1.0, held_us, *quota)
 
     def learn(
         self,
@@ -79,10 +82,12 @@ class LocalRefusals:
         next_free_us: float,
         held_us: float = 0.0,
         quota: Quota = NO_QUOTA,
+        stored: float = 0.0,
     ) -> None:
         """A reply said the interface is next free in ``next_free_us`` (and held by a
         pushback for ``held_us``) to a request that left at ``asked`` = (monotonic s, the
-        ``generation`` then)."""
+        ``generation`` then); ``stored``: the least its limits other than a calendar
+        quota had left (``Verdict.stored``)."""
         sent_s, generation = asked
         if generation != self.generation:
             return  # everything was forgotten while the request was out
@@ -95,7 +100,10 @@ class LocalRefusals:
         held_s = held_us / US_PER_S
         if held_s > ahead_s:  # the hold is what keeps it shut: trusted longer
             ahead_s = min(held_s, self.HOLD_AHEAD_S)
-        at[slot] = (rule, sent_s + free_s, sent_s + ahead_s, sent_s + held_s, quota)
+        # the other limits had room and the quota is not spent: its pace shut it
+        paced = quota[0] >= 1.0 and stored >= 1.0 and held_us <= 0.0
+        others = stored if paced else 0.0
+        at[slot] = (rule, sent_s + free_s, sent_s + ahead_s, sent_s + held_s, quota, others)
         if generation != self.generation:  # a forget came in between: undo, no lock needed
             at.pop(slot, None)
 

@@ -36,7 +36,7 @@ from gateway_limiter.core.fleet import Fleet
 from gateway_limiter.core.leases import Leases, from_lease, leasing
 from gateway_limiter.core.local_refusal import LocalRefusals
 from gateway_limiter.core.quota_watch import QuotaWatch
-from gateway_limiter.core.quotas import Observed, QuotaKeeper
+from gateway_limiter.core.quotas import Observed, QuotaKeeper, counter_key
 from gateway_limiter.core.steps import Ask, Await, Reserve, Steps, Woken
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
 from gateway_limiter.model.bucket import US_PER_S, Verdict
@@ -385,6 +385,8 @@ class LimiterBase:
         self._source: Source | None = None
         #: calendar quotas' used ratios, and their warnings (``quota_warn_at``)
         self._quotas = QuotaWatch(warn_fractions(chosen.quota_warn_at))
+        if self._metrics is not None and self._metrics.multiprocess:  # a gauge in a file
+            self._quotas.publish = self._metrics.quota_seen
         #: url -> its effective rate / the row's, where the last reply said it was < 1
         self._factors: dict[str, float] = {}
         if self._metrics is not None:
@@ -406,8 +408,12 @@ class LimiterBase:
         #: calendar quotas' floors and checkpoints (``core/quotas.py``); shared state only
         self._counters: QuotaKeeper | None = None
         if shared:
-            self._counters = QuotaKeeper(
+            counters = self._counters = QuotaKeeper(
                 chosen.key_prefix, self._fleet.member, chosen.quota_checkpoint_s
+            )
+            # share: a quota's part of what the fleet had left, not of the whole period
+            self.policy.quota_floor = lambda limit, key: counters.floors.get(
+                counter_key(chosen.key_prefix, limit, key)
             )
 
     @classmethod
@@ -708,6 +714,7 @@ class LimiterCore(LimiterBase):
                 verdict.next_free_us,
                 verdict.held_us,
                 (verdict.quota_left, verdict.quota_reset_us, verdict.quota_limit),
+                verdict.stored,
             )
         if verdict.factor != 1.0 or self._factors:  # a pushback, now or before
             self._seen_factor(ask.rule, verdict.factor)
@@ -800,7 +807,7 @@ class LimiterCore(LimiterBase):
         if self.policy.kind is FailurePolicy.SHARE:
             rule = self._fleet.share(rule)  # a part of 0: closed (Policy.reserve)
         try:
-            verdict = self.policy.reserve(rule, permits, budget_s, key)
+            verdict = self.policy.reserve(rule, permits, budget_s, key, original)
             if verdict.allowed and key is None and self.policy.kind is FailurePolicy.SHARE:
                 # share only: local keeps its meaning (N x the rate, nothing paid back)
                 self._fleet.admitted_alone(original, permits)

@@ -13,7 +13,7 @@ passed; a fleet of N processes logs at most N lines per fraction and period.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import US_PER_S, Verdict
@@ -35,11 +35,14 @@ def quota_period(rule: Rule, limit: float) -> str:
 class QuotaWatch:
     """The used ratio per (interface, period), and the warnings told per period."""
 
-    __slots__ = ("_fractions", "_lock", "_told", "_used")
+    __slots__ = ("_fractions", "_lock", "_told", "_used", "publish")
 
     def __init__(self, fractions: tuple[float, ...]) -> None:
         self._fractions = fractions
         self._used: dict[tuple[str, str], float] = {}
+        #: Under prometheus-client's multiprocess mode, where no scrape reads ``used``:
+        #: told (interface, period, ratio) whenever a ratio changes, to set the gauge.
+        self.publish: Callable[[str, str, float], None] | None = None
         #: (interface, period) -> (the period's end, µs; the highest fraction told in it)
         self._told: dict[tuple[str, str], tuple[float, float]] = {}
         self._lock = threading.Lock()
@@ -52,6 +55,8 @@ class QuotaWatch:
             return
         ratio = (limit - verdict.quota_left) / limit
         key = (rule.url, quota_period(rule, limit))
+        if self.publish is not None and self._used.get(key) != ratio:
+            self.publish(key[0], key[1], ratio)
         self._used[key] = ratio
         passed = [f for f in self._fractions if ratio >= f]
         if not passed:

@@ -189,6 +189,10 @@ class ProcessMetrics:
         """A reply said ``url`` runs at ``factor`` (only ``multiprocess`` metrics care:
         here the gauge is computed at scrape time)."""
 
+    def quota_seen(self, url: str, period: str, ratio: float) -> None:
+        """A reply said ``url``'s calendar quota of ``period`` is ``ratio`` used (only
+        ``multiprocess`` metrics care: here the gauge is computed at scrape time)."""
+
     # --- the decision path --------------------------------------------------------------
 
     def record(
@@ -469,6 +473,16 @@ class MultiProcessMetrics(ProcessMetrics):
             recent,
             ["interface"],
         )
+        # The ratio is the fleet's (Redis counts), as each worker's last decision saw it:
+        # the most recent is the truest. Not the largest: a period's renewal, or a quota
+        # raised mid-period, lowers it, and a worker idle since would hold it up.
+        self._quota = gauge(
+            "quota_used_ratio",
+            "Each calendar quota's period used (0 to 1), fleet-wide, as the last decision "
+            "of any worker on the interface saw it.",
+            recent,
+            ["interface", "period"],
+        )
 
     def record(
         self,
@@ -511,6 +525,10 @@ class MultiProcessMetrics(ProcessMetrics):
     def factor_seen(self, url: str, rate: float, algorithm: str, factor: float) -> None:
         """A reply said ``url`` runs at ``factor`` of its ``rate``: the gauge follows."""
         self._effective.labels(url).set(effective_rate(rate, factor, algorithm))
+
+    def quota_seen(self, url: str, period: str, ratio: float) -> None:
+        """A reply said ``url``'s calendar quota of ``period`` is ``ratio`` used."""
+        self._quota.labels(url, period).set(ratio)
 
     def _publish(self, source: Source) -> None:
         snapshot = source.snapshot()

@@ -48,7 +48,7 @@ SMOKE = [
     (
         "calendar_quota.py",
         ["--quick"],
-        ["1. A simulated day", "paced (burst 10)", "per-second + daily row (limits.lua)"],
+        ["1. A simulated day", "paced (burst 10)", "per-second + daily row (bucket.lua)"],
     ),
     ("fleet_membership.py", ["--quick"], ["Fleet membership:", "EVAL per heartbeat"]),
     ("console_tally_cost.py", [], ["tally on (as shipped)", "Tallies.add alone"]),

@@ -232,3 +232,60 @@ def test_conf_set_paces_a_daily_quota_with_max_permits_as_its_burst(
         ran.err
     )
     assert build_rules(read_rows(engine), 0.5).rules[URL].pacing
+
+
+def test_status_json_has_each_quotas_figures_and_every_view_names_it_calendar(
+    capsys: pytest.CaptureFixture[str],
+    migrated_db: tuple[str, Engine],
+    redis_server: RedisServer,
+    key_prefix: str,
+    tmp_path: Path,
+) -> None:
+    """``status --json`` gives a calendar row a ``quota`` object (null for the per-second
+    row); ``conf list``, its effect, ``status`` and the row's rule text all call the
+    quota row's algorithm ``calendar``, whatever its algorithm column holds."""
+    db, _ = migrated_db
+    cli(capsys, db, "conf", "set", URL, "--rate", "20", "--cache", "0", "--enable")
+    quota = ("--quota-period", "day", "--time-zone", "Asia/Shanghai", "--renews", "02:00")
+    ran = cli(
+        capsys,
+        db,
+        "conf",
+        "set",
+        URL,
+        "--rate",
+        "500",
+        *quota,
+        "--pacing",
+        "--max-permits",
+        "7",
+        "--enable",
+    )
+    assert ran.code == 0, ran.err
+    assert "500 per day (calendar: renews 02:00 Asia/Shanghai, paced)" in ran.out
+    settings = settings_file(tmp_path, db, redis_server.url, key_prefix)
+    with GatewayLimiter.from_settings(settings) as limiter:
+        assert sum(limiter.try_acquire(URL, timeout=0) for _ in range(2)) == 2
+    renews = Calendar.of("day", "Asia/Shanghai", "02:00").period_at(time.time())[1]
+    capsys.readouterr()
+    assert main(["--settings", str(settings), "status", URL, "--json"]) == 0
+    rate, daily = json.loads(capsys.readouterr().out)["limits"]
+    assert rate["algorithm"] == "token_bucket" and rate["quota"] is None
+    assert daily["algorithm"] == "calendar"
+    assert daily["quota"] == {
+        "used": 2.0,
+        "limit": 500,
+        "resetsAt": renews,
+        "period": "day",
+        "zone": "Asia/Shanghai",
+        "renews": "02:00",
+        "pacing": True,
+        "pacingBurst": 7,
+    }
+    assert main(["--settings", str(settings), "status", URL]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "500/day" in line)
+    assert " calendar " in line and "fixed_window" not in line
+    listed = cli(capsys, db, "conf", "list")
+    line = next(line for line in listed.out.splitlines() if " 500 " in line)
+    assert " calendar " in line and "500 per day, calendar, paced, wait <= 0 s" in line
+    assert "token_bucket" not in line and "aligned windows" not in line

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway_limiter.backends.redis import RedisBackend
+from gateway_limiter.backends.scripts import parse_state
 from gateway_limiter.backends.state import limit, state_key
 from gateway_limiter.config.rules import CALENDAR_SECONDS, Rule, build_rules
 from gateway_limiter.config.settings import Settings
@@ -147,6 +148,8 @@ def test_script_and_model_agree_on_every_decision_and_count(
         if new is not None:
             model = list(new)
         assert stored(backend.client, rule.limits[-1]) == model[-1]
+        if with_rate:  # bucket.lua decides the pair: its bucket is the model's too
+            assert parse_state(backend.client.get(state_key("cal", rule))) == model[0]
 
 
 @pytest.mark.parametrize("skew_s", [0.0, 600.0, -600.0])

@@ -24,9 +24,10 @@ from gateway_limiter.backends.state import (
     single_bucket,
     state_key,
 )
-from gateway_limiter.config.rules import Algorithm, Rule
+from gateway_limiter.config.rules import CALENDAR_SECONDS, Algorithm, Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, BucketState, reserve
+from gateway_limiter.model.calendar import Calendar
 from gateway_limiter.model.limits import LimitState, reserve_limits
 from gateway_limiter.model.pushback import PushbackState, factor_at, push, until_of
 from tests.support.services import RedisServer
@@ -74,13 +75,28 @@ def rules(url: str) -> list[Rule]:
     channel = f"C{url[-8:]}"
     cap = Rule("*", 12, 0.5, 3, capacity=6, channel=channel)
     capped = Rule(url, 20, 0.5, 1, channel=channel, also=(replace(window, channel=channel), cap))
-    return [bucket, warm, both, sliding, fixed, capped]
+    # a per-second bucket and a paced daily quota: bucket.lua decides the pair as
+    # limits.lua would, the pushback in the bucket's key
+    calendar = Calendar.of("day", "Asia/Shanghai")
+    daily = Rule(
+        url,
+        60,
+        0.5,
+        2,
+        algorithm=Algorithm.FIXED_WINDOW,
+        period=CALENDAR_SECONDS["day"],
+        calendar=calendar,
+        pacing=True,
+        pace_burst=4,
+    )
+    pair = Rule(url, 20, 0.5, 1, capacity=10, also=(daily,))
+    return [bucket, warm, both, sliding, fixed, capped, pair]
 
 
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(shape=st.integers(0, 5), sequence=steps)
+@given(shape=st.integers(0, 6), sequence=steps)
 def test_scripts_and_model_agree_under_pushbacks(
     backend: RedisBackend, shape: int, sequence: list[Step]
 ) -> None:
@@ -88,7 +104,8 @@ def test_scripts_and_model_agree_under_pushbacks(
     pushed: PushbackState | None = None
     bucket: BucketState | None = None
     limits: list[LimitState | None] = [None] * len(rule.limits)
-    specs = [limit(r) for r in rule.limits]
+    backend._commands.clock = lambda: START / US_PER_S  # a calendar quota's boundaries
+    specs = [limit(r, START / US_PER_S) for r in rule.limits]
     now = START
     for step in sequence:
         now += step.dt

@@ -1,0 +1,159 @@
+"""A per-second row with a calendar quota beside it, the usual pair, is decided by
+``bucket.lua`` in one call (the quota's counter as its second key), not by the general
+``limits.lua``: the pair costs Redis little more than the bucket alone. Both scripts
+decide the pair alike, to the last bit, decisions and what they store; on a cluster the
+pair's keys share one slot, per caller too."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+import redis
+
+from gateway_limiter.backends.redis import RedisBackend
+from gateway_limiter.backends.scripts import SCRIPTS, SHAS, Commands, limits_args, parse_reply
+from gateway_limiter.backends.state import pushback_key, state_key
+from gateway_limiter.config.rules import CALENDAR_SECONDS, Algorithm, Rule
+from gateway_limiter.config.settings import Settings
+from gateway_limiter.model.calendar import Calendar
+from tests.support.services import RedisServer, free_port
+
+US = 1_000_000.0
+NOW_S = 1_796_000_000.0  # 2026-12-01, mid-afternoon in Beijing
+
+
+def daily(url: str, rate: int, paced: bool = False, per_caller: bool = False) -> Rule:
+    calendar = Calendar.of("day", "Asia/Shanghai")
+    return Rule(
+        url,
+        rate,
+        0.0,
+        2,
+        algorithm=Algorithm.FIXED_WINDOW,
+        period=CALENDAR_SECONDS["day"],
+        calendar=calendar,
+        pacing=paced,
+        pace_burst=3,
+        per_caller=per_caller,
+    )
+
+
+def pair(url: str, rate: int = 5, paced: bool = False, per_caller: bool = False) -> Rule:
+    return Rule(url, 4, 0.0, 1, capacity=6, also=(daily(url, rate, paced, per_caller),))
+
+
+def test_the_pair_is_one_bucket_script_call_and_other_pairs_are_not() -> None:
+    commands = Commands("p")
+    commands.clock = lambda: NOW_S
+    for paced in (False, True):
+        call = commands(pair("/a", paced=paced), 1, 0.0, None, None)
+        assert call.name == "bucket"
+        assert call.args[:3] == [2, state_key("p", pair("/a")), state_key("p", daily("/a", 5))]
+        assert len(call.args[-1]) == (48 if paced else 40)  # the quota's doubles
+    # a second row of another kind, a warm-up row or a channel's cap: limits.lua
+    window = Rule("/w", 4, 0.0, 1, also=(Rule("/w", 9, 0.0, 2, period=60),))
+    warm = replace(pair("/warm"), algorithm=Algorithm.WARM_UP, warmup=2.0)
+    capped = Rule(
+        "/c", 4, 0.0, 1, channel="S", also=(replace(daily("*", 5), url="*", channel="S"),)
+    )
+    three = replace(pair("/t"), also=(daily("/t", 5), Rule("/t", 9, 0.0, 3, period=60)))
+    for rule in (window, warm, capped, three):
+        assert commands(rule, 1, 0.0, None, None).name == "limits", rule.url
+
+
+@pytest.fixture(scope="module")
+def backend(redis_server: RedisServer) -> RedisBackend:
+    return RedisBackend(Settings(redis_url=redis_server.url, redis_timeout=5.0, key_prefix="bq"))
+
+
+@pytest.mark.parametrize("paced", [False, True])
+def test_bucket_lua_and_limits_lua_decide_the_pair_alike(
+    backend: RedisBackend, paced: bool
+) -> None:
+    """The same calls, pushbacks and clock on two copies of the pair: one decided by
+    bucket.lua (the backend), one by limits.lua (called directly): equal replies, and
+    equal bucket and counter states, up to and across the day's end."""
+    client: redis.Redis = backend.client
+    rng = random.Random(7 if paced else 8)
+    fast = pair(f"/f/{uuid.uuid4().hex}", rate=40, paced=paced)
+    url = f"/s/{uuid.uuid4().hex}"
+    slow = replace(fast, url=url, also=(replace(fast.also[0], url=url),))
+    backend._commands.clock = lambda: NOW_S
+    slow_args = limits_args(slow, NOW_S)
+    slow_keys = [
+        state_key("bq", slow),
+        state_key("bq", slow.also[0]),
+        pushback_key("bq", slow, None),
+    ]
+    midnight = Calendar.of("day", "Asia/Shanghai").period_at(NOW_S)[1] * US
+    now = midnight - 30 * US
+    client.script_load(SCRIPTS["limits"])
+    for step in range(300):
+        now += rng.choice([0.0, 1_000.0, 50_000.0, 200_000.0, 700_000.0])
+        permits = rng.choice([1, 1, 1, 2, 5])
+        timeout = rng.choice([0.0, 0.0, 0.3, None])
+        if step % 37 == 36:  # a pushback with a hold on both
+            backend.pushback(fast, 0.4, now=now)
+            client.evalsha(
+                SHAS["pushback"], 1, slow_keys[2], repr(fast.per_second), repr(0.4 * US),
+                repr(now), "0",
+            )  # fmt: skip
+            continue
+        got = backend.reserve(fast, permits, timeout, now=now)
+        timeout_us = "-1" if timeout is None else ("0" if timeout == 0 else repr(timeout * US))
+        reply = client.evalsha(
+            SHAS["limits"], 3, *slow_keys, str(permits), timeout_us, repr(now), *slow_args
+        )
+        assert got == parse_reply(reply), (step, now)
+        fast_bucket = client.get(state_key("bq", fast)) or b""
+        assert fast_bucket[:40] == (client.get(slow_keys[0]) or b"")
+        assert client.get(state_key("bq", fast.also[0])) == client.get(slow_keys[1])
+    assert now > midnight  # the day turned over on the way
+    # the counter written in place within a period keeps the expiry its first write set
+    # (limits.lua sets it again each call: later by the driven clock's steps since)
+    kept, reset = client.pttl(state_key("bq", fast.also[0])), client.pttl(slow_keys[1])
+    assert 0 < reset <= kept <= reset + 300_000
+
+
+@pytest.fixture
+def cluster_node() -> Iterator[RedisServer]:
+    """A one-node Redis Cluster holding all 16384 slots (CROSSSLOT is checked there)."""
+    server = RedisServer(
+        "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+        "--cluster-port", str(free_port()),
+    )  # fmt: skip
+    server.start()
+    try:
+        client = server.client()
+        client.cluster("ADDSLOTSRANGE", 0, 16383)
+        deadline = time.monotonic() + 10
+        while client.cluster("INFO").get("cluster_state") != "ok":
+            if time.monotonic() > deadline:
+                pytest.fail("the one-node cluster did not reach cluster_state:ok")
+            time.sleep(0.05)
+        yield server
+    finally:
+        server.stop()
+
+
+def test_the_pairs_keys_share_a_slot_per_caller_too(cluster_node: RedisServer) -> None:
+    backend = RedisBackend(
+        Settings(redis_url=cluster_node.url, redis_timeout=5.0, key_prefix="bqc")
+    )
+    try:
+        for rule in (pair("/a/b"), pair("}odd{", per_caller=True)):
+            verdicts = [backend.reserve(rule, 1, 0.0, "caller-7") for _ in range(6)]
+            assert [v.allowed for v in verdicts] == [True] * 5 + [False]
+            assert verdicts[-1].quota_left == 0  # the quota refused, in the same call
+        client = cluster_node.client()
+        keys = [k.decode() for k in client.keys("bqc*")]
+        assert len(keys) == 4
+        assert len({client.cluster("KEYSLOT", k) for k in keys if "/a/b" in k}) == 1
+        assert len({client.cluster("KEYSLOT", k) for k in keys if "odd" in k}) == 1
+    finally:
+        backend.close()
