@@ -20,7 +20,7 @@ from gateway_limiter.backends.scripts import SCRIPTS, SHAS, Commands, limits_arg
 from gateway_limiter.backends.state import pushback_key, state_key
 from gateway_limiter.config.rules import CALENDAR_SECONDS, Algorithm, Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.calendar import Calendar
+from gateway_limiter.model.calendar import Calendar, QuotaPeriod
 from tests.support.services import RedisServer, free_port
 
 US = 1_000_000.0
@@ -35,7 +35,7 @@ def daily(url: str, rate: int, paced: bool = False, per_caller: bool = False) ->
         0.0,
         2,
         algorithm=Algorithm.FIXED_WINDOW,
-        period=CALENDAR_SECONDS["day"],
+        period=CALENDAR_SECONDS[QuotaPeriod.DAY],
         calendar=calendar,
         pacing=paced,
         pace_burst=3,
@@ -151,7 +151,7 @@ def test_the_pairs_keys_share_a_slot_per_caller_too(cluster_node: RedisServer) -
             assert [v.allowed for v in verdicts] == [True] * 5 + [False]
             assert verdicts[-1].quota_left == 0  # the quota refused, in the same call
         client = cluster_node.client()
-        keys = [k.decode() for k in client.keys("bqc*")]
+        keys = [k.decode() if isinstance(k, bytes) else k for k in client.keys("bqc*")]
         assert len(keys) == 4
         assert len({client.cluster("KEYSLOT", k) for k in keys if "/a/b" in k}) == 1
         assert len({client.cluster("KEYSLOT", k) for k in keys if "odd" in k}) == 1

@@ -27,7 +27,7 @@ from gateway_limiter.backends.state import (
 from gateway_limiter.config.rules import CALENDAR_SECONDS, Algorithm, Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, BucketState, reserve
-from gateway_limiter.model.calendar import Calendar
+from gateway_limiter.model.calendar import Calendar, QuotaPeriod
 from gateway_limiter.model.limits import LimitState, reserve_limits
 from gateway_limiter.model.pushback import PushbackState, factor_at, push, until_of
 from tests.support.services import RedisServer
@@ -84,7 +84,7 @@ def rules(url: str) -> list[Rule]:
         0.5,
         2,
         algorithm=Algorithm.FIXED_WINDOW,
-        period=CALENDAR_SECONDS["day"],
+        period=CALENDAR_SECONDS[QuotaPeriod.DAY],
         calendar=calendar,
         pacing=True,
         pace_burst=4,

@@ -62,11 +62,16 @@ class RecordingPolicy(Policy):
         self.mark = threading.local()
 
     def reserve(
-        self, rule: Rule, permits: int, timeout_s: float | None, key: str | None = None
+        self,
+        rule: Rule,
+        permits: int,
+        timeout_s: float | None,
+        key: str | None = None,
+        whole: Rule | None = None,
     ) -> Verdict:
         """Decide as the policy does, and say so."""
         self.mark.decided = True
-        return super().reserve(rule, permits, timeout_s, key)
+        return super().reserve(rule, permits, timeout_s, key, whole)
 
 
 def rss_bytes() -> int:
