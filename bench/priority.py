@@ -67,6 +67,31 @@ PHASES: list[tuple[str, float, float]] = [
 THREADS = {SEARCH: 4, BOOK: 6}
 
 
+#: ``--leased``: one interface row that both classes call, with the reserve and a lease
+#: of 100 ms (10 permits); the bucket keeps 40, 20 of them held back from searches
+FARE = "/pri/fare"
+LEASED_BURST = 40
+#: each class's call in ``--leased`` runs: (url, priority, timeout)
+LEASED_CALLS: dict[str, tuple[str, str, float]] = {
+    SEARCH: (FARE, "sheddable", 0.0),
+    BOOK: (FARE, "critical", 0.5),
+}
+
+
+def leased_rows() -> dict[str, dict[str, Any]]:
+    """``--leased``: one token bucket row of the cap's rate with the reserve and a
+    ``leaseMs``, that searches call as sheddable and bookings as critical."""
+    return {
+        FARE: {
+            "rate_limit": CAP,
+            "max_permits": LEASED_BURST,
+            "reserve": RESERVE,
+            "lease_ms": 100,
+            "cache": 0.0,
+        }
+    }
+
+
 def rows() -> dict[str, dict[str, Any]]:
     """The benchmark's rows, by URL (columns by their model names)."""
     return {
@@ -104,8 +129,10 @@ def _offer(
     start: float,
     seconds: float,
     got: list[tuple[float, bool]],
+    leased: bool = False,
 ) -> None:
-    """Call ``url`` at ``rate`` a second from ``start`` (wall clock) for ``seconds``."""
+    """Call ``url`` at ``rate`` a second from ``start`` (wall clock) for ``seconds``
+    (``leased``: the one leased row, in ``url``'s class)."""
     if rate <= 0:
         return
     interval = 1.0 / rate
@@ -117,13 +144,23 @@ def _offer(
         pause = at - time.time()
         if pause > 0:
             time.sleep(pause)
-        admitted = limiter.try_acquire(url)
+        if leased:
+            fare, priority, timeout = LEASED_CALLS[url]
+            admitted = limiter.try_acquire(fare, timeout=timeout, priority=priority)
+        else:
+            admitted = limiter.try_acquire(url)
         got.append((time.time(), admitted))
         k += 1
 
 
 def worker(
-    database_url: str, redis_url: str, prefix: str, seconds: float, out: str, sync: Any
+    database_url: str,
+    redis_url: str,
+    prefix: str,
+    seconds: float,
+    out: str,
+    sync: Any,
+    leased: bool = False,
 ) -> None:
     """One gateway process: its share of every phase's demand, admissions to ``out``.
     ``sync``: (ready queue, go event, start time): the phases start once every process
@@ -133,7 +170,7 @@ def worker(
         limiter = started_limiter(
             stack, database_url, redis_url, prefix, redis_timeout=1.0, on_backend_error="deny"
         )
-        limiter.try_acquire(SEARCH)  # connected, scripts loaded
+        limiter.try_acquire(FARE if leased else SEARCH, priority="critical")  # connected
         ready.put(os.getpid())
         go.wait()
         start = when.value
@@ -148,7 +185,8 @@ def worker(
                     # staggered: the threads of a process do not call in step
                     offset = n / (THREADS[url] * max(rate, 1e-9))
                     thread = threading.Thread(
-                        target=_offer, args=(limiter, url, rate, begin + offset, seconds, own)
+                        target=_offer,
+                        args=(limiter, url, rate, begin + offset, seconds, own, leased),
                     )
                     threads.append((url, i, own, thread))
         for *_, thread in threads:
@@ -156,7 +194,9 @@ def worker(
         for url, i, own, thread in threads:
             thread.join()
             found[url].extend((t, a, i) for t, a in own)
-    Path(out).write_text(json.dumps(found))
+        leases = limiter._leases
+        lease_calls = 0 if leases is None else leases.refills
+    Path(out).write_text(json.dumps({"calls": found, "lease_calls": lease_calls}))
 
 
 class Phase(NamedTuple):
@@ -177,19 +217,25 @@ class Result(NamedTuple):
     seconds: float
     phases: list[Phase]
     admitted: dict[str, list[float]]
+    #: lease calls the processes sent (``--leased``; 0 otherwise), and decisions made
+    lease_calls: int = 0
+    decisions: int = 0
 
 
-def measure(redis_url: str, seconds: float = 10.0) -> Result:
-    """Run the three phases on ``redis_url`` with four processes."""
+def measure(redis_url: str, seconds: float = 10.0, leased: bool = False) -> Result:
+    """Run the three phases on ``redis_url`` with four processes (``leased``: on the one
+    leased row, ``leased_rows``)."""
     prefix = f"gwlpri{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory(prefix="gwl-bench-priority-") as workdir:
         database_url = f"sqlite:///{Path(workdir) / 'limits.db'}"
-        write_rows(database_url, rows())
+        write_rows(database_url, leased_rows() if leased else rows())
         outs = [str(Path(workdir) / f"p{i}.json") for i in range(PROCESSES)]
         spawn = multiprocessing.get_context("spawn")
         sync = (spawn.Queue(), spawn.Event(), spawn.Value("d", 0.0))
         procs = [
-            spawn.Process(target=worker, args=(database_url, redis_url, prefix, seconds, o, sync))
+            spawn.Process(
+                target=worker, args=(database_url, redis_url, prefix, seconds, o, sync, leased)
+            )
             for o in outs
         ]
         for p in procs:
@@ -203,8 +249,11 @@ def measure(redis_url: str, seconds: float = 10.0) -> Result:
             if p.exitcode != 0:
                 raise SystemExit(f"a gateway process failed (exit {p.exitcode})")
         calls: dict[str, list[tuple[float, bool, int]]] = {SEARCH: [], BOOK: []}
+        lease_calls = 0
         for out in outs:
-            for url, got in json.loads(Path(out).read_text()).items():
+            found = json.loads(Path(out).read_text())
+            lease_calls += found["lease_calls"]
+            for url, got in found["calls"].items():
                 calls[url].extend((t, a, i) for t, a, i in got)
     admitted = {url: sorted(t for t, a, _ in got if a) for url, got in calls.items()}
     everything = sorted(admitted[SEARCH] + admitted[BOOK])
@@ -224,7 +273,8 @@ def measure(redis_url: str, seconds: float = 10.0) -> Result:
                 max_in_window(steady, 1.0),
             )
         )
-    return Result(start, seconds, phases, admitted)
+    decisions = sum(len(got) for got in calls.values())
+    return Result(start, seconds, phases, admitted, lease_calls, decisions)
 
 
 def decision_cost(redis_url: str, calls: int = 20_000) -> tuple[float, float]:
