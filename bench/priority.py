@@ -29,6 +29,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -277,10 +278,24 @@ def measure(redis_url: str, seconds: float = 10.0, leased: bool = False) -> Resu
     return Result(start, seconds, phases, admitted, lease_calls, decisions)
 
 
-def decision_cost(redis_url: str, calls: int = 20_000) -> tuple[float, float]:
+class Cost(NamedTuple):
+    """Redis server µs per decision over interleaved rounds: the median of each, and the
+    median, lowest and highest of the rounds' ratios (a round with a reserve over the
+    round without one just before it)."""
+
+    plain: float
+    reserved: float
+    ratio: float
+    ratio_low: float
+    ratio_high: float
+    rounds: int
+
+
+def decision_cost(redis_url: str, calls: int = 20_000, rounds_n: int = 20) -> Cost:
     """Redis server µs per decision (``cmdstat_evalsha``) on an interface under a channel
     cap without a reserve, then on one whose cap has a reserve (a sheddable call): both
-    never limited (10,000,000/s). ``redis_url`` must be a Redis no one else uses."""
+    never limited (10,000,000/s), in ``rounds_n`` rounds of each taken in turn (A, B,
+    A, B, ...). ``redis_url`` must be a Redis no one else uses."""
     prefix = f"gwlcost{uuid.uuid4().hex[:8]}"
     cost_rows = {
         "*": {"channel_type": "CPLAIN", "rate_limit": 10_000_000},
@@ -304,17 +319,26 @@ def decision_cost(redis_url: str, calls: int = 20_000) -> tuple[float, float]:
             for _ in range(1000):  # scripts loaded, connections warm
                 limiters[url].try_acquire(url, priority="sheddable")
         # rounds taken in turn, so a change in the host's load falls on both alike
-        for _ in range(20):
+        for _ in range(rounds_n):
             for url, limiter in limiters.items():
                 client.config_resetstat()
-                for _ in range(calls // 20):
+                for _ in range(calls // rounds_n):
                     limiter.try_acquire(url, priority="sheddable")
                 stats = client.info("commandstats").get("cmdstat_evalsha")
                 if stats:  # (none: every call of the round timed out on a stalled host)
                     rounds[url].append(float(stats["usec"]) / float(stats["calls"]))
-    # the least disturbed round of each: on a loaded host a round's time varies by 2x
-    plain, reserved = (min(r) for r in rounds.values())
-    return plain, reserved
+    # medians: on a loaded host a round's time varies by 2x; the ratio of rounds taken
+    # in turn cancels most of what the host's load does to both
+    plain, reserved = rounds["/cost/plain"], rounds["/cost/reserved"]
+    ratios = sorted(b / a for a, b in zip(plain, reserved, strict=False))
+    return Cost(
+        statistics.median(plain),
+        statistics.median(reserved),
+        statistics.median(ratios),
+        ratios[0],
+        ratios[-1],
+        len(ratios),
+    )
 
 
 def plot(result: Result, path: str) -> None:
@@ -346,8 +370,23 @@ def plot(result: Result, path: str) -> None:
     fig.savefig(path)
 
 
-def report(result: Result, cost: tuple[float, float] | None) -> str:
+def report(result: Result | None, cost: Cost | None) -> str:
     """The figures as text."""
+    lines = []
+    if result is not None:
+        lines += _phases(result)
+    if cost is not None:
+        lines.append(
+            f"Redis time per decision, median of {cost.rounds} interleaved rounds: "
+            f"{cost.plain:.2f} µs without a reserve, {cost.reserved:.2f} µs with one; "
+            f"ratio median {cost.ratio:.3f}x (rounds {cost.ratio_low:.3f}x to "
+            f"{cost.ratio_high:.3f}x)"
+        )
+    lines.append(f"load average: {load_average()}")
+    return "\n".join(lines)
+
+
+def _phases(result: Result) -> list[str]:
     lines = [
         table(
             ["phase", "bookings admitted", "searches/s", "bookings/s", "most in 1 s"],
@@ -366,14 +405,9 @@ def report(result: Result, cost: tuple[float, float] | None) -> str:
     ]
     alone = result.phases[-1].searches_per_s / CAP
     lines.append(f"searches alone: {alone:.3f} of the cap ({CAP}/s)")
-    if cost is not None:
-        plain, reserved = cost
-        lines.append(
-            f"Redis time per decision: {plain:.2f} µs without a reserve, {reserved:.2f} µs "
-            f"with one ({reserved / plain:.3f}x)"
-        )
-    lines.append(f"load average: {load_average()}")
-    return "\n".join(lines)
+    if result.lease_calls:
+        lines.append(f"lease calls: {result.lease_calls} for {result.decisions} decisions")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -382,6 +416,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds per phase")
     parser.add_argument("--plot", help="write the plot of admitted per class to this PNG")
     parser.add_argument("--json", action="store_true", help="the figures as JSON")
+    parser.add_argument(
+        "--leased", action="store_true", help="one leased row both classes call (leaseMs)"
+    )
+    parser.add_argument(
+        "--cost-only", action="store_true", help="only the Redis time of a decision"
+    )
+    parser.add_argument("--rounds", type=int, default=20, help="interleaved rounds of the cost")
     args = parser.parse_args(argv)
     with ExitStack() as stack:
         if args.redis_url:
@@ -390,12 +431,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             own = stack.enter_context(private_redis())  # cost: a Redis no one else uses
         else:
             redis_url = own = stack.enter_context(private_redis())
-        result = measure(redis_url, args.seconds)
-        cost = decision_cost(own)
-    if args.plot:
+        result = None if args.cost_only else measure(redis_url, args.seconds, args.leased)
+        cost = decision_cost(own, rounds_n=args.rounds)
+    if args.plot and result is not None:
         plot(result, args.plot)
     if args.json:
-        print(json.dumps({"phases": [p._asdict() for p in result.phases], "cost_us": cost}))
+        phases = [] if result is None else [p._asdict() for p in result.phases]
+        print(json.dumps({"phases": phases, "cost_us": cost._asdict()}))
     else:
         print(report(result, cost))
     return 0
