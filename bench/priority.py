@@ -29,6 +29,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -65,6 +66,31 @@ PHASES: list[tuple[str, float, float]] = [
 #: threads per process and class: enough that a booking waiting its turn (up to its
 #: 0.5 s budget) does not hold up the schedule of the others
 THREADS = {SEARCH: 4, BOOK: 6}
+
+
+#: ``--leased``: one interface row that both classes call, with the reserve and a lease
+#: of 100 ms (10 permits); the bucket keeps 40, 20 of them held back from searches
+FARE = "/pri/fare"
+LEASED_BURST = 40
+#: each class's call in ``--leased`` runs: (url, priority, timeout)
+LEASED_CALLS: dict[str, tuple[str, str, float]] = {
+    SEARCH: (FARE, "sheddable", 0.0),
+    BOOK: (FARE, "critical", 0.5),
+}
+
+
+def leased_rows() -> dict[str, dict[str, Any]]:
+    """``--leased``: one token bucket row of the cap's rate with the reserve and a
+    ``leaseMs``, that searches call as sheddable and bookings as critical."""
+    return {
+        FARE: {
+            "rate_limit": CAP,
+            "max_permits": LEASED_BURST,
+            "reserve": RESERVE,
+            "lease_ms": 100,
+            "cache": 0.0,
+        }
+    }
 
 
 def rows() -> dict[str, dict[str, Any]]:
@@ -104,8 +130,10 @@ def _offer(
     start: float,
     seconds: float,
     got: list[tuple[float, bool]],
+    leased: bool = False,
 ) -> None:
-    """Call ``url`` at ``rate`` a second from ``start`` (wall clock) for ``seconds``."""
+    """Call ``url`` at ``rate`` a second from ``start`` (wall clock) for ``seconds``
+    (``leased``: the one leased row, in ``url``'s class)."""
     if rate <= 0:
         return
     interval = 1.0 / rate
@@ -117,13 +145,23 @@ def _offer(
         pause = at - time.time()
         if pause > 0:
             time.sleep(pause)
-        admitted = limiter.try_acquire(url)
+        if leased:
+            fare, priority, timeout = LEASED_CALLS[url]
+            admitted = limiter.try_acquire(fare, timeout=timeout, priority=priority)
+        else:
+            admitted = limiter.try_acquire(url)
         got.append((time.time(), admitted))
         k += 1
 
 
 def worker(
-    database_url: str, redis_url: str, prefix: str, seconds: float, out: str, sync: Any
+    database_url: str,
+    redis_url: str,
+    prefix: str,
+    seconds: float,
+    out: str,
+    sync: Any,
+    leased: bool = False,
 ) -> None:
     """One gateway process: its share of every phase's demand, admissions to ``out``.
     ``sync``: (ready queue, go event, start time): the phases start once every process
@@ -133,7 +171,7 @@ def worker(
         limiter = started_limiter(
             stack, database_url, redis_url, prefix, redis_timeout=1.0, on_backend_error="deny"
         )
-        limiter.try_acquire(SEARCH)  # connected, scripts loaded
+        limiter.try_acquire(FARE if leased else SEARCH, priority="critical")  # connected
         ready.put(os.getpid())
         go.wait()
         start = when.value
@@ -148,7 +186,8 @@ def worker(
                     # staggered: the threads of a process do not call in step
                     offset = n / (THREADS[url] * max(rate, 1e-9))
                     thread = threading.Thread(
-                        target=_offer, args=(limiter, url, rate, begin + offset, seconds, own)
+                        target=_offer,
+                        args=(limiter, url, rate, begin + offset, seconds, own, leased),
                     )
                     threads.append((url, i, own, thread))
         for *_, thread in threads:
@@ -156,7 +195,9 @@ def worker(
         for url, i, own, thread in threads:
             thread.join()
             found[url].extend((t, a, i) for t, a in own)
-    Path(out).write_text(json.dumps(found))
+        leases = limiter._leases
+        lease_calls = 0 if leases is None else leases.refills
+    Path(out).write_text(json.dumps({"calls": found, "lease_calls": lease_calls}))
 
 
 class Phase(NamedTuple):
@@ -177,19 +218,25 @@ class Result(NamedTuple):
     seconds: float
     phases: list[Phase]
     admitted: dict[str, list[float]]
+    #: lease calls the processes sent (``--leased``; 0 otherwise), and decisions made
+    lease_calls: int = 0
+    decisions: int = 0
 
 
-def measure(redis_url: str, seconds: float = 10.0) -> Result:
-    """Run the three phases on ``redis_url`` with four processes."""
+def measure(redis_url: str, seconds: float = 10.0, leased: bool = False) -> Result:
+    """Run the three phases on ``redis_url`` with four processes (``leased``: on the one
+    leased row, ``leased_rows``)."""
     prefix = f"gwlpri{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory(prefix="gwl-bench-priority-") as workdir:
         database_url = f"sqlite:///{Path(workdir) / 'limits.db'}"
-        write_rows(database_url, rows())
+        write_rows(database_url, leased_rows() if leased else rows())
         outs = [str(Path(workdir) / f"p{i}.json") for i in range(PROCESSES)]
         spawn = multiprocessing.get_context("spawn")
         sync = (spawn.Queue(), spawn.Event(), spawn.Value("d", 0.0))
         procs = [
-            spawn.Process(target=worker, args=(database_url, redis_url, prefix, seconds, o, sync))
+            spawn.Process(
+                target=worker, args=(database_url, redis_url, prefix, seconds, o, sync, leased)
+            )
             for o in outs
         ]
         for p in procs:
@@ -203,8 +250,11 @@ def measure(redis_url: str, seconds: float = 10.0) -> Result:
             if p.exitcode != 0:
                 raise SystemExit(f"a gateway process failed (exit {p.exitcode})")
         calls: dict[str, list[tuple[float, bool, int]]] = {SEARCH: [], BOOK: []}
+        lease_calls = 0
         for out in outs:
-            for url, got in json.loads(Path(out).read_text()).items():
+            found = json.loads(Path(out).read_text())
+            lease_calls += found["lease_calls"]
+            for url, got in found["calls"].items():
                 calls[url].extend((t, a, i) for t, a, i in got)
     admitted = {url: sorted(t for t, a, _ in got if a) for url, got in calls.items()}
     everything = sorted(admitted[SEARCH] + admitted[BOOK])
@@ -224,13 +274,28 @@ def measure(redis_url: str, seconds: float = 10.0) -> Result:
                 max_in_window(steady, 1.0),
             )
         )
-    return Result(start, seconds, phases, admitted)
+    decisions = sum(len(got) for got in calls.values())
+    return Result(start, seconds, phases, admitted, lease_calls, decisions)
 
 
-def decision_cost(redis_url: str, calls: int = 20_000) -> tuple[float, float]:
+class Cost(NamedTuple):
+    """Redis server µs per decision over interleaved rounds: the median of each, and the
+    median, lowest and highest of the rounds' ratios (a round with a reserve over the
+    round without one just before it)."""
+
+    plain: float
+    reserved: float
+    ratio: float
+    ratio_low: float
+    ratio_high: float
+    rounds: int
+
+
+def decision_cost(redis_url: str, calls: int = 20_000, rounds_n: int = 20) -> Cost:
     """Redis server µs per decision (``cmdstat_evalsha``) on an interface under a channel
     cap without a reserve, then on one whose cap has a reserve (a sheddable call): both
-    never limited (10,000,000/s). ``redis_url`` must be a Redis no one else uses."""
+    never limited (10,000,000/s), in ``rounds_n`` rounds of each taken in turn (A, B,
+    A, B, ...). ``redis_url`` must be a Redis no one else uses."""
     prefix = f"gwlcost{uuid.uuid4().hex[:8]}"
     cost_rows = {
         "*": {"channel_type": "CPLAIN", "rate_limit": 10_000_000},
@@ -254,17 +319,26 @@ def decision_cost(redis_url: str, calls: int = 20_000) -> tuple[float, float]:
             for _ in range(1000):  # scripts loaded, connections warm
                 limiters[url].try_acquire(url, priority="sheddable")
         # rounds taken in turn, so a change in the host's load falls on both alike
-        for _ in range(20):
+        for _ in range(rounds_n):
             for url, limiter in limiters.items():
                 client.config_resetstat()
-                for _ in range(calls // 20):
+                for _ in range(calls // rounds_n):
                     limiter.try_acquire(url, priority="sheddable")
                 stats = client.info("commandstats").get("cmdstat_evalsha")
                 if stats:  # (none: every call of the round timed out on a stalled host)
                     rounds[url].append(float(stats["usec"]) / float(stats["calls"]))
-    # the least disturbed round of each: on a loaded host a round's time varies by 2x
-    plain, reserved = (min(r) for r in rounds.values())
-    return plain, reserved
+    # medians: on a loaded host a round's time varies by 2x; the ratio of rounds taken
+    # in turn cancels most of what the host's load does to both
+    plain, reserved = rounds["/cost/plain"], rounds["/cost/reserved"]
+    ratios = sorted(b / a for a, b in zip(plain, reserved, strict=False))
+    return Cost(
+        statistics.median(plain),
+        statistics.median(reserved),
+        statistics.median(ratios),
+        ratios[0],
+        ratios[-1],
+        len(ratios),
+    )
 
 
 def plot(result: Result, path: str) -> None:
@@ -296,8 +370,23 @@ def plot(result: Result, path: str) -> None:
     fig.savefig(path)
 
 
-def report(result: Result, cost: tuple[float, float] | None) -> str:
+def report(result: Result | None, cost: Cost | None) -> str:
     """The figures as text."""
+    lines = []
+    if result is not None:
+        lines += _phases(result)
+    if cost is not None:
+        lines.append(
+            f"Redis time per decision, median of {cost.rounds} interleaved rounds: "
+            f"{cost.plain:.2f} µs without a reserve, {cost.reserved:.2f} µs with one; "
+            f"ratio median {cost.ratio:.3f}x (rounds {cost.ratio_low:.3f}x to "
+            f"{cost.ratio_high:.3f}x)"
+        )
+    lines.append(f"load average: {load_average()}")
+    return "\n".join(lines)
+
+
+def _phases(result: Result) -> list[str]:
     lines = [
         table(
             ["phase", "bookings admitted", "searches/s", "bookings/s", "most in 1 s"],
@@ -316,14 +405,9 @@ def report(result: Result, cost: tuple[float, float] | None) -> str:
     ]
     alone = result.phases[-1].searches_per_s / CAP
     lines.append(f"searches alone: {alone:.3f} of the cap ({CAP}/s)")
-    if cost is not None:
-        plain, reserved = cost
-        lines.append(
-            f"Redis time per decision: {plain:.2f} µs without a reserve, {reserved:.2f} µs "
-            f"with one ({reserved / plain:.3f}x)"
-        )
-    lines.append(f"load average: {load_average()}")
-    return "\n".join(lines)
+    if result.lease_calls:
+        lines.append(f"lease calls: {result.lease_calls} for {result.decisions} decisions")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -332,6 +416,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds per phase")
     parser.add_argument("--plot", help="write the plot of admitted per class to this PNG")
     parser.add_argument("--json", action="store_true", help="the figures as JSON")
+    parser.add_argument(
+        "--leased", action="store_true", help="one leased row both classes call (leaseMs)"
+    )
+    parser.add_argument(
+        "--cost-only", action="store_true", help="only the Redis time of a decision"
+    )
+    parser.add_argument("--rounds", type=int, default=20, help="interleaved rounds of the cost")
     args = parser.parse_args(argv)
     with ExitStack() as stack:
         if args.redis_url:
@@ -340,12 +431,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             own = stack.enter_context(private_redis())  # cost: a Redis no one else uses
         else:
             redis_url = own = stack.enter_context(private_redis())
-        result = measure(redis_url, args.seconds)
-        cost = decision_cost(own)
-    if args.plot:
+        result = None if args.cost_only else measure(redis_url, args.seconds, args.leased)
+        cost = decision_cost(own, rounds_n=args.rounds)
+    if args.plot and result is not None:
         plot(result, args.plot)
     if args.json:
-        print(json.dumps({"phases": [p._asdict() for p in result.phases], "cost_us": cost}))
+        phases = [] if result is None else [p._asdict() for p in result.phases]
+        print(json.dumps({"phases": phases, "cost_us": cost._asdict()}))
     else:
         print(report(result, cost))
     return 0

@@ -44,6 +44,7 @@ from gateway_limiter.core.pipeline import (
     check_args,
     check_priority,
     route,
+    slept_s,
     slot_rule,
 )
 from gateway_limiter.core.slots import (
@@ -137,6 +138,8 @@ class AsyncShell(LimiterCore):
                     raise
             case steps.Await(until, seconds):
                 await until.wait_async(seconds)
+            case steps.Sleep(seconds):
+                await self.clock.sleep_async(seconds)
             case steps.Subscribe():  # connecting blocks (asyncio: in a worker thread)
                 start = functools.partial(listen, self.settings, self.backend.client)
                 await blocking_async(self._slotting.subscribe, start)
@@ -559,10 +562,11 @@ class AsyncGatewayLimiter(AsyncShell):
                 can ever hold.
         """
         begun = self._begin(url, permits, None, key, forever=True, priority=priority)
-        wait_s = self._acquired(url, permits, await self._ask_backend(begun))
+        outcome = await self._ask_backend(begun)
+        wait_s = self._acquired(url, permits, outcome)
         if wait_s > 0:
             await self.clock.sleep_async(wait_s)
-        return wait_s
+        return wait_s + slept_s(outcome)
 
     async def pushback(
         self, url: str, retry_after: float | None = None, key: str | None = None

@@ -53,6 +53,7 @@ from gateway_limiter.core.pipeline import (
     check_args,
     check_priority,
     route,
+    slept_s,
     slot_rule,
 )
 from gateway_limiter.core.slots import (
@@ -146,6 +147,8 @@ class Shell(LimiterCore):
                     raise
             case steps.Await(until, seconds):
                 until.wait(seconds)
+            case steps.Sleep(seconds):
+                self.clock.sleep(seconds)
             case steps.Subscribe():  # connecting blocks (asyncio: in a worker thread)
                 start = functools.partial(listen, self.settings, self.backend.client)
                 blocking(self._slotting.subscribe, start)
@@ -550,10 +553,11 @@ class GatewayLimiter(Shell):
                 can ever hold.
         """
         begun = self._begin(url, permits, None, key, forever=True, priority=priority)
-        wait_s = self._acquired(url, permits, self._ask_backend(begun))
+        outcome = self._ask_backend(begun)
+        wait_s = self._acquired(url, permits, outcome)
         if wait_s > 0:
             self.clock.sleep(wait_s)
-        return wait_s
+        return wait_s + slept_s(outcome)
 
     def pushback(self, url: str, retry_after: float | None = None, key: str | None = None) -> None:
         """Tell the whole fleet that the supplier refused or failed a call on ``url``.

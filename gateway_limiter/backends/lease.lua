@@ -21,7 +21,9 @@ with_lease), so the bucket's semantics stay in bucket.lua and its state format
      admit in the same state;
   3. only if that took stored permits with no wait: up to lease - permits more stored
      permits (whole ones, without debt and without waiting), in one more decision at
-     the same moment;
+     the same moment; on a row with a reserve (priority classes), only from the part
+     above every class's reserve: they leave ARGV[9] of the capacity stored, so any
+     class may spend them and none of them is a reserve held in one process;
   4. if that left the lease short (the bucket ran dry), the caller may wait (a budget
      B > 0, or none) and the row is not held by a pushback: the rest of the lease as
      debt, in one more decision at the same moment, each permit scheduled as bucket.lua
@@ -40,6 +42,10 @@ ARGV[5]  lease: the most permits to take in all, the caller's included (>= ARGV[
 ARGV[6]  unused permits of the previous lease to hand back (>= 0)
 ARGV[7]  when that lease was taken: the eighth double of its reply (µs on this clock)
 ARGV[8]  leaseMs in microseconds: the longest a debt lease spans (absent or 0: no debt)
+ARGV[9]  a row with a reserve: the largest share of the capacity a class must leave (the
+         lowest class's), which the lease's permits beyond the caller's leave stored;
+         absent or 0: none. Such a row sends ARGV[8] 0: a debt lease would reserve
+         future permits for whichever class comes next, and only critical may.
 
 Returns eleven packed doubles (one bulk string, as bucket.lua's six): bucket.lua's six
 for the caller's decision (the stored and next free ones as left after the lease), a
@@ -99,6 +105,11 @@ if allowed == 1 then
   granted = permits
   -- 3. the rest of the lease, from stored permits only
   local more = math.min(tonumber(ARGV[5]) - permits, math.floor(stored))
+  local floor = tonumber(ARGV[9] or "") or 0
+  if floor > 0 then  -- above every class's reserve (the capacity as the factor leaves it)
+    local _, capacity = struct.unpack("<dd", ARGV[1])
+    more = math.min(more, math.floor(stored - floor * capacity * factor))
+  end
   if wait == 0 and more >= 1 then
     local taken = bucket_decision({KEYS[1]}, {ARGV[1], more, 0, now})
     local took, _, left, free = struct.unpack("<dddd", taken)

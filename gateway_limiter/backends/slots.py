@@ -72,6 +72,17 @@ def _place_ms(seconds: float) -> str:
     return "0" if seconds <= 0 else _ms(seconds)
 
 
+def class_slots(rule: Rule, cap: int) -> int:
+    """The slots of ``cap`` a call decided by ``rule`` may fill: all of them for
+    critical (or where no reserve is in play); for a class below critical, what its
+    share of the slots (the largest of its interface's rows' reserves) leaves, rounded
+    down, as ``slot.lua`` is asked and the in-process slots of an outage count."""
+    if rule.shares is None:
+        return cap
+    share = max(rule.shares[: own_limits(rule)], default=0.0)
+    return math.floor(cap - share * cap)
+
+
 def take_call(
     commands: Commands,
     prefix: str,
@@ -90,10 +101,9 @@ def take_call(
     cap = rule.max_concurrent or 0
     if rule.shares is not None:
         # a class below critical (priority classes): it leaves its share of the slots
-        # (its interface's rows' reserve) and takes no place in the queue, which would
-        # hold a slot for it ahead of a critical caller
-        share = max(rule.shares[: own_limits(rule)], default=0.0)
-        cap, place_s = math.floor(cap - share * cap), 0.0
+        # and takes no place in the queue, which would hold a slot for it ahead of a
+        # critical caller
+        cap, place_s = class_slots(rule, cap), 0.0
     numkeys = int(decision.args[0])
     keys, argv = decision.args[1 : 1 + numkeys], decision.args[1 + numkeys :]
     return ScriptCall(

@@ -303,6 +303,10 @@ def status_json(s: BucketStatus) -> dict[str, object]:
         "inFlight": s.in_flight,
         "maxConcurrent": rule.max_concurrent,
         "quota": quota_json(s),
+        # priority classes: the class of calls that name none (null: default), and the
+        # shares each class below critical leaves (null: none)
+        "priority": None if rule.priority is None else rule.priority.value,
+        "reserve": None if rule.reserve is None else str(rule.reserve),
         "error": s.error,
     }
 
@@ -324,6 +328,17 @@ def quota_json(s: BucketStatus) -> dict[str, object] | None:
         "pacing": rule.pacing,
         "pacingBurst": rule.pace_burst if rule.pacing else None,
     }
+
+
+def class_words(rule: Rule) -> str:
+    """A limit's priority class and reserve, as ``status`` says them after its state
+    ("" when it has neither)."""
+    words = ""
+    if rule.priority is not None:
+        words += f"; calls {rule.priority.value} unless they say"
+    if rule.reserve is not None:
+        words += f"; reserve {rule.reserve}"
+    return words
 
 
 def _fleet_line(limiter: GatewayLimiter) -> str:
@@ -471,6 +486,7 @@ def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
     shadow = "; shadow: counted, not enforced" if rule.shadow else ""
     if rule.lease_ms:  # stored permits exclude what processes hold in rate leases
         shadow += f"; rate leases of {rule.lease_ms} ms"
+    shadow += class_words(rule)
 
     def row(stored: str, debt: str, state: str, used: str = "-") -> list[str]:
         free = "-" if s.next_free_ms is None else _ms(s.next_free_ms)

@@ -596,8 +596,6 @@ def lease_problem(rule: Rule) -> str:
         return "the row is shadow"
     if rule.channel is not None:
         return "the row is a channel cap"
-    if rule.reserve is not None:
-        return "the row has a reserve (a lease would serve every class alike)"
     return ""
 
 

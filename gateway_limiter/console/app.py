@@ -478,6 +478,10 @@ def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
                     "maxConcurrent": rule.max_concurrent,
                     # leases: ms of the rate each process takes per round trip (0: none)
                     "leaseMs": rule.lease_ms,
+                    # priority classes: the class of calls that name none (null: default)
+                    # and the shares each class below critical leaves (null: none)
+                    "priority": None if rule.priority is None else rule.priority.value,
+                    "reserve": None if rule.reserve is None else str(rule.reserve),
                     "shared": b.shared,
                     "error": b.error,
                     # a shared calendar quota: its period, used / limit, renewal

@@ -63,7 +63,9 @@ class Decision(NamedTuple):
         allowed: whether the call may go ahead.
         reason: why (a ``Reason``).
         waited: seconds the call waited before going ahead (0 when refused); from
-            ``slot()``, the seconds queued for the slot as well.
+            ``slot()``, the seconds queued for the slot as well; for a class below
+            ``critical`` on an interface with a reserve, the seconds it slept between
+            re-checks (on the limiter's clock) until its class could go.
         retry_after: when refused, the seconds after which the same call would fit its
             wait budget if nobody else took permits meanwhile; None when allowed, or
             when waiting cannot help (a closed interface).
@@ -164,7 +166,7 @@ def decision_of(
     if rule is None:
         return Decision(verdict.allowed, reason)
     if verdict.allowed:
-        waited, retry_after = verdict.wait_us / US_PER_S, None
+        waited, retry_after = (verdict.wait_us + verdict.slept_us) / US_PER_S, None
     else:
         waited = 0.0
         if reason == Reason.CLOSED or math.isinf(verdict.wait_us):

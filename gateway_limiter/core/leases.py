@@ -26,8 +26,9 @@ from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.clock import SYSTEM_CLOCK, Clock
 from gateway_limiter.core.decision import Reason
-from gateway_limiter.core.steps import Ask, Await, Reserve, Send, Steps, Woken, raw
+from gateway_limiter.core.steps import Ask, Await, Reserve, Send, Sleep, Steps, Woken, raw
 from gateway_limiter.model.bucket import US_PER_S, Verdict
+from gateway_limiter.model.priority import Priority
 
 if TYPE_CHECKING:  # core/pipeline.py imports this module
     from gateway_limiter.core.pipeline import LimiterCore, Outcome
@@ -58,8 +59,27 @@ def lease_call(
     now = "" if now_us is None else repr(now_us)
     args: list[str | int | bytes] = [1, key, bucket_config(rule), str(permits)]
     args += [timeout_arg(budget_s), now, str(size), str(unused), repr(taken_us)]
-    args.append(str(rule.lease_ms * 1000))
+    floor = lease_floor(rule)
+    if floor:  # priority classes: no debt lease, the rest from above every reserve
+        args += ["0", repr(floor)]
+    else:
+        args.append(str(rule.lease_ms * 1000))
     return ScriptCall("lease", args)
+
+
+def lease_floor(rule: Rule) -> float:
+    """The share of ``rule``'s capacity a lease's permits beyond its caller's leave
+    stored: on a row with a reserve, the lowest class's (the largest), so the lease
+    holds none of any class's reserve and serves every class; else 0."""
+    reserve = rule.reserve
+    return 0.0 if reserve is None else reserve.share(Priority.SHEDDABLE)
+
+
+def same_row(a: Rule, b: Rule) -> bool:
+    """Whether ``a`` and ``b`` are one row's limit as the reload made it: the same Rule,
+    or two classes' Rules of it (``Rule.classed``, which share its parsed reserve). A
+    process holds one lease per row, spent by every class."""
+    return a is b or (a.reserve is not None and a.reserve is b.reserve and a.url == b.url)
 
 
 #: ``lease.lua``'s seventh and eighth doubles, after a decision's six: the permits
@@ -123,6 +143,8 @@ class Lease:
     """One interface's lease in this process."""
 
     __slots__ = (
+        "dry_reserved",
+        "dry_share",
         "dry_until",
         "factor",
         "left",
@@ -144,6 +166,11 @@ class Lease:
         #: monotonic s before which the bucket cannot have refilled what the last lease
         #: lacked (it came back short: the bucket ran dry); 0.0: it came back full
         self.dry_until = 0.0
+        #: a row with a reserve: the share the class refused then must leave (only a
+        #: class leaving as much or more is refused in-process), and whether it was
+        #: refused for want of its reserve
+        self.dry_share = 0.0
+        self.dry_reserved = False
         #: what wakes the callers waiting for the renewal in flight
         self.waiters: list[Callable[[], None]] = []
         #: permits scheduled as debt, in order: (monotonic s from which, until which,
@@ -204,7 +231,7 @@ class Leases:
         last lease came back short and the caller cannot wait for the bucket to refill
         it; or None: ask Redis (too few left, too old, or none)."""
         lease = self._held.get(rule.url)
-        if lease is None or lease.rule is not rule:
+        if lease is None or not same_row(lease.rule, rule):
             return None
         stale = now_s - lease.since > rule.lease_ms / 1000.0
         if lease.left < permits or stale:
@@ -217,7 +244,13 @@ class Leases:
                         return Verdict(True, wait_s * US_PER_S, 0.0, 0.0, lease.factor, 0.0)
             dry_s = lease.dry_until - now_s
             if lease.left < permits and dry_s > 0.0 and budget_s is not None and budget_s < dry_s:
-                return Verdict(False, dry_s * US_PER_S, 0.0, dry_s * US_PER_S, lease.factor, 0.0)
+                if rule.reserve is not None and (
+                    rule.shares is None or rule.shares[0] < lease.dry_share
+                ):
+                    return None  # critical, or a class above the one refused: ask Redis
+                dry_us = dry_s * US_PER_S
+                verdict = Verdict(False, dry_us, 0.0, dry_us, lease.factor, 0.0)
+                return verdict._replace(reserved=True) if lease.dry_reserved else verdict
             return None
         with self._lock:
             if lease.left < permits or lease.refilling:
@@ -250,7 +283,7 @@ class Leases:
         ends; False when none is in flight any more (then do not wait)."""
         with self._lock:
             lease = self._held.get(rule.url)
-            if lease is None or lease.rule is not rule or not lease.refilling:
+            if lease is None or not same_row(lease.rule, rule) or not lease.refilling:
                 return False
             lease.waiters.append(wake)
             return True
@@ -272,7 +305,7 @@ class Leases:
         woken: list[Callable[[], None]] = []
         with self._lock:
             lease = self._held.get(url)
-            if lease is not None and lease.rule is rule:
+            if lease is not None and same_row(lease.rule, rule):
                 age_s = now_s - lease.since
                 if lease.refilling and age_s < REFILL_FORGOTTEN_S:
                     return None
@@ -281,7 +314,7 @@ class Leases:
                 if lease.scheduled and self._owed_wait(lease, permits, budget_s, now_s) is not None:
                     return None  # its scheduled permits serve the caller: it asks again
             own = None
-            if lease is not None and lease.rule is rule:
+            if lease is not None and same_row(lease.rule, rule):
                 own = Unused(rule, lease.left, lease.since, lease.taken_us)
             back = self._due(own, now_s)
             carried = self._due(self._carried.pop(url, (rule, None))[1], now_s)
@@ -292,7 +325,7 @@ class Leases:
             if lease is not None:  # a renewal forgotten (REFILL_FORGOTTEN_S): its waiters go
                 woken = lease.waiters
             renewed = self._held[url] = Lease(rule, now_s)
-            if lease is not None and lease.rule is rule:  # still due: kept, in order
+            if lease is not None and same_row(lease.rule, rule):  # still due: kept, in order
                 renewed.scheduled = lease.scheduled
             self.refills += 1
             unused, taken_us = (0, 0.0) if back is None else (back.left, back.taken_us)
@@ -317,13 +350,18 @@ class Leases:
         woken: list[Callable[[], None]] = []
         with self._lock:
             lease = self._held.get(rule.url)
-            if lease is not None and lease.rule is rule and lease.refilling:
+            if lease is not None and same_row(lease.rule, rule) and lease.refilling:
                 lease.left = left
                 lease.taken_us = taken_us
                 lease.factor = verdict.factor
                 lease.refilling = False
                 woken, lease.waiters = lease.waiters, []
-                if granted < size:  # the bucket ran dry: refill what it lacked first
+                if rule.reserve is not None:  # the rest stops at every class's reserve
+                    if not verdict.allowed:  # until the class refused could go
+                        lease.dry_until = lease.since + verdict.wait_us / US_PER_S
+                        lease.dry_share = 0.0 if rule.shares is None else rule.shares[0]
+                        lease.dry_reserved = verdict.reserved
+                elif granted < size:  # the bucket ran dry: refill what it lacked first
                     short_s = (size - granted) / (rule.per_second * verdict.factor)
                     lease.dry_until = lease.since + max(short_s, verdict.next_free_us / US_PER_S)
                 self._schedule(lease, debt, arrived_s)
@@ -348,7 +386,7 @@ class Leases:
         woken: list[Callable[[], None]] = []
         with self._lock:
             lease = self._held.get(rule.url)
-            if lease is not None and lease.rule is rule:
+            if lease is not None and same_row(lease.rule, rule):
                 lease.refilling = False
                 lease.left = 0
                 woken, lease.waiters = lease.waiters, []
@@ -371,7 +409,7 @@ class Leases:
         with self._lock:
             for url, lease in list(self._held.items()):
                 new = snapshot.rules.get(url) if snapshot.switch else None
-                if new is lease.rule:
+                if new is not None and same_row(new, lease.rule):
                     continue
                 del self._held[url]
                 woken.extend(lease.waiters)
@@ -441,7 +479,8 @@ def from_lease(
     now_s = core.clock.monotonic()
     verdict = leases.take(rule, permits, budget_s, now_s)
     if verdict is not None:
-        return core._settled(rule, verdict, Reason.ADMITTED if verdict.allowed else Reason.LIMITED)
+        reason = Reason.ADMITTED if verdict.allowed else Reason.LIMITED
+        return core._settled(rule, verdict, Reason.RESERVED if verdict.reserved else reason)
     if not core._breaker.allows():  # the lease is spent: the failure policy decides
         return core._settled(rule, *core._fall_back(rule, permits, budget_s, None))
     call = leases.refill(rule, permits, budget_s, now_s)
@@ -451,6 +490,42 @@ def from_lease(
 
 
 def leasing(core: LimiterCore, leases: Leases, ask: Ask) -> Steps[Outcome]:
+    """A lease row's decision as steps for the shell: ``leased``; for a class below
+    critical on a row with a reserve, ``rechecking_lease``."""
+    if ask.rule.shares is None:
+        return leased(core, leases, ask)
+    return rechecking_lease(core, leases, ask)
+
+
+def rechecking_lease(core: LimiterCore, leases: Leases, ask: Ask) -> Steps[Outcome]:
+    """A class below critical on a lease row with a reserve: ``leased``; refused for
+    want of its reserve, as ``LimiterCore._rechecking``: while its budget allows it
+    sleeps, reserving nothing, until the reply said its class could go, and is decided
+    again (from the lease, or by a lease call). The Outcome, with what it slept."""
+    began = core.clock.monotonic()
+    slept_s = 0.0
+    while True:
+        outcome = yield from leased(core, leases, ask)
+        verdict = outcome[0]
+        if verdict.allowed or not verdict.reserved:
+            return core._slept(outcome, slept_s)
+        wait_s = verdict.wait_us / US_PER_S
+        spent_s = core.clock.monotonic() - began
+        if math.isinf(wait_s) or (ask.budget_s is not None and wait_s > ask.budget_s - spent_s):
+            return outcome
+        before_s = core.clock.monotonic()
+        yield Sleep(wait_s)
+        slept_s += max(0.0, core.clock.monotonic() - before_s)
+        budget_s = None
+        if ask.budget_s is not None:
+            budget_s = max(0.0, ask.budget_s - (core.clock.monotonic() - began))
+        again = from_lease(core, leases, ask.rule, ask.permits, budget_s, wait=True)
+        if not isinstance(again, Ask):
+            return core._slept(again, slept_s)
+        ask = again
+
+
+def leased(core: LimiterCore, leases: Leases, ask: Ask) -> Steps[Outcome]:
     """A lease row's round trip, after any waits for another caller's renewal (each at
     most ``redis_timeout_ceiling`` twice over, at most ``LEASE_WAITS`` in a row), as
     steps for the shell: the Outcome."""

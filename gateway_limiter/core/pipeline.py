@@ -37,7 +37,7 @@ from gateway_limiter.core.leases import Leases, from_lease, leasing
 from gateway_limiter.core.local_refusal import LocalRefusals
 from gateway_limiter.core.quota_watch import QuotaWatch
 from gateway_limiter.core.quotas import Observed, QuotaKeeper, counter_key
-from gateway_limiter.core.steps import Ask, Await, Reserve, Steps, Woken
+from gateway_limiter.core.steps import Ask, Reserve, Sleep, Steps
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.model.priority import Priority, PriorityError, parse_priority
@@ -246,6 +246,12 @@ def acquired_wait_s(verdict: Verdict, rule: Rule, permits: int) -> float:
             f"got {permits}"
         )
     return verdict.wait_us / US_PER_S
+
+
+def slept_s(outcome: Outcome) -> float:
+    """The seconds a call already slept before ``outcome`` admitted it (a class below
+    critical re-checking: ``LimiterCore._rechecking``)."""
+    return outcome[0].slept_us / US_PER_S
 
 
 def _label(rule: Rule, priority: Priority | None = None) -> str:
@@ -614,20 +620,25 @@ class LimiterCore(LimiterBase):
     def _rechecking(self, ask: Ask) -> Steps[Outcome]:
         """A call of a class below critical on an interface with a reserve: it takes
         nothing ahead (only critical reserves future permits), so while its budget
-        allows it waits, reserving nothing, until the reply said its class could go,
-        and asks again."""
+        allows it sleeps, reserving nothing, until the reply said its class could go,
+        and asks again. What it slept (on the clock) is the admitted verdict's
+        ``slept_us``: part of the time it waited for its permit (``Decision.waited``,
+        ``acquire``'s answer), never slept again; a refusal waited for nothing."""
         began = self.clock.monotonic()
+        slept_s = 0.0
         while True:
             reply = yield Reserve(ask)
             if isinstance(reply, BackendError) or reply.allowed:
-                return self._finish(ask, reply)
+                return self._slept(self._finish(ask, reply), slept_s)
             wait_s = reply.wait_us / US_PER_S
             left_s = (
                 None if ask.budget_s is None else ask.budget_s - (self.clock.monotonic() - began)
             )
             if math.isinf(wait_s) or (left_s is not None and wait_s > left_s):
                 return self._finish(ask, reply)
-            yield Await(Woken(), wait_s)
+            before_s = self.clock.monotonic()
+            yield Sleep(wait_s)
+            slept_s += max(0.0, self.clock.monotonic() - before_s)
             budget_s = (
                 None
                 if ask.budget_s is None
@@ -635,6 +646,14 @@ class LimiterCore(LimiterBase):
             )
             ask = Ask(ask.rule, ask.permits, budget_s, ask.key, ask.asked, priority=ask.priority)
             began = self.clock.monotonic()
+
+    @staticmethod
+    def _slept(outcome: Outcome, slept_s: float) -> Outcome:
+        """``outcome`` with ``slept_s`` already slept for it, when it admitted the call."""
+        verdict, reason, rule = outcome
+        if slept_s <= 0.0 or not verdict.allowed or verdict is ADMIT:
+            return outcome
+        return verdict._replace(slept_us=verdict.slept_us + slept_s * US_PER_S), reason, rule
 
     def _decision(
         self,

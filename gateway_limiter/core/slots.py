@@ -23,6 +23,7 @@ from gateway_limiter.backends.slots import (
     QUEUED,
     TAKEN,
     SlotReply,
+    class_slots,
     parse_grant,
     parse_take,
     release_call,
@@ -473,6 +474,8 @@ def take_slot(core: LimiterCore, state: SlotState, taking: Taking, waiter: Waite
             cap = fallback_cap(core.policy.kind, rule, core._fleet.size)
         else:
             cap = rule.max_concurrent
+        if cap is not None:  # a class below critical leaves its share of them free
+            cap = class_slots(rule, cap)
         if cap is not None and not state.local.take(url, cap):
             taking.no_local_slot(core, state, remaining)
             # a local release wakes this; so does the breaker's next probe

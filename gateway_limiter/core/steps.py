@@ -94,6 +94,12 @@ class Await(NamedTuple):
     seconds: float
 
 
+class Sleep(NamedTuple):
+    """Sleep ``seconds`` on the limiter's clock (``Clock.sleep``); sent back None."""
+
+    seconds: float
+
+
 class Woken:
     """A wake-up that may come from any thread (``wake``), waited for by a thread or a
     coroutine; a wake before the wait is not lost."""
@@ -143,7 +149,7 @@ class StartRenewer(NamedTuple):
     """Start renewing the slots' leases this limiter holds (once)."""
 
 
-Step: TypeAlias = Reserve | Send | Await | Subscribe | StartRenewer
+Step: TypeAlias = Reserve | Send | Await | Sleep | Subscribe | StartRenewer
 #: A feature's conversation: steps out, what they got back in, its answer at the end.
 Steps: TypeAlias = Generator[Step, Any, T]
 

@@ -137,6 +137,10 @@ class Verdict(NamedTuple):
     #: Priority classes (``model/priority.py``): refused for want of a reserve (the
     #: limits alone would have admitted the call within its budget).
     reserved: bool = False
+    #: µs a call of a class below critical already slept re-checking before this
+    #: decision admitted it (``LimiterCore._rechecking``): part of ``Decision.waited``,
+    #: never slept again.
+    slept_us: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.cli.test_status_shows_classes import RESERVE, write_class_rows
 from tests.console.conftest import Served
 from tests.console.test_console_api import row_of
 from tests.support.limiting import write_row
@@ -46,3 +47,13 @@ def test_a_bad_value_names_its_field_and_writes_nothing(
     assert got.json()["field"] == field
     assert field in got.json()["error"]
     assert row_of(console.engine, config_id) == before
+
+
+def test_status_carries_each_limits_class_and_reserve(console: Served) -> None:
+    write_class_rows(console.engine)
+    with console.client() as http:
+        buckets = http.get("/api/status").json()["buckets"]
+    got = {(b["url"], b["channelType"]): (b["priority"], b["reserve"]) for b in buckets}
+    assert got[("/cl/search", None)] == ("sheddable", None)
+    assert got[("*", "CL")] == (None, RESERVE)
+    assert got[("/cl/plain", None)] == (None, None)

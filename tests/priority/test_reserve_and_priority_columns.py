@@ -104,7 +104,9 @@ def test_an_interface_keeps_a_rule_per_class_where_a_limit_has_a_reserve() -> No
     assert rules.rules["/alone"].classed == ()
 
 
-def test_a_lease_is_ignored_where_a_reserve_keeps_classes_apart() -> None:
+def test_a_lease_is_kept_where_a_reserve_keeps_classes_apart() -> None:
     rules = build_rules([row(5, "/hot", reserve="sheddable=0.5", lease_ms=20)], 0.5)
-    assert rules.rules["/hot"].lease_ms == 0
-    assert any("configId 5" in w and "reserve" in w for w in rules.warnings)
+    hot = rules.rules["/hot"]
+    assert hot.lease_ms == 20
+    assert [r.lease_ms for r in hot.classed] == [20] * 4  # every class leases
+    assert not any("configId 5" in w for w in rules.warnings)

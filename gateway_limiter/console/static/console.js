@@ -398,6 +398,10 @@ async function loadLive() {
     cell(tr, b.configId, "num");
     cell(tr, b.quota ? b.rate + " / " + b.quota.period + (b.quota.pacing ? " paced" : "")
       : b.rate + " / " + b.periodSeconds + " s " + b.algorithm);
+    // priority classes: the row's class and its reserve, where it has them
+    const classes = (b.priority ? "calls " + b.priority : "")
+      + (b.priority && b.reserve ? ", " : "") + (b.reserve ? "reserve " + b.reserve : "");
+    if (classes) tr.lastChild.appendChild(el("div", classes, "classes"));
     // After pushback the fleet runs at factor x the row's rate (the lowest any member saw).
     // The limit's own reading wins where there is one (it also knows a hold). Both in the
     // row's units, compared with its rateLimit: a long period is no pushback.
