@@ -37,7 +37,8 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.memory import MemoryBackend
-from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.backends.scripts import REPLY, ScriptCall
+from gateway_limiter.backends.slots import SLOT_KEYS, TIMEOUT_ARG
 from gateway_limiter.backends.state import caller_part, state_key
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule, build_rules
@@ -45,10 +46,12 @@ from gateway_limiter.config.settings import Settings
 from gateway_limiter.config.table import ConfRow
 from gateway_limiter.core.decision import Reason
 from gateway_limiter.core.failure import attempt
+from gateway_limiter.core.slots import Held, fallback_cap
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, Refused
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.model.limits import LimitState
 from gateway_limiter.model.pushback import PushbackState
+from tests.support.slot_model import SlotModel
 
 #: The world's wall clock at its time 0 (a Monday, 00:00 UTC).
 EPOCH_S = 1_767_571_200.0
@@ -62,6 +65,9 @@ SCRIPT_ENTRIES = 10_000
 CALL_REAL_S = 1.0
 #: ``time.sleep`` refuses a wait it cannot convert (OverflowError).
 SLEEP_MOST_S = 9.2e9
+#: The processes' ``slot_lease`` (s): short, so a killed holder's slots lapse within a
+#: scenario, and a 2 s hold needs its renewals.
+SLOT_LEASE_S = 1.0
 
 
 class SimClock:
@@ -171,11 +177,20 @@ class World:
             clock=lambda: self.now * US_PER_S, wall=lambda: EPOCH_S + self.now
         )
         self.fleet = Fleet()
+        #: slot.lua's and slot_renew.lua's keys (the Python model, pinned to the Lua)
+        self.slots = SlotModel()
+        #: a take's decision keys -> the Rule and caller its process asked with: what
+        #: the rate part of slot.lua decides (the store's model, on those same keys)
+        self.asked: dict[tuple[str, ...], tuple[Rule, str | None]] = {}
+        #: lease id -> the process that took it
+        self.owners: dict[str, int] = {}
+        #: how many times the store lost its state (restart, failover)
+        self.epoch = 0
         self.down = False  # refused at once
         self.paused = False  # every call times out (the script does not run)
         self.slow = False  # replies come after the read deadline (the script ran)
         #: (time, store dicts, fleet) a few moments back: what a replica holds
-        self.history: list[tuple[float, dict[str, Any], dict[str, Any], Fleet]] = []
+        self.history: list[tuple[float, dict[str, Any], dict[str, Any], Fleet, SlotModel]] = []
         #: promises the store itself sees broken (a script error, keys in two slots)
         self.violations: list[str] = []
         #: (time, what) of every fault, for the checker's allowances
@@ -188,7 +203,13 @@ class World:
     def remember(self) -> None:
         """Keep the store as a replica might hold it now (for a failover later)."""
         self.history.append(
-            (self.now, dict(self.store._shared), dict(self.store._callers), self.fleet.copy())
+            (
+                self.now,
+                dict(self.store._shared),
+                dict(self.store._callers),
+                self.fleet.copy(),
+                self.slots.copy(),
+            )
         )
         if len(self.history) > 64:
             del self.history[:32]
@@ -196,6 +217,8 @@ class World:
     def restart_empty(self) -> None:
         self.store.close()
         self.fleet = Fleet()
+        self.slots = SlotModel()
+        self.epoch += 1
         self.events.append((self.now, "restart"))
 
     def failover(self, lag_s: float) -> None:
@@ -203,15 +226,27 @@ class World:
         older = [h for h in self.history if h[0] <= self.now - lag_s]
         if not older:
             return self.restart_empty()
-        at, shared, callers, fleet = older[-1]
-        self.store._shared, self.store._callers, self.fleet = (
+        at, shared, callers, fleet, slots = older[-1]
+        self.store._shared, self.store._callers, self.fleet, self.slots = (
             dict(shared),
             dict(callers),
             fleet.copy(),
+            slots.copy(),
         )
+        self.epoch += 1
         self.events.append((at, "failover"))
         self.events.append((self.now, "promoted"))
         return None
+
+    def rate(self, kind: str, keys: list[str], argv: list[Any]) -> bytes:
+        """slot.lua's rate part: the decision script's reply for the caller whose take
+        left these keys, decided by the store's model (one permit, its budget as sent)."""
+        rule, caller = self.asked[tuple(keys)]
+        budget = str(argv[TIMEOUT_ARG[kind] - 1])
+        timeout = None if budget == "-1" else float(budget) / US_PER_S
+        v = self.store.reserve(rule, 1, timeout, caller)
+        allowed = 1.0 if v.allowed else (-1.0 if v.reserved else 0.0)
+        return REPLY.pack(allowed, v.wait_us, v.stored, v.next_free_us, v.factor, v.held_us)
 
     def call(self, keys: list[str], run: Callable[[], Any]) -> Any:
         """One script call on ``keys``: faults first, then the model, then what Redis
@@ -270,8 +305,11 @@ class SimBackend:
     shared = True
     client = None
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, process: int = 0) -> None:
         self.world = world
+        self.process = process
+        #: the Rule and caller of the slot this process is taking (``SimLimiter``)
+        self.taking: tuple[Rule, str | None] | None = None
 
     def reserve(
         self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
@@ -303,9 +341,24 @@ class SimBackend:
             raise Unreachable("simulated store unreachable")
 
     def script(self, call: ScriptCall) -> Any:
-        # slot.lua and lease.lua have no Python model: scenarios send them only while
-        # the store is away, where the failure policy decides in-process.
-        raise Unreachable(f"simulated store: {call.name} while away")
+        world = self.world
+        if call.name not in ("slot", "slot_renew"):
+            # lease.lua has no Python model: no scenario row has a lease
+            raise Unreachable(f"simulated store: no model of {call.name}")
+        numkeys = int(call.args[0])
+        keys = [str(k) for k in call.args[1 : 1 + numkeys]]
+        if call.name == "slot" and call.args[1 + numkeys] == "take":
+            decision = keys[SLOT_KEYS:]
+            assert self.taking is not None, "a take outside SimLimiter._take_slot"
+            rule, caller = self.taking
+            expected = _keys(world, rule, caller)
+            if decision[: len(expected)] != expected:
+                world.violations.append(
+                    f"at {world.now:.3f}: a take's keys {decision} are not its rule's {expected}"
+                )
+            world.asked[tuple(decision)] = self.taking
+            world.owners[str(call.args[1 + numkeys + 3])] = self.process
+        return world.call(keys, lambda: world.slots.run(call, world.now * 1000.0, world.rate))
 
     def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
@@ -322,15 +375,40 @@ class SimBackend:
         pass
 
 
+class _Renewer:
+    """No renewer thread: the run renews every process's leases at their moments."""
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
 class SimLimiter(GatewayLimiter):
     """The threaded shell, on the world's store and a clock of its own."""
 
     world: World
+    process: int = 0
+    #: the slot the last ``slot()`` took through the store (None: none)
+    last_held: Held | None = None
 
     def _open_backend(self, settings: Settings) -> bool:
         super()._open_backend(settings)  # memory://: nothing opened
-        self.backend = SimBackend(self.world)
+        self.backend = SimBackend(self.world, self.process)
+        self._renewer = _Renewer()  # type: ignore[assignment]
+        self._slotting.subscribe(lambda heard: None)  # no grants heard: none is queued
         return True
+
+    def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
+        backend = cast(SimBackend, self.backend)
+        backend.taking = (rule, key)
+        try:
+            held = super()._take_slot(rule, budget_s, key)
+        finally:
+            backend.taking = None
+        self.last_held = held
+        return held
 
 
 # --- scenarios ------------------------------------------------------------------------
@@ -487,6 +565,14 @@ def scenario(seed: int, length_s: float = 3.0) -> Scenario:
                     },
                 )
             )
+    # drawn on a third stream, so the scenarios of a seed stay as they were: a process
+    # killed (SIGKILL: it vanishes with the slots it holds)
+    extra = random.Random(seed * 7919 + 1)
+    if len(processes) > 1 and extra.random() < 0.3:
+        kill = Step(
+            round(extra.uniform(0.2, length_s), 4), "kill", {"p": extra.randrange(len(processes))}
+        )
+        steps.append(kill)
     return Scenario(seed, processes, policy, rows, steps)
 
 
@@ -507,6 +593,21 @@ class Admission:
     by_store: bool
     outage: int  # the world's outage it fell in (-1: none)
     parts: tuple[float, float]  # the process's claim (or 1/N) and 1/N, then
+
+
+@dataclass
+class Hold:
+    """A slot a process holds until ``until``."""
+
+    until: float
+    process: int
+    url: str
+    stack: ExitStack
+    cap: int | None  # the maxConcurrent it was taken under (None: no cap then)
+    by_store: bool  # taken through the store (not the failure policy)
+    lease_id: str | None  # its lease in the store (None: none, as decide's)
+    taken: float
+    epoch: int  # the store's epoch it was taken in
 
 
 class Violation(AssertionError):
@@ -539,13 +640,14 @@ class Run:
         self.failovers = any(s.what == "failover" for s in sc.steps)
         self.outages: list[list[float]] = []  # [start, end] of each time the store was away
         self.reloads: list[tuple[float, int, tuple[Any, ...]]] = []
-        self.held: list[tuple[float, int, str, ExitStack]] = []  # slots held: until, process
-        #: url -> the maxConcurrent each slot held now was taken under (None: no cap then)
-        self.in_flight: dict[str, list[int | None]] = defaultdict(list)
-        self.caps_held: list[int | None] = []
+        self.held: list[Hold] = []  # slots held now
+        #: process -> when it was killed (it vanished: no release, no renewal, no beat)
+        self.killed: dict[int, float] = {}
+        self.corpses: list[Hold] = []  # what the killed processes held, never given back
         self.limiters: list[SimLimiter] = []
         for i, skew in enumerate(sc.processes):
             SimLimiter.world = self.world
+            SimLimiter.process = i
             lim = SimLimiter(
                 Settings(
                     redis_url="memory://",
@@ -557,6 +659,7 @@ class Run:
                     metrics=False,
                     key_prefix=self.world.prefix,
                     audit_sql_changes=False,
+                    slot_lease=SLOT_LEASE_S,
                 ),
                 clock=SimClock(self.world, skew),
             )
@@ -616,29 +719,45 @@ class Run:
         ends: list[tuple[float, str]] = []
         next_beat = self.sc.heartbeat_s
         next_reload = self.sc.reload_s
+        renew_s = SLOT_LEASE_S / 3
+        next_renew = renew_s
+        # a killed holder's leases lapse within a lease of its death: watched that long
+        watch = max((t + SLOT_LEASE_S + renew_s for t in self.killed_at()), default=0.0)
         i = 0
-        while i < len(steps) or self.held or ends:
+        while i < len(steps) or self.held or ends or self.world.now < watch:
             at = steps[i].at if i < len(steps) else math.inf
             # background moments and fault ends due before the next step
-            due = min(next_beat, next_reload, *(e[0] for e in ends), *(h[0] for h in self.held), at)
+            due = min(
+                next_beat,
+                next_reload,
+                next_renew,
+                *(e[0] for e in ends),
+                *(h.until for h in self.held),
+                at,
+            )
             if due < at:
                 self._advance(due)
+                live = [lim for p, lim in enumerate(self.limiters) if p not in self.killed]
                 if due == next_beat:
                     next_beat += self.sc.heartbeat_s
-                    for lim in self.limiters:
+                    for lim in live:
                         self._beat(lim)
                     if self.failovers:
                         self.world.remember()
                 if due == next_reload:
                     next_reload += self.sc.reload_s
                     table = self._table_now()
-                    for lim in self.limiters:
+                    for lim in live:
                         self._reload(lim)
                     self.reloads.append((due, 0, table))
+                if due == next_renew:
+                    next_renew += renew_s
+                    for lim in live:
+                        lim._renew_slots()
                 for end in [e for e in ends if e[0] <= due]:
                     ends.remove(end)
                     self._end_fault(end[1])
-                for held in [h for h in self.held if h[0] <= due]:
+                for held in [h for h in self.held if h.until <= due]:
                     self._give_back(held)
                 check.step(self)
                 continue
@@ -648,6 +767,9 @@ class Run:
             self._do(step, ends)
             check.step(self)
         check.step(self)
+
+    def killed_at(self) -> list[float]:
+        return [s.at for s in self.sc.steps if s.what == "kill"]
 
     def _advance(self, to: float) -> None:
         to = max(to, self.world.now)
@@ -674,6 +796,16 @@ class Run:
     def _do(self, step: Step, ends: list[tuple[float, str]]) -> None:
         w, a = step.what, step.args
         world = self.world
+        if a.get("p") in self.killed:  # a killed process does nothing more
+            return
+        if w == "kill":
+            # SIGKILL: the process vanishes with what it holds; nothing is given back
+            self.killed[a["p"]] = world.now
+            # kept referenced: a slot's generator, collected, would give its slot back
+            self.corpses += [h for h in self.held if h.process == a["p"]]
+            self.held = [h for h in self.held if h.process != a["p"]]
+            world.events.append((world.now, "kill"))
+            return
         if w in ("down", "paused", "slow"):
             if not world.reachable:
                 return
@@ -795,11 +927,10 @@ class Run:
 
     def _slot(self, step: Step) -> None:
         a = step.args
-        if self.world.reachable:  # no slot.lua model: slots only while the store is away
-            return
         lim = self.limiters[a["p"]]
         clock = cast(SimClock, lim.clock)
         clock.slept = 0.0
+        lim.last_held = None
         rule = self._route(lim, a["url"], a["key"])
         stack = ExitStack()
         try:
@@ -810,30 +941,46 @@ class Run:
                 raise Violation(f"at {self.world.now:.3f}: slot{_args(a)} raised {e!r}") from e
             return
         cap = None if rule is None or rule.shadow else rule.max_concurrent
-        self.in_flight[a["url"]].append(cap)
-        self.caps_held.append(cap)
-        self.held.append((self.world.now + a["hold"], a["p"], a["url"], stack))
-        if rule is not None and not rule.shadow and not rule.closed and decision.allowed:
-            self._admitted(
+        by_store = decision.reason != Reason.BACKEND_FALLBACK
+        held = lim.last_held
+        self.held.append(
+            Hold(
+                self.world.now + a["hold"],
                 a["p"],
                 a["url"],
-                a["key"],
-                1,
-                rule,
-                decision.reason != Reason.BACKEND_FALLBACK,
-                clock.slept,
+                stack,
+                cap,
+                by_store,
+                None if held is None or held.local else held.lease_id,
+                self.world.now,
+                self.world.epoch,
             )
+        )
+        if not by_store and rule is not None and cap is not None:
+            # taken by the failure policy: the process's part of the cap, counting the
+            # slots it still holds through the store
+            part = fallback_cap(lim.policy.kind, rule, lim._fleet.size)
+            mine = [
+                h
+                for h in self.held
+                if h.process == a["p"] and h.url == a["url"] and h.cap is not None
+            ]
+            if part is not None and len(mine) > part:
+                raise Violation(
+                    f"at {self.world.now:.3f}: process {a['p']} holds {len(mine)} slots of "
+                    f"{a['url']} while the store is away, its part {part}"
+                )
+        if rule is not None and not rule.shadow and not rule.closed and decision.allowed:
+            self._admitted(a["p"], a["url"], a["key"], 1, rule, by_store, clock.slept)
 
-    def _give_back(self, held: tuple[float, int, str, ExitStack]) -> None:
-        index = self.held.index(held)
-        self.held.pop(index)
-        self.in_flight[held[2]].remove(self.caps_held.pop(index))
-        held[3].close()
+    def _give_back(self, held: Hold) -> None:
+        self.held.remove(held)
+        held.stack.close()
 
     def close(self) -> None:
         for held in list(self.held):
             with contextlib.suppress(Exception):
-                held[3].close()
+                held.stack.close()
         for lim in self.limiters:
             lim.registry.close()
 
@@ -858,6 +1005,29 @@ class Checker:
     def __init__(self) -> None:
         self.checked = 0
 
+    @staticmethod
+    def _kept(run: Run, held: Hold) -> bool:
+        """Whether the store still counts ``held``'s slot: a lease lapses only when its
+        renewals could not reach the store for a lease's length (docs/concurrency.md);
+        a slot taken without a lease (no cap on the row it was decided by) counts."""
+        world = run.world
+        if held.lease_id is None:
+            return True
+        leases_live = any(
+            held.lease_id in iface.leases and iface.leases[held.lease_id] > world.now * 1000.0
+            for iface in world.slots.interfaces.values()
+        )
+        if leases_live:
+            return True
+        since = world.now - SLOT_LEASE_S - SLOT_LEASE_S / 3 - 1e-6
+        away = any(end < 0 or end >= since for _, end in run.outages)
+        if not away:
+            raise Violation(
+                f"at {world.now:.3f}: the slot {held.lease_id} of process {held.process} on "
+                f"{held.url}, held since {held.taken:.3f}, lost its lease with the store there"
+            )
+        return False
+
     def step(self, run: Run) -> None:
         if run.world.violations:
             raise Violation(run.world.violations[0])
@@ -867,15 +1037,51 @@ class Checker:
                 raise Violation(
                     f"at {run.world.now:.3f}: process {p}'s breaker open, the store never away"
                 )
-        # the slots this world handed out while the store was away: per interface, at
-        # most maxConcurrent, each process at least one (the policy's part, rounded up)
-        for url, held in run.in_flight.items():
-            caps = [c for c in held if c is not None]
+        world = run.world
+        now_ms = world.now * 1000.0
+        lease_ms = SLOT_LEASE_S * 1000.0
+        in_flight: dict[str, list[Hold]] = defaultdict(list)
+        for held in run.held:
+            in_flight[held.url].append(held)
+        for url, holds in in_flight.items():
+            # the failure policy's: per interface at most maxConcurrent in each process
+            # (the policy's part, at least one); they are not counted in the store
+            # when it answers again, so the store's below are checked apart
+            caps = [h.cap for h in holds if h.cap is not None and not h.by_store]
             if caps and len(caps) > max(caps) * len(run.limiters) and run.sc.policy != "allow":
                 raise Violation(
-                    f"at {run.world.now:.3f}: {len(caps)} slots of {url} held, "
+                    f"at {world.now:.3f}: {len(caps)} slots of {url} held, "
                     f"maxConcurrent {max(caps)}"
                 )
+            # the store's: at most maxConcurrent across the fleet, counting each slot
+            # until the store may have lost it (restarted, failed over, or its lease
+            # lapsed while the store was away for its renewals)
+            counted = [
+                h
+                for h in holds
+                if h.by_store
+                and h.cap is not None
+                and h.epoch == world.epoch
+                and self._kept(run, h)
+            ]
+            if counted and len(counted) > max(h.cap or 0 for h in counted):
+                raise Violation(
+                    f"at {world.now:.3f}: {len(counted)} slots of {url} held through the "
+                    f"store, maxConcurrent {max(h.cap or 0 for h in counted)} "
+                    f"(processes {[h.process for h in counted]}, leases "
+                    f"{[h.lease_id for h in counted]})"
+                )
+        # a killed holder's slots are free within its lease: no live lease of a dead
+        # process runs past its death plus one lease
+        for key, iface in world.slots.interfaces.items():
+            for lease_id, until in iface.leases.items():
+                owner = world.owners.get(lease_id, -1)
+                died = run.killed.get(owner)
+                if died is not None and until > now_ms and until > died * 1000 + lease_ms:
+                    raise Violation(
+                        f"at {world.now:.3f}: {key}: lease {lease_id} of process {owner}, "
+                        f"killed at {died:.3f}, runs to {until / 1000:.3f}"
+                    )
         self.checked += 1
 
     def finish(self, run: Run) -> None:
