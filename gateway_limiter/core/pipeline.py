@@ -37,7 +37,7 @@ from gateway_limiter.core.leases import Leases, from_lease, leasing
 from gateway_limiter.core.local_refusal import LocalRefusals
 from gateway_limiter.core.quota_watch import QuotaWatch
 from gateway_limiter.core.quotas import Observed, QuotaKeeper, counter_key
-from gateway_limiter.core.steps import Ask, Await, Reserve, Steps, Woken
+from gateway_limiter.core.steps import Ask, Await, Reserve, Slept, Steps
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.model.priority import Priority, PriorityError, parse_priority
@@ -627,7 +627,7 @@ class LimiterCore(LimiterBase):
             )
             if math.isinf(wait_s) or (left_s is not None and wait_s > left_s):
                 return self._finish(ask, reply)
-            yield Await(Woken(), wait_s)
+            yield Await(Slept(self.clock), wait_s)
             budget_s = (
                 None
                 if ask.budget_s is None

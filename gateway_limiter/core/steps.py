@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias, TypeVar
 
 from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.config.rules import Rule
+from gateway_limiter.core.clock import Clock
 from gateway_limiter.model.priority import Priority
 
 if TYPE_CHECKING:  # core/slots.py imports this module
@@ -92,6 +93,25 @@ class Await(NamedTuple):
 
     until: Wakeable
     seconds: float
+
+
+class Slept:
+    """A wait nothing ends early, slept on the limiter's clock (``clock=``): a lower
+    class waiting out its reply's wait before it asks again. A ``Woken`` no one wakes
+    would wait on the system's clock whatever the limiter was given."""
+
+    __slots__ = ("_clock",)
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+
+    def wait(self, seconds: float) -> None:
+        """Sleep ``seconds`` on the clock."""
+        self._clock.sleep(seconds)
+
+    async def wait_async(self, seconds: float) -> None:
+        """``wait``, awaited on the running loop."""
+        await self._clock.sleep_async(seconds)
 
 
 class Woken:

@@ -39,17 +39,19 @@ from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.scripts import REPLY, ScriptCall
 from gateway_limiter.backends.slots import SLOT_KEYS, TIMEOUT_ARG
-from gateway_limiter.backends.state import caller_part, state_key
+from gateway_limiter.backends.state import caller_part, own_limits, state_key
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule, build_rules
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.config.table import ConfRow
 from gateway_limiter.core.decision import Reason
 from gateway_limiter.core.failure import attempt
+from gateway_limiter.core.pipeline import call_class
 from gateway_limiter.core.slots import Held, fallback_cap
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, Refused
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.model.limits import LimitState
+from gateway_limiter.model.priority import Priority
 from gateway_limiter.model.pushback import PushbackState
 from tests.support.slot_model import SlotModel
 
@@ -81,11 +83,13 @@ class SimClock:
         self.skew_s = skew_s
         self.slept = 0.0
 
+    # within a call, its own sleeps so far: a lower class that waits out its reply's
+    # wait asks again that much later (the store sees it then too: ``World.lag``)
     def monotonic(self) -> float:
-        return 1_000.0 + self._world.now + self.skew_s
+        return 1_000.0 + self._world.now + self.skew_s + self.slept
 
     def time(self) -> float:
-        return EPOCH_S + self._world.now + self.skew_s
+        return EPOCH_S + self._world.now + self.skew_s + self.slept
 
     def sleep(self, seconds: float) -> None:
         if not 0 <= seconds <= SLEEP_MOST_S:  # as time.sleep would
@@ -173,8 +177,11 @@ class World:
     def __init__(self, prefix: str = "sim") -> None:
         self.now = 0.0
         self.prefix = prefix
+        #: the sleeps so far of the call now asking the store (its moment is that much
+        #: after the world's)
+        self.lag = 0.0
         self.store = MemoryBackend(
-            clock=lambda: self.now * US_PER_S, wall=lambda: EPOCH_S + self.now
+            clock=lambda: (self.now + self.lag) * US_PER_S, wall=lambda: EPOCH_S + self.now
         )
         self.fleet = Fleet()
         #: slot.lua's and slot_renew.lua's keys (the Python model, pinned to the Lua)
@@ -305,9 +312,10 @@ class SimBackend:
     shared = True
     client = None
 
-    def __init__(self, world: World, process: int = 0) -> None:
+    def __init__(self, world: World, process: int = 0, clock: SimClock | None = None) -> None:
         self.world = world
         self.process = process
+        self.clock = clock
         #: the Rule and caller of the slot this process is taking (``SimLimiter``)
         self.taking: tuple[Rule, str | None] | None = None
 
@@ -315,10 +323,14 @@ class SimBackend:
         self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
     ) -> Verdict:
         world = self.world
-        verdict: Verdict = world.call(
-            _keys(world, rule, caller),
-            lambda: world.store.reserve(rule, permits, timeout, caller),
-        )
+        world.lag = 0.0 if self.clock is None else self.clock.slept
+        try:
+            verdict: Verdict = world.call(
+                _keys(world, rule, caller),
+                lambda: world.store.reserve(rule, permits, timeout, caller),
+            )
+        finally:
+            world.lag = 0.0
         return verdict
 
     def pushback(
@@ -395,7 +407,7 @@ class SimLimiter(GatewayLimiter):
 
     def _open_backend(self, settings: Settings) -> bool:
         super()._open_backend(settings)  # memory://: nothing opened
-        self.backend = SimBackend(self.world, self.process)
+        self.backend = SimBackend(self.world, self.process, cast(SimClock, self.clock))
         self._renewer = _Renewer()  # type: ignore[assignment]
         self._slotting.subscribe(lambda heard: None)  # no grants heard: none is queued
         return True
@@ -416,6 +428,13 @@ class SimLimiter(GatewayLimiter):
 URLS = ("/a", "/b", "}c{", "/d")
 CHANNEL = "SUP"
 KEYS = (None, "bad", "vip", "k1", "{x}", "ü\x00")
+PRIORITIES = ("critical", "default", "sheddable_plus", "sheddable")
+RESERVES = (
+    "sheddable=0.5",
+    "default=0.1,sheddable_plus=0.3,sheddable=0.5",
+    "default=0.9",
+    "sheddable_plus=0.25",
+)
 
 
 @dataclass
@@ -565,9 +584,28 @@ def scenario(seed: int, length_s: float = 3.0) -> Scenario:
                     },
                 )
             )
-    # drawn on a third stream, so the scenarios of a seed stay as they were: a process
-    # killed (SIGKILL: it vanishes with the slots it holds)
+    # drawn on a third stream, so the scenarios of a seed stay as they were: priority
+    # classes (rows' reserves and classes, calls' priorities), and a process killed
+    # (SIGKILL: it vanishes with the slots it holds)
     extra = random.Random(seed * 7919 + 1)
+    for row in rows:
+        if extra.random() < 0.3:
+            row["reserve"] = extra.choice(RESERVES)
+        if extra.random() < 0.15:
+            row["priority"] = extra.choice(("critical", "default", "sheddable"))
+    if any("reserve" in row or "priority" in row for row in rows):
+        for step in steps:
+            if step.what in ("call", "slot"):
+                cls = extra.choice((None, None, *PRIORITIES))
+                # a class below critical waits out its reply's wait and asks again; a
+                # call of more permits than a bucket holds is told a wait it never
+                # reaches (docs/reliability.md, "Found and open"): such calls get a
+                # bounded budget, or are critical
+                unbounded = step.args.get("op") == "acquire" or step.args.get("timeout") in (
+                    None,
+                    1e16,
+                )
+                step.args["priority"] = "critical" if unbounded and cls != "critical" else cls
     if len(processes) > 1 and extra.random() < 0.3:
         kill = Step(
             round(extra.uniform(0.2, length_s), 4), "kill", {"p": extra.randrange(len(processes))}
@@ -593,6 +631,7 @@ class Admission:
     by_store: bool
     outage: int  # the world's outage it fell in (-1: none)
     parts: tuple[float, float]  # the process's claim (or 1/N) and 1/N, then
+    rank: int = 0  # its class (Priority.rank: 0 critical ... 3 sheddable)
 
 
 @dataclass
@@ -862,21 +901,22 @@ class Run:
         rule = self._route(lim, a["url"], a["key"])
         began = time.perf_counter()
         allowed = False
+        cls = a.get("priority")
         try:
             if a["op"] == "try_acquire":
-                allowed = lim.try_acquire(a["url"], a["permits"], a["timeout"], a["key"])
+                allowed = lim.try_acquire(a["url"], a["permits"], a["timeout"], a["key"], cls)
                 reason = None
             elif a["op"] == "decide":
-                d = lim.decide(a["url"], a["permits"], a["timeout"], a["key"])
+                d = lim.decide(a["url"], a["permits"], a["timeout"], a["key"], cls)
                 allowed, reason = d.allowed, d.reason
             elif a["op"] == "reserve":
-                v = lim.reserve(a["url"], a["permits"], a["timeout"], a["key"])
+                v = lim.reserve(a["url"], a["permits"], a["timeout"], a["key"], cls)
                 allowed = v.allowed
                 if allowed:
                     clock.sleep(v.wait_us / US_PER_S)
                 reason = None
             else:
-                lim.acquire(a["url"], a["permits"], a["key"])
+                lim.acquire(a["url"], a["permits"], a["key"], cls)
                 allowed, reason = True, None
         except Exception as e:
             if not _documented(e, step):
@@ -897,7 +937,16 @@ class Run:
                 return
         if rule.shadow:
             return
-        self._admitted(p, a["url"], a["key"], a["permits"], rule, not by_fallback, clock.slept)
+        self._admitted(
+            p,
+            a["url"],
+            a["key"],
+            a["permits"],
+            rule,
+            not by_fallback,
+            clock.slept,
+            _rank(rule, cls),
+        )
 
     def _admitted(
         self,
@@ -908,6 +957,7 @@ class Run:
         rule: Rule,
         by_store: bool,
         wait: float,
+        rank: int = 0,
     ) -> None:
         outage = len(self.outages) - 1 if self.outages else -1
         self.admissions.append(
@@ -922,6 +972,7 @@ class Run:
                 by_store,
                 outage,
                 self._parts(self.limiters[p], rule),
+                rank,
             )
         )
 
@@ -934,7 +985,7 @@ class Run:
         rule = self._route(lim, a["url"], a["key"])
         stack = ExitStack()
         try:
-            decision = stack.enter_context(lim.slot(a["url"], 0.0, a["key"]))
+            decision = stack.enter_context(lim.slot(a["url"], 0.0, a["key"], a.get("priority")))
         except Exception as e:
             stack.close()
             if not _documented(e, step):
@@ -970,8 +1021,27 @@ class Run:
                     f"at {self.world.now:.3f}: process {a['p']} holds {len(mine)} slots of "
                     f"{a['url']} while the store is away, its part {part}"
                 )
+        rank = 0 if rule is None else _rank(rule, a.get("priority"))
+        if by_store and held is not None and not held.local and rule is not None and rank > 0:
+            # a class below critical leaves its share of the slots: it takes one only
+            # while the slots held, its own included, are within the rest
+            crule = rule.for_class(call_class(rule, Priority(a.get("priority") or "default")))
+            if crule.shares is not None and cap is not None:
+                share = max(crule.shares[: own_limits(crule)], default=0.0)
+                room = math.floor(cap - share * cap)
+                counted = [
+                    h
+                    for h in self.held
+                    if h.url == a["url"] and h.by_store and h.epoch == self.world.epoch
+                ]
+                if len(counted) > room:
+                    raise Violation(
+                        f"at {self.world.now:.3f}: a {a.get('priority') or 'default'} slot "
+                        f"of {a['url']} taken with {len(counted)} held, its room {room} of "
+                        f"{cap}"
+                    )
         if rule is not None and not rule.shadow and not rule.closed and decision.allowed:
-            self._admitted(a["p"], a["url"], a["key"], 1, rule, by_store, clock.slept)
+            self._admitted(a["p"], a["url"], a["key"], 1, rule, by_store, clock.slept, rank)
 
     def _give_back(self, held: Hold) -> None:
         self.held.remove(held)
@@ -983,6 +1053,11 @@ class Run:
                 held.stack.close()
         for lim in self.limiters:
             lim.registry.close()
+
+
+def _rank(rule: Rule, cls: str | None) -> int:
+    """The rank of the class a call on ``rule`` is decided in."""
+    return call_class(rule, None if cls is None else Priority(cls)).rank
 
 
 def _args(a: dict[str, Any]) -> str:
@@ -1087,7 +1162,9 @@ class Checker:
     def finish(self, run: Run) -> None:
         """Every span of every limit: the store's admissions, and each outage's."""
         world = run.world
-        store: dict[tuple[str, tuple[Any, ...]], list[tuple[float, float, int]]] = defaultdict(list)
+        store: dict[tuple[str, tuple[Any, ...]], list[tuple[float, float, int, int]]] = defaultdict(
+            list
+        )
         alone: dict[tuple[str, int, tuple[Any, ...]], list[tuple[float, int, int, float]]] = (
             defaultdict(list)
         )
@@ -1097,7 +1174,7 @@ class Checker:
                 spec = (r.rate, r.period, r.burst, r.algorithm, r.warmup, r.calendar)
                 specs[spec] = r
                 if adm.by_store:
-                    store[(key, spec)].append((adm.decided, adm.at, adm.permits))
+                    store[(key, spec)].append((adm.decided, adm.at, adm.permits, adm.rank))
                 else:
                     part = adm.parts[1] if r.caps_channel else adm.parts[0]
                     alone[(key, adm.outage, spec)].append((adm.at, adm.permits, adm.process, part))
@@ -1106,7 +1183,17 @@ class Checker:
             r = specs[spec]
             seen.sort()
             for segment in _split(seen, allowance):
-                _hold(r, sorted(segment), 1.0, 0.0, f"{key} decided by the store")
+                _hold(r, sorted((t, n) for t, n, _ in segment), 1.0, 0.0, f"{key} by the store")
+                # the classes below critical never into the reserve: each class and
+                # those below it leave its share
+                if r.reserve is None or r.warmup > 0:
+                    continue
+                for rank in (1, 2, 3):
+                    leave = r.reserve[rank]
+                    lower = sorted((t, n) for t, n, c in segment if c >= rank)
+                    if leave > 0 and lower:
+                        what = f"{key} by the store, classes from {list(Priority)[rank]}"
+                        _hold(r, lower, 1.0, 0.0, what, leave=leave)
         policy = run.sc.policy
         for (key, outage, spec), apart in alone.items():
             r = specs[spec]
@@ -1144,20 +1231,20 @@ class Checker:
 
 
 def _split(
-    seen: list[tuple[float, float, int]], cuts: list[float]
-) -> Iterator[list[tuple[float, int]]]:
-    """``seen`` (decided, went ahead, permits) cut where the store lost its state: each
-    part's admissions (went ahead, permits), decided between two cuts."""
-    segment: list[tuple[float, int]] = []
+    seen: list[tuple[float, float, int, int]], cuts: list[float]
+) -> Iterator[list[tuple[float, int, int]]]:
+    """``seen`` (decided, went ahead, permits, class) cut where the store lost its
+    state: each part's admissions (went ahead, permits, class), decided between two cuts."""
+    segment: list[tuple[float, int, int]] = []
     cut = iter(sorted(cuts))
     nxt = next(cut, math.inf)
-    for decided, t, n in seen:
+    for decided, t, n, c in seen:
         while decided >= nxt:
             if segment:
                 yield segment
             segment = []
             nxt = next(cut, math.inf)
-        segment.append((t, n))
+        segment.append((t, n, c))
     if segment:
         yield segment
 
@@ -1169,16 +1256,20 @@ def _hold(
     extra: float,
     what: str,
     shared: bool = False,
+    leave: float = 0.0,
 ) -> None:
     """The admissions ``seen`` (time, permits) of limit ``r`` at ``part`` of its rate:
-    a bucket's at most C + R x T over every span; a window's at most its limit per window."""
+    a bucket's at most C + R x T over every span; a window's at most its limit per window.
+    ``leave``: the share of the capacity (a bucket's C, a window's limit) the calls in
+    ``seen`` had to leave (priority classes): at most (1 - leave) C + R x T, or the limit
+    less the share (whole permits)."""
     if not seen:
         return
     if r.calendar is not None:
         return
     if not r.spec.window:
         rate = r.per_second * part
-        cap = (extra if shared else r.burst) + 1e-6
+        cap = (extra if shared else r.burst * (1.0 - leave)) + 1e-6
         best = -math.inf  # max over i of (R t_i - S_{i-1})
         total = 0
         for t, n in seen:
@@ -1190,7 +1281,7 @@ def _hold(
                     f"C + R x T in a span ending at {t:.3f} (admitted {seen[:12]}...)"
                 )
         return
-    limit = extra if shared else r.rate
+    limit = extra if shared else r.rate - math.floor(leave * r.rate + 1e-9)
     if r.algorithm == "fixed_window":
         limit *= 2  # a span of one period may straddle two windows
     span = r.period - 1e-6
