@@ -185,3 +185,28 @@ def test_a_lower_class_waits_on_the_limiters_clock(
         asking.join(20.0)  # on the system's clock, the clock given never moves: no answer
         assert answers == [True]
         assert 0.5 <= clock.slept <= 3.0  # one permit comes back in 1 s of this clock
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a lower class's call of more permits than its own bucket holds is told "
+    "a finite wait it never reaches (docs/reliability.md, the simulated fleet's gaps)",
+)
+def test_a_lower_class_asking_more_than_a_bucket_holds_is_refused_at_once(
+    limiter_db: tuple[str, Engine], key_prefix: str
+) -> None:
+    """7 permits of a default-class call on an interface of 3 per second (its bucket
+    holds 3) under the channel's reserve: it can never go now, so it should be refused
+    at once rather than wait out its budget (seed 80 of the simulated fleet)."""
+    write_row(limiter_db[1], "/p/small", channelType=CHANNEL, rateLimit=3, cache=0.0)
+    clock = SteppedClock()
+    with GatewayLimiter(
+        database_url=limiter_db[0],
+        redis_url="memory://",
+        key_prefix=key_prefix,
+        reload_interval=3600,
+        clock=clock,
+    ) as lim:
+        decision = lim.decide("/p/small", 7, timeout=5.0, priority="default")
+        assert not decision.allowed
+        assert clock.slept == 0.0
