@@ -133,7 +133,7 @@ def test_a_failing_scenario_shrinks_and_prints_a_test(monkeypatch: pytest.Monkey
     assert fails(sc) is None
     monkeypatch.setattr(sim, "CALL_REAL_S", -1.0)
     message = fails(sc)
-    assert message is not None and "of real time" in message
+    assert message is not None and "of CPU time" in message
     small = shrink(sc)
     assert len(small.steps) == 1 and small.steps[0].what == "call"
     assert len(small.rows) <= 1
