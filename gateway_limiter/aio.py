@@ -87,6 +87,9 @@ class AsyncShell(LimiterCore):
 
     def _open_backend(self, settings: Settings) -> bool:
         self.backend = open_async_backend(settings)
+        follow = getattr(self.backend, "follow_clock", None)
+        if follow is not None:  # memory://: decided on this limiter's clock
+            follow(microseconds(self.clock), self.clock.time)
         self._slotting = SlotState(settings)
         self._heartbeats = None
         self._renewer = AsyncRepeating(

@@ -96,6 +96,13 @@ class MemoryBackend:
         self._wall_offset_us = wall() * US_PER_S - clock()
         self._writes = 0
 
+    def follow_clock(self, clock: Callable[[], float], wall: Callable[[], float]) -> None:
+        """Decide on ``clock`` (µs) and ``wall`` (s) from now on: a limiter's own clock
+        (``clock=``), which ``memory://`` opened from the settings alone does not know."""
+        with self._lock:
+            self._clock = clock
+            self._wall_offset_us = wall() * US_PER_S - clock()
+
     def reserve(
         self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
     ) -> Verdict:
@@ -317,6 +324,10 @@ class AsyncMemoryBackend:
         self, settings: Settings | None = None, memory: MemoryBackend | None = None
     ) -> None:
         self._memory = MemoryBackend(settings) if memory is None else memory
+
+    def follow_clock(self, clock: Callable[[], float], wall: Callable[[], float]) -> None:
+        """``MemoryBackend.follow_clock``."""
+        self._memory.follow_clock(clock, wall)
 
     async def reserve(
         self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None

@@ -266,6 +266,11 @@ class Leases:
         with self._lock:
             return {where: sorted(ids) for where, ids in self._held.items()}
 
+    def on(self, url: str) -> int:
+        """The leases held now on ``url`` (under any hash tag)."""
+        with self._lock:
+            return sum(len(ids) for (held, _), ids in self._held.items() if held == url)
+
 
 def fallback_cap(policy: FailurePolicy, rule: Rule, fleet_size: int) -> int | None:
     """The slots of ``rule`` this process may hold while Redis is away (None: no cap).
@@ -469,9 +474,13 @@ def take_slot(core: LimiterCore, state: SlotState, taking: Taking, waiter: Waite
                 continue
             yield START_RENEWER
             return held
-        # memory://: the whole cap here; Redis away: the failure policy's share of it
+        # memory://: the whole cap here; Redis away: the failure policy's share of it,
+        # less the slots this process still holds through Redis (taken before the
+        # outage, still in flight): they count against its share too
         if core._shared:
             cap = fallback_cap(core.policy.kind, rule, core._fleet.size)
+            if cap is not None:
+                cap -= state.leases.on(url)
         else:
             cap = rule.max_concurrent
         if cap is not None:  # a class below critical leaves its share of them free

@@ -152,3 +152,31 @@ def test_a_slot_wait_ends_on_time_however_often_redis_is_probed(
         with pytest.raises(Refused), lim.slot(URL, timeout=0.2):
             pytest.fail("a fifth call went in beside four")
         assert 0.19 <= time.monotonic() - started < 2.0
+
+
+@pytest.mark.parametrize("policy", ["local", "share"])
+def test_slots_held_through_redis_count_against_the_outage_part(
+    limiter_db: tuple[str, Engine], key_prefix: str, proxy: TcpProxy, policy: str
+) -> None:
+    """3 of 4 slots taken through Redis and still in flight when it goes away: the
+    process's part during the outage (the whole cap: it is the fleet's one member)
+    counts them, so it takes 1 more, not 4 beside them (found by the simulated fleet,
+    seed 70)."""
+    with (
+        GatewayLimiter(
+            database_url=limiter_db[0],
+            redis_url=f"redis://127.0.0.1:{proxy.port}/0",
+            key_prefix=key_prefix,
+            on_backend_error=policy,
+            breaker_seconds=30,
+            reload_interval=3600,
+        ) as lim,
+        ExitStack() as through_redis,
+    ):
+        for _ in range(3):
+            through_redis.enter_context(lim.slot(URL, timeout=0.05))
+        assert lim.backend_healthy
+        assert lim.fleet_size == 1
+        proxy.cut()
+        assert _held(lim, 10) == 1
+        assert not lim.backend_healthy

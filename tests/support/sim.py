@@ -37,18 +37,23 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.memory import MemoryBackend
-from gateway_limiter.backends.scripts import ScriptCall
-from gateway_limiter.backends.state import caller_part, state_key
+from gateway_limiter.backends.scripts import REPLY, ScriptCall
+from gateway_limiter.backends.slots import SLOT_KEYS, TIMEOUT_ARG
+from gateway_limiter.backends.state import caller_part, own_limits, state_key
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule, build_rules
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.config.table import ConfRow
 from gateway_limiter.core.decision import Reason
 from gateway_limiter.core.failure import attempt
+from gateway_limiter.core.pipeline import call_class
+from gateway_limiter.core.slots import Held, fallback_cap
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, Refused
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.model.limits import LimitState
+from gateway_limiter.model.priority import Priority
 from gateway_limiter.model.pushback import PushbackState
+from tests.support.slot_model import SlotModel
 
 #: The world's wall clock at its time 0 (a Monday, 00:00 UTC).
 EPOCH_S = 1_767_571_200.0
@@ -58,10 +63,14 @@ REDIS_EXPIRY_MS = 1e14
 #: The most list entries one script call may write before it costs Redis more than a
 #: few milliseconds (a sliding window writes one per permit).
 SCRIPT_ENTRIES = 10_000
-#: A decision that takes longer than this in real time costs the process too much.
+#: A decision that takes more CPU time than this costs the process too much (CPU time,
+#: this thread's: a loaded host's waits for a core are not the call's cost).
 CALL_REAL_S = 1.0
 #: ``time.sleep`` refuses a wait it cannot convert (OverflowError).
 SLEEP_MOST_S = 9.2e9
+#: The processes' ``slot_lease`` (s): short, so a killed holder's slots lapse within a
+#: scenario, and a 2 s hold needs its renewals.
+SLOT_LEASE_S = 1.0
 
 
 class SimClock:
@@ -75,11 +84,13 @@ class SimClock:
         self.skew_s = skew_s
         self.slept = 0.0
 
+    # within a call, its own sleeps so far: a lower class that waits out its reply's
+    # wait asks again that much later (the store sees it then too: ``World.lag``)
     def monotonic(self) -> float:
-        return 1_000.0 + self._world.now + self.skew_s
+        return 1_000.0 + self._world.now + self.skew_s + self.slept
 
     def time(self) -> float:
-        return EPOCH_S + self._world.now + self.skew_s
+        return EPOCH_S + self._world.now + self.skew_s + self.slept
 
     def sleep(self, seconds: float) -> None:
         if not 0 <= seconds <= SLEEP_MOST_S:  # as time.sleep would
@@ -167,15 +178,27 @@ class World:
     def __init__(self, prefix: str = "sim") -> None:
         self.now = 0.0
         self.prefix = prefix
+        #: the sleeps so far of the call now asking the store (its moment is that much
+        #: after the world's)
+        self.lag = 0.0
         self.store = MemoryBackend(
-            clock=lambda: self.now * US_PER_S, wall=lambda: EPOCH_S + self.now
+            clock=lambda: (self.now + self.lag) * US_PER_S, wall=lambda: EPOCH_S + self.now
         )
         self.fleet = Fleet()
+        #: slot.lua's and slot_renew.lua's keys (the Python model, pinned to the Lua)
+        self.slots = SlotModel()
+        #: a take's decision keys -> the Rule and caller its process asked with: what
+        #: the rate part of slot.lua decides (the store's model, on those same keys)
+        self.asked: dict[tuple[str, ...], tuple[Rule, str | None]] = {}
+        #: lease id -> the process that took it
+        self.owners: dict[str, int] = {}
+        #: how many times the store lost its state (restart, failover)
+        self.epoch = 0
         self.down = False  # refused at once
         self.paused = False  # every call times out (the script does not run)
         self.slow = False  # replies come after the read deadline (the script ran)
         #: (time, store dicts, fleet) a few moments back: what a replica holds
-        self.history: list[tuple[float, dict[str, Any], dict[str, Any], Fleet]] = []
+        self.history: list[tuple[float, dict[str, Any], dict[str, Any], Fleet, SlotModel]] = []
         #: promises the store itself sees broken (a script error, keys in two slots)
         self.violations: list[str] = []
         #: (time, what) of every fault, for the checker's allowances
@@ -188,7 +211,13 @@ class World:
     def remember(self) -> None:
         """Keep the store as a replica might hold it now (for a failover later)."""
         self.history.append(
-            (self.now, dict(self.store._shared), dict(self.store._callers), self.fleet.copy())
+            (
+                self.now,
+                dict(self.store._shared),
+                dict(self.store._callers),
+                self.fleet.copy(),
+                self.slots.copy(),
+            )
         )
         if len(self.history) > 64:
             del self.history[:32]
@@ -196,6 +225,8 @@ class World:
     def restart_empty(self) -> None:
         self.store.close()
         self.fleet = Fleet()
+        self.slots = SlotModel()
+        self.epoch += 1
         self.events.append((self.now, "restart"))
 
     def failover(self, lag_s: float) -> None:
@@ -203,15 +234,27 @@ class World:
         older = [h for h in self.history if h[0] <= self.now - lag_s]
         if not older:
             return self.restart_empty()
-        at, shared, callers, fleet = older[-1]
-        self.store._shared, self.store._callers, self.fleet = (
+        at, shared, callers, fleet, slots = older[-1]
+        self.store._shared, self.store._callers, self.fleet, self.slots = (
             dict(shared),
             dict(callers),
             fleet.copy(),
+            slots.copy(),
         )
+        self.epoch += 1
         self.events.append((at, "failover"))
         self.events.append((self.now, "promoted"))
         return None
+
+    def rate(self, kind: str, keys: list[str], argv: list[Any]) -> bytes:
+        """slot.lua's rate part: the decision script's reply for the caller whose take
+        left these keys, decided by the store's model (one permit, its budget as sent)."""
+        rule, caller = self.asked[tuple(keys)]
+        budget = str(argv[TIMEOUT_ARG[kind] - 1])
+        timeout = None if budget == "-1" else float(budget) / US_PER_S
+        v = self.store.reserve(rule, 1, timeout, caller)
+        allowed = 1.0 if v.allowed else (-1.0 if v.reserved else 0.0)
+        return REPLY.pack(allowed, v.wait_us, v.stored, v.next_free_us, v.factor, v.held_us)
 
     def call(self, keys: list[str], run: Callable[[], Any]) -> Any:
         """One script call on ``keys``: faults first, then the model, then what Redis
@@ -270,17 +313,25 @@ class SimBackend:
     shared = True
     client = None
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, process: int = 0, clock: SimClock | None = None) -> None:
         self.world = world
+        self.process = process
+        self.clock = clock
+        #: the Rule and caller of the slot this process is taking (``SimLimiter``)
+        self.taking: tuple[Rule, str | None] | None = None
 
     def reserve(
         self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
     ) -> Verdict:
         world = self.world
-        verdict: Verdict = world.call(
-            _keys(world, rule, caller),
-            lambda: world.store.reserve(rule, permits, timeout, caller),
-        )
+        world.lag = 0.0 if self.clock is None else self.clock.slept
+        try:
+            verdict: Verdict = world.call(
+                _keys(world, rule, caller),
+                lambda: world.store.reserve(rule, permits, timeout, caller),
+            )
+        finally:
+            world.lag = 0.0
         return verdict
 
     def pushback(
@@ -303,9 +354,24 @@ class SimBackend:
             raise Unreachable("simulated store unreachable")
 
     def script(self, call: ScriptCall) -> Any:
-        # slot.lua and lease.lua have no Python model: scenarios send them only while
-        # the store is away, where the failure policy decides in-process.
-        raise Unreachable(f"simulated store: {call.name} while away")
+        world = self.world
+        if call.name not in ("slot", "slot_renew"):
+            # lease.lua has no Python model: no scenario row has a lease
+            raise Unreachable(f"simulated store: no model of {call.name}")
+        numkeys = int(call.args[0])
+        keys = [str(k) for k in call.args[1 : 1 + numkeys]]
+        if call.name == "slot" and call.args[1 + numkeys] == "take":
+            decision = keys[SLOT_KEYS:]
+            assert self.taking is not None, "a take outside SimLimiter._take_slot"
+            rule, caller = self.taking
+            expected = _keys(world, rule, caller)
+            if decision[: len(expected)] != expected:
+                world.violations.append(
+                    f"at {world.now:.3f}: a take's keys {decision} are not its rule's {expected}"
+                )
+            world.asked[tuple(decision)] = self.taking
+            world.owners[str(call.args[1 + numkeys + 3])] = self.process
+        return world.call(keys, lambda: world.slots.run(call, world.now * 1000.0, world.rate))
 
     def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
@@ -322,15 +388,40 @@ class SimBackend:
         pass
 
 
+class _Renewer:
+    """No renewer thread: the run renews every process's leases at their moments."""
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
 class SimLimiter(GatewayLimiter):
     """The threaded shell, on the world's store and a clock of its own."""
 
     world: World
+    process: int = 0
+    #: the slot the last ``slot()`` took through the store (None: none)
+    last_held: Held | None = None
 
     def _open_backend(self, settings: Settings) -> bool:
         super()._open_backend(settings)  # memory://: nothing opened
-        self.backend = SimBackend(self.world)
+        self.backend = SimBackend(self.world, self.process, cast(SimClock, self.clock))
+        self._renewer = _Renewer()  # type: ignore[assignment]
+        self._slotting.subscribe(lambda heard: None)  # no grants heard: none is queued
         return True
+
+    def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
+        backend = cast(SimBackend, self.backend)
+        backend.taking = (rule, key)
+        try:
+            held = super()._take_slot(rule, budget_s, key)
+        finally:
+            backend.taking = None
+        self.last_held = held
+        return held
 
 
 # --- scenarios ------------------------------------------------------------------------
@@ -338,6 +429,13 @@ class SimLimiter(GatewayLimiter):
 URLS = ("/a", "/b", "}c{", "/d")
 CHANNEL = "SUP"
 KEYS = (None, "bad", "vip", "k1", "{x}", "ü\x00")
+PRIORITIES = ("critical", "default", "sheddable_plus", "sheddable")
+RESERVES = (
+    "sheddable=0.5",
+    "default=0.1,sheddable_plus=0.3,sheddable=0.5",
+    "default=0.9",
+    "sheddable_plus=0.25",
+)
 
 
 @dataclass
@@ -487,6 +585,33 @@ def scenario(seed: int, length_s: float = 3.0) -> Scenario:
                     },
                 )
             )
+    # drawn on a third stream, so the scenarios of a seed stay as they were: priority
+    # classes (rows' reserves and classes, calls' priorities), and a process killed
+    # (SIGKILL: it vanishes with the slots it holds)
+    extra = random.Random(seed * 7919 + 1)
+    for row in rows:
+        if extra.random() < 0.3:
+            row["reserve"] = extra.choice(RESERVES)
+        if extra.random() < 0.15:
+            row["priority"] = extra.choice(("critical", "default", "sheddable"))
+    if any("reserve" in row or "priority" in row for row in rows):
+        for step in steps:
+            if step.what in ("call", "slot"):
+                cls = extra.choice((None, None, *PRIORITIES))
+                # a class below critical waits out its reply's wait and asks again; a
+                # call of more permits than a bucket holds is told a wait it never
+                # reaches (docs/reliability.md, "Found and open"): such calls get a
+                # bounded budget, or are critical
+                unbounded = step.args.get("op") == "acquire" or step.args.get("timeout") in (
+                    None,
+                    1e16,
+                )
+                step.args["priority"] = "critical" if unbounded and cls != "critical" else cls
+    if len(processes) > 1 and extra.random() < 0.3:
+        kill = Step(
+            round(extra.uniform(0.2, length_s), 4), "kill", {"p": extra.randrange(len(processes))}
+        )
+        steps.append(kill)
     return Scenario(seed, processes, policy, rows, steps)
 
 
@@ -507,6 +632,22 @@ class Admission:
     by_store: bool
     outage: int  # the world's outage it fell in (-1: none)
     parts: tuple[float, float]  # the process's claim (or 1/N) and 1/N, then
+    rank: int = 0  # its class (Priority.rank: 0 critical ... 3 sheddable)
+
+
+@dataclass
+class Hold:
+    """A slot a process holds until ``until``."""
+
+    until: float
+    process: int
+    url: str
+    stack: ExitStack
+    cap: int | None  # the maxConcurrent it was taken under (None: no cap then)
+    by_store: bool  # taken through the store (not the failure policy)
+    lease_id: str | None  # its lease in the store (None: none, as decide's)
+    taken: float
+    epoch: int  # the store's epoch it was taken in
 
 
 class Violation(AssertionError):
@@ -539,13 +680,14 @@ class Run:
         self.failovers = any(s.what == "failover" for s in sc.steps)
         self.outages: list[list[float]] = []  # [start, end] of each time the store was away
         self.reloads: list[tuple[float, int, tuple[Any, ...]]] = []
-        self.held: list[tuple[float, int, str, ExitStack]] = []  # slots held: until, process
-        #: url -> the maxConcurrent each slot held now was taken under (None: no cap then)
-        self.in_flight: dict[str, list[int | None]] = defaultdict(list)
-        self.caps_held: list[int | None] = []
+        self.held: list[Hold] = []  # slots held now
+        #: process -> when it was killed (it vanished: no release, no renewal, no beat)
+        self.killed: dict[int, float] = {}
+        self.corpses: list[Hold] = []  # what the killed processes held, never given back
         self.limiters: list[SimLimiter] = []
         for i, skew in enumerate(sc.processes):
             SimLimiter.world = self.world
+            SimLimiter.process = i
             lim = SimLimiter(
                 Settings(
                     redis_url="memory://",
@@ -557,6 +699,7 @@ class Run:
                     metrics=False,
                     key_prefix=self.world.prefix,
                     audit_sql_changes=False,
+                    slot_lease=SLOT_LEASE_S,
                 ),
                 clock=SimClock(self.world, skew),
             )
@@ -616,29 +759,45 @@ class Run:
         ends: list[tuple[float, str]] = []
         next_beat = self.sc.heartbeat_s
         next_reload = self.sc.reload_s
+        renew_s = SLOT_LEASE_S / 3
+        next_renew = renew_s
+        # a killed holder's leases lapse within a lease of its death: watched that long
+        watch = max((t + SLOT_LEASE_S + renew_s for t in self.killed_at()), default=0.0)
         i = 0
-        while i < len(steps) or self.held or ends:
+        while i < len(steps) or self.held or ends or self.world.now < watch:
             at = steps[i].at if i < len(steps) else math.inf
             # background moments and fault ends due before the next step
-            due = min(next_beat, next_reload, *(e[0] for e in ends), *(h[0] for h in self.held), at)
+            due = min(
+                next_beat,
+                next_reload,
+                next_renew,
+                *(e[0] for e in ends),
+                *(h.until for h in self.held),
+                at,
+            )
             if due < at:
                 self._advance(due)
+                live = [lim for p, lim in enumerate(self.limiters) if p not in self.killed]
                 if due == next_beat:
                     next_beat += self.sc.heartbeat_s
-                    for lim in self.limiters:
+                    for lim in live:
                         self._beat(lim)
                     if self.failovers:
                         self.world.remember()
                 if due == next_reload:
                     next_reload += self.sc.reload_s
                     table = self._table_now()
-                    for lim in self.limiters:
+                    for lim in live:
                         self._reload(lim)
                     self.reloads.append((due, 0, table))
+                if due == next_renew:
+                    next_renew += renew_s
+                    for lim in live:
+                        lim._renew_slots()
                 for end in [e for e in ends if e[0] <= due]:
                     ends.remove(end)
                     self._end_fault(end[1])
-                for held in [h for h in self.held if h[0] <= due]:
+                for held in [h for h in self.held if h.until <= due]:
                     self._give_back(held)
                 check.step(self)
                 continue
@@ -648,6 +807,9 @@ class Run:
             self._do(step, ends)
             check.step(self)
         check.step(self)
+
+    def killed_at(self) -> list[float]:
+        return [s.at for s in self.sc.steps if s.what == "kill"]
 
     def _advance(self, to: float) -> None:
         to = max(to, self.world.now)
@@ -674,6 +836,16 @@ class Run:
     def _do(self, step: Step, ends: list[tuple[float, str]]) -> None:
         w, a = step.what, step.args
         world = self.world
+        if a.get("p") in self.killed:  # a killed process does nothing more
+            return
+        if w == "kill":
+            # SIGKILL: the process vanishes with what it holds; nothing is given back
+            self.killed[a["p"]] = world.now
+            # kept referenced: a slot's generator, collected, would give its slot back
+            self.corpses += [h for h in self.held if h.process == a["p"]]
+            self.held = [h for h in self.held if h.process != a["p"]]
+            world.events.append((world.now, "kill"))
+            return
         if w in ("down", "paused", "slow"):
             if not world.reachable:
                 return
@@ -728,33 +900,34 @@ class Run:
         clock.slept = 0.0
         fallbacks = lim.backend_fallbacks
         rule = self._route(lim, a["url"], a["key"])
-        began = time.perf_counter()
+        began = time.thread_time()
         allowed = False
+        cls = a.get("priority")
         try:
             if a["op"] == "try_acquire":
-                allowed = lim.try_acquire(a["url"], a["permits"], a["timeout"], a["key"])
+                allowed = lim.try_acquire(a["url"], a["permits"], a["timeout"], a["key"], cls)
                 reason = None
             elif a["op"] == "decide":
-                d = lim.decide(a["url"], a["permits"], a["timeout"], a["key"])
+                d = lim.decide(a["url"], a["permits"], a["timeout"], a["key"], cls)
                 allowed, reason = d.allowed, d.reason
             elif a["op"] == "reserve":
-                v = lim.reserve(a["url"], a["permits"], a["timeout"], a["key"])
+                v = lim.reserve(a["url"], a["permits"], a["timeout"], a["key"], cls)
                 allowed = v.allowed
                 if allowed:
                     clock.sleep(v.wait_us / US_PER_S)
                 reason = None
             else:
-                lim.acquire(a["url"], a["permits"], a["key"])
+                lim.acquire(a["url"], a["permits"], a["key"], cls)
                 allowed, reason = True, None
         except Exception as e:
             if not _documented(e, step):
                 raise Violation(f"at {self.world.now:.3f}: {a['op']}{_args(a)} raised {e!r}") from e
             return
         finally:
-            spent = time.perf_counter() - began
+            spent = time.thread_time() - began
             if spent > CALL_REAL_S:
                 raise Violation(
-                    f"at {self.world.now:.3f}: {a['op']}{_args(a)} took {spent:.2f} s of real time"
+                    f"at {self.world.now:.3f}: {a['op']}{_args(a)} took {spent:.2f} s of CPU time"
                 )
         if not allowed or rule is None or rule.closed:
             return
@@ -765,7 +938,16 @@ class Run:
                 return
         if rule.shadow:
             return
-        self._admitted(p, a["url"], a["key"], a["permits"], rule, not by_fallback, clock.slept)
+        self._admitted(
+            p,
+            a["url"],
+            a["key"],
+            a["permits"],
+            rule,
+            not by_fallback,
+            clock.slept,
+            _rank(rule, cls),
+        )
 
     def _admitted(
         self,
@@ -776,6 +958,7 @@ class Run:
         rule: Rule,
         by_store: bool,
         wait: float,
+        rank: int = 0,
     ) -> None:
         outage = len(self.outages) - 1 if self.outages else -1
         self.admissions.append(
@@ -790,52 +973,92 @@ class Run:
                 by_store,
                 outage,
                 self._parts(self.limiters[p], rule),
+                rank,
             )
         )
 
     def _slot(self, step: Step) -> None:
         a = step.args
-        if self.world.reachable:  # no slot.lua model: slots only while the store is away
-            return
         lim = self.limiters[a["p"]]
         clock = cast(SimClock, lim.clock)
         clock.slept = 0.0
+        lim.last_held = None
         rule = self._route(lim, a["url"], a["key"])
         stack = ExitStack()
         try:
-            decision = stack.enter_context(lim.slot(a["url"], 0.0, a["key"]))
+            decision = stack.enter_context(lim.slot(a["url"], 0.0, a["key"], a.get("priority")))
         except Exception as e:
             stack.close()
             if not _documented(e, step):
                 raise Violation(f"at {self.world.now:.3f}: slot{_args(a)} raised {e!r}") from e
             return
         cap = None if rule is None or rule.shadow else rule.max_concurrent
-        self.in_flight[a["url"]].append(cap)
-        self.caps_held.append(cap)
-        self.held.append((self.world.now + a["hold"], a["p"], a["url"], stack))
-        if rule is not None and not rule.shadow and not rule.closed and decision.allowed:
-            self._admitted(
+        by_store = decision.reason != Reason.BACKEND_FALLBACK
+        held = lim.last_held
+        self.held.append(
+            Hold(
+                self.world.now + a["hold"],
                 a["p"],
                 a["url"],
-                a["key"],
-                1,
-                rule,
-                decision.reason != Reason.BACKEND_FALLBACK,
-                clock.slept,
+                stack,
+                cap,
+                by_store,
+                None if held is None or held.local else held.lease_id,
+                self.world.now,
+                self.world.epoch,
             )
+        )
+        if not by_store and rule is not None and cap is not None:
+            # taken by the failure policy: the process's part of the cap, counting the
+            # slots it still holds through the store
+            part = fallback_cap(lim.policy.kind, rule, lim._fleet.size)
+            mine = [
+                h
+                for h in self.held
+                if h.process == a["p"] and h.url == a["url"] and h.cap is not None
+            ]
+            if part is not None and len(mine) > part:
+                raise Violation(
+                    f"at {self.world.now:.3f}: process {a['p']} holds {len(mine)} slots of "
+                    f"{a['url']} while the store is away, its part {part}"
+                )
+        rank = 0 if rule is None else _rank(rule, a.get("priority"))
+        if by_store and held is not None and not held.local and rule is not None and rank > 0:
+            # a class below critical leaves its share of the slots: it takes one only
+            # while the slots held, its own included, are within the rest
+            crule = rule.for_class(call_class(rule, Priority(a.get("priority") or "default")))
+            if crule.shares is not None and cap is not None:
+                share = max(crule.shares[: own_limits(crule)], default=0.0)
+                room = math.floor(cap - share * cap)
+                counted = [
+                    h
+                    for h in self.held
+                    if h.url == a["url"] and h.by_store and h.epoch == self.world.epoch
+                ]
+                if len(counted) > room:
+                    raise Violation(
+                        f"at {self.world.now:.3f}: a {a.get('priority') or 'default'} slot "
+                        f"of {a['url']} taken with {len(counted)} held, its room {room} of "
+                        f"{cap}"
+                    )
+        if rule is not None and not rule.shadow and not rule.closed and decision.allowed:
+            self._admitted(a["p"], a["url"], a["key"], 1, rule, by_store, clock.slept, rank)
 
-    def _give_back(self, held: tuple[float, int, str, ExitStack]) -> None:
-        index = self.held.index(held)
-        self.held.pop(index)
-        self.in_flight[held[2]].remove(self.caps_held.pop(index))
-        held[3].close()
+    def _give_back(self, held: Hold) -> None:
+        self.held.remove(held)
+        held.stack.close()
 
     def close(self) -> None:
         for held in list(self.held):
             with contextlib.suppress(Exception):
-                held[3].close()
+                held.stack.close()
         for lim in self.limiters:
             lim.registry.close()
+
+
+def _rank(rule: Rule, cls: str | None) -> int:
+    """The rank of the class a call on ``rule`` is decided in."""
+    return call_class(rule, None if cls is None else Priority(cls)).rank
 
 
 def _args(a: dict[str, Any]) -> str:
@@ -858,6 +1081,29 @@ class Checker:
     def __init__(self) -> None:
         self.checked = 0
 
+    @staticmethod
+    def _kept(run: Run, held: Hold) -> bool:
+        """Whether the store still counts ``held``'s slot: a lease lapses only when its
+        renewals could not reach the store for a lease's length (docs/concurrency.md);
+        a slot taken without a lease (no cap on the row it was decided by) counts."""
+        world = run.world
+        if held.lease_id is None:
+            return True
+        leases_live = any(
+            held.lease_id in iface.leases and iface.leases[held.lease_id] > world.now * 1000.0
+            for iface in world.slots.interfaces.values()
+        )
+        if leases_live:
+            return True
+        since = world.now - SLOT_LEASE_S - SLOT_LEASE_S / 3 - 1e-6
+        away = any(end < 0 or end >= since for _, end in run.outages)
+        if not away:
+            raise Violation(
+                f"at {world.now:.3f}: the slot {held.lease_id} of process {held.process} on "
+                f"{held.url}, held since {held.taken:.3f}, lost its lease with the store there"
+            )
+        return False
+
     def step(self, run: Run) -> None:
         if run.world.violations:
             raise Violation(run.world.violations[0])
@@ -867,21 +1113,59 @@ class Checker:
                 raise Violation(
                     f"at {run.world.now:.3f}: process {p}'s breaker open, the store never away"
                 )
-        # the slots this world handed out while the store was away: per interface, at
-        # most maxConcurrent, each process at least one (the policy's part, rounded up)
-        for url, held in run.in_flight.items():
-            caps = [c for c in held if c is not None]
+        world = run.world
+        now_ms = world.now * 1000.0
+        lease_ms = SLOT_LEASE_S * 1000.0
+        in_flight: dict[str, list[Hold]] = defaultdict(list)
+        for held in run.held:
+            in_flight[held.url].append(held)
+        for url, holds in in_flight.items():
+            # the failure policy's: per interface at most maxConcurrent in each process
+            # (the policy's part, at least one); they are not counted in the store
+            # when it answers again, so the store's below are checked apart
+            caps = [h.cap for h in holds if h.cap is not None and not h.by_store]
             if caps and len(caps) > max(caps) * len(run.limiters) and run.sc.policy != "allow":
                 raise Violation(
-                    f"at {run.world.now:.3f}: {len(caps)} slots of {url} held, "
+                    f"at {world.now:.3f}: {len(caps)} slots of {url} held, "
                     f"maxConcurrent {max(caps)}"
                 )
+            # the store's: at most maxConcurrent across the fleet, counting each slot
+            # until the store may have lost it (restarted, failed over, or its lease
+            # lapsed while the store was away for its renewals)
+            counted = [
+                h
+                for h in holds
+                if h.by_store
+                and h.cap is not None
+                and h.epoch == world.epoch
+                and self._kept(run, h)
+            ]
+            if counted and len(counted) > max(h.cap or 0 for h in counted):
+                raise Violation(
+                    f"at {world.now:.3f}: {len(counted)} slots of {url} held through the "
+                    f"store, maxConcurrent {max(h.cap or 0 for h in counted)} "
+                    f"(processes {[h.process for h in counted]}, leases "
+                    f"{[h.lease_id for h in counted]})"
+                )
+        # a killed holder's slots are free within its lease: no live lease of a dead
+        # process runs past its death plus one lease
+        for key, iface in world.slots.interfaces.items():
+            for lease_id, until in iface.leases.items():
+                owner = world.owners.get(lease_id, -1)
+                died = run.killed.get(owner)
+                if died is not None and until > now_ms and until > died * 1000 + lease_ms:
+                    raise Violation(
+                        f"at {world.now:.3f}: {key}: lease {lease_id} of process {owner}, "
+                        f"killed at {died:.3f}, runs to {until / 1000:.3f}"
+                    )
         self.checked += 1
 
     def finish(self, run: Run) -> None:
         """Every span of every limit: the store's admissions, and each outage's."""
         world = run.world
-        store: dict[tuple[str, tuple[Any, ...]], list[tuple[float, float, int]]] = defaultdict(list)
+        store: dict[tuple[str, tuple[Any, ...]], list[tuple[float, float, int, int]]] = defaultdict(
+            list
+        )
         alone: dict[tuple[str, int, tuple[Any, ...]], list[tuple[float, int, int, float]]] = (
             defaultdict(list)
         )
@@ -891,7 +1175,7 @@ class Checker:
                 spec = (r.rate, r.period, r.burst, r.algorithm, r.warmup, r.calendar)
                 specs[spec] = r
                 if adm.by_store:
-                    store[(key, spec)].append((adm.decided, adm.at, adm.permits))
+                    store[(key, spec)].append((adm.decided, adm.at, adm.permits, adm.rank))
                 else:
                     part = adm.parts[1] if r.caps_channel else adm.parts[0]
                     alone[(key, adm.outage, spec)].append((adm.at, adm.permits, adm.process, part))
@@ -900,7 +1184,17 @@ class Checker:
             r = specs[spec]
             seen.sort()
             for segment in _split(seen, allowance):
-                _hold(r, sorted(segment), 1.0, 0.0, f"{key} decided by the store")
+                _hold(r, sorted((t, n) for t, n, _ in segment), 1.0, 0.0, f"{key} by the store")
+                # the classes below critical never into the reserve: each class and
+                # those below it leave its share
+                if r.reserve is None or r.warmup > 0:
+                    continue
+                for rank in (1, 2, 3):
+                    leave = r.reserve[rank]
+                    lower = sorted((t, n) for t, n, c in segment if c >= rank)
+                    if leave > 0 and lower:
+                        what = f"{key} by the store, classes from {list(Priority)[rank]}"
+                        _hold(r, lower, 1.0, 0.0, what, leave=leave)
         policy = run.sc.policy
         for (key, outage, spec), apart in alone.items():
             r = specs[spec]
@@ -938,20 +1232,20 @@ class Checker:
 
 
 def _split(
-    seen: list[tuple[float, float, int]], cuts: list[float]
-) -> Iterator[list[tuple[float, int]]]:
-    """``seen`` (decided, went ahead, permits) cut where the store lost its state: each
-    part's admissions (went ahead, permits), decided between two cuts."""
-    segment: list[tuple[float, int]] = []
+    seen: list[tuple[float, float, int, int]], cuts: list[float]
+) -> Iterator[list[tuple[float, int, int]]]:
+    """``seen`` (decided, went ahead, permits, class) cut where the store lost its
+    state: each part's admissions (went ahead, permits, class), decided between two cuts."""
+    segment: list[tuple[float, int, int]] = []
     cut = iter(sorted(cuts))
     nxt = next(cut, math.inf)
-    for decided, t, n in seen:
+    for decided, t, n, c in seen:
         while decided >= nxt:
             if segment:
                 yield segment
             segment = []
             nxt = next(cut, math.inf)
-        segment.append((t, n))
+        segment.append((t, n, c))
     if segment:
         yield segment
 
@@ -963,16 +1257,20 @@ def _hold(
     extra: float,
     what: str,
     shared: bool = False,
+    leave: float = 0.0,
 ) -> None:
     """The admissions ``seen`` (time, permits) of limit ``r`` at ``part`` of its rate:
-    a bucket's at most C + R x T over every span; a window's at most its limit per window."""
+    a bucket's at most C + R x T over every span; a window's at most its limit per window.
+    ``leave``: the share of the capacity (a bucket's C, a window's limit) the calls in
+    ``seen`` had to leave (priority classes): at most (1 - leave) C + R x T, or the limit
+    less the share (whole permits)."""
     if not seen:
         return
     if r.calendar is not None:
         return
     if not r.spec.window:
         rate = r.per_second * part
-        cap = (extra if shared else r.burst) + 1e-6
+        cap = (extra if shared else r.burst * (1.0 - leave)) + 1e-6
         best = -math.inf  # max over i of (R t_i - S_{i-1})
         total = 0
         for t, n in seen:
@@ -984,7 +1282,7 @@ def _hold(
                     f"C + R x T in a span ending at {t:.3f} (admitted {seen[:12]}...)"
                 )
         return
-    limit = extra if shared else r.rate
+    limit = extra if shared else r.rate - math.floor(leave * r.rate + 1e-9)
     if r.algorithm == "fixed_window":
         limit *= 2  # a span of one period may straddle two windows
     span = r.period - 1e-6
