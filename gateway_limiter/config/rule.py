@@ -177,6 +177,12 @@ class Rule:
         return most_held(self.table_key, self.rate, self.burst)
 
     @property
+    def window_most(self) -> int:
+        """The most permits one call can ever get from the interface's limits: the least
+        rate of its windows (0: none of its limits is a window)."""
+        return min((r.rate for r in self.limits if r.spec.window), default=0)
+
+    @property
     def per_second(self) -> float:
         """The rate in permits per second (``rate / period``)."""
         return self.rate / self.period

@@ -62,7 +62,7 @@ def acquired_wait_s(verdict: Verdict, rule: Rule, permits: int) -> float:
     interface holds.
     """
     if not verdict.allowed:
-        most = min((r.rate for r in rule.limits if r.spec.window), default=0)
+        most = rule.window_most
         raise ValueError(
             f"permits must be at most {most} for {rule.url!r} (what its window holds), "
             f"got {permits}"

@@ -473,10 +473,10 @@ class LimiterCore(LimiterBase):
             return 0.0
         if reason == Reason.CLOSED:
             raise InterfaceClosed(f"interface {url!r} is closed (rateLimit 0)")
-        whole = min((r.rate for r in rule.limits if r.spec.window), default=0)
+        whole = rule.window_most
         if not verdict.allowed and reason == Reason.BACKEND_FALLBACK and permits <= whole:
             part = self._fleet.share(rule) if self.policy.kind is FailurePolicy.SHARE else rule
-            most = min((r.rate for r in part.limits if r.spec.window), default=0)
+            most = part.window_most
             raise BackendUnavailable(
                 f"Redis is unreachable, and meanwhile this process's part of a window of "
                 f"{url!r} holds at most {most} permits (on_backend_error is "
