@@ -64,8 +64,6 @@ STATUS_COLUMNS = (
 IN_FLIGHT_COLUMN = Column("in flight", numeric=True, short="flight")
 _IN_FLIGHT_AT = 11  # before "algorithm"
 _USED_AT = 6  # "used": shown when some limit is a window
-#: The algorithms whose limit is a window (a count in its window, not stored permits).
-WINDOW_ALGORITHMS = (Algorithm.SLIDING_WINDOW, Algorithm.FIXED_WINDOW)
 #: ``status --watch``: refresh every this many seconds unless --interval says otherwise.
 WATCH_INTERVAL = 1.0
 
@@ -183,7 +181,7 @@ def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
         if flights:
             columns = (*columns[:_IN_FLIGHT_AT], IN_FLIGHT_COLUMN, *columns[_IN_FLIGHT_AT:])
         table = [_status_cells(s, flights) for s in states]
-        if not any(s.rule.algorithm in WINDOW_ALGORITHMS for s in states):
+        if not any(s.rule.spec.window for s in states):
             columns = (*columns[:_USED_AT], *columns[_USED_AT + 1 :])  # only windows count
             table = [[*row[:_USED_AT], *row[_USED_AT + 1 :]] for row in table]
         report.append((columns, table))
@@ -519,7 +517,7 @@ def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
         return row("-", "-", "closed: every call refused")
     if rule.calendar is not None:
         return row("-", "-", _quota_state(s))
-    if rule.algorithm in WINDOW_ALGORITHMS:
+    if rule.spec.window:
         return _window_row(s, row)
     if rule.caller is not None:
         return row("-", "-", f"for caller {rule.caller!r} alone: its own bucket (not shown)")

@@ -279,6 +279,8 @@ def combination_problem(
 
 
 # --- writing a checked change, with its audit row, in one transaction ----------------------
+#: Every writer of the limits table's rows writes through these: ``conf set``, ``conf
+#: enable/disable/delete``, the console's add, edit and delete, and ``upsert_conf``.
 
 
 def written_warnings(
@@ -315,36 +317,36 @@ def written_warnings(
     ]
 
 
-def insert_row(table: LockedTable, fields: Mapping[str, Any], by: ChangedBy) -> dict[str, Any]:
-    """Insert a row with ``fields`` (model attributes) and its audit row, in ``table``'s
-    transaction; the row as recorded."""
+def insert_row(table: LockedTable, fields: Mapping[str, Any], by: ChangedBy | None) -> ConfRow:
+    """Insert a row with ``fields`` (model attributes) and its audit row (none when ``by``
+    is None), in ``table``'s transaction; the row inserted."""
     row = table.insert(dict(fields))
-    after = row_record(row)
-    record_change(table.conn, by, row.config_id, "insert", None, after)
-    return after
+    if by is not None:
+        record_change(table.conn, by, row.config_id, "insert", None, row_record(row))
+    return row
 
 
 def update_row(
-    table: LockedTable, current: ConfRow, fields: Mapping[str, Any], by: ChangedBy
-) -> tuple[dict[str, Any], dict[str, Any]]:
+    table: LockedTable, current: ConfRow, fields: Mapping[str, Any], by: ChangedBy | None
+) -> ConfRow:
     """Set ``fields`` (model attributes) on ``current`` (a row of ``table``, as locked)
-    and record it, after what plain SQL changed on it since its latest audit (nothing
-    is recorded when no value changes); the row before and after."""
-    record_unrecorded(table.conn, [current], by)
-    before = row_record(current)
+    and record it (``by``; None: no audit), after what plain SQL changed on it since its
+    latest audit (nothing is recorded when no value changes); the row after."""
+    if by is not None:
+        record_unrecorded(table.conn, [current], by)
     row = table.update(current.config_id, dict(fields))
     assert row is not None  # locked: nobody deleted it
-    after = row_record(row)
-    if after != before:
+    before, after = row_record(current), row_record(row)
+    if by is not None and after != before:
         record_change(table.conn, by, current.config_id, "update", before, after)
-    return before, after
+    return row
 
 
-def delete_row(table: LockedTable, current: ConfRow, by: ChangedBy) -> dict[str, Any]:
-    """Delete ``current`` (a row of ``table``, as locked) and record it, after what plain
-    SQL changed on it since its latest audit; the row as it was."""
-    record_unrecorded(table.conn, [current], by)
-    before = row_record(current)
+def delete_row(table: LockedTable, current: ConfRow, by: ChangedBy | None) -> None:
+    """Delete ``current`` (a row of ``table``, as locked) and record it (``by``; None: no
+    audit), after what plain SQL changed on it since its latest audit."""
+    if by is not None:
+        record_unrecorded(table.conn, [current], by)
     table.delete(current.config_id)
-    record_change(table.conn, by, current.config_id, "delete", before, None)
-    return before
+    if by is not None:
+        record_change(table.conn, by, current.config_id, "delete", row_record(current), None)

@@ -601,8 +601,8 @@ def upsert_conf(
     database's comparison of text. ``check(rows, row)``, called with the rows as they
     are in that transaction and the row found (None: one is made), raises to refuse.
     """
-    # config.audit imports this module: imported here, where it is used, not above.
-    from gateway_limiter.config.audit import record_change, record_unrecorded, row_record
+    # config.edits imports this module: imported here, where it is used, not above.
+    from gateway_limiter.config.edits import insert_row, update_row
 
     where = where or {}
     with locked_table(engine) as table:
@@ -610,18 +610,9 @@ def upsert_conf(
         if check is not None:
             check(table.rows, old)
         if old is None:
-            row = table.insert({"interface_url": url, "status": 0, **where, **fields})
-            if by is not None:
-                record_change(table.conn, by, row.config_id, "insert", None, row_record(row))
-            return row, True
-        if by is not None:
-            record_unrecorded(table.conn, [old], by)
-        now = table.update(old.config_id, fields)
-        assert now is not None  # locked: nobody deleted it
-        before, after = row_record(old), row_record(now)
-        if by is not None and before != after:
-            record_change(table.conn, by, now.config_id, "update", before, after)
-        return now, False
+            fields = {"interface_url": url, "status": 0, **where, **fields}
+            return insert_row(table, fields, by), True
+        return update_row(table, old, fields, by), False
 
 
 #: Driver error codes that mean "no such table": MySQL/MariaDB's ER_NO_SUCH_TABLE.

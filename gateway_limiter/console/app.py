@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway_limiter.config.audit import SOURCE_CONSOLE, ChangedBy, read_audit
+from gateway_limiter.config.audit import SOURCE_CONSOLE, ChangedBy, read_audit, row_record
 from gateway_limiter.config.edits import (
     COLUMN_OF,
     FieldError,
@@ -309,7 +309,7 @@ def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
                 status=0,
             )
             planned(rows, replace(after, **fields))
-            made = insert_row(table, fields, by)
+            made = row_record(insert_row(table, fields, by))
         # the row as before, and what the reload will warn about it, as a PATCH answers:
         # a row added beside a leased one (or a channel cap over it) makes its lease ignored
         warnings = written_warnings(
@@ -340,7 +340,7 @@ def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
             if current is None:
                 raise ApiError(404, f"no row with configId {config_id}", "configId")
             planned(table.rows, replace(current, **fields))
-            before, after = update_row(table, current, fields, by)
+            before, after = row_record(current), row_record(update_row(table, current, fields, by))
         # what the reload will warn about this row (a leaseMs it ignores), as conf set says
         warnings = written_warnings(read_rows(sources.engine), [config_id], settings.default_cache)
         return {"before": before, "after": after, "warnings": warnings}
@@ -356,7 +356,8 @@ def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
             current = next((r for r in table.rows if r.config_id == config_id), None)
             if current is None:
                 raise ApiError(404, f"no row with configId {config_id}", "configId")
-            return delete_row(table, current, by)
+            delete_row(table, current, by)
+            return row_record(current)
 
     async def delete_rule(request: Request) -> Response:
         config_id = config_id_of(request)

@@ -19,164 +19,77 @@ the shell (sync or awaited, its BackendError caught by ``failure.attempt``), the
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
-from typing import Any, ClassVar, Final, Self
+from typing import Any, ClassVar, Self
 
 from gateway_limiter.backends.base import Backend, BackendError
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.scripts import ScriptCall
-from gateway_limiter.config.reload import Registry, ReloadSummary, Snapshot
-from gateway_limiter.config.rules import Algorithm, Rule
+from gateway_limiter.config.reload import Registry, ReloadSummary
+from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings, load_settings, warn_fractions
+from gateway_limiter.core.arguments import (
+    MAX_PERMITS,
+    MAX_RESET_AT,
+    MAX_RETRY_AFTER_S,
+    MAX_WAIT_S,
+    MAX_WINDOW_PERMITS,
+    check_args,
+    check_observe_args,
+    check_permits,
+    check_priority,
+    check_pushback_args,
+)
 from gateway_limiter.core.clock import SYSTEM_CLOCK, Clock
 from gateway_limiter.core.decision import ADMIT, REFUSE, Decision, Reason, decision_of
 from gateway_limiter.core.failure import Breaker, FailurePolicy, Policy, script_fault
 from gateway_limiter.core.fleet import Fleet
 from gateway_limiter.core.leases import Leases, from_lease, leasing
 from gateway_limiter.core.local_refusal import LocalRefusals
+from gateway_limiter.core.outcomes import (
+    Outcome,
+    Outcomes,
+    acquired_wait_s,
+    allowed_wait_s,
+    call_class,
+    label,
+    route,
+    slept_s,
+    slot_rule,
+)
 from gateway_limiter.core.quota_watch import QuotaWatch
 from gateway_limiter.core.quotas import Observed, QuotaKeeper, counter_key
 from gateway_limiter.core.steps import Ask, Reserve, Sleep, Steps
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
 from gateway_limiter.model.bucket import US_PER_S, Verdict
-from gateway_limiter.model.priority import Priority, PriorityError, parse_priority
-from gateway_limiter.observe.logs import SHADOW_REPORT_SECONDS, Throttle, held_back, log, one_line
-from gateway_limiter.observe.metrics import ProcessMetrics, Source, interface_label, process_metrics
+from gateway_limiter.model.priority import Priority
+from gateway_limiter.observe.logs import log, one_line
+from gateway_limiter.observe.metrics import ProcessMetrics, Source, process_metrics
 
-#: The most permits one call may ask for: a row's rateLimit is an INT(11), and beyond
-#: this a reservation's debt stops being exact in the script's doubles.
-MAX_PERMITS = 2**31 - 1
-#: The largest timeout: a finite float (an int beyond it would overflow converting).
-_MAX_TIMEOUT_S = sys.float_info.max
-#: The longest wait a reservation may take: a year. A longer budget counts as a year,
-#: and ``permits`` that a limit refills in more than a year are refused (a wait beyond
-#: it overflows what Redis takes as a key's expiry, and what ``time.sleep`` takes).
-MAX_WAIT_S = 365 * 86_400.0
-#: The most permits one call may ask of an interface with a sliding window: each
-#: permit is one entry of its log, written in the one script call.
-MAX_WINDOW_PERMITS = 1_000
-
-
-def _shown(value: object) -> str:
-    # repr of an int of thousands of digits raises ValueError (int_max_str_digits).
-    if isinstance(value, int) and value.bit_length() > 64:
-        return f"an integer of {value.bit_length()} bits"
-    return repr(value)
-
-
-def check_args(url: object, permits: object, timeout: object, key: object = None) -> None:
-    """Raise TypeError/ValueError naming the bad argument (``timeout`` in seconds)."""
-    if (
-        type(url) is str
-        and type(permits) is int
-        and 1 <= permits <= MAX_PERMITS
-        and (timeout is None or (type(timeout) in (float, int) and 0 <= timeout <= _MAX_TIMEOUT_S))  # type: ignore[operator]
-        and (key is None or type(key) is str)
-    ):
-        return  # the common case, in a few type checks; the rest explains what is wrong
-    if key is not None and not isinstance(key, str):
-        raise TypeError(f"key must be a string or None, got {type(key).__name__}")
-    if not isinstance(url, str):
-        raise TypeError(f"url must be a string, got {type(url).__name__}")
-    if not isinstance(permits, int) or isinstance(permits, bool):
-        raise TypeError(f"permits must be an int, got {type(permits).__name__}")
-    if permits < 1:
-        raise ValueError(f"permits must be >= 1, got {_shown(permits)}")
-    if permits > MAX_PERMITS:
-        raise ValueError(f"permits must be at most {MAX_PERMITS}, got {_shown(permits)}")
-    if timeout is not None:
-        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
-            raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
-        # NaN, infinity and ints too large for a float all fail this comparison.
-        if not 0 <= timeout <= _MAX_TIMEOUT_S:
-            raise ValueError(
-                f"timeout must be a finite number of seconds >= 0, got {_shown(timeout)}"
-            )
-
-
-def check_permits(rule: Rule, url: str, permits: int) -> None:
-    """Raise ValueError naming ``permits`` when ``rule`` cannot serve that many in one
-    call: more than ``MAX_WINDOW_PERMITS`` on a sliding window (more than the window
-    holds is refused as ever: nothing is written), or more than a limit refills in
-    ``MAX_WAIT_S``. Only for ``permits`` > 1: one permit always fits."""
-    for r in rule.limits:
-        if r.algorithm == Algorithm.SLIDING_WINDOW and MAX_WINDOW_PERMITS < permits <= r.rate:
-            raise ValueError(
-                f"permits must be at most {MAX_WINDOW_PERMITS} for {url!r} (a sliding "
-                f"window records each permit), got {_shown(permits)}"
-            )
-        if r.rate > 0 and not r.spec.window and permits * r.period > MAX_WAIT_S * r.rate:
-            most = math.floor(MAX_WAIT_S * r.rate / r.period)
-            raise ValueError(
-                f"permits must be at most {most} for {url!r} (what it refills in a year), "
-                f"got {_shown(permits)}"
-            )
-
-
-#: The longest hold a pushback may ask for: a day. A Retry-After read in the wrong unit
-#: (milliseconds) or a misparsed date would otherwise close an interface fleet-wide until
-#: someone deletes its Redis key by hand.
-MAX_RETRY_AFTER_S = 86_400.0
-
-
-def check_pushback_args(url: object, retry_after: object, key: object) -> None:
-    """Raise TypeError/ValueError naming the bad argument of ``pushback``."""
-    if not isinstance(url, str):
-        raise TypeError(f"url must be a string, got {type(url).__name__}")
-    if key is not None and not isinstance(key, str):
-        raise TypeError(f"key must be a string or None, got {type(key).__name__}")
-    if retry_after is None:
-        return
-    if not isinstance(retry_after, (int, float)) or isinstance(retry_after, bool):
-        raise TypeError(f"retry_after must be a number of seconds or None, got {retry_after!r}")
-    if not 0 <= retry_after <= MAX_RETRY_AFTER_S:  # NaN and infinity fail this too
-        raise ValueError(
-            f"retry_after must be a number of seconds from 0 to {MAX_RETRY_AFTER_S:g} "
-            f"(a day), got {_shown(retry_after)}"
-        )
-
-
-def check_priority(priority: object) -> Priority:
-    """``priority`` (a Priority or its text) as a Priority; ValueError/TypeError naming
-    the argument when it is not one."""
-    if not isinstance(priority, str):
-        raise TypeError(f"priority must be a Priority or its text, got {type(priority).__name__}")
-    try:
-        return parse_priority(priority)
-    except PriorityError as e:
-        raise ValueError(str(e)) from None
-
-
-def call_class(rule: Rule, priority: Priority | None) -> Priority:
-    """The class a call is decided in: its own, else its row's, else ``default``."""
-    return priority or rule.priority or Priority.DEFAULT
-
-
-def check_observe_args(url: object, remaining: object, reset_at: object, key: object) -> None:
-    """Raise TypeError/ValueError naming the bad argument of ``observe``."""
-    if not isinstance(url, str):
-        raise TypeError(f"url must be a string, got {type(url).__name__}")
-    if key is not None and not isinstance(key, str):
-        raise TypeError(f"key must be a string or None, got {type(key).__name__}")
-    if remaining is not None:
-        if not isinstance(remaining, int) or isinstance(remaining, bool):
-            raise TypeError(f"remaining must be an int or None, got {type(remaining).__name__}")
-        if not 0 <= remaining <= MAX_PERMITS:
-            raise ValueError(f"remaining must be from 0 to {MAX_PERMITS}, got {_shown(remaining)}")
-    if reset_at is not None:
-        if not isinstance(reset_at, (int, float)) or isinstance(reset_at, bool):
-            raise TypeError(
-                f"reset_at must be epoch seconds (a number) or None, got {type(reset_at).__name__}"
-            )
-        if not 0 <= reset_at <= MAX_RESET_AT:  # NaN and infinity fail this too
-            raise ValueError(
-                f"reset_at must be epoch seconds from 0 to {MAX_RESET_AT}, got {_shown(reset_at)}"
-            )
-
-
-#: The latest ``reset_at`` taken (epoch s): the year 9999.
-MAX_RESET_AT = 253_402_300_799
+# The arguments' checks and bounds (``core/arguments.py``) and the ends of a decision
+# (``core/outcomes.py``) live in modules of their own; the shells, the integrations and
+# the rate limit service import them from here as well.
+__all__ = [
+    "MAX_PERMITS",
+    "MAX_RESET_AT",
+    "MAX_RETRY_AFTER_S",
+    "MAX_WAIT_S",
+    "MAX_WINDOW_PERMITS",
+    "LimiterBase",
+    "LimiterCore",
+    "Outcome",
+    "Push",
+    "allowed_wait_s",
+    "call_class",
+    "check_args",
+    "check_priority",
+    "local_refusals_for",
+    "open_metrics",
+    "route",
+    "settings_from",
+    "slept_s",
+    "slot_rule",
+]
 
 
 class Push:
@@ -197,122 +110,6 @@ class Push:
         self.key = key
         #: as ``Ask.asked``: when the request left, for the local refusals
         self.asked = asked
-
-
-def route(snapshot: Snapshot, url: str, key: str | None = None) -> Rule | None:
-    """The rule that limits ``url`` for caller ``key`` now, or None when the call is not
-    limited (a named caller's own rule where a per-caller row names ``key``)."""
-    if not snapshot.switch:
-        return None
-    if key is not None and snapshot.named:  # empty unless some row names a caller
-        return snapshot.named.get((url, key)) or snapshot.rules.get(url)
-    return snapshot.rules.get(url)
-
-
-def slot_rule(snapshot: Snapshot, url: str) -> Rule | None:
-    """The rule whose ``maxConcurrent`` counts ``url``'s slots for ``in_flight``: its
-    own, else a named caller's with a cap (the slots are the interface's, one pool)."""
-    rule = route(snapshot, url)
-    if (rule is None or rule.max_concurrent is None) and snapshot.switch and snapshot.named:
-        capped = (r for (u, _), r in snapshot.named.items() if u == url and r.max_concurrent)
-        return next(capped, rule)
-    return rule
-
-
-#: What a reservation comes to: the verdict to honour, its reason, and the rule (None:
-#: not limited). Built once per decision; the unlimited ones are built here, once.
-Outcome = tuple[Verdict, Reason, Rule | None]
-_UNLIMITED: Final[dict[Reason, Outcome]] = {
-    reason: (ADMIT, reason, None)
-    for reason in (Reason.SWITCH_OFF, Reason.NOT_CONFIGURED, Reason.DISABLED)
-}
-
-
-def allowed_wait_s(verdict: Verdict) -> float:
-    """The seconds a caller sleeps to honour ``verdict`` (0.0: none, or refused)."""
-    return verdict.wait_us / US_PER_S if verdict.allowed else 0.0
-
-
-def acquired_wait_s(verdict: Verdict, rule: Rule, permits: int) -> float:
-    """The seconds an ``acquire`` must wait for ``verdict`` (decided with no timeout).
-
-    Raises ValueError when no wait can ever do: ``permits`` more than a window of the
-    interface holds.
-    """
-    if not verdict.allowed:
-        most = min((r.rate for r in rule.limits if r.spec.window), default=0)
-        raise ValueError(
-            f"permits must be at most {most} for {rule.url!r} (what its window holds), "
-            f"got {permits}"
-        )
-    return verdict.wait_us / US_PER_S
-
-
-def slept_s(outcome: Outcome) -> float:
-    """The seconds a call already slept before ``outcome`` admitted it (a class below
-    critical re-checking: ``LimiterCore._rechecking``)."""
-    return outcome[0].slept_us / US_PER_S
-
-
-def _label(rule: Rule, priority: Priority | None = None) -> str:
-    """The metrics' ``priority`` label of a call on ``rule`` (a class's Rule knows it)."""
-    return (priority or rule.priority or Priority.DEFAULT).value
-
-
-class Outcomes:
-    """How a decision ends, the same for the sync and asyncio limiters: a shadow rule
-    lets the call go whatever the bucket said, and the metrics count every decision.
-
-    A limited interface's decision calls in here only when its rule is a shadow rule
-    (``LimiterCore._settled`` counts the others' itself).
-    """
-
-    __slots__ = ("_shadow_log", "metrics")
-
-    def __init__(self, metrics: ProcessMetrics | None) -> None:
-        self.metrics = metrics
-        self._shadow_log = Throttle(SHADOW_REPORT_SECONDS)
-
-    def unlimited(self, snapshot: Snapshot, url: str, priority: Priority | None = None) -> Outcome:
-        """A call no rule limits: admitted at once; why, and counted."""
-        if not snapshot.switch:
-            reason = Reason.SWITCH_OFF
-        elif url in snapshot.disabled:
-            reason = Reason.DISABLED
-        else:
-            reason = Reason.NOT_CONFIGURED
-        if self.metrics is not None:
-            label = (priority or Priority.DEFAULT).value
-            self.metrics.record(interface_label(snapshot, url), reason, True, None, label)
-        return _UNLIMITED[reason]
-
-    def shadowed(self, rule: Rule, verdict: Verdict, reason: Reason) -> Outcome:
-        """A shadow rule's bucket (or the failure policy) decided: the call goes ahead at
-        once, counted (``LimiterCore._settled`` counts the other rules' decisions)."""
-        # Shadow: counted as the limit decided (a wait it would impose is observed),
-        # but the call goes ahead at once.
-        if verdict.allowed:
-            if self.metrics is not None:
-                self.metrics.record(rule.url, reason, True, verdict.wait_us, _label(rule))
-            if verdict.wait_us > 0:
-                verdict = Verdict(True, 0.0, verdict.stored, 0.0, verdict.factor)
-            return verdict, reason, rule
-        if self.metrics is not None:
-            self.metrics.record(rule.url, Reason.SHADOW, True, None, _label(rule))
-        held = self._shadow_log.ready(rule.url)
-        if held is not None:
-            log.info(
-                "shadow rule %s (%d/s, configId %d) would have refused a call (%s)%s",
-                one_line(rule.url),
-                rule.rate,
-                rule.config_id,
-                reason,
-                held_back(held),
-            )
-        shadowed = (
-            ADMIT if verdict is REFUSE else Verdict(True, 0.0, verdict.stored, 0.0, verdict.factor)
-        )
-        return shadowed, Reason.SHADOW, rule
 
 
 def settings_from(settings: Settings | str | Path | None, overrides: dict[str, Any]) -> Settings:
@@ -691,10 +488,10 @@ class LimiterCore(LimiterBase):
             return 0.0
         if reason == Reason.CLOSED:
             raise InterfaceClosed(f"interface {url!r} is closed (rateLimit 0)")
-        whole = min((r.rate for r in rule.limits if r.spec.window), default=0)
+        whole = rule.window_most
         if not verdict.allowed and reason == Reason.BACKEND_FALLBACK and permits <= whole:
             part = self._fleet.share(rule) if self.policy.kind is FailurePolicy.SHARE else rule
-            most = min((r.rate for r in part.limits if r.spec.window), default=0)
+            most = part.window_most
             raise BackendUnavailable(
                 f"Redis is unreachable, and meanwhile this process's part of a window of "
                 f"{url!r} holds at most {most} permits (on_backend_error is "
@@ -716,7 +513,7 @@ class LimiterCore(LimiterBase):
                 reason,
                 verdict.allowed,
                 verdict.wait_us if verdict.allowed else None,
-                _label(rule, priority),
+                label(rule, priority),
             )
         return verdict, reason, rule
 

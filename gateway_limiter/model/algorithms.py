@@ -81,6 +81,18 @@ KIND_CODES: Final[dict[LimitKind, float]] = {
     spec.kind: spec.code for spec in ALGORITHM_TABLE.values()
 }
 
+#: The kinds of state that count calls in windows (from the table): a call of more
+#: permits than such a limit's ``rate`` can never go.
+WINDOW_KINDS: Final[frozenset[LimitKind]] = frozenset(
+    spec.kind for spec in ALGORITHM_TABLE.values() if spec.window
+)
+
+#: The algorithms whose limit is a window (from the table): a count in its window, in
+#: whole permits, not stored permits.
+WINDOW_ALGORITHMS: Final[frozenset[Algorithm]] = frozenset(
+    a for a in Algorithm if ALGORITHM_TABLE[a].window
+)
+
 #: Every algorithm's column value, in the order the CLI and messages list them (plain
 #: strings: argparse and messages show them with repr).
 ALGORITHMS: Final[tuple[str, ...]] = tuple(a.value for a in Algorithm)

@@ -74,9 +74,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol, TypeAlias, cast
+from typing import Protocol, cast
 
-from gateway_limiter.model.algorithms import LimitKind as LimitKind  # noqa: PLC0414
+from gateway_limiter.model.algorithms import WINDOW_KINDS, LimitKind
 from gateway_limiter.model.bucket import (
     EXPIRY_GRACE_MS,
     US_PER_S,
@@ -88,182 +88,56 @@ from gateway_limiter.model.bucket import (
     reconfigure,
     resync,
 )
+from gateway_limiter.model.limit_state import (
+    EMPTY_LOG,
+    WINDOW_GUARD_US,
+    WINDOW_US,
+    CalendarWindow,
+    FixedWindow,
+    Limit,
+    LimitState,
+    SlidingLog,
+    calendar_end,
+    calendar_start,
+    fixed_window_now,
+    log_slot,
+    reserve_window,
+    window_expiry_ms,
+    window_left,
+    window_slot,
+)
 from gateway_limiter.model.pushback import window_limit
 
-#: The sliding window is its period plus this, for wake-up jitter.
-WINDOW_GUARD_US = 10_000.0
-#: The single sliding window (``reserve_window``): one second plus the guard.
-WINDOW_US = US_PER_S + WINDOW_GUARD_US
-
-
-class Limit(NamedTuple):
-    """One limit as ``limits.lua`` is told it."""
-
-    kind: LimitKind
-    rate: float  # token bucket: permits per second; windows: permits per window
-    size: float  # token bucket: capacity; sliding: window length, µs; fixed: period, µs
-    #: A calendar quota's boundaries (epoch µs): the periods ``[b0, b1)``, ``[b1, b2)``,
-    #: ``[b2, b3)`` around the deciding process's clock (``CalendarLimit``).
-    bounds: tuple[float, ...] = ()
-
-
-class FixedWindow(NamedTuple):
-    """A fixed window's counter: the latest window holding reservations, and its count."""
-
-    window: float  # k, for the window [k * period, (k + 1) * period)
-    used: float  # permits reserved in it
-
-
-class CalendarWindow(NamedTuple):
-    """A calendar quota's counter: the period holding reservations, and its count; a
-    paced quota's also its pacing bucket (``stored`` -1: none kept, as when the quota was
-    not paced: the bucket is then full)."""
-
-    window: float  # the period's start, epoch µs
-    used: float  # permits reserved in it
-    stored: float = -1.0  # paced: the permits the pacing bucket holds at ``balance``
-    balance: float = 0.0  # paced: when ``stored`` was last brought up to date, epoch µs
-
-
-class SlidingLog(NamedTuple):
-    """A sliding window's last admissions, oldest first, as runs: ``counts[i]``
-    admissions at ``times[i]`` (times strictly increasing), ``total`` in all.
-
-    ``limits.lua`` keeps one list entry per admission; the model keeps one run per
-    moment, so its memory and time follow the calls, never the permits: a window of a
-    billion, started full (``share``) or given a million permits at once, is one run.
-    ``SlidingLog.of`` reads the script's list as runs (the tests compare the two).
-    """
-
-    times: tuple[float, ...]
-    counts: tuple[int, ...]
-    total: int
-
-    @classmethod
-    def of(cls, admissions: Sequence[float]) -> SlidingLog:
-        """The runs of ``admissions`` (oldest first, one entry per admission)."""
-        times: list[float] = []
-        counts: list[int] = []
-        for t in admissions:
-            if times and times[-1] == t:
-                counts[-1] += 1
-            else:
-                times.append(t)
-                counts.append(1)
-        return cls(tuple(times), tuple(counts), len(admissions))
-
-    def nth(self, n: int) -> float:
-        """The time of the ``n``-th admission, oldest first (1-based, ``n <= total``)."""
-        for t, c in zip(self.times, self.counts, strict=True):
-            if n <= c:
-                return t
-            n -= c
-        raise IndexError(n)
-
-    def add(self, n: int, at_us: float, keep: int) -> SlidingLog:
-        """``n`` admissions at ``at_us`` (no earlier than the last), then only the last
-        ``keep`` of them all kept."""
-        times, counts = list(self.times), list(self.counts)
-        if times and times[-1] == at_us:
-            counts[-1] += n
-        else:
-            times.append(at_us)
-            counts.append(n)
-        total = self.total + n
-        drop = total - keep
-        if drop > 0:
-            total = keep
-            while drop >= counts[0]:
-                drop -= counts.pop(0)
-                times.pop(0)
-            counts[0] -= drop
-        return SlidingLog(tuple(times), tuple(counts), total)
-
-
-#: The state of one limit: a bucket's, a sliding window's admissions (runs, oldest
-#: first), or a fixed window's counter.
-LimitState: TypeAlias = BucketState | SlidingLog | FixedWindow | CalendarWindow
-
-_EMPTY_LOG = SlidingLog((), (), 0)
-
-
-# --- one sliding window of one second ----------------------------------------------------
-
-
-def reserve_window(
-    times: tuple[float, ...],
-    rate: int,
-    permits: int,
-    timeout_us: float | None,
-    now_us: float,
-) -> tuple[Verdict, tuple[float, ...] | None]:
-    """Sliding window: place ``permits`` admissions at the earliest allowed time.
-
-    ``times`` are the last admissions, oldest first (at most ``rate`` of them).
-    Returns the verdict (``stored``: the permits left in the window of the call, or of
-    now when refused) and the times to store, or None on refusal. ``permits > rate``
-    can never be placed.
-    """
-    if permits > rate:
-        return Verdict(False, math.inf, 0.0), None  # next_free 0, as in limits.lua
-    at_us = window_slot(times, rate, permits, now_us, WINDOW_US)
-    wait_us = at_us - now_us
-    if timeout_us is not None and wait_us > timeout_us:
-        next_us = window_slot(times, rate, 1, now_us, WINDOW_US)
-        left = window_left(times, rate, now_us, WINDOW_US)
-        return Verdict(False, wait_us, left, next_us - now_us), None
-    kept = (*times, *([at_us] * permits))[-rate:]
-    next_us = window_slot(kept, rate, 1, now_us, WINDOW_US)
-    return Verdict(True, wait_us, window_left(kept, rate, at_us, WINDOW_US), next_us - now_us), kept
-
-
-def window_left(times: tuple[float, ...], cap: float, at_us: float, window_us: float) -> float:
-    """Permits a sliding window of ``cap`` has left at ``at_us``: ``cap`` less the
-    admissions still in the window then (never below 0)."""
-    live = sum(1 for t in times if t + window_us > at_us)
-    return max(0.0, cap - live)
-
-
-def window_expiry_ms(times: tuple[float, ...], now_us: float) -> int:
-    """Milliseconds after which the window's times no longer matter."""
-    return math.ceil((times[-1] + WINDOW_US - now_us) / 1000.0) + EXPIRY_GRACE_MS
-
-
-def window_slot(
-    times: tuple[float, ...], rate: int, permits: int, now_us: float, window_us: float
-) -> float:
-    """The earliest time >= ``now_us`` at which a sliding window can place ``permits`` more.
-
-    For one permit, also a time before which no call can be placed later on: the
-    window only fills up meanwhile, and an admission leaves it no sooner than this.
-    """
-    at_us = now_us
-    if times:
-        at_us = max(at_us, times[-1])
-    need = len(times) + permits - rate  # admissions that must have left the window
-    if need > 0:
-        at_us = max(at_us, times[need - 1] + window_us)
-    return at_us
-
-
-def log_slot(log: SlidingLog, rate: int, permits: int, now_us: float, window_us: float) -> float:
-    """``window_slot`` on a ``SlidingLog``: the same time, from runs."""
-    at_us = now_us
-    if log.total:
-        at_us = max(at_us, log.times[-1])
-    need = log.total + permits - rate  # admissions that must have left the window
-    if need > 0:
-        at_us = max(at_us, log.nth(need) + window_us)
-    return at_us
-
-
-def fixed_window_now(state: FixedWindow | None, now_us: float, period_us: float) -> FixedWindow:
-    """The counter as of ``now_us``: the stored one, or an empty current window if it ended."""
-    current = float(math.floor(now_us / period_us))
-    if state is None or state.window < current:
-        return FixedWindow(current, 0.0)
-    return state
-
+# One limit and the state each kind keeps are ``model/limit_state.py``; what reads them
+# here (the store, the scripts' replies, status, the tests) imports them from here too.
+__all__ = [
+    "LIMIT_MODELS",
+    "WINDOW_GUARD_US",
+    "WINDOW_US",
+    "BucketLimit",
+    "CalendarLimit",
+    "CalendarWindow",
+    "FixedLimit",
+    "FixedWindow",
+    "Limit",
+    "LimitKind",
+    "LimitModel",
+    "LimitState",
+    "SlidingLimit",
+    "SlidingLog",
+    "calendar_end",
+    "calendar_start",
+    "fixed_window_now",
+    "limit_expiry_ms",
+    "log_slot",
+    "quota_left",
+    "reserve_limits",
+    "reserve_ready",
+    "reserve_window",
+    "window_expiry_ms",
+    "window_left",
+    "window_slot",
+]
 
 # --- what differs between the kinds of limit ---------------------------------------------
 
@@ -274,17 +148,17 @@ class LimitModel(Protocol):
     def limit(self, rate: int, period_s: int, capacity: int) -> Limit:
         """The limit of a row: ``rate`` permits per ``period_s``, ``capacity`` (buckets)."""
 
+    def held(
+        self, limit: Limit, state: LimitState | None, now_us: float, until_us: float
+    ) -> LimitState | None:
+        """``state`` under a pushback's hold until ``until_us``, before which no call goes:
+        a bucket owes until then; a window's count stays as it is."""
+
     def earliest(
-        self,
-        limit: Limit,
-        state: LimitState | None,
-        permits: int,
-        now_us: float,
-        until_us: float = 0.0,
-    ) -> tuple[float, LimitState] | None:
+        self, limit: Limit, state: LimitState | None, permits: int, now_us: float
+    ) -> tuple[float, LimitState]:
         """Step 1: the earliest time the limit lets ``permits`` go, and its state as of
-        ``now_us`` (None: it can never hold that many). ``until_us``: a pushback's
-        moment, before which no call goes (a bucket owes until then)."""
+        ``now_us``. A window is asked only for ``permits`` it can hold (``rate``)."""
 
     def next_free_at(self, limit: Limit, state: LimitState, now_us: float) -> float:
         """The earliest time a one-permit call could go, for ``state`` after a decision."""
@@ -306,18 +180,19 @@ class BucketLimit:
         """Refills at ``rate / period_s`` per second, holds ``capacity``."""
         return Limit(LimitKind.TOKEN_BUCKET, rate / period_s, float(capacity))
 
-    def earliest(
-        self,
-        limit: Limit,
-        state: LimitState | None,
-        permits: int,
-        now_us: float,
-        until_us: float = 0.0,
-    ) -> tuple[float, LimitState]:
-        """Once its debt and the call's shortfall are paid (a hold until ``until_us``
-        drains the bucket, as in ``bucket.reserve``: see ``bucket.held``)."""
+    def held(
+        self, limit: Limit, state: LimitState | None, now_us: float, until_us: float
+    ) -> LimitState | None:
+        """Drained until ``until_us``, as in ``bucket.reserve`` (see ``bucket.held``)."""
         sh = TokenBucket(float(limit.rate), float(limit.size))
-        bucket = held(cast(BucketState | None, state), sh, now_us, until_us)
+        return held(cast(BucketState | None, state), sh, now_us, until_us)
+
+    def earliest(
+        self, limit: Limit, state: LimitState | None, permits: int, now_us: float
+    ) -> tuple[float, LimitState]:
+        """Once its debt and the call's shortfall are paid."""
+        sh = TokenBucket(float(limit.rate), float(limit.size))
+        bucket = held(cast(BucketState | None, state), sh, now_us, 0.0)  # None: full
         bucket = reconfigure(resync(bucket, now_us), sh)
         n = float(permits)
         spend = min(n, bucket.stored)
@@ -349,7 +224,18 @@ class BucketLimit:
         return cast(BucketState, state).stored
 
 
-class SlidingLimit:
+class _Window:
+    """What every window does alike: a pushback's hold leaves its count as it is
+    (``reserve_limits`` places the call no sooner than the hold's end)."""
+
+    def held(
+        self, limit: Limit, state: LimitState | None, now_us: float, until_us: float
+    ) -> LimitState | None:
+        """``state`` unchanged."""
+        return state
+
+
+class SlidingLimit(_Window):
     """A sliding window: the last ``rate`` admission times."""
 
     def limit(self, rate: int, period_s: int, capacity: int) -> Limit:
@@ -357,17 +243,10 @@ class SlidingLimit:
         return Limit(LimitKind.SLIDING_WINDOW, float(rate), period_s * US_PER_S + WINDOW_GUARD_US)
 
     def earliest(
-        self,
-        limit: Limit,
-        state: LimitState | None,
-        permits: int,
-        now_us: float,
-        until_us: float = 0.0,
-    ) -> tuple[float, LimitState] | None:
-        """Its earliest slot (``window_slot``); ``reserve_limits`` applies ``until_us``."""
-        if permits > limit.rate:
-            return None
-        log = cast(SlidingLog, state or _EMPTY_LOG)
+        self, limit: Limit, state: LimitState | None, permits: int, now_us: float
+    ) -> tuple[float, LimitState]:
+        """Its earliest slot (``window_slot``)."""
+        log = cast(SlidingLog, state or EMPTY_LOG)
         return log_slot(log, int(limit.rate), permits, now_us, limit.size), log
 
     def next_free_at(self, limit: Limit, state: LimitState, now_us: float) -> float:
@@ -390,7 +269,7 @@ class SlidingLimit:
         return max(0.0, cap - live)
 
 
-class FixedLimit:
+class FixedLimit(_Window):
     """A fixed window: one counter, for the latest window holding reservations."""
 
     def limit(self, rate: int, period_s: int, capacity: int) -> Limit:
@@ -398,17 +277,9 @@ class FixedLimit:
         return Limit(LimitKind.FIXED_WINDOW, float(rate), period_s * US_PER_S)
 
     def earliest(
-        self,
-        limit: Limit,
-        state: LimitState | None,
-        permits: int,
-        now_us: float,
-        until_us: float = 0.0,
-    ) -> tuple[float, LimitState] | None:
-        """Now if the counter's window has room and has begun, else the next window
-        (``reserve_limits`` applies ``until_us``)."""
-        if permits > limit.rate:
-            return None
+        self, limit: Limit, state: LimitState | None, permits: int, now_us: float
+    ) -> tuple[float, LimitState]:
+        """Now if the counter's window has room and has begun, else the next window."""
         counter = fixed_window_now(cast(FixedWindow | None, state), now_us, limit.size)
         full = counter.used + float(permits) > limit.rate
         window = counter.window + 1.0 if full else counter.window
@@ -441,33 +312,7 @@ class FixedLimit:
         return max(0.0, cap - cast(FixedWindow, state).used)
 
 
-def calendar_start(bounds: Sequence[float], at_us: float) -> float:
-    """The start of the period that holds ``at_us`` among ``bounds`` (b0..b3): the latest
-    boundary at or before it (b0 when it is earlier than all of them)."""
-    b0, b1, b2, b3 = bounds
-    if at_us >= b3:
-        return b3
-    if at_us >= b2:
-        return b2
-    if at_us >= b1:
-        return b1
-    return b0
-
-
-def calendar_end(bounds: Sequence[float], start_us: float) -> float:
-    """The end of the period that starts at ``start_us``: the first boundary after it
-    (past b3, b3 plus the length of the last period given)."""
-    _, b1, b2, b3 = bounds
-    if start_us < b1:
-        return b1
-    if start_us < b2:
-        return b2
-    if start_us < b3:
-        return b3
-    return start_us + (b3 - b2)
-
-
-class CalendarLimit:
+class CalendarLimit(_Window):
     """A calendar quota: a fixed window whose windows are the periods of a calendar
     (``model/calendar.py``), so they may be 23, 24 or 25 hours, or 28 to 31 days.
 
@@ -523,16 +368,9 @@ class CalendarLimit:
         return ends if paced > ends else paced
 
     def earliest(
-        self,
-        limit: Limit,
-        state: LimitState | None,
-        permits: int,
-        now_us: float,
-        until_us: float = 0.0,
-    ) -> tuple[float, LimitState] | None:
+        self, limit: Limit, state: LimitState | None, permits: int, now_us: float
+    ) -> tuple[float, LimitState]:
         """Now if the counter's period has room and has begun, else the next period."""
-        if permits > limit.rate:
-            return None
         counter = self._counter(limit, state, now_us)
         if counter.used + float(permits) > limit.rate:
             return max(now_us, calendar_end(limit.bounds, counter.window)), counter
@@ -683,11 +521,13 @@ def reserve_limits(
     at_us = max(now_us, until_us)
     current: list[LimitState] = []
     for i, (limit, state) in enumerate(zip(capped, states, strict=True)):
-        owed_us = until_us if i < own else 0.0
-        found = LIMIT_MODELS[limit.kind].earliest(limit, state, permits, now_us, owed_us)
-        if found is None:  # the factor as limits.lua has it there: a channel's is 1
+        if permits > limit.rate and limit.kind in WINDOW_KINDS:  # more than it ever holds
+            # the factor as limits.lua has it there: a channel's is 1
             return Verdict(False, math.inf, 0.0, 0.0, factor if i < own else 1.0, held_us), None
-        earliest_us, as_of_now = found
+        model = LIMIT_MODELS[limit.kind]
+        # the interface's own limits owe until a hold's end; its channel's do not
+        owing = model.held(limit, state, now_us, until_us) if until_us > 0.0 and i < own else state
+        earliest_us, as_of_now = model.earliest(limit, owing, permits, now_us)
         current.append(as_of_now)
         at_us = max(at_us, earliest_us)
     wait_us = at_us - now_us

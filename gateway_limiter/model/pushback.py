@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from gateway_limiter.model.algorithms import WINDOW_ALGORITHMS
 from gateway_limiter.model.bucket import EXPIRY_GRACE_MS
 
 #: A pushback without retry_after multiplies the effective rate by this.
@@ -77,10 +78,6 @@ def window_limit(rate: float, factor: float, permits: int = 1) -> float:
     if factor == 1.0:
         return rate
     return max(float(permits), float(math.floor(rate * factor)))
-
-
-#: The ``algorithm`` values whose limit is a window (counted in whole permits).
-WINDOW_ALGORITHMS = ("sliding_window", "fixed_window")
 
 
 def effective_rate(rate: float, factor: float, algorithm: str) -> float:

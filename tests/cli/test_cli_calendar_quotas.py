@@ -21,8 +21,8 @@ from gateway_limiter.cli import main
 from gateway_limiter.config.rules import build_rules
 from gateway_limiter.config.table import read_rows
 from gateway_limiter.model.calendar import Calendar, QuotaPeriod
-from tests.support.commandline import Ran, settings_file
-from tests.support.commandline import cli as run
+from tests.support.commandline import Command, Refuses, conf_columns, settings_file
+from tests.support.commandline import db_cli as cli
 from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
@@ -31,29 +31,19 @@ URL = "/ibe/flight/search"
 pytestmark = pytest.mark.usefixtures("no_local_settings")
 
 
-def cli(capsys: pytest.CaptureFixture[str], db: str, *argv: str) -> Ran:
-    return run(capsys, "--database-url", db, *argv)
+CALENDAR_COLUMNS = ("rateLimit", "periodSeconds", "quotaPeriod", "timeZone", "quotaRenews")
 
 
 def calendar_columns(engine: Engine) -> list[tuple[Any, ...]]:
-    with engine.connect() as conn:
-        result = conn.execute(
-            text(
-                "select configId, rateLimit, periodSeconds, quotaPeriod, timeZone, quotaRenews,"
-                " quotaPacing from t_ratelimite_conf order by configId"
-            )
-        )
-        return [tuple(r) for r in result]
+    return conf_columns(engine, *CALENDAR_COLUMNS, "quotaPacing")
 
 
 def test_conf_set_writes_a_daily_quota_beside_the_per_second_row(
-    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+    command: Command, migrated_any_db: tuple[str, Engine]
 ) -> None:
-    db, engine = migrated_any_db
-    assert cli(capsys, db, "conf", "set", URL, "--rate", "20", "--enable").code == 0
-    ran = cli(
-        capsys,
-        db,
+    engine = migrated_any_db[1]
+    assert command("conf", "set", URL, "--rate", "20", "--enable").code == 0
+    ran = command(
         *("conf", "set", URL, "--rate", "50000", "--quota-period", "day"),
         *("--time-zone", "Asia/Shanghai", "--enable"),
     )
@@ -61,9 +51,7 @@ def test_conf_set_writes_a_daily_quota_beside_the_per_second_row(
     assert "quotaPeriod day, timeZone Asia/Shanghai, quotaRenews NULL, quotaPacing 0" in ran.out
     assert "50,000 per day" in ran.out and "renews 00:00 Asia/Shanghai" in ran.out
     # the same command again changes that row, not the per-second one
-    ran = cli(
-        capsys,
-        db,
+    ran = command(
         *("conf", "set", URL, "--rate", "40000", "--quota-period", "day", "--renews", "02:00"),
     )
     assert ran.code == 0, ran.err
@@ -79,21 +67,19 @@ def test_conf_set_writes_a_daily_quota_beside_the_per_second_row(
         (20, None),
         (40_000, QuotaPeriod.DAY),
     ]
-    listed = cli(capsys, db, "conf", "list")
+    listed = command("conf", "list")
     assert "40,000 per day" in listed.out
     # a month from the 15th in New York, and back to the default zone
-    ran = cli(
-        capsys,
-        db,
+    ran = command(
         *("conf", "set", URL, "--rate", "1000000", "--quota-period", "month"),
         *("--renews", "15 00:00", "--time-zone", "America/New_York", "--enable"),
     )
     assert ran.code == 0, ran.err
     assert "renews on day 15 at 00:00 America/New_York" in ran.out
-    ran = cli(capsys, db, "conf", "set", URL, "--quota-period", "month", "--time-zone", "none")
+    ran = command("conf", "set", URL, "--quota-period", "month", "--time-zone", "none")
     assert "timeZone America/New_York -> NULL" in ran.out
     # conf disable picks the calendar row by its period
-    ran = cli(capsys, db, "conf", "disable", URL, "--quota-period", "day")
+    ran = command("conf", "disable", URL, "--quota-period", "day")
     assert ran.code == 0, ran.err
     assert [r[0] for r in calendar_columns(engine)] == [1, 2, 3]
     with engine.connect() as conn:
@@ -104,22 +90,19 @@ def test_conf_set_writes_a_daily_quota_beside_the_per_second_row(
 
 
 def test_conf_list_shows_a_quota_rows_period_and_zone_and_its_json_has_the_columns(
-    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+    command: Command, migrated_any_db: tuple[str, Engine]
 ) -> None:
     """A daily row must not read as a per-second one: the table names its period and
     zone, and ``--json`` carries every calendar column."""
-    db, _ = migrated_any_db
-    assert cli(capsys, db, "conf", "set", URL, "--rate", "20", "--enable").code == 0
-    ran = cli(
-        capsys,
-        db,
+    assert command("conf", "set", URL, "--rate", "20", "--enable").code == 0
+    ran = command(
         *("conf", "set", URL, "--rate", "50000", "--quota-period", "day"),
         *("--time-zone", "Asia/Shanghai", "--renews", "02:00", "--enable"),
     )
     assert ran.code == 0, ran.err
-    listed = cli(capsys, db, "conf", "list")
+    listed = command("conf", "list")
     assert "quota" in listed.out and "day Asia/Shanghai from 02:00" in listed.out
-    listed = cli(capsys, db, "conf", "list", "--json")
+    listed = command("conf", "list", "--json")
     rows = json.loads(listed.out)["rows"]
     assert [
         (r["rateLimit"], r["quotaPeriod"], r["timeZone"], r["quotaRenews"], r["quotaPacing"])
@@ -142,31 +125,16 @@ def test_conf_list_shows_a_quota_rows_period_and_zone_and_its_json_has_the_colum
     ],
 )
 def test_conf_set_refuses_bad_calendar_values_naming_the_field(
-    capsys: pytest.CaptureFixture[str],
-    migrated_any_db: tuple[str, Engine],
-    argv: tuple[str, ...],
-    says: str,
+    refuses: Refuses, argv: tuple[str, ...], says: str
 ) -> None:
-    db, engine = migrated_any_db
-    ran = cli(capsys, db, "conf", "set", URL, "--rate", "100", *argv)
-    assert ran.code == 2
-    assert says in ran.err
-    assert calendar_columns(engine) == []  # nothing written
+    refuses(("conf", "set", URL, "--rate", "100", *argv), says)
 
 
 def test_conf_set_refuses_a_calendar_row_with_an_algorithm_it_cannot_count(
-    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+    refuses: Refuses,
 ) -> None:
-    db, engine = migrated_any_db
-    ran = cli(
-        capsys,
-        db,
-        *("conf", "set", URL, "--rate", "100", "--quota-period", "day"),
-        *("--algorithm", "sliding_window"),
-    )
-    assert ran.code == 2
-    assert "algorithm 'sliding_window' cannot count a calendar quota" in ran.err
-    assert calendar_columns(engine) == []
+    argv = ("conf", "set", URL, "--rate", "100", "--quota-period", "day")
+    refuses((*argv, "--algorithm", "sliding_window"), "algorithm 'sliding_window' cannot count")
 
 
 def test_the_reload_skips_bad_calendar_rows_naming_their_config_id(
@@ -213,12 +181,10 @@ def test_status_shows_what_a_quota_used_and_when_it_renews(
 
 
 def test_conf_set_paces_a_daily_quota_with_max_permits_as_its_burst(
-    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+    command: Command, migrated_any_db: tuple[str, Engine]
 ) -> None:
-    db, engine = migrated_any_db
-    ran = cli(
-        capsys,
-        db,
+    engine = migrated_any_db[1]
+    ran = command(
         *("conf", "set", URL, "--rate", "50000", "--quota-period", "day"),
         *("--time-zone", "Asia/Shanghai", "--pacing", "--max-permits", "30", "--enable"),
     )
@@ -227,7 +193,7 @@ def test_conf_set_paces_a_daily_quota_with_max_permits_as_its_burst(
     rule = build_rules(read_rows(engine), 0.5).rules[URL]
     assert rule.pacing and rule.pace_burst == 30
     # without pacing the burst means nothing: refused naming the field, nothing written
-    ran = cli(capsys, db, "conf", "set", URL, "--quota-period", "day", "--no-pacing")
+    ran = command("conf", "set", URL, "--quota-period", "day", "--no-pacing")
     assert ran.code != 0 and "maxPermits 30 is not used by a calendar quota without pacing" in (
         ran.err
     )

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.cli import main
 from gateway_limiter.config.rules import MAX_PERIOD, Rule, build_rules
 from gateway_limiter.config.table import read_rows
-from tests.support.commandline import Ran, settings_file
-from tests.support.commandline import cli as run
+from tests.support.commandline import conf_columns, settings_file
+from tests.support.commandline import db_cli as cli
 from tests.support.services import RedisServer
 
 URL = "/ibe/flight/search"
@@ -28,19 +28,9 @@ URL = "/ibe/flight/search"
 pytestmark = pytest.mark.usefixtures("no_local_settings")
 
 
-def cli(capsys: pytest.CaptureFixture[str], db: str, *argv: str) -> Ran:
-    return run(capsys, "--database-url", db, *argv)
-
-
 def table(engine: Engine) -> list[tuple[Any, ...]]:
-    with engine.connect() as conn:
-        result = conn.execute(
-            text(
-                "select configId, interfaceUrl, rateLimit, status, algorithm, periodSeconds, "
-                "perCaller from t_ratelimite_conf order by configId"
-            )
-        )
-        return [tuple(r) for r in result]
+    columns = ("interfaceUrl", "rateLimit", "status", "algorithm", "periodSeconds", "perCaller")
+    return conf_columns(engine, *columns)
 
 
 def applied(engine: Engine, url: str = URL) -> Rule:

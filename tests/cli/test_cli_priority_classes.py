@@ -10,11 +10,10 @@ import logging
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
-from tests.support.commandline import Ran
-from tests.support.commandline import cli as run
+from tests.support.commandline import Command, Refuses, conf_columns
 from tests.support.limiting import write_row
 
 URL = "/ibe/flight/search"
@@ -22,36 +21,21 @@ URL = "/ibe/flight/search"
 pytestmark = pytest.mark.usefixtures("no_local_settings")
 
 
-def cli(capsys: pytest.CaptureFixture[str], db: str, *argv: str) -> Ran:
-    return run(capsys, "--database-url", db, *argv)
-
-
 def priority_columns(engine: Engine) -> list[tuple[Any, ...]]:
-    with engine.connect() as conn:
-        result = conn.execute(
-            text(
-                "select configId, interfaceUrl, channelType, priority, reserve"
-                " from t_ratelimite_conf order by configId"
-            )
-        )
-        return [tuple(r) for r in result]
+    return conf_columns(engine, "interfaceUrl", "channelType", "priority", "reserve")
 
 
 def test_conf_set_writes_the_class_and_the_channel_reserve(
-    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+    command: Command, migrated_any_db: tuple[str, Engine]
 ) -> None:
-    db, engine = migrated_any_db
-    ran = cli(
-        capsys,
-        db,
+    engine = migrated_any_db[1]
+    ran = command(
         *("conf", "set", URL, "--rate", "100", "--channel", "IBE+"),
         *("--priority", "sheddable", "--enable"),
     )
     assert ran.code == 0, ran.err
     assert "priority 'sheddable'" in ran.out or "sheddable" in ran.out
-    ran = cli(
-        capsys,
-        db,
+    ran = command(
         *("conf", "set", "*", "--channel", "IBE+", "--rate", "100", "--enable"),
         *("--reserve", "default=0.1,sheddable_plus=0.3,sheddable=0.5"),
     )
@@ -60,7 +44,7 @@ def test_conf_set_writes_the_class_and_the_channel_reserve(
         (1, URL, "IBE+", "sheddable", None),
         (2, "*", "IBE+", None, "default=0.1,sheddable_plus=0.3,sheddable=0.5"),
     ]
-    listed = json.loads(cli(capsys, db, "conf", "list", "--json").out)["rows"]
+    listed = json.loads(command("conf", "list", "--json").out)["rows"]
     assert [(r["priority"], r["reserve"]) for r in listed] == [
         ("sheddable", None),
         (None, "default=0.1,sheddable_plus=0.3,sheddable=0.5"),
@@ -68,7 +52,7 @@ def test_conf_set_writes_the_class_and_the_channel_reserve(
     effects = [r["effect"] for r in listed]
     assert "calls sheddable unless they say" in effects[0]
     assert "reserve default=0.1,sheddable_plus=0.3,sheddable=0.5" in effects[1]
-    ran = cli(capsys, db, "conf", "set", URL, "--priority", "none")
+    ran = command("conf", "set", URL, "--priority", "none")
     assert ran.code == 0, ran.err
     assert priority_columns(engine)[0][3] is None
 
@@ -84,30 +68,16 @@ def test_conf_set_writes_the_class_and_the_channel_reserve(
     ],
 )
 def test_conf_set_refuses_bad_priority_values_naming_the_field(
-    capsys: pytest.CaptureFixture[str],
-    migrated_any_db: tuple[str, Engine],
-    argv: tuple[str, ...],
-    says: str,
+    refuses: Refuses, argv: tuple[str, ...], says: str
 ) -> None:
-    db, engine = migrated_any_db
-    ran = cli(capsys, db, "conf", "set", URL, "--rate", "100", *argv)
-    assert ran.code == 2
-    assert says in ran.err
-    assert priority_columns(engine) == []  # nothing written
+    refuses(("conf", "set", URL, "--rate", "100", *argv), says)
 
 
 def test_a_priority_on_a_channel_row_is_refused(
-    capsys: pytest.CaptureFixture[str], migrated_any_db: tuple[str, Engine]
+    refuses: Refuses,
 ) -> None:
-    db, engine = migrated_any_db
-    ran = cli(
-        capsys,
-        db,
-        *("conf", "set", "*", "--channel", "IBE+", "--rate", "100", "--priority", "critical"),
-    )
-    assert ran.code == 2
-    assert "priority" in ran.err and "channel row" in ran.err
-    assert priority_columns(engine) == []
+    argv = ("conf", "set", "*", "--channel", "IBE+", "--rate", "100", "--priority", "critical")
+    refuses(argv, "priority", "channel row")
 
 
 def test_the_reload_skips_rows_with_bad_values_naming_the_config_id(

@@ -10,7 +10,14 @@ import pytest
 
 from gateway_limiter.backends.state import limit, state_key
 from gateway_limiter.config.rules import ALGORITHMS, Algorithm, Rule
-from gateway_limiter.model.algorithms import ALGORITHM_TABLE, KIND_CODES, LimitKind, Quota
+from gateway_limiter.model.algorithms import (
+    ALGORITHM_TABLE,
+    KIND_CODES,
+    WINDOW_ALGORITHMS,
+    WINDOW_KINDS,
+    LimitKind,
+    Quota,
+)
 from gateway_limiter.model.calendar import Calendar
 from gateway_limiter.model.limits import LIMIT_MODELS
 
@@ -31,6 +38,17 @@ def test_every_algorithm_has_one_row_and_every_kind_a_model_and_a_code() -> None
     }
     for kind, code in KIND_CODES.items():
         assert re.search(rf"kind {int(code)}, {told[kind]}:", lua), kind
+
+
+def test_which_limits_are_windows_is_read_from_the_table() -> None:
+    # the pushback's whole permits, status's "used" column and the model's refusal of a
+    # call larger than a window all ask these two sets, made from the table's ``window``
+    assert {"sliding_window", "fixed_window"} == WINDOW_ALGORITHMS
+    assert {LimitKind.SLIDING_WINDOW, LimitKind.FIXED_WINDOW, LimitKind.CALENDAR} == WINDOW_KINDS
+    rule = Rule("/w", 9, 0.0, 1, algorithm=Algorithm.TOKEN_BUCKET)
+    assert rule.window_most == 0  # no window: no cap on one call's permits
+    windows = (Rule("/w", 5, 0.0, 2, algorithm="fixed_window", period=60),)
+    assert Rule("/w", 9, 0.0, 1, also=windows).window_most == 5
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.base import BackendError
-from gateway_limiter.core import failure, pipeline
+from gateway_limiter.core import failure, outcomes
 from gateway_limiter.core.failure import Breaker
 from gateway_limiter.observe.logs import LOGGER_NAME, Throttle, one_line
 from tests.support.limiting import limiter, write_row
@@ -85,7 +85,7 @@ def shadow_limiter(
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[GatewayLimiter]:
     # a second: the ten refusals below fall well within it, even on a loaded host
-    monkeypatch.setattr(pipeline, "SHADOW_REPORT_SECONDS", 1.0)
+    monkeypatch.setattr(outcomes, "SHADOW_REPORT_SECONDS", 1.0)
     db, engine = migrated_db
     write_row(engine, "/trial", rateLimit=1, cache=0.0, status=1, shadow=1)
     lim = limiter(db, redis_server.url, key_prefix)

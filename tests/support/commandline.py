@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
+from sqlalchemy import Engine, text
 
 from gateway_limiter.cli import main
 
@@ -24,6 +26,25 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> Ran:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return Ran(code, out, err)
+
+
+def db_cli(capsys: pytest.CaptureFixture[str], db: str, *argv: str) -> Ran:
+    """``cli`` on the database ``db`` (``--database-url``)."""
+    return cli(capsys, "--database-url", db, *argv)
+
+
+def conf_columns(engine: Engine, *columns: str) -> list[tuple[Any, ...]]:
+    """``configId`` and ``columns`` of every row of the limits table, in configId order,
+    read with plain SQL."""
+    listed = ", ".join(("configId", *columns))
+    with engine.connect() as conn:
+        result = conn.execute(text(f"select {listed} from t_ratelimite_conf order by configId"))
+        return [tuple(r) for r in result]
+
+
+#: ``command(*argv)`` and ``refuses(argv, *says)``: the fixtures of tests/cli/conftest.py.
+Command = Callable[..., Ran]
+Refuses = Callable[..., None]
 
 
 def settings_file(tmp_path: Path, database_url: str, redis_url: str, key_prefix: str) -> Path:
