@@ -42,6 +42,8 @@ from gateway_limiter.model.bucket import Verdict
 from gateway_limiter.model.priority import Priority
 from gateway_limiter.shell_async import AsyncShell
 
+# --- threaded only: from gateway_limiter import default_limiter
+
 __all__ = ["AsyncGatewayLimiter"]
 
 
@@ -480,6 +482,104 @@ class AsyncGatewayLimiter(AsyncSlotsAndReports):
         await self.aclose()
 
 
+# --- the module-level functions: on the process-wide limiter, ``default_limiter()``
+
+
+async def try_acquire(
+    url: str,
+    permits: int = 1,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
+) -> bool:
+    """``AsyncGatewayLimiter.try_acquire`` on the process-wide limiter.
+
+    Args:
+        url: the interface (a row's ``interfaceUrl``).
+        permits: permits this call takes.
+        timeout: the most to wait, seconds; None: the row's ``cache``.
+        key: the caller, for ``perCaller`` rows.
+        priority: the call's class (``Priority`` or its text); None: the row's.
+
+    Returns:
+        True once the call may go ahead (after any wait); False at once otherwise.
+
+    Example:
+        ```python
+        if await try_acquire("/ibe/flight/search"):
+            await call_supplier()
+        ```
+    """
+    limiter = await default_limiter()
+    return await limiter.try_acquire(url, permits, timeout, key, priority)
+
+
+async def acquire(
+    url: str, permits: int = 1, key: str | None = None, priority: Priority | str | None = None
+) -> float:
+    """``AsyncGatewayLimiter.acquire`` on the process-wide limiter: wait as long as it takes.
+
+    Returns:
+        The seconds waited.
+
+    Raises:
+        InterfaceClosed: the interface's ``rateLimit`` is 0.
+        BackendUnavailable: Redis is away and the failure policy cannot grant.
+    """
+    limiter = await default_limiter()
+    return await limiter.acquire(url, permits, key, priority)
+
+
+async def decide(
+    url: str,
+    permits: int = 1,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
+) -> Decision:
+    """``AsyncGatewayLimiter.decide`` on the process-wide limiter.
+
+    Returns:
+        A ``Decision``: allowed or not, why, and the headers to answer with.
+    """
+    limiter = await default_limiter()
+    return await limiter.decide(url, permits, timeout, key, priority)
+
+
+async def pushback(url: str, retry_after: float | None = None, key: str | None = None) -> None:
+    """``AsyncGatewayLimiter.pushback`` on the process-wide limiter: the supplier answered
+    429 or 503.
+
+    Args:
+        url: the interface.
+        retry_after: the seconds of the supplier's ``Retry-After``; None: lower the
+            interface's rate instead.
+        key: the caller, for ``perCaller`` rows.
+    """
+    limiter = await default_limiter()
+    await limiter.pushback(url, retry_after, key)
+
+
+@asynccontextmanager
+async def slot(
+    url: str,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
+) -> AsyncIterator[Decision]:
+    """``AsyncGatewayLimiter.slot`` on the process-wide limiter.
+
+    Example:
+        ```python
+        async with slot("/ibe/flight/book"):
+            await call_supplier()
+        ```
+    """
+    limiter = await default_limiter()
+    async with limiter.slot(url, timeout, key, priority) as decision:
+        yield decision
+
+
 # --- asyncio only below: the process-wide limiter (scripts/generate_sync.py stops here) ---
 
 import asyncio  # noqa: E402
@@ -573,49 +673,3 @@ async def aclose_default() -> None:
         return
     _process.limiter = None
     await limiter.aclose()
-
-
-async def try_acquire(
-    url: str,
-    permits: int = 1,
-    timeout: float | None = None,
-    key: str | None = None,
-    priority: Priority | str | None = None,
-) -> bool:
-    """``AsyncGatewayLimiter.try_acquire`` on the process-wide asyncio limiter."""
-    return await (await default_limiter()).try_acquire(url, permits, timeout, key, priority)
-
-
-async def acquire(
-    url: str, permits: int = 1, key: str | None = None, priority: Priority | str | None = None
-) -> float:
-    """``AsyncGatewayLimiter.acquire`` on the process-wide asyncio limiter."""
-    return await (await default_limiter()).acquire(url, permits, key, priority)
-
-
-async def decide(
-    url: str,
-    permits: int = 1,
-    timeout: float | None = None,
-    key: str | None = None,
-    priority: Priority | str | None = None,
-) -> Decision:
-    """``AsyncGatewayLimiter.decide`` on the process-wide asyncio limiter."""
-    return await (await default_limiter()).decide(url, permits, timeout, key, priority)
-
-
-async def pushback(url: str, retry_after: float | None = None, key: str | None = None) -> None:
-    """``AsyncGatewayLimiter.pushback`` on the process-wide asyncio limiter."""
-    await (await default_limiter()).pushback(url, retry_after, key)
-
-
-@asynccontextmanager
-async def slot(
-    url: str,
-    timeout: float | None = None,
-    key: str | None = None,
-    priority: Priority | str | None = None,
-) -> AsyncIterator[Decision]:
-    """``AsyncGatewayLimiter.slot`` on the process-wide asyncio limiter."""
-    async with (await default_limiter()).slot(url, timeout, key, priority) as decision:
-        yield decision

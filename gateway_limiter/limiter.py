@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import ClassVar, Self
 
+from gateway_limiter import default_limiter
 from gateway_limiter.backends.slots import parse_counts
 from gateway_limiter.concurrency import blocking, shielded
 from gateway_limiter.config.reload import ReloadSummary
@@ -462,3 +463,101 @@ class GatewayLimiter(SlotsAndReports):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+# --- the module-level functions: on the process-wide limiter, ``default_limiter()``
+
+
+def try_acquire(
+    url: str,
+    permits: int = 1,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
+) -> bool:
+    """``GatewayLimiter.try_acquire`` on the process-wide limiter.
+
+    Args:
+        url: the interface (a row's ``interfaceUrl``).
+        permits: permits this call takes.
+        timeout: the most to wait, seconds; None: the row's ``cache``.
+        key: the caller, for ``perCaller`` rows.
+        priority: the call's class (``Priority`` or its text); None: the row's.
+
+    Returns:
+        True once the call may go ahead (after any wait); False at once otherwise.
+
+    Example:
+        ```python
+        if try_acquire("/ibe/flight/search"):
+            call_supplier()
+        ```
+    """
+    limiter = default_limiter()
+    return limiter.try_acquire(url, permits, timeout, key, priority)
+
+
+def acquire(
+    url: str, permits: int = 1, key: str | None = None, priority: Priority | str | None = None
+) -> float:
+    """``GatewayLimiter.acquire`` on the process-wide limiter: wait as long as it takes.
+
+    Returns:
+        The seconds waited.
+
+    Raises:
+        InterfaceClosed: the interface's ``rateLimit`` is 0.
+        BackendUnavailable: Redis is away and the failure policy cannot grant.
+    """
+    limiter = default_limiter()
+    return limiter.acquire(url, permits, key, priority)
+
+
+def decide(
+    url: str,
+    permits: int = 1,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
+) -> Decision:
+    """``GatewayLimiter.decide`` on the process-wide limiter.
+
+    Returns:
+        A ``Decision``: allowed or not, why, and the headers to answer with.
+    """
+    limiter = default_limiter()
+    return limiter.decide(url, permits, timeout, key, priority)
+
+
+def pushback(url: str, retry_after: float | None = None, key: str | None = None) -> None:
+    """``GatewayLimiter.pushback`` on the process-wide limiter: the supplier answered
+    429 or 503.
+
+    Args:
+        url: the interface.
+        retry_after: the seconds of the supplier's ``Retry-After``; None: lower the
+            interface's rate instead.
+        key: the caller, for ``perCaller`` rows.
+    """
+    limiter = default_limiter()
+    limiter.pushback(url, retry_after, key)
+
+
+@contextmanager
+def slot(
+    url: str,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
+) -> Iterator[Decision]:
+    """``GatewayLimiter.slot`` on the process-wide limiter.
+
+    Example:
+        ```python
+        with slot("/ibe/flight/book"):
+            call_supplier()
+        ```
+    """
+    limiter = default_limiter()
+    with limiter.slot(url, timeout, key, priority) as decision:
+        yield decision

@@ -12,7 +12,7 @@ threaded module of ``TWINS`` from its asyncio module, in the manner of httpcore'
    ``# --- asyncio only`` (what follows, in ``aio.py`` the process-wide asyncio limiter,
    is left out; a module without that line is taken to its end), less any lines from
    ``# --- begin asyncio only`` to ``# --- end asyncio only`` (members only the asyncio
-   limiter has);
+   limiter has), and with a line ``# --- threaded only: <code>`` made ``<code>``;
 2. rewrite each line with ``SUBSTITUTIONS`` below, in order: ``async`` and
    ``await`` dropped, ``AsyncX`` -> ``X``, ``x_async`` -> ``x`` (the twins in
    ``gateway_limiter/concurrency.py``, ``core/failure.py``, ``core/slots.py``,
@@ -47,6 +47,9 @@ STOP = "# --- asyncio only"
 #: generated either: a member the threaded limiter does not have.
 BEGIN_ASYNC_ONLY = "# --- begin asyncio only"
 END_ASYNC_ONLY = "# --- end asyncio only"
+#: A line ``# --- threaded only: <code>`` is ``<code>`` in the threaded module (an import
+#: of a name the asyncio module defines itself below ``STOP``).
+THREADED_ONLY = re.compile(r"^( *)# --- threaded only: (.*)$")
 
 HEADER = """\
 # This file is generated from gateway_limiter/{source} by scripts/generate_sync.py:
@@ -138,7 +141,7 @@ def shell_part(source: str, name: str = "aio.py") -> str:
                 raise SystemExit(f"{name}: {marker!r} out of turn")
             skipping = marker == BEGIN_ASYNC_ONLY
         elif not skipping:
-            kept.append(line)
+            kept.append(THREADED_ONLY.sub(r"\1\2", line))
     if skipping:
         raise SystemExit(f"{name}: {BEGIN_ASYNC_ONLY!r} without {END_ASYNC_ONLY!r}")
     return "".join(kept)
