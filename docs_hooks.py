@@ -7,6 +7,8 @@ A page asks for a generated part with a marker line:
   ``gateway-limiter`` itself runs;
 - ``<!-- generated: settings.toml -->``: the top-level settings.toml, which documents
   every key with its default (a test holds it to the built-in defaults).
+
+And a griffe extension (mkdocs.yml, mkdocstrings' ``extensions``): ``SharedDocstrings``.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import griffe
+
 from gateway_limiter.cli import build_parser
 from gateway_limiter.cli.context import PROG
+from gateway_limiter.integrations.documented import expand
 
 CHECKOUT = Path(__file__).resolve().parent
 #: The width --help is laid out in on the page.
@@ -79,3 +84,14 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
         if marker in markdown:
             markdown = markdown.replace(marker, make())
     return markdown
+
+
+class SharedDocstrings(griffe.Extension):
+    """The parts of docstrings written once (gateway_limiter/integrations/documented.py),
+    put in place as the API reference reads the source, as ``documented`` puts them in
+    place at import."""
+
+    def on_class_instance(self, *, cls: griffe.Class, **kwargs: Any) -> None:
+        """Expand a class's docstring as it is read."""
+        if cls.docstring is not None:
+            cls.docstring.value = expand(cls.docstring.value)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import importlib
 import threading
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -26,7 +25,14 @@ if TYPE_CHECKING:
         NotStarted,
         Refused,
     )
-    from gateway_limiter.limiter import GatewayLimiter
+    from gateway_limiter.limiter import (
+        GatewayLimiter,
+        acquire,
+        decide,
+        pushback,
+        slot,
+        try_acquire,
+    )
     from gateway_limiter.model.priority import Priority
 
 __all__ = [
@@ -71,6 +77,13 @@ _HOMES = {
     "Settings": "gateway_limiter.config.settings",
     "SettingsError": "gateway_limiter.config.settings",
     "load_settings": "gateway_limiter.config.settings",
+    # on the process-wide limiter (default_limiter below): written once, in aio.py, and
+    # generated into limiter.py (scripts/generate_sync.py)
+    "acquire": "gateway_limiter.limiter",
+    "decide": "gateway_limiter.limiter",
+    "pushback": "gateway_limiter.limiter",
+    "slot": "gateway_limiter.limiter",
+    "try_acquire": "gateway_limiter.limiter",
 }
 
 
@@ -119,93 +132,3 @@ def default_limiter() -> GatewayLimiter:
                 atexit.register(limiter.close)
                 _default = limiter
     return limiter
-
-
-def try_acquire(
-    url: str,
-    permits: int = 1,
-    timeout: float | None = None,
-    key: str | None = None,
-    priority: Priority | str | None = None,
-) -> bool:
-    """``GatewayLimiter.try_acquire`` on the process-wide limiter.
-
-    Args:
-        url: the interface (a row's ``interfaceUrl``).
-        permits: permits this call takes.
-        timeout: the most to wait, seconds; None: the row's ``cache``.
-        key: the caller, for ``perCaller`` rows.
-        priority: the call's class (``Priority`` or its text); None: the row's.
-
-    Returns:
-        True once the call may go ahead (after any wait); False at once otherwise.
-
-    Example:
-        ```python
-        from gateway_limiter import try_acquire
-
-        if try_acquire("/ibe/flight/search"):
-            call_supplier()
-        ```
-    """
-    return default_limiter().try_acquire(url, permits, timeout, key, priority)
-
-
-def acquire(
-    url: str, permits: int = 1, key: str | None = None, priority: Priority | str | None = None
-) -> float:
-    """``GatewayLimiter.acquire`` on the process-wide limiter: wait as long as it takes.
-
-    Returns:
-        The seconds waited.
-
-    Raises:
-        InterfaceClosed: the interface's ``rateLimit`` is 0.
-        BackendUnavailable: Redis is away and the failure policy cannot grant.
-    """
-    return default_limiter().acquire(url, permits, key, priority)
-
-
-def decide(
-    url: str,
-    permits: int = 1,
-    timeout: float | None = None,
-    key: str | None = None,
-    priority: Priority | str | None = None,
-) -> Decision:
-    """``GatewayLimiter.decide`` on the process-wide limiter.
-
-    Returns:
-        A ``Decision``: allowed or not, why, and the headers to answer with.
-    """
-    return default_limiter().decide(url, permits, timeout, key, priority)
-
-
-def pushback(url: str, retry_after: float | None = None, key: str | None = None) -> None:
-    """``GatewayLimiter.pushback`` on the process-wide limiter: the supplier answered
-    429 or 503.
-
-    Args:
-        url: the interface.
-        retry_after: the seconds of the supplier's ``Retry-After``; None: lower the
-            interface's rate instead.
-        key: the caller, for ``perCaller`` rows.
-    """
-    default_limiter().pushback(url, retry_after, key)
-
-
-def slot(
-    url: str,
-    timeout: float | None = None,
-    key: str | None = None,
-    priority: Priority | str | None = None,
-) -> AbstractContextManager[Decision]:
-    """``GatewayLimiter.slot`` on the process-wide limiter.
-
-    Example:
-        ```python
-        with gateway_limiter.slot("/ibe/flight/book"):
-            call_supplier()
-        ```
-    """
-    return default_limiter().slot(url, timeout, key, priority)

@@ -1,5 +1,12 @@
 """``AsyncGatewayLimiter``: the limiter for asyncio gateways (aiohttp, FastAPI + httpx).
 
+Its public API, by concern, each class on the one before: the decisions
+(``AsyncDecisions``: ``reserve``, ``try_acquire``, ``decide``, ``acquire``), the slots
+and what the supplier and the fleet report (``AsyncSlotsAndReports``: ``slot``,
+``in_flight``, ``pushback``, ``observe``, ``status``), and the life of the limiter
+(``AsyncGatewayLimiter``: ``start``, ``reload``, ``aclose``), all on ``AsyncShell``
+(``gateway_limiter.shell_async``), which carries out the engine's steps.
+
 ``gateway_limiter/limiter.py`` (``GatewayLimiter``) is generated from this module by
 ``scripts/generate_sync.py``: change the shell here. How it works:
 docs/internals.md, section ``gateway_limiter.aio``.
@@ -8,37 +15,17 @@ docs/internals.md, section ``gateway_limiter.aio``.
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, ClassVar, Self, TypeVar
+from typing import ClassVar, Self
 
-from gateway_limiter.backends.base import AsyncBackend, BackendError
-from gateway_limiter.backends.memory import MemoryBackend
-from gateway_limiter.backends.schemes import open_async_backend
-from gateway_limiter.backends.scripts import ScriptCall
-from gateway_limiter.backends.slot_wakeups import listen
 from gateway_limiter.backends.slots import parse_counts
-from gateway_limiter.concurrency import (
-    AsyncCancelled,
-    AsyncRepeating,
-    blocking_async,
-    event_loop_async,
-    shielded_async,
-    spawn_async,
-)
-from gateway_limiter.config.checkpoints import checkpoints_read, checkpoints_written
+from gateway_limiter.concurrency import blocking_async, shielded_async
 from gateway_limiter.config.reload import ReloadSummary
-from gateway_limiter.config.rules import Rule
-from gateway_limiter.config.settings import Settings
-from gateway_limiter.core import steps
-from gateway_limiter.core.clock import microseconds
 from gateway_limiter.core.decision import Decision
 from gateway_limiter.core.failure import attempt_async
 from gateway_limiter.core.pipeline import (
-    LimiterCore,
-    Outcome,
     allowed_wait_s,
     call_class,
     check_args,
@@ -47,370 +34,21 @@ from gateway_limiter.core.pipeline import (
     slept_s,
     slot_rule,
 )
-from gateway_limiter.core.slots import (
-    Held,
-    SlotState,
-    Taking,
-    given_up,
-    refused,
-    take_slot,
-)
-from gateway_limiter.core.status import (
-    BucketStatus,
-    bucket_status,
-    chosen,
-    has_pushback_state,
-    has_shared_state,
-)
+from gateway_limiter.core.slots import refused
+from gateway_limiter.core.status import BucketStatus, chosen
 from gateway_limiter.errors import NotStarted
 from gateway_limiter.lifecycle import ASYNCIO, unwatch, watch
 from gateway_limiter.model.bucket import Verdict
 from gateway_limiter.model.priority import Priority
+from gateway_limiter.shell_async import AsyncShell
+
+# --- threaded only: from gateway_limiter import default_limiter
 
 __all__ = ["AsyncGatewayLimiter"]
 
-T = TypeVar("T")
 
-
-class AsyncShell(LimiterCore):
-    """The I/O half of ``AsyncGatewayLimiter``, below its public API: it carries out
-    the engine's steps (``core/steps.py``) over the backend, and runs the background
-    work (fleet heartbeats, slot lease renewals)."""
-
-    backend: AsyncBackend
-    _heartbeats: AsyncRepeating | None
-    _renewer: AsyncRepeating
-    _keeper: AsyncRepeating
-
-    def _in_process(self) -> MemoryBackend:
-        return MemoryBackend(clock=microseconds(self.clock), wall=self.clock.time)
-
-    def _open_backend(self, settings: Settings) -> bool:
-        self.backend = open_async_backend(settings)
-        follow = getattr(self.backend, "follow_clock", None)
-        if follow is not None:  # memory://: decided on this limiter's clock
-            follow(microseconds(self.clock), self.clock.time)
-        self._slotting = SlotState(settings)
-        self._heartbeats = None
-        self._renewer = AsyncRepeating(
-            "gateway-limiter-leases", settings.slot_lease / 3, self._renew_slots
-        )
-        self._keeper = AsyncRepeating(
-            "gateway-limiter-quotas", settings.quota_checkpoint_s, self._keep_quotas
-        )
-        return self.backend.shared
-
-    async def _ask_backend(self, step: Outcome | steps.Ask) -> Outcome:
-        # A decision's one backend round trip (when ``_begin`` left one to make).
-        if type(step) is not steps.Ask:
-            return step  # type: ignore[return-value]
-        if step.lease is None and not step.renewing:  # a plain decision: bucket.lua
-            if step.rule.shares is not None:  # a class that takes nothing ahead
-                return await self._run(self._rechecking(step))
-            return self._finish(step, await self._reserve(step))
-        return await self._run(self._leasing(step))
-
-    async def _reserve(self, ask: steps.Ask) -> Verdict | BackendError:
-        try:
-            return await self.backend.reserve(ask.rule, ask.permits, ask.budget_s, ask.key)
-        except BackendError as e:
-            return e
-
-    async def _run(self, engine: steps.Steps[T]) -> T:
-        """Carry out the engine's steps (``core/steps.py``) until it answers."""
-        got: Any = None
-        try:
-            while True:
-                got = await self._carry_out(engine.send(got))
-        except StopIteration as done:
-            answer: T = done.value
-            return answer
-
-    async def _carry_out(self, step: steps.Step) -> Any:
-        match step:
-            case steps.Reserve(ask):
-                return await self._reserve(ask)
-            case steps.Send(call, parse, abandoned):
-                try:
-                    return await attempt_async(self._slot_script, call, parse)
-                except AsyncCancelled:
-                    # the script may have run: give back what it may have taken (a
-                    # lease Redis does not hold is removed as nothing)
-                    if abandoned is not None:
-                        spawn_async(self._give_back, abandoned)
-                    raise
-            case steps.Await(until, seconds):
-                await until.wait_async(seconds)
-            case steps.Sleep(seconds):
-                await self.clock.sleep_async(seconds)
-            case steps.Subscribe():  # connecting blocks (asyncio: in a worker thread)
-                start = functools.partial(listen, self.settings, self.backend.client)
-                await blocking_async(self._slotting.subscribe, start)
-            case steps.StartRenewer():
-                self._renewer.start()
-        return None
-
-    async def _describe(self, interface: Rule, limits: list[Rule]) -> list[BucketStatus]:
-        """Every limit of ``interface`` as ``status`` shows it, with what pushbacks left
-        on the interface (the hold, the effective rate)."""
-        pushed = (
-            await attempt_async(self.backend.peek_pushback, interface)
-            if has_pushback_state(interface)
-            else None
-        )
-        out = []
-        for rule in limits:
-            peeked = (
-                await attempt_async(self.backend.peek, rule) if has_shared_state(rule) else None
-            )
-            out.append(bucket_status(rule, self.backend.shared, peeked, interface, pushed))
-        return out
-
-    async def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
-        lease_id = self._slotting.leases.new_id()
-        clock = self.clock
-        taking = Taking(rule, key, lease_id, clock.monotonic() + budget_s, budget_s, clock=clock)
-        waiter = self._slotting.waiter(lease_id, event_loop_async())
-        held: Held | None = None
-        try:
-            held = await self._run(take_slot(self, self._slotting, taking, waiter))
-            if held.wait_s > 0:  # the rate permit's wait, the slot held
-                await self.clock.sleep_async(held.wait_s)
-            return held
-        except BaseException:
-            if held is not None:  # interrupted in the rate's wait: give the slot back
-                await shielded_async(self._give_back, held)
-            elif taking.placed:  # refused after waiting, or interrupted: give the place up
-                await shielded_async(self._give_back, given_up(rule, lease_id))
-            raise
-        finally:
-            self._slotting.forget(lease_id)
-
-    async def _slot_script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
-        return parse(await self.backend.script(call))
-
-    def _in_flight_seen(self) -> dict[str, int]:
-        return dict(self._slotting.seen)
-
-    async def _give_back(self, held: Held) -> None:
-        """Give back a slot: one round trip; a failure leaves the lease to lapse."""
-        call = self._slotting.give_back(held)
-        if call is not None:
-            reply = await attempt_async(self._slot_script, call, parse_counts)
-            self._slotting.counted(held.url, reply)
-
-    async def _renew_slots(self) -> None:
-        """Renew every slot lease this limiter holds, one script call per interface
-        (every third of ``slot_lease``, once a slot is taken: ``_renewer``)."""
-        for call in self._slotting.renewals():
-            await attempt_async(self._slot_script, call, parse_counts)
-
-    async def _stop_renewer(self) -> None:
-        await self._renewer.stop()
-        await blocking_async(self._slotting.close)
-
-    async def _join_fleet(self) -> None:
-        """One heartbeat: this process counts in the fleet from now on."""
-        fleet = self._fleet
-        demand = fleet.demand(self.registry.snapshot.rules)
-        self._beat(await attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand))
-
-    def _start_heartbeats(self, *, join: bool = False) -> None:
-        """Renew this process's fleet membership every ``fleet_heartbeat`` s, never on a
-        decision's path (``core/fleet.py``); ``join``: beat once at once first."""
-        heartbeats = AsyncRepeating(
-            "gateway-limiter-fleet",
-            self._fleet.heartbeat_s,
-            self._heartbeat,
-            self._join_fleet if join else None,
-        )
-        self._heartbeats = heartbeats
-        heartbeats.start()
-
-    async def _heartbeat(self) -> None:
-        fleet = self._fleet
-        demand = fleet.demand(self.registry.snapshot.rules)
-        tallies = self._tallies()
-        beat = attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand, tallies)
-        self._beat(await beat)
-        for rule, permits in self._charges():  # after an outage, off the decision path
-            charged = await attempt_async(self.backend.reserve, rule, permits, None)
-            if not isinstance(charged, BackendError):
-                fleet.charged += permits
-        for call in self._lease_returns():  # leases a reload ended
-            await attempt_async(self.backend.script, call)
-
-    # --- calendar quotas' floors and checkpoints (core/quotas.py) -------------------
-
-    async def _keep_quotas(self, load: bool = False) -> None:
-        """One round of the calendar quotas' keeper: (``load``: the database's checkpoints
-        as floors first) every counter raised to its floor and read, its lock taken, and
-        the counts whose lock this process holds written to the database."""
-        keeper = self._counters
-        if keeper is None:
-            return
-        snapshot, engine = self.registry.snapshot, self.registry.engine
-        if not keeper.any_quota(snapshot):
-            return  # nothing to keep: no read of a checkpoint table that may not exist
-        if load or keeper.unloaded:
-            rows = await blocking_async(checkpoints_read, engine, self.settings.key_prefix)
-            keeper.loaded(rows, snapshot)
-            keeper.unloaded = False
-        written = []
-        for key, call in keeper.calls(keeper.known(snapshot), lock=True):
-            reply = await attempt_async(self.backend.script, call)
-            try:
-                if isinstance(reply, BackendError):
-                    raise reply
-                row = keeper.read(key, reply)
-            except BackendError:
-                return  # Redis is away (or answered nonsense): the next round tries again
-            if row is not None:
-                written.append(row)
-        if not written:
-            return
-        took: bool = await blocking_async(checkpoints_written, engine, written)
-        if took:
-            keeper.written(written)
-
-    async def _raise_due(self) -> None:
-        """Raise at once the counters a reply found below this process's floors (Redis
-        lost them), rather than at the next round."""
-        if self._counters is not None:
-            for _, call in self._counters.calls(self._counters.take_due(), lock=False):
-                await attempt_async(self.backend.script, call)
-
-    def _keep_quotas_from_now(self) -> None:
-        """Keep the calendar quotas every ``quota_checkpoint_s`` from now, and raise a
-        lost counter as soon as a reply shows it."""
-        if self._counters is not None:
-            self._counters.waking(functools.partial(spawn_async, self._raise_due))
-            self._keeper.start()
-
-    async def _stop_quotas(self) -> None:
-        if self._counters is not None:
-            self._counters.waking(None)
-        await self._keeper.stop()
-
-    async def _stop_heartbeats(self) -> None:
-        """Stop beating and leave the fleet at once (best effort), so N drops now rather
-        than when this member would have expired."""
-        heartbeats, self._heartbeats = self._heartbeats, None
-        if heartbeats is None:
-            return
-        await heartbeats.stop()  # a heartbeat in flight ends within Redis' timeouts
-        if self.backend_healthy:
-            await attempt_async(self.backend.heartbeat, self._fleet.member, 0)
-
-
-class AsyncGatewayLimiter(AsyncShell):
-    """Fleet-wide rate limits for one gateway process: ask it before each upstream call.
-
-    Build one per process, shared by all its callers; start it (or use it as a context
-    manager), then ask it before each call to a supplier. The limits are the rows of the
-    database table, reloaded every ``reload_interval``; the buckets are shared in Redis.
-
-    Args:
-        settings: a ``Settings``, or the path of a settings file; None: the settings
-            file (``$GATEWAY_LIMITER_SETTINGS``, else ``./settings.toml``), the
-            ``GATEWAY_LIMITER_<KEY>`` environment variables and the defaults.
-        **overrides: any setting by name (``database_url``, ``redis_url``,
-            ``reload_interval``, ...), applied last; and ``clock``, what every moment
-            of a decision is read from and every wait slept on
-            (``gateway_limiter.core.clock.Clock``; default the system clock).
-
-    Raises:
-        SettingsError: a setting is unknown or has a bad value (naming it).
-
-    Example:
-        ```python
-        async with AsyncGatewayLimiter(
-            database_url="mysql+pymysql://gw:secret@db/gateway", redis_url="redis://redis:6379/0"
-        ) as limiter:
-            if await limiter.try_acquire("/ibe/flight/search"):
-                await call_supplier()
-        ```
-    """
-
-    _NOT_STARTED: ClassVar[str] = (
-        "call await start() (or use 'async with AsyncGatewayLimiter(...)') first"
-    )
-
-    async def start(self) -> ReloadSummary:
-        """Load the limits now, then reload them every ``reload_interval`` seconds.
-
-        Joins the fleet and starts the reload. A table that cannot be read leaves no
-        limits in force (every call admitted), logged at error level, until a reload
-        reads it.
-
-        Returns:
-            What the first load found: the rules, the rows skipped, the switch.
-        """
-        self._starting()
-        failure = await attempt_async(self.backend.prepare)
-        self._prepared(failure)
-        if self._shared:
-            if failure is None:  # know N from the start: one round trip, here, once
-                await self._join_fleet()
-            self._start_heartbeats()
-        watch(self, ASYNCIO)  # a fork restarts it in the child (lifecycle.py)
-        # The switch's source (etcd, Apollo) followed, up to its first reading; then
-        # the registry's first reload and its reload thread.
-        await self.registry.start_following_async()
-        summary = await blocking_async(self.registry.start, follow_switch=False)
-        if self._counters is not None:  # every counter raised to its checkpoint first
-            await self._keep_quotas(load=True)
-            self._keep_quotas_from_now()
-        return self._running(summary)
-
-    async def reload(self) -> ReloadSummary:
-        """Reload the limits now, without waiting for ``reload_interval``.
-
-        Returns:
-            What changed (rules added, changed, removed; rows skipped); when the
-            database fails, ``ok`` is False and the last good limits stay in force.
-        """
-        return await blocking_async(self.registry.reload)
-
-    async def aclose(self) -> None:
-        """Stop reloading, leave the fleet and close the connections.
-
-        Decisions after this raise ``NotStarted``.
-        """
-        unwatch(self)
-        self._stopping()
-        for call in self._lease_returns(closing=True):  # best effort: else they expire
-            await attempt_async(self.backend.script, call)
-        await self._stop_heartbeats()
-        await self._stop_renewer()
-        await self._stop_quotas()
-        await self.registry.stop_following_async()
-        await blocking_async(self.registry.close)  # disposing the engine is database I/O
-        await self.backend.aclose()
-
-    # --- begin asyncio only
-    def abandon(self) -> None:
-        """Stop reloading and leave the metrics' gauges, with no I/O on the connections
-        (for a limiter whose event loop is gone, and its connections with it, and its
-        heartbeat task)."""
-        unwatch(self)
-        self._stopping()
-        self._heartbeats = None
-        self._slotting.close()
-        self.registry.close()
-
-    # --- end asyncio only
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
+class AsyncDecisions(AsyncShell):
+    """The decisions of ``AsyncGatewayLimiter``: a rate permit, waited for or not."""
 
     async def reserve(
         self,
@@ -571,6 +209,11 @@ class AsyncGatewayLimiter(AsyncShell):
             await self.clock.sleep_async(wait_s)
         return wait_s + slept_s(outcome)
 
+
+class AsyncSlotsAndReports(AsyncDecisions):
+    """The slots of ``AsyncGatewayLimiter`` (``slot``, ``in_flight``), and what the
+    supplier reports to it (``pushback``, ``observe``) and it reports (``status``)."""
+
     async def pushback(
         self, url: str, retry_after: float | None = None, key: str | None = None
     ) -> None:
@@ -729,6 +372,214 @@ class AsyncGatewayLimiter(AsyncShell):
         return self._slotting.local.in_flight(url) if counted is None else counted
 
 
+class AsyncGatewayLimiter(AsyncSlotsAndReports):
+    """Fleet-wide rate limits for one gateway process: ask it before each upstream call.
+
+    Build one per process, shared by all its callers; start it (or use it as a context
+    manager), then ask it before each call to a supplier. The limits are the rows of the
+    database table, reloaded every ``reload_interval``; the buckets are shared in Redis.
+
+    Args:
+        settings: a ``Settings``, or the path of a settings file; None: the settings
+            file (``$GATEWAY_LIMITER_SETTINGS``, else ``./settings.toml``), the
+            ``GATEWAY_LIMITER_<KEY>`` environment variables and the defaults.
+        **overrides: any setting by name (``database_url``, ``redis_url``,
+            ``reload_interval``, ...), applied last; and ``clock``, what every moment
+            of a decision is read from and every wait slept on
+            (``gateway_limiter.core.clock.Clock``; default the system clock).
+
+    Raises:
+        SettingsError: a setting is unknown or has a bad value (naming it).
+
+    Example:
+        ```python
+        async with AsyncGatewayLimiter(
+            database_url="mysql+pymysql://gw:secret@db/gateway", redis_url="redis://redis:6379/0"
+        ) as limiter:
+            if await limiter.try_acquire("/ibe/flight/search"):
+                await call_supplier()
+        ```
+    """
+
+    _NOT_STARTED: ClassVar[str] = (
+        "call await start() (or use 'async with AsyncGatewayLimiter(...)') first"
+    )
+
+    async def start(self) -> ReloadSummary:
+        """Load the limits now, then reload them every ``reload_interval`` seconds.
+
+        Joins the fleet and starts the reload. A table that cannot be read leaves no
+        limits in force (every call admitted), logged at error level, until a reload
+        reads it.
+
+        Returns:
+            What the first load found: the rules, the rows skipped, the switch.
+        """
+        self._starting()
+        failure = await attempt_async(self.backend.prepare)
+        self._prepared(failure)
+        if self._shared:
+            if failure is None:  # know N from the start: one round trip, here, once
+                await self._join_fleet()
+            self._start_heartbeats()
+        watch(self, ASYNCIO)  # a fork restarts it in the child (lifecycle.py)
+        # The switch's source (etcd, Apollo) followed, up to its first reading; then
+        # the registry's first reload and its reload thread.
+        await self.registry.start_following_async()
+        summary = await blocking_async(self.registry.start, follow_switch=False)
+        if self._counters is not None:  # every counter raised to its checkpoint first
+            await self._keep_quotas(load=True)
+            self._keep_quotas_from_now()
+        return self._running(summary)
+
+    async def reload(self) -> ReloadSummary:
+        """Reload the limits now, without waiting for ``reload_interval``.
+
+        Returns:
+            What changed (rules added, changed, removed; rows skipped); when the
+            database fails, ``ok`` is False and the last good limits stay in force.
+        """
+        return await blocking_async(self.registry.reload)
+
+    async def aclose(self) -> None:
+        """Stop reloading, leave the fleet and close the connections.
+
+        Decisions after this raise ``NotStarted``.
+        """
+        unwatch(self)
+        self._stopping()
+        for call in self._lease_returns(closing=True):  # best effort: else they expire
+            await attempt_async(self.backend.script, call)
+        await self._stop_heartbeats()
+        await self._stop_renewer()
+        await self._stop_quotas()
+        await self.registry.stop_following_async()
+        await blocking_async(self.registry.close)  # disposing the engine is database I/O
+        await self.backend.aclose()
+
+    # --- begin asyncio only
+    def abandon(self) -> None:
+        """Stop reloading and leave the metrics' gauges, with no I/O on the connections
+        (for a limiter whose event loop is gone, and its connections with it, and its
+        heartbeat task)."""
+        unwatch(self)
+        self._stopping()
+        self._heartbeats = None
+        self._slotting.close()
+        self.registry.close()
+
+    # --- end asyncio only
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+# --- the module-level functions: on the process-wide limiter, ``default_limiter()``
+
+
+async def try_acquire(
+    url: str,
+    permits: int = 1,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
+) -> bool:
+    """``AsyncGatewayLimiter.try_acquire`` on the process-wide limiter.
+
+    Args:
+        url: the interface (a row's ``interfaceUrl``).
+        permits: permits this call takes.
+        timeout: the most to wait, seconds; None: the row's ``cache``.
+        key: the caller, for ``perCaller`` rows.
+        priority: the call's class (``Priority`` or its text); None: the row's.
+
+    Returns:
+        True once the call may go ahead (after any wait); False at once otherwise.
+
+    Example:
+        ```python
+        if await try_acquire("/ibe/flight/search"):
+            await call_supplier()
+        ```
+    """
+    limiter = await default_limiter()
+    return await limiter.try_acquire(url, permits, timeout, key, priority)
+
+
+async def acquire(
+    url: str, permits: int = 1, key: str | None = None, priority: Priority | str | None = None
+) -> float:
+    """``AsyncGatewayLimiter.acquire`` on the process-wide limiter: wait as long as it takes.
+
+    Returns:
+        The seconds waited.
+
+    Raises:
+        InterfaceClosed: the interface's ``rateLimit`` is 0.
+        BackendUnavailable: Redis is away and the failure policy cannot grant.
+    """
+    limiter = await default_limiter()
+    return await limiter.acquire(url, permits, key, priority)
+
+
+async def decide(
+    url: str,
+    permits: int = 1,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
+) -> Decision:
+    """``AsyncGatewayLimiter.decide`` on the process-wide limiter.
+
+    Returns:
+        A ``Decision``: allowed or not, why, and the headers to answer with.
+    """
+    limiter = await default_limiter()
+    return await limiter.decide(url, permits, timeout, key, priority)
+
+
+async def pushback(url: str, retry_after: float | None = None, key: str | None = None) -> None:
+    """``AsyncGatewayLimiter.pushback`` on the process-wide limiter: the supplier answered
+    429 or 503.
+
+    Args:
+        url: the interface.
+        retry_after: the seconds of the supplier's ``Retry-After``; None: lower the
+            interface's rate instead.
+        key: the caller, for ``perCaller`` rows.
+    """
+    limiter = await default_limiter()
+    await limiter.pushback(url, retry_after, key)
+
+
+@asynccontextmanager
+async def slot(
+    url: str,
+    timeout: float | None = None,
+    key: str | None = None,
+    priority: Priority | str | None = None,
+) -> AsyncIterator[Decision]:
+    """``AsyncGatewayLimiter.slot`` on the process-wide limiter.
+
+    Example:
+        ```python
+        async with slot("/ibe/flight/book"):
+            await call_supplier()
+        ```
+    """
+    limiter = await default_limiter()
+    async with limiter.slot(url, timeout, key, priority) as decision:
+        yield decision
+
+
 # --- asyncio only below: the process-wide limiter (scripts/generate_sync.py stops here) ---
 
 import asyncio  # noqa: E402
@@ -822,49 +673,3 @@ async def aclose_default() -> None:
         return
     _process.limiter = None
     await limiter.aclose()
-
-
-async def try_acquire(
-    url: str,
-    permits: int = 1,
-    timeout: float | None = None,
-    key: str | None = None,
-    priority: Priority | str | None = None,
-) -> bool:
-    """``AsyncGatewayLimiter.try_acquire`` on the process-wide asyncio limiter."""
-    return await (await default_limiter()).try_acquire(url, permits, timeout, key, priority)
-
-
-async def acquire(
-    url: str, permits: int = 1, key: str | None = None, priority: Priority | str | None = None
-) -> float:
-    """``AsyncGatewayLimiter.acquire`` on the process-wide asyncio limiter."""
-    return await (await default_limiter()).acquire(url, permits, key, priority)
-
-
-async def decide(
-    url: str,
-    permits: int = 1,
-    timeout: float | None = None,
-    key: str | None = None,
-    priority: Priority | str | None = None,
-) -> Decision:
-    """``AsyncGatewayLimiter.decide`` on the process-wide asyncio limiter."""
-    return await (await default_limiter()).decide(url, permits, timeout, key, priority)
-
-
-async def pushback(url: str, retry_after: float | None = None, key: str | None = None) -> None:
-    """``AsyncGatewayLimiter.pushback`` on the process-wide asyncio limiter."""
-    await (await default_limiter()).pushback(url, retry_after, key)
-
-
-@asynccontextmanager
-async def slot(
-    url: str,
-    timeout: float | None = None,
-    key: str | None = None,
-    priority: Priority | str | None = None,
-) -> AsyncIterator[Decision]:
-    """``AsyncGatewayLimiter.slot`` on the process-wide asyncio limiter."""
-    async with (await default_limiter()).slot(url, timeout, key, priority) as decision:
-        yield decision

@@ -1,27 +1,30 @@
 #!/usr/bin/env python3
-"""Write the threaded limiter shell (gateway_limiter/limiter.py) from the asyncio one.
+"""Write the threaded limiter shell from the asyncio one.
 
 The two shells carry out the same engine steps (``gateway_limiter/core``); only how they
-wait differs. So the shell is written once, as asyncio, in ``gateway_limiter/aio.py``,
-and this script writes ``gateway_limiter/limiter.py`` from it, in the manner of
-httpcore's ``scripts/unasync.py``:
+wait differs. So the shell is written once, as asyncio, and this script writes each
+threaded module of ``TWINS`` from its asyncio module, in the manner of httpcore's
+``scripts/unasync.py``: ``gateway_limiter/limiter.py`` (the public API,
+``GatewayLimiter``) from ``gateway_limiter/aio.py``, and ``gateway_limiter/shell.py``
+(the I/O half below it, ``Shell``) from ``gateway_limiter/shell_async.py``:
 
-1. take ``aio.py`` from the end of its docstring to the line that begins
-   ``# --- asyncio only`` (what follows, the process-wide asyncio limiter, is left out),
-   less any lines from ``# --- begin asyncio only`` to ``# --- end asyncio only``
-   (members only the asyncio limiter has);
+1. take the asyncio module from the end of its docstring to the line that begins
+   ``# --- asyncio only`` (what follows, in ``aio.py`` the process-wide asyncio limiter,
+   is left out; a module without that line is taken to its end), less any lines from
+   ``# --- begin asyncio only`` to ``# --- end asyncio only`` (members only the asyncio
+   limiter has), and with a line ``# --- threaded only: <code>`` made ``<code>``;
 2. rewrite each line with ``SUBSTITUTIONS`` below, in order: ``async`` and
    ``await`` dropped, ``AsyncX`` -> ``X``, ``x_async`` -> ``x`` (the twins in
    ``gateway_limiter/concurrency.py``, ``core/failure.py``, ``core/slots.py``,
    ``config/reload.py``), and the few names that differ otherwise;
-3. put ``HEADER`` and ``DOCSTRING`` on top, sort the imports and format the whole with
+3. put ``HEADER`` and the twin's docstring on top, sort the imports and format the whole with
    ruff (the version pinned in pyproject.toml), so the file passes ``ruff check`` and
    ``ruff format --check``.
 
 Usage::
 
-    python scripts/generate_sync.py          # write gateway_limiter/limiter.py
-    python scripts/generate_sync.py --check  # exit 1 if limiter.py is not what it writes
+    python scripts/generate_sync.py          # write limiter.py and shell.py
+    python scripts/generate_sync.py --check  # exit 1 if either is not what it writes
 
 A name the asyncio shell starts using needs a twin under the renamed name (or a line
 here); the generated module is type-checked and tested like any other.
@@ -34,26 +37,28 @@ import difflib
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "gateway_limiter" / "aio.py"
-TARGET = ROOT / "gateway_limiter" / "limiter.py"
-#: The line of aio.py from which on nothing is generated.
+#: The line of an asyncio module from which on nothing is generated.
 STOP = "# --- asyncio only"
 #: Lines between these two (each alone on its line, indented as the code) are not
 #: generated either: a member the threaded limiter does not have.
 BEGIN_ASYNC_ONLY = "# --- begin asyncio only"
 END_ASYNC_ONLY = "# --- end asyncio only"
+#: A line ``# --- threaded only: <code>`` is ``<code>`` in the threaded module (an import
+#: of a name the asyncio module defines itself below ``STOP``).
+THREADED_ONLY = re.compile(r"^( *)# --- threaded only: (.*)$")
 
 HEADER = """\
-# This file is generated from gateway_limiter/aio.py by scripts/generate_sync.py:
-# do not edit it. Change aio.py (and the twins it uses), then run
+# This file is generated from gateway_limiter/{source} by scripts/generate_sync.py:
+# do not edit it. Change {source} (and the twins it uses), then run
 # `python scripts/generate_sync.py`; CI fails while this file is stale (`--check`).
 # How: docs/design.md, "One shell, two ways to wait", and the script's docstring.
 """
 
-DOCSTRING = '''\
+LIMITER_DOCSTRING = '''\
 """``GatewayLimiter``: the facade every gateway process calls before an upstream call.
 
 The decision path itself (routing, the failure policy and its circuit breaker, local
@@ -66,6 +71,35 @@ fleet membership and slot leases on daemon threads (``gateway_limiter.concurrenc
 This module is generated from ``gateway_limiter/aio.py`` by ``scripts/generate_sync.py``.
 """
 '''
+
+SHELL_DOCSTRING = '''\
+"""``Shell``: the I/O half of the threaded limiter, below its public API.
+
+It carries out the engine's steps (``core/steps.py``) over the backend, and runs the
+background work on daemon threads (``gateway_limiter.concurrency``): the fleet's
+heartbeats, the slot leases' renewals, the calendar quotas' keeper.
+``gateway_limiter.limiter`` puts the public API on it.
+
+This module is generated from ``gateway_limiter/shell_async.py`` by
+``scripts/generate_sync.py``.
+"""
+'''
+
+
+@dataclass(frozen=True)
+class Twin:
+    """A threaded module (``target``) written from an asyncio one (``source``)."""
+
+    source: Path
+    target: Path
+    docstring: str
+
+
+PACKAGE = ROOT / "gateway_limiter"
+TWINS = [
+    Twin(PACKAGE / "aio.py", PACKAGE / "limiter.py", LIMITER_DOCSTRING),
+    Twin(PACKAGE / "shell_async.py", PACKAGE / "shell.py", SHELL_DOCSTRING),
+]
 
 #: (regular expression, replacement), applied in order to each line. Specific names
 #: first, then the general rules.
@@ -92,32 +126,31 @@ def unasync_line(line: str) -> str:
     return line
 
 
-def shell_part(source: str) -> str:
-    """What of ``aio.py`` is generated: after its docstring, before ``STOP``, less the
-    lines from a ``BEGIN_ASYNC_ONLY`` line to an ``END_ASYNC_ONLY`` line (both included)."""
+def shell_part(source: str, name: str = "aio.py") -> str:
+    """What of an asyncio module (``name``) is generated: after its docstring, before
+    ``STOP`` (if it has that line), less the lines from a ``BEGIN_ASYNC_ONLY`` line to an
+    ``END_ASYNC_ONLY`` line (both included)."""
     docstring_end = source.index('"""', source.index('"""') + 3) + 3
     body = source[docstring_end:]
     stop = re.search(rf"^{re.escape(STOP)}", body, re.M)
-    if stop is None:
-        raise SystemExit(f"{SOURCE.name}: no line beginning {STOP!r}")
     kept, skipping = [], False
-    for line in body[: stop.start()].splitlines(True):
+    for line in body[: len(body) if stop is None else stop.start()].splitlines(True):
         marker = line.strip()
         if marker in {BEGIN_ASYNC_ONLY, END_ASYNC_ONLY}:
             if skipping == (marker == BEGIN_ASYNC_ONLY):
-                raise SystemExit(f"{SOURCE.name}: {marker!r} out of turn")
+                raise SystemExit(f"{name}: {marker!r} out of turn")
             skipping = marker == BEGIN_ASYNC_ONLY
         elif not skipping:
-            kept.append(line)
+            kept.append(THREADED_ONLY.sub(r"\1\2", line))
     if skipping:
-        raise SystemExit(f"{SOURCE.name}: {BEGIN_ASYNC_ONLY!r} without {END_ASYNC_ONLY!r}")
+        raise SystemExit(f"{name}: {BEGIN_ASYNC_ONLY!r} without {END_ASYNC_ONLY!r}")
     return "".join(kept)
 
 
-def ruff(text: str, *command: str) -> str:
+def ruff(text: str, target: Path, *command: str) -> str:
     """``text`` as ``ruff <command>`` (pyproject.toml's settings) leaves it."""
     done = subprocess.run(
-        [sys.executable, "-m", "ruff", *command, "--stdin-filename", str(TARGET), "-"],
+        [sys.executable, "-m", "ruff", *command, "--stdin-filename", str(target), "-"],
         input=text,
         capture_output=True,
         text=True,
@@ -129,43 +162,47 @@ def ruff(text: str, *command: str) -> str:
     return done.stdout
 
 
-def ruff_format(text: str) -> str:
+def ruff_format(text: str, target: Path) -> str:
     """``text`` with its imports sorted (the names renamed sort otherwise) and formatted."""
-    return ruff(ruff(text, "check", "--select", "I", "--fix", "--quiet"), "format")
+    sorted_imports = ruff(text, target, "check", "--select", "I", "--fix", "--quiet")
+    return ruff(sorted_imports, target, "format")
 
 
-def generate() -> str:
-    """The text of ``limiter.py``."""
-    body = "".join(unasync_line(line) for line in shell_part(SOURCE.read_text()).splitlines(True))
-    return ruff_format(HEADER + DOCSTRING + body.rstrip() + "\n")
+def generate(twin: Twin) -> str:
+    """The text of ``twin.target``."""
+    part = shell_part(twin.source.read_text(), twin.source.name)
+    body = "".join(unasync_line(line) for line in part.splitlines(True))
+    header = HEADER.format(source=twin.source.name)
+    return ruff_format(header + twin.docstring + body.rstrip() + "\n", twin.target)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--check", action="store_true", help="exit 1 if limiter.py is stale; write nothing"
+        "--check", action="store_true", help="exit 1 if a threaded module is stale; write nothing"
     )
     args = parser.parse_args(argv)
-    wanted = generate()
-    current = TARGET.read_text() if TARGET.exists() else ""
-    if args.check:
+    stale = 0
+    for twin in TWINS:
+        wanted = generate(twin)
+        current = twin.target.read_text() if twin.target.exists() else ""
+        target = twin.target.relative_to(ROOT)
         if current == wanted:
-            return 0
-        diff = difflib.unified_diff(
-            current.splitlines(True),
-            wanted.splitlines(True),
-            f"{TARGET.relative_to(ROOT)} (as it is)",
-            f"{TARGET.relative_to(ROOT)} (generated from aio.py)",
-        )
-        sys.stderr.writelines(diff)
-        sys.stderr.write(
-            f"\n{TARGET.relative_to(ROOT)} is stale: run `python scripts/generate_sync.py`\n"
-        )
-        return 1
-    if current != wanted:
-        TARGET.write_text(wanted)
-        print(f"wrote {TARGET.relative_to(ROOT)}")
-    return 0
+            continue
+        if args.check:
+            diff = difflib.unified_diff(
+                current.splitlines(True),
+                wanted.splitlines(True),
+                f"{target} (as it is)",
+                f"{target} (generated from {twin.source.name})",
+            )
+            sys.stderr.writelines(diff)
+            sys.stderr.write(f"\n{target} is stale: run `python scripts/generate_sync.py`\n")
+            stale = 1
+        else:
+            twin.target.write_text(wanted)
+            print(f"wrote {target}")
+    return stale
 
 
 if __name__ == "__main__":

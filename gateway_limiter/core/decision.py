@@ -88,9 +88,9 @@ class Decision(NamedTuple):
 
     Example:
         ```python
-        decision = limiter.decide("/ibe/flight/search")
-        if not decision.allowed:
-            return 429, decision.headers()   # Retry-After, X-RateLimit-*
+        decision = limiter.decide("/ibe/flight/search", key=client_ip)
+        status = 200 if decision.allowed else 429
+        return status, decision.headers()   # Retry-After, X-RateLimit-*
         ```
     """
 

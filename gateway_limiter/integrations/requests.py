@@ -10,14 +10,8 @@ from urllib.parse import urlsplit
 from requests import PreparedRequest, Response
 from requests.adapters import HTTPAdapter
 
-from gateway_limiter.integrations.supplier import (
-    ClassOf,
-    PriorityOption,
-    admit,
-    default_interface,
-    observations,
-    pushbacks,
-)
+from gateway_limiter.integrations import supplier
+from gateway_limiter.integrations.documented import documented
 from gateway_limiter.limiter import GatewayLimiter
 
 __all__ = ["Interface", "LimiterAdapter"]
@@ -28,29 +22,20 @@ Interface = Callable[[PreparedRequest], str | None]
 
 def path_of(request: PreparedRequest) -> str | None:
     """The default ``interface``: the request URL's path."""
-    return default_interface(urlsplit(request.url or "").path)
+    return supplier.default_interface(urlsplit(request.url or "").path)
 
 
+@documented
 class LimiterAdapter(HTTPAdapter):
     """A requests ``HTTPAdapter`` that decides with a ``GatewayLimiter`` before each
     request and pushes back after a 429 or 503.
 
-    After a response that says what is left of the supplier's quota (``RateLimit``, or
-    ``X-RateLimit-Remaining`` with ``X-RateLimit-Reset``), it calls ``limiter.observe``,
-    so the fleet's calendar quotas follow the supplier's own count.
+    {observes}
 
     Args:
         limiter: a started ``GatewayLimiter``; the row's ``cache`` is the wait budget.
-        interface: maps a request to its ``interfaceUrl``; default: the URL's path.
-            A function that returns None leaves that request unlimited.
-        priority: each request's class (see priority classes): one ``Priority``, a
-            mapping of ``interfaceUrl`` to class, or a function of the request
-            (None: the row's); default: the row's.
         **kwargs: ``HTTPAdapter``'s own (``max_retries``, the pool sizes).
-
-    Raises:
-        gateway_limiter.Refused: from ``session.get(...)`` and the like, when refused;
-            the request never reaches the supplier.
+    {options}
 
     Example:
         ```python
@@ -63,11 +48,11 @@ class LimiterAdapter(HTTPAdapter):
         self,
         limiter: GatewayLimiter,
         interface: Interface | None = None,
-        priority: PriorityOption[PreparedRequest] = None,
+        priority: supplier.PriorityOption[PreparedRequest] = None,
         **kwargs: Any,
     ) -> None:
         self.limiter = limiter
-        self.priority = ClassOf[PreparedRequest](priority)
+        self.priority = supplier.ClassOf[PreparedRequest](priority)
         self.interface = interface if interface is not None else path_of
         super().__init__(**kwargs)
 
@@ -84,10 +69,7 @@ class LimiterAdapter(HTTPAdapter):
         back on after a 429 or 503."""
         url = self.interface(request)
         if url is not None:
-            admit(url, self.limiter.decide(url, priority=self.priority(request, url)))
+            supplier.admit(url, self.limiter.decide(url, priority=self.priority(request, url)))
         response = super().send(request, stream, timeout, verify, cert, proxies)
-        for seen in observations(url, response.headers):
-            self.limiter.observe(*seen)
-        for push in pushbacks(url, response.status_code, response.headers.get("Retry-After")):
-            self.limiter.pushback(*push)
+        supplier.tell(self.limiter, url, response.status_code, response.headers)
         return response

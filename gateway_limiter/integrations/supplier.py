@@ -30,15 +30,19 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Final, Generic, NamedTuple, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, TypeAlias, TypeVar
 
 from gateway_limiter.core.decision import Decision
 from gateway_limiter.core.pipeline import MAX_RETRY_AFTER_S, check_priority
 from gateway_limiter.errors import Refused
 from gateway_limiter.model.priority import Priority
+
+if TYPE_CHECKING:
+    from gateway_limiter.aio import AsyncGatewayLimiter
+    from gateway_limiter.limiter import GatewayLimiter
 
 __all__ = [
     "PUSHBACK_STATUSES",
@@ -51,6 +55,8 @@ __all__ = [
     "quota_report",
     "refused",
     "retry_after_seconds",
+    "tell",
+    "tell_async",
 ]
 
 R = TypeVar("R")
@@ -276,3 +282,28 @@ def observations(url: str | None, headers: Mapping[str, str]) -> list[Observatio
         return []
     report = quota_report(headers)
     return [] if report is None else [Observation(url, *report)]
+
+
+def _told(limiter: Any, url: str | None, status: int, headers: Mapping[str, str]) -> Iterator[Any]:
+    """``tell``'s calls on ``limiter``, in order, each one's result as it is made (an
+    asyncio limiter's: a coroutine, awaited before the next call is made)."""
+    for seen in observations(url, headers):
+        yield limiter.observe(*seen)
+    for push in pushbacks(url, status, headers.get("Retry-After")):
+        yield limiter.pushback(*push)
+
+
+def tell(limiter: GatewayLimiter, url: str | None, status: int, headers: Mapping[str, str]) -> None:
+    """After a response with ``status`` and ``headers`` to a request on ``url`` (None: not
+    limited): tell ``limiter`` what the supplier said, what is left of its quota
+    (``limiter.observe``) and, after a 429 or 503, its pushback (``limiter.pushback``)."""
+    for _ in _told(limiter, url, status, headers):
+        pass
+
+
+async def tell_async(
+    limiter: AsyncGatewayLimiter, url: str | None, status: int, headers: Mapping[str, str]
+) -> None:
+    """``tell``, for an asyncio limiter."""
+    for call in _told(limiter, url, status, headers):
+        await call

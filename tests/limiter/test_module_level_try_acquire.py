@@ -92,3 +92,23 @@ def test_module_level_decide_answers_with_the_decision(settings_file: Path) -> N
     assert decisions[0].headers() == {"X-RateLimit-Limit": "1", "X-RateLimit-Remaining": "9"}
     assert decisions[-1].reason == "limited"  # cache 0: no wait allowed
     assert gateway_limiter.decide("/nowhere") == gateway_limiter.Decision(True, "not_configured")
+
+
+def test_module_level_slot_and_pushback_act_on_the_process_wide_limiter(
+    settings_file: Path, migrated_db: tuple[str, Engine]
+) -> None:
+    # written once in aio.py and generated into limiter.py: the package offers those
+    from gateway_limiter import limiter
+
+    assert gateway_limiter.slot is limiter.slot and gateway_limiter.decide is limiter.decide
+    write_row(migrated_db[1], "/slotted", rateLimit=100, cache=0.0, maxConcurrent=1)
+    with gateway_limiter.slot("/slotted") as held:
+        assert held.allowed and held.in_flight == 1
+        assert gateway_limiter.default_limiter().in_flight("/slotted") == 1
+        with pytest.raises(gateway_limiter.Refused), gateway_limiter.slot("/slotted", 0):
+            pass  # the one slot is held
+    assert gateway_limiter.default_limiter().in_flight("/slotted") == 0
+    gateway_limiter.pushback("/m", retry_after=30.0)
+    refused = gateway_limiter.decide("/m")
+    assert not refused.allowed and refused.retry_after is not None
+    assert refused.retry_after > 29.0
