@@ -14,7 +14,9 @@ measures that time with ``INFO commandstats`` (``cmdstat_evalsha``'s ``usec_per_
 the time Redis spent inside the command, not the round trip), after ``CONFIG
 RESETSTAT``, for:
 
-1. ``bucket.lua`` (an interface that is one token bucket; and warm-up),
+1. ``bucket.lua`` (an interface that is one token bucket; and warm-up; and a bucket
+   with a ``reserve``, called by a ``sheddable`` call, against the same bucket
+   without one: the cost of priority classes),
    ``pushback.lua`` and the fleet's heartbeat (``backends/fleet.py``, sent as EVAL:
    measured here as EVALSHA, so without hashing its body), against ``return 1`` and
    against the reference script of
@@ -76,7 +78,8 @@ from bench.harness.runs import delete_keys, raise_interrupt
 from bench.harness.servers import private_redis
 from gateway_limiter.backends.fleet import HEARTBEAT_LUA, encode_tallies, heartbeat_args
 from gateway_limiter.backends.scripts import SCRIPTS, Commands, ScriptCall, parse_reply
-from gateway_limiter.config.rules import Algorithm, Rule
+from gateway_limiter.config.rules import Algorithm, Rule, with_classes
+from gateway_limiter.model.priority import Priority, parse_reserve
 
 #: A limit so large that every call is admitted (the common case, and the dearest).
 HUGE = 10_000_000
@@ -144,6 +147,9 @@ def _case(name: str, call: ScriptCall, against: str | None, source: str | None =
 
 
 REF = "ref: TIME+GET+SET PX"
+#: A reserve as bench/priority.py's channel row has it.
+RESERVE = "default=0.1,sheddable_plus=0.3,sheddable=0.5"
+RESERVED = "bucket.lua, token bucket with a reserve (sheddable)"
 #: The decision scripts: each call must be admitted (its reply allowed).
 DECISIONS = (SCRIPTS["bucket"], SCRIPTS["limits"])
 
@@ -158,12 +164,19 @@ def _heartbeat_case(prefix: str) -> Case:
     return Case(f"fleet heartbeat, {FLEET:,} members", HEARTBEAT_LUA, numkeys, tuple(rest), REF)
 
 
+TWO = "limits.lua, token bucket + 60 s window"
+
+
 def cases(prefix: str) -> tuple[list[Case], list[Case]]:
     """Table 1 (bucket.lua, pushback.lua) and table 2 (limits.lua), in order."""
     commands = Commands(prefix)
     bucket = Rule("/server/bucket", HUGE, 0.0, 1)
     warm = Rule("/server/warm", HUGE, 0.0, 2, algorithm=Algorithm.WARM_UP, warmup=10.0)
     bucket_call = _call(commands, bucket)
+    # the same bucket with a reserve, as a sheddable call is decided (its class's share)
+    reserved = with_classes(
+        Rule("/server/reserved", HUGE, 0.0, 7, reserve=parse_reserve(RESERVE))
+    ).for_class(Priority.SHEDDABLE)
     one = [
         _case("floor: return 1", bucket_call, None, "return 1"),
         _case(REF, bucket_call, None, STATE_COMMANDS_LUA),
@@ -172,6 +185,7 @@ def cases(prefix: str) -> tuple[list[Case], list[Case]]:
         _case("bucket.lua, 0.2 s budget", _call(commands, bucket, timeout=0.2), REF),
         # cold, a warm-up bucket admits with a wait: any wait is taken (timeout None)
         _case("bucket.lua, warm-up (any wait)", _call(commands, warm, timeout=None), REF),
+        _case(RESERVED, _call(commands, reserved), "bucket.lua, token bucket"),
         _case("pushback.lua (decrease)", _call(commands, bucket, pushback=True), REF),
         # one process's beat, in a fleet of FLEET members (set up by fill_fleet)
         _heartbeat_case(prefix),
@@ -186,6 +200,26 @@ def cases(prefix: str) -> tuple[list[Case], list[Case]]:
         also=(Rule("/server/two", HUGE, 0.0, 6, algorithm=Algorithm.FIXED_WINDOW, period=60),),
     )
     fixed_call, sliding_call, two_call = (_call(commands, r) for r in (fixed, sliding, two))
+    # the pair with a reserve on the 60 s window (a channel cap's, say), a sheddable call
+    two_reserved = with_classes(
+        Rule(
+            "/server/two-reserved",
+            HUGE,
+            0.0,
+            8,
+            also=(
+                Rule(
+                    "/server/two-reserved",
+                    HUGE,
+                    0.0,
+                    9,
+                    algorithm=Algorithm.FIXED_WINDOW,
+                    period=60,
+                    reserve=parse_reserve(RESERVE),
+                ),
+            ),
+        )
+    ).for_class(Priority.SHEDDABLE)
     minimal_fw, minimal_sw, minimal_two = (
         "minimal: fixed window",
         "minimal: sliding window",
@@ -197,7 +231,8 @@ def cases(prefix: str) -> tuple[list[Case], list[Case]]:
         _case(minimal_sw, sliding_call, None, MINIMAL_LIST),
         _case("limits.lua, sliding window", sliding_call, minimal_sw),
         _case(minimal_two, two_call, None, MINIMAL_TWO),
-        _case("limits.lua, token bucket + 60 s window", two_call, minimal_two),
+        _case(TWO, two_call, minimal_two),
+        _case(f"{TWO}, reserve (sheddable)", _call(commands, two_reserved), TWO),
     ]
     return one, several
 

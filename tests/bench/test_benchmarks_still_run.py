@@ -41,7 +41,12 @@ SMOKE = [
     (
         "server_time.py",
         ["--calls", "200", "--repeats", "1"],
-        ["1. Redis server time", "2. Redis server time", "limits.lua, fixed window"],
+        [
+            "1. Redis server time",
+            "2. Redis server time",
+            "limits.lua, fixed window",
+            "token bucket with a reserve (sheddable)",
+        ],
     ),
     ("reload_cost.py", ["--rows", "50", "--repeats", "2"], ["1. One reload of 50 rows"]),
     ("fleet_outage.py", ["--quick"], ["Fleet outage:", "local, even demand"]),
