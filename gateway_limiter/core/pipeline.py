@@ -28,6 +28,7 @@ from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.config.reload import Registry, ReloadSummary
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings, load_settings, warn_fractions
+from gateway_limiter.core import reports
 from gateway_limiter.core.arguments import (
     MAX_PERMITS,
     MAX_RESET_AT,
@@ -35,10 +36,8 @@ from gateway_limiter.core.arguments import (
     MAX_WAIT_S,
     MAX_WINDOW_PERMITS,
     check_args,
-    check_observe_args,
     check_permits,
     check_priority,
-    check_pushback_args,
 )
 from gateway_limiter.core.clock import SYSTEM_CLOCK, Clock
 from gateway_limiter.core.decision import ADMIT, REFUSE, Decision, Reason, decision_of
@@ -59,11 +58,12 @@ from gateway_limiter.core.outcomes import (
 )
 from gateway_limiter.core.quota_watch import QuotaWatch
 from gateway_limiter.core.quotas import Observed, QuotaKeeper, counter_key
+from gateway_limiter.core.reports import Push
 from gateway_limiter.core.steps import Ask, Reserve, Sleep, Steps
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, NotStarted
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.model.priority import Priority
-from gateway_limiter.observe.logs import log, one_line
+from gateway_limiter.observe.logs import log
 from gateway_limiter.observe.metrics import ProcessMetrics, Source, process_metrics
 
 # The arguments' checks and bounds (``core/arguments.py``) and the ends of a decision
@@ -90,26 +90,6 @@ __all__ = [
     "slept_s",
     "slot_rule",
 ]
-
-
-class Push:
-    """What ``LimiterCore._begin_pushback`` leaves to the shell: tell the backend the
-    supplier pushed back on ``rule`` (``retry_after`` s, or None), for ``key``."""
-
-    __slots__ = ("asked", "key", "retry_after", "rule")
-
-    def __init__(
-        self,
-        rule: Rule,
-        retry_after: float | None,
-        key: str | None,
-        asked: tuple[float, int] | None,
-    ) -> None:
-        self.rule = rule
-        self.retry_after = None if retry_after is None else float(retry_after)
-        self.key = key
-        #: as ``Ask.asked``: when the request left, for the local refusals
-        self.asked = asked
 
 
 def settings_from(settings: Settings | str | Path | None, overrides: dict[str, Any]) -> Settings:
@@ -324,8 +304,8 @@ class LimiterBase:
 class LimiterCore(LimiterBase):
     """What the sync and asyncio limiters share: everything but the I/O. One decision
     (``_begin``, the backend in the shell, ``_finish``) and one pushback
-    (``_begin_pushback``, the backend, ``_pushed``), with the failure policy deciding
-    when the backend cannot.
+    (``_begin_pushback``, the backend, ``_pushed``; written in ``core/reports.py``), with
+    the failure policy deciding when the backend cannot.
     """
 
     __slots__ = ()
@@ -548,69 +528,21 @@ class LimiterCore(LimiterBase):
             # a worker's gauge lives in a file: set it now, no scrape will compute it
             self._metrics.factor_seen(rule.url, rule.rate, rule.algorithm, factor)
 
-    # --- one pushback: _begin_pushback, the backend (in the shell), _pushed -------
+    # --- what the supplier says (core/reports.py): a pushback, what is left ---------
 
     def _begin_pushback(self, url: str, retry_after: float | None, key: str | None) -> Push | None:
-        """Check the arguments; what to tell the backend, or None: nothing to do (the
-        interface is not limited or closed, or the backend is failing)."""
-        check_pushback_args(url, retry_after, key)
-        if not self._started:
-            raise NotStarted(self._NOT_STARTED)
-        rule = route(self.registry.snapshot, url, key)
-        if rule is None or rule.closed or not self._breaker.allows():
-            return None
-        if rule.lease_ms and self._leases is not None:
-            self._leases.drop(url)  # the supplier said stop: this process stops now
-        refusals = self._local_refusals
-        asked = None if refusals is None else (self.clock.monotonic(), refusals.generation)
-        return Push(rule, retry_after, key, asked)
+        return reports.begin_pushback(self, url, retry_after, key)
 
     def _pushed(self, push: Push, reply: tuple[float, float] | BackendError) -> None:
-        """The backend recorded ``push`` (or failed: logged and counted, never raised)."""
-        if isinstance(reply, BackendError):
-            self._backend_failed(reply)
-            log.warning("pushback on %s not recorded: %s", one_line(push.rule.url), reply)
-            return
-        if self._breaker.succeeded():
-            self._fleet.charges_due = True
-        factor, next_free_us = reply
-        self._seen_factor(push.rule, factor)
-        refusals = self._local_refusals
-        if push.asked is not None and refusals is not None and next_free_us > 0.0:
-            refusals.learn(push.rule, push.key, push.asked, next_free_us, next_free_us)
-
-    # --- what the supplier says is left: _begin_observe, the backend, _observed ------
+        reports.pushed(self, push, reply)
 
     def _begin_observe(
         self, url: str, remaining: object, reset_at: object, key: str | None
     ) -> Observed | None:
-        """Check the arguments; the script call that lowers what is left of ``url``'s
-        calendar quotas to ``remaining``, or None: nothing to do (not limited, no calendar
-        quota it speaks of, no ``remaining``, the backend failing or not shared)."""
-        check_observe_args(url, remaining, reset_at, key)
-        if not self._started:
-            raise NotStarted(self._NOT_STARTED)
-        rule = route(self.registry.snapshot, url, key)
-        if rule is None or remaining is None or self._counters is None:
-            return None
-        if not self._breaker.allows():
-            return None
-        assert isinstance(remaining, int)
-        when = None if reset_at is None else float(reset_at)  # type: ignore[arg-type]
-        return self._counters.observe(rule, key, remaining, when)
+        return reports.begin_observe(self, url, remaining, reset_at, key)
 
     def _observed(self, observed: Observed, reply: object) -> int | None:
-        """The backend took a report (or failed: logged, never raised): what is left."""
-        if isinstance(reply, BackendError):
-            self._backend_failed(reply)
-            log.warning("supplier's quota report not recorded: %s", reply)
-            return None
-        assert self._counters is not None
-        try:
-            return self._counters.observed(observed, reply)
-        except BackendError as e:
-            log.warning("supplier's quota report not recorded: %s", e)
-            return None
+        return reports.observed(self, observed, reply)
 
     def _fall_back(
         self, rule: Rule, permits: int, budget_s: float | None, key: str | None

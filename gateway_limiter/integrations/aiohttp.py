@@ -55,10 +55,7 @@ class LimiterMiddleware:
         """Each request the session sends decided first, sent if admitted (``Refused`` if
         not), then pushed back on after a 429 or 503."""
         url = self.interface(request)
-        if url is not None:
-            supplier.admit(
-                url, await self.limiter.decide(url, priority=self.priority(request, url))
-            )
+        await supplier.decide_async(self.limiter, url, request, self.priority)
         response = await handler(request)
         await supplier.tell_async(self.limiter, url, response.status, response.headers)
         return response

@@ -57,8 +57,7 @@ class LimiterTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Decide, send (if admitted), and push back on 429/503."""
         url = self.interface(request)
-        if url is not None:
-            supplier.admit(url, self.limiter.decide(url, priority=self.priority(request, url)))
+        supplier.decide(self.limiter, url, request, self.priority)
         response = self.transport.handle_request(request)
         supplier.tell(self.limiter, url, response.status_code, response.headers)
         return response
@@ -101,10 +100,7 @@ class AsyncLimiterTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """``LimiterTransport.handle_request``, awaited."""
         url = self.interface(request)
-        if url is not None:
-            supplier.admit(
-                url, await self.limiter.decide(url, priority=self.priority(request, url))
-            )
+        await supplier.decide_async(self.limiter, url, request, self.priority)
         response = await self.transport.handle_async_request(request)
         await supplier.tell_async(self.limiter, url, response.status_code, response.headers)
         return response

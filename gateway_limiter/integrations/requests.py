@@ -68,8 +68,7 @@ class LimiterAdapter(HTTPAdapter):
         """The request decided first, sent if admitted (``Refused`` if not), then pushed
         back on after a 429 or 503."""
         url = self.interface(request)
-        if url is not None:
-            supplier.admit(url, self.limiter.decide(url, priority=self.priority(request, url)))
+        supplier.decide(self.limiter, url, request, self.priority)
         response = super().send(request, stream, timeout, verify, cert, proxies)
         supplier.tell(self.limiter, url, response.status_code, response.headers)
         return response

@@ -49,6 +49,8 @@ __all__ = [
     "ClassOf",
     "PriorityOption",
     "admit",
+    "decide",
+    "decide_async",
     "default_interface",
     "observations",
     "pushbacks",
@@ -248,6 +250,21 @@ def admit(url: str, decision: Decision) -> None:
     admits it, so that a refused request never reaches the supplier."""
     if not decision.allowed:
         raise refused(url, decision)
+
+
+def decide(limiter: GatewayLimiter, url: str | None, request: R, classes: ClassOf[R]) -> None:
+    """Before ``request`` on ``url`` (None: not limited): decide it with ``limiter``, in
+    the class ``classes`` gives it, and raise ``Refused`` unless admitted (``admit``)."""
+    if url is not None:
+        admit(url, limiter.decide(url, priority=classes(request, url)))
+
+
+async def decide_async(
+    limiter: AsyncGatewayLimiter, url: str | None, request: R, classes: ClassOf[R]
+) -> None:
+    """``decide``, for an asyncio limiter."""
+    if url is not None:
+        admit(url, await limiter.decide(url, priority=classes(request, url)))
 
 
 class Pushback(NamedTuple):
