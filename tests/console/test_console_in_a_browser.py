@@ -581,3 +581,32 @@ def test_a_calendar_quota_is_drawn_as_its_burn_down_against_the_even_pace(
         ys = {p.split(",")[1] for p in points.get_attribute("points").split()}
         assert {"84.0", "60.0"} <= ys
         screenshot(browser, "console-quota-burn-down.png", tmp_path)
+
+
+def test_live_table_names_each_rows_class_and_reserve(browser: Any, console: Served) -> None:
+    """A row with a class and a reserve says both under its rate; a row with neither
+    says nothing of classes."""
+    engine = console.engine
+    write_row(
+        engine,
+        "/sup/classed",
+        rateLimit=20,
+        priority="sheddable",
+        reserve="default=0.1,sheddable_plus=0.3,sheddable=0.5",
+    )
+    write_row(engine, "/sup/plain", rateLimit=20)
+    browser.get(console.url + "/")
+
+    def classes(url: str) -> Callable[[Any], tuple[list[str]] | None]:
+        def read(d: Any) -> tuple[list[str]] | None:  # (its classes' texts,) once shown
+            if not d.find_elements(By.CSS_SELECTOR, f"#live tr[data-url='{url}'] td"):
+                return None
+            found = d.find_elements(By.CSS_SELECTOR, f"#live tr[data-url='{url}'] .classes")
+            return ([c.text for c in found],)
+
+        return read
+
+    assert until(browser, "the classed row", classes("/sup/classed")) == (
+        ["calls sheddable, reserve default=0.1,sheddable_plus=0.3,sheddable=0.5"],
+    )
+    assert until(browser, "the plain row", classes("/sup/plain")) == ([],)
