@@ -225,9 +225,10 @@ PATHS = {
 @pytest.fixture
 def edge_rows(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
     engine = limiter_db[1]
-    write_row(engine, "/p/small", channelType=CHANNEL, rateLimit=3, cache=0.0)
-    write_row(engine, "/p/own", rateLimit=4, cache=0.0, reserve="default=0.5")
-    write_row(engine, "/p/daily", rateLimit=3, cache=0.0, reserve="sheddable=0.5")
+    # one permit a second each: a stall of a loaded machine refills well under the wait
+    write_row(engine, "/p/small", channelType=CHANNEL, rateLimit=3, periodSeconds=3, cache=0.0)
+    write_row(engine, "/p/own", rateLimit=4, periodSeconds=4, cache=0.0, reserve="default=0.5")
+    write_row(engine, "/p/daily", rateLimit=3, periodSeconds=3, cache=0.0, reserve="sheddable=0.5")
     write_row(engine, "/p/daily", add=True, rateLimit=1000, cache=0.0, quotaPeriod="day")
     return limiter_db
 
@@ -237,7 +238,7 @@ def test_a_lower_class_gets_all_its_bucket_gives_it_after_a_wait(
     edge_rows: tuple[str, Engine], lim: GatewayLimiter, path: str
 ) -> None:
     """Exactly the most a default call can get at once: once spent, the same again is
-    admitted after the bucket refills (about a second), not refused."""
+    admitted after the bucket refills (2 or 3 s), not refused."""
     url, most = PATHS[path]
     lim.reload()
     assert lim.decide(url, most, timeout=0, priority="default").allowed
@@ -245,7 +246,7 @@ def test_a_lower_class_gets_all_its_bucket_gives_it_after_a_wait(
     again = lim.decide(url, most, timeout=5.0, priority="default")
     took = time.monotonic() - began
     assert again.allowed and again.reason == "admitted"
-    assert 0.3 <= took < 5.0
+    assert 1.0 <= took < 5.0
 
 
 @pytest.mark.parametrize("path", list(PATHS))
