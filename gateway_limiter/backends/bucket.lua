@@ -237,6 +237,8 @@ if quota then
       local t = huge
       if need <= capacity then t = balance + max(0, need - stored) * (1000000 / rate) end
       if t > ready then ready = t end
+    elseif permits > capacity then  -- no share, yet more than it holds: never at once
+      ready = huge
     end
     if ready > now then
       code = 0

@@ -280,8 +280,9 @@ if #lim > tail then       -- them); unpack ends lim with the position after the 
   local ready = at
   for i = 1, nlimits do
     local s = lim[shares + i]
+    local b = 6 * i - 4
     if s > 0 then
-      local b, t = 6 * i - 4, now
+      local t = now
       local kind, rate, size = lim[b], lim[b + 1], lim[b + 2]
       if kind == 1 then
         local need = permits + s * size
@@ -301,6 +302,8 @@ if #lim > tail then       -- them); unpack ends lim with the position after the 
         end
       end
       if t > ready then ready = t end
+    elseif lim[b] == 1 and permits > lim[b + 2] then  -- no share, yet more than it holds:
+      ready = math.huge                               -- never at once, and no debt taken
     end
   end
   if ready > now then

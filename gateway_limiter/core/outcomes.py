@@ -5,6 +5,7 @@ rule letting the call go, and the metrics counting every decision.
 
 from __future__ import annotations
 
+import math
 from typing import Final
 
 from gateway_limiter.config.reload import Snapshot
@@ -59,15 +60,40 @@ def acquired_wait_s(verdict: Verdict, rule: Rule, permits: int) -> float:
     """The seconds an ``acquire`` must wait for ``verdict`` (decided with no timeout).
 
     Raises ValueError when no wait can ever do: ``permits`` more than a window of the
-    interface holds.
+    interface holds, or, for a class below critical on limits with a reserve (which
+    takes nothing ahead), more than they can give that class at once.
     """
     if not verdict.allowed:
+        if rule.shares is not None:  # a class below critical takes nothing ahead
+            most, cls = class_most(rule), call_class(rule, None).value
+            if permits > most:
+                raise ValueError(
+                    f"permits must be at most {most} for {rule.url!r} at class {cls} "
+                    "(what its limits can give that class at once, less the reserves "
+                    f"kept for the classes above it), got {permits}"
+                )
+            raise ValueError(
+                f"permits must be fewer for {rule.url!r} at class {cls} for now: a "
+                "pushback, or this process's part while Redis is away, leaves its limits "
+                f"less than that class can take at once, got {permits}"
+            )
         most = rule.window_most
         raise ValueError(
             f"permits must be at most {most} for {rule.url!r} (what its window holds), "
             f"got {permits}"
         )
     return verdict.wait_us / US_PER_S
+
+
+def class_most(rule: Rule) -> int:
+    """The most permits one call of ``rule``'s class (a class's variant, ``shares`` set)
+    can ever get at once: each limit's most less its share for the class (whole
+    permits); a calendar quota keeps no reserve."""
+    shares = rule.shares or (0.0,) * len(rule.limits)
+    return min(
+        r.most if r.calendar is not None else math.floor(r.most - share * r.most)
+        for r, share in zip(rule.limits, shares, strict=True)
+    )
 
 
 def slept_s(outcome: Outcome) -> float:

@@ -565,15 +565,22 @@ def reserve_ready(
     ``permits`` and still have ``share`` of its capacity left, from ``state`` as of
     ``now_us``; infinite when it never could. A bucket: once it stores the permits and
     the share; a window: once it counts no more than the permits leave of its limit
-    less the share (whole permits). A calendar quota keeps no reserve."""
-    if share <= 0.0 or limit.kind is LimitKind.CALENDAR:
+    less the share (whole permits). A calendar quota keeps no reserve.
+
+    A bucket with no share still never gives more permits at once than it holds, and
+    such a call takes no debt: infinite, as a window's more than it ever holds."""
+    if limit.kind is LimitKind.CALENDAR:
         return now_us
     if limit.kind is LimitKind.TOKEN_BUCKET:
         bucket = cast(BucketState, state)
         need = permits + share * limit.size
         if need > limit.size:
             return math.inf
+        if share <= 0.0:
+            return now_us
         return bucket.balance_us + max(0.0, need - bucket.stored) * (US_PER_S / limit.rate)
+    if share <= 0.0:
+        return now_us
     most = math.floor(limit.rate - share * limit.rate)
     if permits > most:
         return math.inf

@@ -187,11 +187,6 @@ def test_a_lower_class_waits_on_the_limiters_clock(
         assert 0.5 <= clock.slept <= 3.0  # one permit comes back in 1 s of this clock
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a lower class's call of more permits than its own bucket holds is told "
-    "a finite wait it never reaches (docs/reliability.md, the simulated fleet's gaps)",
-)
 def test_a_lower_class_asking_more_than_a_bucket_holds_is_refused_at_once(
     limiter_db: tuple[str, Engine], key_prefix: str
 ) -> None:
@@ -209,4 +204,67 @@ def test_a_lower_class_asking_more_than_a_bucket_holds_is_refused_at_once(
     ) as lim:
         decision = lim.decide("/p/small", 7, timeout=5.0, priority="default")
         assert not decision.allowed
+        assert decision.reason == "reserved" and decision.retry_after is None
+        with pytest.raises(ValueError, match=r"permits must be at most 3 .* got 7"):
+            lim.acquire("/p/small", 7, priority="default")
         assert clock.slept == 0.0
+
+
+# Each path a lower class's call is decided on, and the most permits a default call can
+# get from it at once: limits.lua (the interface's bucket of 3, no share of its own,
+# under the channel's reserve), bucket.lua (a row's own reserve: half of 4), and
+# bucket.lua with a calendar quota beside it (a reserve for sheddable only: default's
+# share of the bucket is 0, so all 3 of it).
+PATHS = {
+    "limits.lua": ("/p/small", 3),
+    "bucket.lua": ("/p/own", 2),
+    "bucket.lua with a quota": ("/p/daily", 3),
+}
+
+
+@pytest.fixture
+def edge_rows(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
+    engine = limiter_db[1]
+    # one permit a second each: a stall of a loaded machine refills well under the wait
+    write_row(engine, "/p/small", channelType=CHANNEL, rateLimit=3, periodSeconds=3, cache=0.0)
+    write_row(engine, "/p/own", rateLimit=4, periodSeconds=4, cache=0.0, reserve="default=0.5")
+    write_row(engine, "/p/daily", rateLimit=3, periodSeconds=3, cache=0.0, reserve="sheddable=0.5")
+    write_row(engine, "/p/daily", add=True, rateLimit=1000, cache=0.0, quotaPeriod="day")
+    return limiter_db
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_lower_class_gets_all_its_bucket_gives_it_after_a_wait(
+    edge_rows: tuple[str, Engine], lim: GatewayLimiter, path: str
+) -> None:
+    """Exactly the most a default call can get at once: once spent, the same again is
+    admitted after the bucket refills (2 or 3 s), not refused."""
+    url, most = PATHS[path]
+    lim.reload()
+    assert lim.decide(url, most, timeout=0, priority="default").allowed
+    began = time.monotonic()
+    again = lim.decide(url, most, timeout=5.0, priority="default")
+    took = time.monotonic() - began
+    assert again.allowed and again.reason == "admitted"
+    assert 1.0 <= took < 5.0
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_one_permit_more_than_its_bucket_gives_it_is_refused_at_once(
+    edge_rows: tuple[str, Engine], lim: GatewayLimiter, path: str
+) -> None:
+    """One more than a default call can ever get at once: refused at once with no
+    retry_after, whatever its budget, full bucket or not; ``acquire`` names permits."""
+    url, most = PATHS[path]
+    lim.reload()
+    for _ in range(2):  # a full bucket, then a spent one
+        began = time.monotonic()
+        refused = lim.decide(url, most + 1, timeout=5.0, priority="default")
+        assert time.monotonic() - began < 1.0
+        assert not refused.allowed and refused.retry_after is None
+        assert refused.reason == "reserved" and refused.priority == "default"
+        lim.decide(url, most, timeout=0, priority="default")
+    with pytest.raises(ValueError, match=rf"permits must be at most {most} .* got {most + 1}"):
+        lim.acquire(url, most + 1, priority="default")
+    # critical takes the bucket's debt: it goes, after a wait
+    assert lim.decide(url, most + 1, timeout=5.0, priority="critical").allowed

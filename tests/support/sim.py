@@ -597,16 +597,10 @@ def scenario(seed: int, length_s: float = 3.0) -> Scenario:
     if any("reserve" in row or "priority" in row for row in rows):
         for step in steps:
             if step.what in ("call", "slot"):
-                cls = extra.choice((None, None, *PRIORITIES))
-                # a class below critical waits out its reply's wait and asks again; a
-                # call of more permits than a bucket holds is told a wait it never
-                # reaches (docs/reliability.md, "Found and open"): such calls get a
-                # bounded budget, or are critical
-                unbounded = step.args.get("op") == "acquire" or step.args.get("timeout") in (
-                    None,
-                    1e16,
-                )
-                step.args["priority"] = "critical" if unbounded and cls != "critical" else cls
+                # a class below critical waits out its reply's wait and asks again, on
+                # any budget (acquire's too): a call of more than its class can ever get
+                # at once is refused at once
+                step.args["priority"] = extra.choice((None, None, *PRIORITIES))
     if len(processes) > 1 and extra.random() < 0.3:
         kill = Step(
             round(extra.uniform(0.2, length_s), 4), "kill", {"p": extra.randrange(len(processes))}
