@@ -6,6 +6,7 @@ same limiter whose tally is switched off.
 Run from the checkout, with the venv's Python (about 20 s)::
 
     python bench/console_tally_cost.py
+    python bench/console_tally_cost.py --quick   # smoke run: 3 rounds of 2,000 calls
 
 One limiter on ``memory://`` (no network, so the in-process cost is not lost in a
 round trip's noise) decides ``try_acquire(url, timeout=0)`` on an enabled row with a
@@ -43,13 +44,13 @@ ROUNDS = 25
 CALLS = 20_000
 
 
-def per_call_us(limiter: GatewayLimiter) -> float:
-    """µs per ``try_acquire`` over CALLS calls."""
+def per_call_us(limiter: GatewayLimiter, calls: int) -> float:
+    """µs per ``try_acquire`` over ``calls`` calls."""
     decide = limiter.try_acquire
     start = time.perf_counter()
-    for _ in range(CALLS):
+    for _ in range(calls):
         decide(URL, timeout=0)
-    return (time.perf_counter() - start) / CALLS * 1e6
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 def nothing(self: Tallies, url: str, allowed: bool, waited: bool) -> None:
@@ -57,8 +58,13 @@ def nothing(self: Tallies, url: str, allowed: bool, waited: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print the side-by-side table (no options: ``--help`` says what it is)."""
-    argparse.ArgumentParser(description=description(__doc__)).parse_args(argv)
+    """Print the side-by-side table (``--help`` says what it is)."""
+    parser = argparse.ArgumentParser(description=description(__doc__))
+    parser.add_argument(
+        "--quick", action="store_true", help="3 rounds of 2,000 calls (a smoke run)"
+    )
+    args = parser.parse_args(argv)
+    rounds, calls = (3, 2_000) if args.quick else (ROUNDS, CALLS)
     from bench.harness.limiters import sqlite_table, started_limiter
 
     with ExitStack() as stack:
@@ -68,11 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         shipped: Any = Tallies.add
         times: dict[str, list[float]] = {"tally on": [], "tally off": []}
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             for name, took in times.items():
                 Tallies.add = shipped if name == "tally on" else nothing  # type: ignore[method-assign]
                 try:
-                    took.append(per_call_us(limiter))
+                    took.append(per_call_us(limiter, calls))
                 finally:
                     Tallies.add = shipped  # type: ignore[method-assign]
         counted = sum(limiter.call_counts[URL])
@@ -80,12 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     alone = Tallies()
     add = alone.add
     add_us = [
-        timeit.timeit(lambda: add(URL, True, False), number=CALLS) / CALLS * 1e6
-        for _ in range(ROUNDS)
+        timeit.timeit(lambda: add(URL, True, False), number=calls) / calls * 1e6
+        for _ in range(rounds)
     ]
     on, off = times["tally on"], times["tally off"]
     print(f"load:     {load_average()}")
-    print(f"rounds:   {ROUNDS} x {CALLS} calls per variant, interleaved; memory://, metrics off")
+    print(f"rounds:   {rounds} x {calls} calls per variant, interleaved; memory://, metrics off")
     print(f"counted:  {counted} decisions by the tally (the 'on' rounds and the warm-up)")
     print()
     print(

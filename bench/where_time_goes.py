@@ -4,6 +4,7 @@
 Run from the checkout, with the venv's Python (about 15 s)::
 
     python bench/where_time_goes.py
+    python bench/where_time_goes.py --quick   # smoke run: one repetition of each part
 
 It splits the gap between ``try_acquire`` and the floor of ``decision_cost.py`` into:
 
@@ -80,12 +81,16 @@ class Canned:
 
 
 def server_micros(
-    client: redis.Redis, scripts: dict[str, str], key: str, args: list[str | bytes]
+    client: redis.Redis,
+    scripts: dict[str, str],
+    key: str,
+    args: list[str | bytes],
+    repeats: int = REPEATS,
 ) -> dict[str, float]:
     """Median server-side µs per EVALSHA of each script (INFO commandstats)."""
     found: dict[str, list[float]] = {name: [] for name in scripts}
     registered = {name: client.register_script(src) for name, src in scripts.items()}
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         for i, (name, script) in enumerate(registered.items()):
             k = f"{key}{i}"
             script(keys=[k], args=args)
@@ -98,12 +103,12 @@ def server_micros(
 
 
 def client_micros(
-    calls: dict[str, Callable[[], Any]], n: int = 1000
+    calls: dict[str, Callable[[], Any]], n: int = 1000, repeats: int = REPEATS
 ) -> dict[str, tuple[float, float]]:
     """Median (client CPU µs, wall µs) per call of each callable, interleaved."""
     cpu: dict[str, list[float]] = {name: [] for name in calls}
     wall: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         for name, call in calls.items():
             for _ in range(100):
                 call()
@@ -128,8 +133,13 @@ def python_micros(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Measure and print the three tables (no options: ``--help`` says what it is)."""
-    argparse.ArgumentParser(description=description(__doc__)).parse_args(argv)
+    """Measure and print the three tables (``--help`` says what it is)."""
+    parser = argparse.ArgumentParser(description=description(__doc__))
+    parser.add_argument(
+        "--quick", action="store_true", help="one repetition of each part (a smoke run)"
+    )
+    quick = parser.parse_args(argv).quick
+    repeats = 1 if quick else REPEATS
     with ExitStack() as stack:
         redis_url = stack.enter_context(private_redis())
         admin = redis.Redis.from_url(redis_url, socket_timeout=5)
@@ -160,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             },
             "where:{/srv}:",
             args,
+            repeats,
         )
         base = server["return 1"]
         print("1. Redis server time per EVALSHA (INFO commandstats)")
@@ -180,7 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "bucket.lua via redis-py": lambda: shipped(keys=["where:{/c}:tb"], args=args),
                 "backend.reserve(rule)": lambda: limiter.backend.reserve(rule, 1, 0.0),
                 "try_acquire(timeout=0)": lambda: limiter.try_acquire(OPEN_URL, timeout=0),
-            }
+            },
+            repeats=repeats,
         )
         floor_cpu, floor_wall = measured["floor: EVALSHA return 1"]
         print("2. Client CPU and wall time per call, 1 thread, layer by layer")
@@ -216,7 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ),
                 "try_acquire (stubbed)": lambda: limiter.try_acquire(OPEN_URL, timeout=0),
                 "decide (stubbed)": lambda: limiter.decide(OPEN_URL, timeout=0),
-            }
+            },
+            rounds=3 if quick else 50,
         )
         script_only = stub["Script.__call__ (return 1, stubbed)"]
         print("3. Python alone (round trips stubbed with a canned reply)")

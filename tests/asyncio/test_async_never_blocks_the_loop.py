@@ -9,7 +9,16 @@ loop's thread's own, and every other thread's, since a thread the OS stops while
 holds the GIL (a reload's, the audit's) keeps the loop waiting just as long
 (``tests/support/cpu.py``). What is left is time the loop was held by something on it:
 running Python (ours, or a thread holding the GIL) or blocking in a call. That is what
-must stay under 20 ms.
+must stay under ``STALL``.
+
+``STALL`` is set by the bugs this file guards against, not by the host: a waiting
+caller that sleeps in its thread holds the loop for its whole wait (here up to a
+second, and 10 ms for every caller queued before it), and a reload stuck in the
+database for as long as the table stays locked (half a second and more). Both are
+far above 60 ms. What the instrument cannot subtract stays below it: on this shared
+2-core host at load 16 it once saw 34.5 ms, 20 ms of it one garbage collection of the
+callers' own objects; a virtual machine's CPU taken away by its host (steal) is
+another part it cannot see, since the guest counts that time as running.
 
 One more thing holds every thread of a process: a full collection by Python's garbage
 collector, which runs with the GIL in whichever thread triggers it and takes time in
@@ -40,7 +49,7 @@ from tests.support.cpu import off_cpu_since, run_queues, waited_since
 from tests.support.limiting import write_row
 from tests.support.services import RedisServer, mariadb_connection
 
-STALL = 0.020
+STALL = 0.060
 TICK = 0.005
 
 
@@ -161,17 +170,17 @@ class TableLock:
 async def test_the_ticker_sees_a_loop_held_by_a_blocking_call_or_by_cpu_work() -> None:
     async with LoopTicker() as ticker:
         await asyncio.sleep(0.02)
-        time.sleep(0.06)  # a blocking call inside a coroutine: the bug this file guards
+        time.sleep(0.12)  # a blocking call inside a coroutine: the bug this file guards
         await asyncio.sleep(0.02)
-    assert ticker.worst >= 0.04, ticker
+    assert ticker.worst >= 0.1 > STALL, ticker
 
     async with LoopTicker() as ticker:
         await asyncio.sleep(0.02)
-        until = time.thread_time() + 0.06
-        while time.thread_time() < until:  # 60 ms of CPU on the loop holds it just the same
+        until = time.thread_time() + 0.12
+        while time.thread_time() < until:  # 120 ms of CPU on the loop holds it just the same
             pass
         await asyncio.sleep(0.02)
-    assert ticker.worst >= 0.04, ticker
+    assert ticker.worst >= 0.1 > STALL, ticker
 
 
 async def test_callers_waiting_their_turn_on_redis_do_not_hold_the_loop(

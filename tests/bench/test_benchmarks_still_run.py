@@ -33,7 +33,7 @@ SMOKE_TIMEOUT_S, QUICK_TIMEOUT_S = 300, 30
 #: (script, arguments, headings its output must have): each script's smoke run.
 SMOKE = [
     ("decision_cost.py", ["--quick"], ["1. Throughput", "2. Accuracy", "3. asyncio"]),
-    ("where_time_goes.py", [], ["1. Redis server time", "3. Python alone"]),
+    ("where_time_goes.py", ["--quick"], ["1. Redis server time", "3. Python alone"]),
     ("overload.py", ["--quick"], ["1. 8 threads", "2. asyncio", "local refusals:"]),
     ("pushback_constants.py", [], ["decrease  recovery/s  success share"]),
     ("accuracy_shares.py", ["--quick"], ["1. Past the first second", "2. Decision cost"]),
@@ -56,7 +56,7 @@ SMOKE = [
         ["1. A simulated day", "paced (burst 10)", "per-second + daily row (bucket.lua)"],
     ),
     ("fleet_membership.py", ["--quick"], ["Fleet membership:", "EVAL per heartbeat"]),
-    ("console_tally_cost.py", [], ["tally on (as shipped)", "Tallies.add alone"]),
+    ("console_tally_cost.py", ["--quick"], ["tally on (as shipped)", "Tallies.add alone"]),
     ("failover_loss.py", ["--quick"], ["Failover loss:", "1. sentinel", "lost bytes"]),
     ("lease_cost.py", ["--quick"], ["Lease cost:", "without leases", "leaseMs 20"]),
     ("priority.py", ["--seconds", "2"], ["bookings 0.2x", "searches alone:", "Redis time"]),

@@ -1,9 +1,12 @@
 """A gateway process for the slot tests: ``python -m tests.slots.slot_worker CONFIG``.
 
 CONFIG is JSON: database_url, redis_url, key_prefix, url (the interface), supplier
-(base URL), mode ("threads" or "asyncio"), callers, start_at and stop_at (time.time()),
-settings (more settings). Each caller loops: a slot, one supplier call, the slot back,
-until stop_at; the process prints JSON {"calls", "refused"} and exits.
+(base URL), mode ("threads" or "asyncio"), callers, settings (more settings). Once its
+limiter has started the process prints "ready" and reads one line from stdin,
+"START_AT STOP_AT" (time.time()), so that every process of a test starts together
+however long a loaded host takes to start each. Each caller loops: a slot, one
+supplier call, the slot back, until STOP_AT; the process prints JSON
+{"calls", "refused"} and exits.
 
 Mode "hold": take ``callers`` slots and hold them forever, printing "held" once all are
 held (the test kills the process).
@@ -23,6 +26,12 @@ import httpx
 
 from gateway_limiter import GatewayLimiter, Refused
 from gateway_limiter.aio import AsyncGatewayLimiter
+
+
+def _ready(config: dict[str, Any]) -> None:
+    """Say "ready" and take START_AT and STOP_AT from stdin, into ``config``."""
+    print("ready", flush=True)
+    config["start_at"], config["stop_at"] = map(float, sys.stdin.readline().split())
 
 
 def _threads(config: dict[str, Any]) -> dict[str, int]:
@@ -48,6 +57,8 @@ def _threads(config: dict[str, Any]) -> dict[str, int]:
                 entered.acquire()
             print("held", flush=True)
             threading.Event().wait()
+
+        _ready(config)
 
         def caller() -> None:
             time.sleep(max(0.0, config["start_at"] - time.time()))
@@ -83,6 +94,7 @@ async def _tasks(config: dict[str, Any]) -> dict[str, int]:
         ) as limiter,
         httpx.AsyncClient(limits=httpx.Limits(max_connections=64)) as client,
     ):
+        await asyncio.to_thread(_ready, config)
 
         async def caller() -> None:
             await asyncio.sleep(max(0.0, config["start_at"] - time.time()))

@@ -51,6 +51,7 @@ def _worker(config: dict[str, Any]) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(CHECKOUT)}
     return subprocess.Popen(
         [sys.executable, "-m", "tests.slots.slot_worker", json.dumps(config)],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -65,15 +66,12 @@ def test_a_fleet_never_has_more_than_max_concurrent_calls_at_the_supplier(
     figures: Any,
 ) -> None:
     seconds = 6.0
-    start_at = time.time() + 6.0  # every process started and subscribed by then
     base = {
         "database_url": limiter_db[0],
         "redis_url": limiter_redis_url,
         "key_prefix": key_prefix,
         "url": URL,
         "supplier": supplier.url,
-        "start_at": start_at,
-        "stop_at": start_at + seconds,
         "settings": {
             "reload_interval": 3600,
             "metrics": False,
@@ -84,7 +82,10 @@ def test_a_fleet_never_has_more_than_max_concurrent_calls_at_the_supplier(
     }
     workers = [_worker({**base, "mode": "threads", "callers": 8}) for _ in range(3)]
     workers.append(_worker({**base, "mode": "asyncio", "callers": 32}))
-    outputs = [w.communicate(timeout=120)[0] for w in workers]
+    for w in workers:  # each started, however long a loaded host took
+        assert w.stdout is not None and w.stdout.readline().strip() == "ready"
+    start_at = time.time() + 0.5
+    outputs = [w.communicate(f"{start_at} {start_at + seconds}\n", timeout=120)[0] for w in workers]
     assert all(w.returncode == 0 for w in workers), outputs
     counts = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
     stats = supplier.stats()
