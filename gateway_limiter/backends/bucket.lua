@@ -50,7 +50,8 @@ ARGV[5]  the quota, as little-endian doubles: its permits per period, the bounda
          burst (five doubles, or six). ARGV[4] is then always sent ("" for TIME).
 The pair is decided exactly as limits.lua decides a token bucket and a calendar quota
 (gateway_limiter/model/limits.py, reserve_limits, is the model of both; the property
-tests on real Redis pin this script to it), all or nothing, and the reply has limits.lua's
+tests on real Redis pin this script to it; the quota's arithmetic is calendar.lua's,
+which backends/scripts.py takes into both scripts), all or nothing, and the reply has limits.lua's
 three quota doubles after the six. One script, one key read fewer than limits.lua (the
 pushback state is in the bucket's key, as for a bucket alone) and no table built: the
 pair costs little more than the bucket alone (docs/benchmarks.md). Token bucket only:

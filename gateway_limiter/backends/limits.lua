@@ -52,7 +52,9 @@ ARGV[5]  the limits, as little-endian doubles (backends/scripts.py packs them on
                  period): no call goes before the bucket has its permits. Its key holds
                  four doubles: the two of kind 4, the bucket's permits and when they
                  were counted. A key of two (the quota was not paced) has a full bucket;
-                 kind 4 reads the first two of four
+                 kind 4 reads the first two of four. Kinds 4 and 5 are decided by
+                 calendar.lua's two sections, which backends/scripts.py takes in
+                 here and into bucket.lua (a bucket and a quota in one call)
          Packed, the limits are one unpack into one table sized for all of them, rather
          than a tonumber per field (each as dear as a line of arithmetic ten times over).
          Priority classes (model/priority.py): a call of a class below critical on
