@@ -6,6 +6,7 @@ Run from the checkout, with the venv's Python::
 
     python bench/calendar_quota.py            # full run, about a minute
     python bench/calendar_quota.py --quick    # smoke run, about 15 s
+    python bench/calendar_quota.py --cost-only --instructions   # part 2 alone, about 30 s
     python bench/calendar_quota.py --redis-url redis://127.0.0.1:6379/0   # an existing Redis
 
 Everything runs on one Redis: by default a private ``redis-server`` this script starts
@@ -236,10 +237,34 @@ def cost_cases(prefix: str) -> list[Case]:
     ]
 
 
+def print_day(url: str, prefix: str, total: int) -> None:
+    """Part 1: the simulated day, without and with pacing."""
+    print(
+        f"1. A simulated day: {PROCESSES} processes, a daily quota of {QUOTA:,} "
+        f"({ZONE}) beside {PER_SECOND}/s, {total:,} calls of uneven demand"
+    )
+    day = [simulated_day(url, prefix, paced, total) for paced in (False, True)]
+    headers = [
+        "quota",
+        "admitted",
+        "used at end",
+        "overshoot",
+        "refused before 23:00",
+        "first spent",
+        "admitted 23:00-24:00",
+        "s",
+    ]
+    print(table(headers, day))
+    print(flush=True)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="a smaller day and fewer repeats")
+    parser.add_argument(
+        "--cost-only", action="store_true", help="only what a decision costs Redis (part 2)"
+    )
     parser.add_argument("--redis-url", help="an existing Redis instead of a private one")
     parser.add_argument(
         "--instructions",
@@ -269,27 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ):
                 print(line)
             print(flush=True)
-            print(
-                f"1. A simulated day: {PROCESSES} processes, a daily quota of {QUOTA:,} "
-                f"({ZONE}) beside {PER_SECOND}/s, {total:,} calls of uneven demand"
-            )
-            day = [simulated_day(url, prefix, paced, total) for paced in (False, True)]
-            print(
-                table(
-                    [
-                        "quota",
-                        "admitted",
-                        "used at end",
-                        "overshoot",
-                        "refused before 23:00",
-                        "first spent",
-                        "admitted 23:00-24:00",
-                        "s",
-                    ],
-                    day,
-                )
-            )
-            print(flush=True)
+            if not args.cost_only:
+                print_day(url, prefix, total)
             print("2. Redis server time per decision (commandstats), every call admitted")
             group = cost_cases(prefix)
             found = measure(client, group, calls, repeats)

@@ -50,7 +50,8 @@ ARGV[5]  the quota, as little-endian doubles: its permits per period, the bounda
          burst (five doubles, or six). ARGV[4] is then always sent ("" for TIME).
 The pair is decided exactly as limits.lua decides a token bucket and a calendar quota
 (gateway_limiter/model/limits.py, reserve_limits, is the model of both; the property
-tests on real Redis pin this script to it), all or nothing, and the reply has limits.lua's
+tests on real Redis pin this script to it; the quota's arithmetic is calendar.lua's,
+which backends/scripts.py takes into both scripts), all or nothing, and the reply has limits.lua's
 three quota doubles after the six. One script, one key read fewer than limits.lua (the
 pushback state is in the bucket's key, as for a bucket alone) and no table built: the
 pair costs little more than the bucket alone (docs/benchmarks.md). Token bucket only:
@@ -161,14 +162,14 @@ if old_rate ~= rate or old_capacity ~= capacity or old_refill ~= refill then
 end
 
 -- A calendar quota beside the bucket (ARGV[5]; see the header): decided as limits.lua
--- decides a token bucket and a calendar quota, to the last bit (the same arithmetic, in
--- the same order), with the bucket's pushback in its own key. Token bucket only.
+-- decides a token bucket and a calendar quota, to the last bit (the bucket's arithmetic
+-- as limits.lua's kind 1, the quota's in calendar.lua, which both scripts take in), with
+-- the bucket's pushback in its own key. Token bucket only.
 local quota = ARGV[5]
 if quota then
   local ceil, huge = math.ceil, math.huge
-  local paced = #quota == 48
   local qrate, b0, b1, b2, b3, burst
-  if paced then
+  if #quota == 48 then  -- paced: its burst last
     qrate, b0, b1, b2, b3, burst = unpack("<dddddd", quota)
   else
     qrate, b0, b1, b2, b3 = unpack("<ddddd", quota)
@@ -183,46 +184,8 @@ if quota then
   if permits > qrate then
     return pack("<dddddd", 0, huge, 0, 0, factor, held)
   end
-  local window, used, qstored, qbalance = b0, 0, -1, 0
-  if now >= b3 then window = b3 elseif now >= b2 then window = b2 elseif now >= b1 then window = b1 end
-  local kept = -1  -- the period of a counter stored in this quota's form (16 or 32 bytes)
-  local counted = redis.pcall("GET", KEYS[2])
-  if type(counted) == "string" then
-    local n = #counted
-    if n == 16 then
-      local w, u = unpack("<dd", counted)
-      if w >= window then window, used = w, u end
-      if not paced then kept = w end
-    elseif n == 32 then
-      local w, u, s, t = unpack("<dddd", counted)
-      if w >= window then window, used, qstored, qbalance = w, u, s, t end
-      if paced then kept = w end
-    end
-  end
-  if paced and qstored < 0 then qstored, qbalance = burst, now end  -- none kept: full
-  if used + permits > qrate then  -- full: the start of the period after the counter's
-    if window < b1 then earliest = b1 elseif window < b2 then earliest = b2
-    elseif window < b3 then earliest = b3 else earliest = window + (b3 - b2) end
-  else
-    earliest = window
-    if paced then  -- once the pacing bucket, refilled up to now, has the permits
-      local ends
-      if window < b1 then ends = b1 elseif window < b2 then ends = b2
-      elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
-      if now > qbalance then
-        local span = ends - qbalance
-        if span > 0 then qstored = qstored + (now - qbalance) * (qrate - used) / span else qstored = burst end
-        if not (qstored < burst) then qstored = burst end
-        qbalance = now
-      end
-      local take = permits
-      if qstored < permits then take = qstored end
-      local paced_at = qbalance + (permits - take) * (ends - qbalance) / (qrate - used)
-      if paced_at > ends then paced_at = ends end
-      if paced_at > earliest then earliest = paced_at end
-    end
-  end
-  if now > earliest then earliest = now end
+  local saved, window, used, qstored, qbalance, kept, ends = redis.pcall("GET", KEYS[2])
+-- include: calendar.lua, step 1
   if earliest > at then at = earliest end
   -- 2. refuse without writing, or record the call at T in both (3)
   local wait = at - now
@@ -267,71 +230,25 @@ if quota then
   earliest = balance
   if stored < 1 then earliest = balance + (1 - stored) * stable end
   if earliest > free then free = earliest end
-  if allowed == 1 then
-    local w = b0
-    if at >= b3 then w = b3 elseif at >= b2 then w = b2 elseif at >= b1 then w = b1 end
-    if paced then
-      if w > window then
-        window, used, qstored, qbalance = w, 0, burst, at
-      elseif at > qbalance then
-        local ends
-        if window < b1 then ends = b1 elseif window < b2 then ends = b2
-        elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
-        local span = ends - qbalance
-        if span > 0 then qstored = qstored + (at - qbalance) * (qrate - used) / span else qstored = burst end
-        if not (qstored < burst) then qstored = burst end
-        qbalance = at
-      end
-      qstored = qstored - permits
-      if not (qstored > 0) then qstored = 0 end
-    elseif w > window then
-      window, used = w, 0
-    end
-    used = used + permits
-  end
-  local ends  -- the end of the counter's period
-  if window < b1 then ends = b1 elseif window < b2 then ends = b2
-  elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
+  local left, reset
+  if allowed ~= 1 then at = false end  -- nothing recorded
+-- include: calendar.lua, step 3
+  if earliest > free then free = earliest end
   if allowed == 1 then
     -- The same period's counter in the same form: overwrite the count (and the pacing
     -- bucket) in place, keeping its expiry (a second after the period ends, set when
     -- the period's first call wrote it): a SET with PX costs Redis more than the rest.
     if kept == window then
-      if paced then
+      if burst then
         redis.call("SETRANGE", KEYS[2], 8, pack("<ddd", used, qstored, qbalance))
       else
         redis.call("SETRANGE", KEYS[2], 8, pack("<d", used))
       end
     else
       local state
-      if paced then state = pack("<dddd", window, used, qstored, qbalance) else state = pack("<dd", window, used) end
+      if burst then state = pack("<dddd", window, used, qstored, qbalance) else state = pack("<dd", window, used) end
       redis.call("SET", KEYS[2], state, "PX", max(1000, ceil((ends - now) / 1000) + 1000))
     end
-  end
-  if used + 1 > qrate then
-    earliest = ends
-  else
-    earliest = window
-    if now > earliest then earliest = now end
-    if paced then
-      local take = 1
-      if qstored < 1 then take = qstored end
-      local paced_at = qbalance + (1 - take) * (ends - qbalance) / (qrate - used)
-      if paced_at > ends then paced_at = ends end
-      if paced_at > earliest then earliest = paced_at end
-    end
-  end
-  if earliest > free then free = earliest end
-  -- what is left of the period the clock is in, and when it ends
-  local start, reset, left = b0, 0, qrate
-  if now >= b3 then start = b3 elseif now >= b2 then start = b2 elseif now >= b1 then start = b1 end
-  if start < b1 then reset = b1 elseif start < b2 then reset = b2
-  elseif start < b3 then reset = b3 else reset = start + (b3 - b2) end
-  if window > start then
-    left = 0
-  elseif window == start then
-    left = qrate - used
-    if left < 0 then left = 0 end
   end
   if code ~= nil then allowed = code end
   return pack("<ddddddddd", allowed, wait, stored, free - now, factor, held, left, reset, qrate)

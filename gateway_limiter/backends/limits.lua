@@ -52,7 +52,9 @@ ARGV[5]  the limits, as little-endian doubles (backends/scripts.py packs them on
                  period): no call goes before the bucket has its permits. Its key holds
                  four doubles: the two of kind 4, the bucket's permits and when they
                  were counted. A key of two (the quota was not paced) has a full bucket;
-                 kind 4 reads the first two of four
+                 kind 4 reads the first two of four. Kinds 4 and 5 are decided by
+                 calendar.lua's two sections, which backends/scripts.py takes in
+                 here and into bucket.lua (a bucket and a quota in one call)
          Packed, the limits are one unpack into one table sized for all of them, rather
          than a tonumber per field (each as dear as a line of arithmetic ten times over).
          Priority classes (model/priority.py): a call of a class below critical on
@@ -113,7 +115,7 @@ local own = lim[1]
 -- state (another type, another length) is lost state, as in bucket.lua: read with
 -- pcall (a wrong type answers a table, whose length is 0), start afresh, replace it on
 -- a write.
-local qleft, qreset, qrate  -- calendar quotas (kinds 4 and 5): only where there is one
+local qleft, qreset, qlimit  -- calendar quotas (kinds 4 and 5): only where there is one
 -- what step 1 read of each quota, five per limit from 5 i - 4: the counter's period and
 -- count, a paced one's bucket (permits, when) and burst (read from the tail); one table
 local qs
@@ -200,53 +202,17 @@ for i = 1, nlimits do
     end
     lim[b + 3], lim[b + 4] = count, last
   elseif kind >= 4 then  -- a calendar quota: the period holding now among b0..b3
-    local b1, b2, b3 = lim[b + 3], lim[b + 4], lim[b + 5]
-    local window, used, stored, balance = size, 0, -1, 0
-    if now >= b3 then window = b3 elseif now >= b2 then window = b2 elseif now >= b1 then window = b1 end
-    local saved = pcall_("GET", KEYS[i])
-    if saved then
-      local n = #saved
-      if n == 16 then
-        local w, u = unpack("<dd", saved)
-        if w >= window then window, used = w, u end
-      elseif n == 32 then
-        local w, u, s, t = unpack("<dddd", saved)
-        if w >= window then window, used, stored, balance = w, u, s, t end
-      end
-    end
-    local burst
-    if kind == 5 then
+    local qrate, b0, b1, b2, b3, burst = rate, size, lim[b + 3], lim[b + 4], lim[b + 5]
+    if kind == 5 then  -- paced: its burst, the next after the limits
       burst = lim[tail]
       tail = tail + 1
-      if stored < 0 then stored, balance = burst, now end  -- none kept: full
     end
-    if used + permits > rate then  -- full: the start of the period after the counter's
-      if window < b1 then earliest = b1 elseif window < b2 then earliest = b2
-      elseif window < b3 then earliest = b3 else earliest = window + (b3 - b2) end
-    else
-      earliest = window
-      if kind == 5 then  -- paced: once the bucket, refilled up to now, has the permits
-        local ends  -- the end of the counter's period
-        if window < b1 then ends = b1 elseif window < b2 then ends = b2
-        elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
-        if now > balance then
-          local span = ends - balance
-          if span > 0 then stored = stored + (now - balance) * (rate - used) / span else stored = burst end
-          if not (stored < burst) then stored = burst end
-          balance = now
-        end
-        local spend = permits
-        if stored < permits then spend = stored end
-        local paced = balance + (permits - spend) * (ends - balance) / (rate - used)
-        if paced > ends then paced = ends end
-        if paced > earliest then earliest = paced end
-      end
-    end
-    if now > earliest then earliest = now end
+    local saved, window, used, qstored, qbalance, kept, ends = pcall_("GET", KEYS[i])
+-- include: calendar.lua, step 1
     if qs == nil then qs = {} end
     local q = 5 * i  -- the boundaries stay in lim for step 3
     qs[q - 4], qs[q - 3] = window, used
-    if kind == 5 then qs[q - 2], qs[q - 1], qs[q] = stored, balance, burst end
+    if kind == 5 then qs[q - 2], qs[q - 1], qs[q] = qstored, qbalance, burst end
   else  -- 3: a fixed window
     local window, used = floor(now / size), 0
     local saved = pcall_("GET", KEYS[i])
@@ -371,65 +337,18 @@ for i = 1, nlimits do
       earliest = max(earliest, tonumber(call("LINDEX", KEYS[i], count - rate)) + size)
     end
   elseif kind >= 4 then
-    local b1, b2, b3 = lim[b + 3], lim[b + 4], lim[b + 5]
     local q = 5 * i
-    local window, used, stored, balance, burst = qs[q - 4], qs[q - 3], qs[q - 2], qs[q - 1], qs[q]
-    if allowed == 1 then
-      local w = size
-      if at >= b3 then w = b3 elseif at >= b2 then w = b2 elseif at >= b1 then w = b1 end
-      if kind == 5 then  -- paced: the bucket refilled up to T gives the permits
-        if w > window then
-          window, used, stored, balance = w, 0, burst, at
-        elseif at > balance then
-          local ends
-          if window < b1 then ends = b1 elseif window < b2 then ends = b2
-          elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
-          local span = ends - balance
-          if span > 0 then stored = stored + (at - balance) * (rate - used) / span else stored = burst end
-          if not (stored < burst) then stored = burst end
-          balance = at
-        end
-        stored = stored - permits
-        if not (stored > 0) then stored = 0 end
-      elseif w > window then
-        window, used = w, 0
-      end
-      used = used + permits
-    end
-    local ends  -- the end of the counter's period
-    if window < b1 then ends = b1 elseif window < b2 then ends = b2
-    elseif window < b3 then ends = b3 else ends = window + (b3 - b2) end
+    local qrate, b0, b1, b2, b3, burst = rate, size, lim[b + 3], lim[b + 4], lim[b + 5], qs[q]
+    local window, used, qstored, qbalance = qs[q - 4], qs[q - 3], qs[q - 2], qs[q - 1]
+    local at, ends, left, reset = allowed == 1 and at
+-- include: calendar.lua, step 3
     if allowed == 1 then  -- (a period already over: a process clock periods behind)
       local state
-      if kind == 5 then state = pack("<dddd", window, used, stored, balance) else state = pack("<dd", window, used) end
+      if kind == 5 then state = pack("<dddd", window, used, qstored, qbalance) else state = pack("<dd", window, used) end
       call("SET", KEYS[i], state, "PX", max(1000, ceil((ends - now) / 1000) + 1000))
     end
-    if used + 1 > rate then
-      earliest = ends
-    else
-      earliest = window
-      if now > earliest then earliest = now end
-      if kind == 5 then  -- paced: once the bucket has a permit
-        local spend = 1
-        if stored < 1 then spend = stored end
-        local paced = balance + (1 - spend) * (ends - balance) / (rate - used)
-        if paced > ends then paced = ends end
-        if paced > earliest then earliest = paced end
-      end
-    end
-    -- what is left of the period the clock is in, and when it ends
-    local start, reset, left = size, 0, rate
-    if now >= b3 then start = b3 elseif now >= b2 then start = b2 elseif now >= b1 then start = b1 end
-    if start < b1 then reset = b1 elseif start < b2 then reset = b2
-    elseif start < b3 then reset = b3 else reset = start + (b3 - b2) end
-    if window > start then
-      left = 0
-    elseif window == start then
-      left = rate - used
-      if left < 0 then left = 0 end
-    end
     if qleft == nil or left < qleft or (left == qleft and reset > qreset) then
-      qleft, qreset, qrate = left, reset, rate
+      qleft, qreset, qlimit = left, reset, rate
     end
   else
     local window, used = lim[b + 3], lim[b + 4]
@@ -454,6 +373,6 @@ for i = 1, nlimits do
 end
 if code ~= nil then allowed = code end
 if qleft ~= nil then
-  return pack("<ddddddddd", allowed, wait, least or 0, free - now, factor, held, qleft, qreset, qrate)
+  return pack("<ddddddddd", allowed, wait, least or 0, free - now, factor, held, qleft, qreset, qlimit)
 end
 return pack("<dddddd", allowed, wait, least or 0, free - now, factor, held)

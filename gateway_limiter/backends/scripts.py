@@ -38,13 +38,48 @@ from gateway_limiter.model.limits import (
 )
 from gateway_limiter.model.pushback import PushbackState
 
-BUCKET_LUA = resources.files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
-LIMITS_LUA = resources.files(__package__).joinpath("limits.lua").read_text(encoding="utf-8")
-PUSHBACK_LUA = resources.files(__package__).joinpath("pushback.lua").read_text(encoding="utf-8")
-
 
 def _lua(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+#: The line by which a script takes in a section of a fragment, alone on it:
+#: ``-- include: <file>, <section>``; in the fragment, a line ``-- section: <name>``
+#: begins each section (what comes before the first is the fragment's own account).
+INCLUDE, SECTION = "-- include: ", "-- section: "
+
+
+def fragment_sections(name: str) -> dict[str, str]:
+    """The sections of the fragment ``name``, by name."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in _lua(name).splitlines(keepends=True):
+        if line.startswith(SECTION):
+            current = sections.setdefault(line[len(SECTION) :].strip(), [])
+        elif current is not None:
+            current.append(line)
+    return {section: "".join(lines) for section, lines in sections.items()}
+
+
+def with_fragments(name: str) -> str:
+    """The script ``name`` with each section of a fragment it takes in (a line
+    ``-- include: <file>, <section>``) in place of that line. ``calendar.lua``, a
+    calendar quota's arithmetic, is written once and taken in by both decision scripts
+    (``limits.lua`` for kinds 4 and 5, ``bucket.lua`` beside a token bucket), as text:
+    a function would be a closure made on every call (calendar.lua says why)."""
+    lines = []
+    for line in _lua(name).splitlines(keepends=True):
+        if line.startswith(INCLUDE):
+            fragment, section = (part.strip() for part in line[len(INCLUDE) :].split(","))
+            lines.append(fragment_sections(fragment)[section])
+        else:
+            lines.append(line)
+    return "".join(lines)
+
+
+BUCKET_LUA = with_fragments("bucket.lua")
+LIMITS_LUA = with_fragments("limits.lua")
+PUSHBACK_LUA = _lua("pushback.lua")
 
 
 def with_slot() -> str:

@@ -1,6 +1,7 @@
 """A calendar quota through the limiters: "3 a day from midnight Beijing time" beside a
 per-second row, on a real Redis and on ``memory://``: all or nothing, the quota told
-back (``Decision.reset_at``, ``limit``, ``remaining``, ``retry_after``, the headers)."""
+back (``Decision.reset_at``, ``limit``, ``remaining``, ``retry_after``, the headers); a
+call asking for more than the quota holds in a period refused at once."""
 
 from __future__ import annotations
 
@@ -12,10 +13,14 @@ from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
-from gateway_limiter.model.calendar import Calendar
+from gateway_limiter.backends.state import limit
+from gateway_limiter.config.rules import CALENDAR_SECONDS, Rule
+from gateway_limiter.model.calendar import Calendar, QuotaPeriod
+from gateway_limiter.model.limits import reserve_limits
 from tests.support.limiting import write_row
 
 URL = "/ibe/flight/search"
+QUOTA = 3
 
 
 @pytest.fixture(params=["redis", "memory"])
@@ -97,3 +102,43 @@ async def test_the_asyncio_limiter_tells_the_quota_back_alike(
     assert [d.allowed for d in decisions] == [True, True, True, False]
     assert decisions[-1].reset_at == beijing_midnight()
     assert decisions[-1].limit == 3
+
+
+@pytest.mark.parametrize("script", ["bucket.lua", "limits.lua"])
+def test_one_more_than_the_quota_is_refused_at_once_and_exactly_the_quota_goes(
+    lim: GatewayLimiter, limiter_db: tuple[str, Engine], script: str
+) -> None:
+    if script == "limits.lua":  # a third limit: the quota is limits.lua's kind 4
+        write_row(
+            limiter_db[1], URL, add=True, rateLimit=1000, cache=0.0, periodSeconds=60,
+            algorithm="fixed_window",
+        )  # fmt: skip
+        lim.reload()
+    began = time.monotonic()
+    # a budget of an hour, and none: neither makes a call that can never go wait
+    over = [lim.decide(URL, permits=QUOTA + 1, timeout=t) for t in (0, 3600.0, None)]
+    assert time.monotonic() - began < 2.0
+    for refused in over:
+        assert not refused.allowed
+        assert refused.retry_after is None  # no wait told: none would ever do
+    with pytest.raises(ValueError, match=f"at most {QUOTA}"):
+        lim.acquire(URL, permits=QUOTA + 1)
+    whole = lim.decide(URL, permits=QUOTA, timeout=0)  # the refusals took nothing
+    assert whole.allowed and whole.remaining == 0
+    (quota,) = [s for s in lim.status(URL) if s.rule.calendar is not None]
+    assert quota.quota_used == QUOTA
+
+
+def test_the_model_refuses_one_more_than_the_quota_with_a_wait_that_never_ends() -> None:
+    now_s = 1_795_968_000.0 + 3600.0  # 01:00 in Beijing
+    quota = Rule(
+        URL, QUOTA, 0.0, 2, algorithm="fixed_window", period=CALENDAR_SECONDS[QuotaPeriod.DAY],
+        calendar=Calendar.of("day", "Asia/Shanghai"),
+    )  # fmt: skip
+    specs = [limit(Rule(URL, 100, 0.0, 1)), limit(quota, now_s)]
+    now_us = now_s * 1e6
+    refused, nothing = reserve_limits(specs, [None, None], QUOTA + 1, None, now_us)
+    assert (refused.allowed, refused.wait_us, nothing) == (False, float("inf"), None)
+    whole, states = reserve_limits(specs, [None, None], QUOTA, 0.0, now_us)
+    assert whole.allowed and whole.wait_us == 0.0 and states is not None
+    assert whole.quota_left == 0.0

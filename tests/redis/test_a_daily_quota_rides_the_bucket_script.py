@@ -16,7 +16,14 @@ import pytest
 import redis
 
 from gateway_limiter.backends.redis import RedisBackend
-from gateway_limiter.backends.scripts import SCRIPTS, SHAS, Commands, limits_args, parse_reply
+from gateway_limiter.backends.scripts import (
+    SCRIPTS,
+    SHAS,
+    Commands,
+    fragment_sections,
+    limits_args,
+    parse_reply,
+)
 from gateway_limiter.backends.state import pushback_key, state_key
 from gateway_limiter.config.rules import CALENDAR_SECONDS, Algorithm, Rule
 from gateway_limiter.config.settings import Settings
@@ -45,6 +52,18 @@ def daily(url: str, rate: int, paced: bool = False, per_caller: bool = False) ->
 
 def pair(url: str, rate: int = 5, paced: bool = False, per_caller: bool = False) -> Rule:
     return Rule(url, 4, 0.0, 1, capacity=6, also=(daily(url, rate, paced, per_caller),))
+
+
+def test_both_scripts_take_the_quota_arithmetic_from_calendar_lua() -> None:
+    """One copy of the calendar arithmetic, taken into both decision scripts (and into
+    those composed of them) as text, each section once per decision script."""
+    sections = fragment_sections("calendar.lua")
+    assert set(sections) == {"step 1", "step 3"}
+    # slot.lua and descriptors.lua wrap both decision scripts, lease.lua bucket.lua
+    taken = {"bucket": 1, "limits": 1, "slot": 2, "lease": 1, "descriptors": 2}
+    for name, times in taken.items():
+        assert "-- include:" not in SCRIPTS[name]
+        assert [SCRIPTS[name].count(text) for text in sections.values()] == [times, times]
 
 
 def test_the_pair_is_one_bucket_script_call_and_other_pairs_are_not() -> None:
