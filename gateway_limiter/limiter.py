@@ -1,7 +1,8 @@
-# This file is generated from gateway_limiter/aio.py by scripts/generate_sync.py:
-# do not edit it. Change aio.py (and the twins it uses), then run
-# `python scripts/generate_sync.py`; CI fails while this file is stale (`--check`).
-# How: docs/design.md, "One shell, two ways to wait", and the script's docstring.
+# This file is generated from gateway_limiter/aio.py
+# by scripts/generate_sync.py: do not edit it. Change aio.py
+# (and the twins it uses), then run `python scripts/generate_sync.py`; CI fails while
+# this file is stale (`--check`). How: docs/design.md, "One shell, two ways to wait",
+# and the script's docstring.
 """``GatewayLimiter``: the facade every gateway process calls before an upstream call.
 
 The decision path itself (routing, the failure policy and its circuit breaker, local

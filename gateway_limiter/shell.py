@@ -1,7 +1,8 @@
-# This file is generated from gateway_limiter/shell_async.py by scripts/generate_sync.py:
-# do not edit it. Change shell_async.py (and the twins it uses), then run
-# `python scripts/generate_sync.py`; CI fails while this file is stale (`--check`).
-# How: docs/design.md, "One shell, two ways to wait", and the script's docstring.
+# This file is generated from gateway_limiter/shell_async.py
+# by scripts/generate_sync.py: do not edit it. Change shell_async.py
+# (and the twins it uses), then run `python scripts/generate_sync.py`; CI fails while
+# this file is stale (`--check`). How: docs/design.md, "One shell, two ways to wait",
+# and the script's docstring.
 """``Shell``: the I/O half of the threaded limiter, below its public API.
 
 It carries out the engine's steps (``core/steps.py``) over the backend, and runs the
@@ -19,12 +20,11 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from gateway_limiter.backends.base import Backend, BackendError
+from gateway_limiter.backends.base import Backend, BackendError, Clocks
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.schemes import open_backend
 from gateway_limiter.backends.scripts import ScriptCall
-from gateway_limiter.backends.slot_wakeups import listen
-from gateway_limiter.backends.slots import parse_counts
+from gateway_limiter.backends.slots import channel, parse_counts
 from gateway_limiter.concurrency import (
     Cancelled,
     Repeating,
@@ -64,14 +64,15 @@ class Shell(LimiterCore):
     _renewer: Repeating
     _keeper: Repeating
 
+    def _clocks(self) -> Clocks:
+        """This limiter's clock, as every backend is opened with it."""
+        return Clocks(microseconds(self.clock), self.clock.time)
+
     def _in_process(self) -> MemoryBackend:
-        return MemoryBackend(clock=microseconds(self.clock), wall=self.clock.time)
+        return MemoryBackend(None, self._clocks())
 
     def _open_backend(self, settings: Settings) -> bool:
-        self.backend = open_backend(settings)
-        follow = getattr(self.backend, "follow_clock", None)
-        if follow is not None:  # memory://: decided on this limiter's clock
-            follow(microseconds(self.clock), self.clock.time)
+        self.backend = open_backend(settings, self._clocks())
         self._slotting = SlotState(settings)
         self._heartbeats = None
         self._renewer = Repeating(
@@ -126,7 +127,7 @@ class Shell(LimiterCore):
             case steps.Sleep(seconds):
                 self.clock.sleep(seconds)
             case steps.Subscribe():  # connecting blocks (asyncio: in a worker thread)
-                start = functools.partial(listen, self.settings, self.backend.client)
+                start = functools.partial(self.backend.subscribe, channel(self.settings.key_prefix))
                 blocking(self._slotting.subscribe, start)
             case steps.StartRenewer():
                 self._renewer.start()

@@ -14,12 +14,11 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from gateway_limiter.backends.base import AsyncBackend, BackendError
+from gateway_limiter.backends.base import AsyncBackend, BackendError, Clocks
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.schemes import open_async_backend
 from gateway_limiter.backends.scripts import ScriptCall
-from gateway_limiter.backends.slot_wakeups import listen
-from gateway_limiter.backends.slots import parse_counts
+from gateway_limiter.backends.slots import channel, parse_counts
 from gateway_limiter.concurrency import (
     AsyncCancelled,
     AsyncRepeating,
@@ -59,14 +58,15 @@ class AsyncShell(LimiterCore):
     _renewer: AsyncRepeating
     _keeper: AsyncRepeating
 
+    def _clocks(self) -> Clocks:
+        """This limiter's clock, as every backend is opened with it."""
+        return Clocks(microseconds(self.clock), self.clock.time)
+
     def _in_process(self) -> MemoryBackend:
-        return MemoryBackend(clock=microseconds(self.clock), wall=self.clock.time)
+        return MemoryBackend(None, self._clocks())
 
     def _open_backend(self, settings: Settings) -> bool:
-        self.backend = open_async_backend(settings)
-        follow = getattr(self.backend, "follow_clock", None)
-        if follow is not None:  # memory://: decided on this limiter's clock
-            follow(microseconds(self.clock), self.clock.time)
+        self.backend = open_async_backend(settings, self._clocks())
         self._slotting = SlotState(settings)
         self._heartbeats = None
         self._renewer = AsyncRepeating(
@@ -121,7 +121,7 @@ class AsyncShell(LimiterCore):
             case steps.Sleep(seconds):
                 await self.clock.sleep_async(seconds)
             case steps.Subscribe():  # connecting blocks (asyncio: in a worker thread)
-                start = functools.partial(listen, self.settings, self.backend.client)
+                start = functools.partial(self.backend.subscribe, channel(self.settings.key_prefix))
                 await blocking_async(self._slotting.subscribe, start)
             case steps.StartRenewer():
                 self._renewer.start()

@@ -52,10 +52,11 @@ END_ASYNC_ONLY = "# --- end asyncio only"
 THREADED_ONLY = re.compile(r"^( *)# --- threaded only: (.*)$")
 
 HEADER = """\
-# This file is generated from gateway_limiter/{source} by scripts/generate_sync.py:
-# do not edit it. Change {source} (and the twins it uses), then run
-# `python scripts/generate_sync.py`; CI fails while this file is stale (`--check`).
-# How: docs/design.md, "One shell, two ways to wait", and the script's docstring.
+# This file is generated from gateway_limiter/{source}
+# by scripts/generate_sync.py: do not edit it. Change {source}
+# (and the twins it uses), then run `python scripts/generate_sync.py`; CI fails while
+# this file is stale (`--check`). How: docs/design.md, "One shell, two ways to wait",
+# and the script's docstring.
 """
 
 LIMITER_DOCSTRING = '''\
@@ -85,6 +86,19 @@ This module is generated from ``gateway_limiter/shell_async.py`` by
 """
 '''
 
+OPERATIONS_DOCSTRING = '''\
+"""``Operations``: every backend operation written once, over a narrow threaded transport.
+
+A threaded Redis transport (``RedisBackend``, ``SentinelBackend``,
+``RedisClusterBackend``) implements only how to send: ``call``, ``batch``,
+``subscribe``, ``close`` and ``prepare`` (``backends/base.py``'s ``Transport``). What
+each operation sends and what its reply means is ``backends/calls.py`` (no I/O).
+
+This module is generated from ``gateway_limiter/backends/operations_async.py`` by
+``scripts/generate_sync.py``.
+"""
+'''
+
 
 @dataclass(frozen=True)
 class Twin:
@@ -99,6 +113,11 @@ PACKAGE = ROOT / "gateway_limiter"
 TWINS = [
     Twin(PACKAGE / "aio.py", PACKAGE / "limiter.py", LIMITER_DOCSTRING),
     Twin(PACKAGE / "shell_async.py", PACKAGE / "shell.py", SHELL_DOCSTRING),
+    Twin(
+        PACKAGE / "backends" / "operations_async.py",
+        PACKAGE / "backends" / "operations.py",
+        OPERATIONS_DOCSTRING,
+    ),
 ]
 
 #: (regular expression, replacement), applied in order to each line. Specific names
@@ -172,7 +191,7 @@ def generate(twin: Twin) -> str:
     """The text of ``twin.target``."""
     part = shell_part(twin.source.read_text(), twin.source.name)
     body = "".join(unasync_line(line) for line in part.splitlines(True))
-    header = HEADER.format(source=twin.source.name)
+    header = HEADER.format(source=twin.source.relative_to(PACKAGE).as_posix())
     return ruff_format(header + twin.docstring + body.rstrip() + "\n", twin.target)
 
 

@@ -1,16 +1,24 @@
-"""What a backend is: one decision per call for a Rule, made atomically where the state lives.
+"""What a backend is: one decision per call for a Rule, made atomically where the state
+lives, and the transport it is made over.
 
 A backend knows nothing of rows, switches or policies (those live above it, in the
-core). ``Backend`` is the threaded shape and ``AsyncBackend`` the asyncio one; they have
-the same methods, and only the I/O differs. Besides the decisions, a backend sends any
-script call the core packed (``script``: slots, leases) and says which client it
-talks through (``client``: what the slots' subscriber connects beside).
+core). ``Backend`` is the threaded shape the shells call and ``AsyncBackend`` the
+asyncio one; they have the same methods, and only the I/O differs. Besides the
+decisions, a backend sends any script call the core packed (``script``: slots, leases)
+and subscribes to a channel (``subscribe``: the slots' grants).
+
+A Redis backend (one Redis, Sentinel, Cluster) is those operations written once
+(``backends/operations_async.py`` and its generated twin ``operations.py``, over
+``backends/calls.py``'s call builders and reply parsers) on top of a ``Transport``,
+which only sends: a script call, a batch of commands, a subscription, and closes.
+``memory://`` has no scripts to send: it is the model, deciding in this process.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import US_PER_S, Verdict
@@ -18,6 +26,7 @@ from gateway_limiter.model.limits import LimitState
 from gateway_limiter.model.pushback import PushbackState
 
 if TYPE_CHECKING:  # backends/fleet.py and scripts.py import BackendError from here
+    from gateway_limiter.backends.calls import Batch
     from gateway_limiter.backends.fleet import Heartbeat
     from gateway_limiter.backends.scripts import ScriptCall
 
@@ -33,12 +42,13 @@ class BackendError(Exception):
     """The shared state could not be reached or answered wrongly (a failure policy applies)."""
 
 
-#: What hears a slot grant: the message (None: the subscription was lost, ask again).
+#: What hears a channel's message, a slot grant (None: the subscription was lost, a
+#: message may have been missed: ask again).
 Heard = Callable[[bytes | None], None]
 
 
 class Listener(Protocol):
-    """A subscription that hears slot grants (``backends/slot_wakeups.py``)."""
+    """A subscription (``backends/subscriptions.py``), made by a backend's ``subscribe``."""
 
     @property
     def listening(self) -> bool:
@@ -86,7 +96,13 @@ class Backend(Protocol):
 
     @property
     def client(self) -> Any:
-        """The client it talks through (None: in-process, no client)."""
+        """The client it talks through (None: in-process, no client), for status and
+        tests."""
+
+    def subscribe(self, channel: str, heard: Heard) -> Listener | None:
+        """Hear ``channel``'s messages (``heard``) on a connection and a thread of its own,
+        until stopped; None when no subscription can be made (``memory://``: nothing is
+        published in-process)."""
 
     def script(self, call: ScriptCall) -> Any:
         """Send one script call the core packed (``backends/scripts.py``, ``slots.py``)
@@ -143,6 +159,9 @@ class AsyncBackend(Protocol):
     def client(self) -> Any:
         """``Backend.client``."""
 
+    def subscribe(self, channel: str, heard: Heard) -> Listener | None:
+        """``Backend.subscribe`` (its thread and connection are its own, not the loop's)."""
+
     async def script(self, call: ScriptCall) -> Any:
         """``Backend.script``, awaited."""
 
@@ -156,6 +175,67 @@ class AsyncBackend(Protocol):
 
     async def aclose(self) -> None:
         """Release connections."""
+
+
+class Transport(Protocol):
+    """What a threaded Redis backend implements; ``backends/operations.py`` makes every
+    operation of ``Backend`` from these (``backends/calls.py`` says what each sends)."""
+
+    def call(self, call: ScriptCall) -> tuple[Any, float]:
+        """Send one script call where its keys live: its raw reply, and how long after it
+        was asked for it was written (s; queued behind another's round trip). Reloads the
+        script after NOSCRIPT. BackendError when it is not answered."""
+
+    def batch(self, batch: Batch) -> list[Any]:
+        """Send ``batch``'s commands in one round trip on the server that holds its key:
+        the replies in order (an error reply as the exception). BackendError when it is
+        not answered."""
+
+    def subscribe(self, channel: str, heard: Heard) -> Listener | None:
+        """``Backend.subscribe``."""
+
+    def prepare(self) -> None:
+        """Load the scripts before the first call; BackendError when unreachable."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+class AsyncTransport(Protocol):
+    """``Transport`` awaited (``backends/operations_async.py``)."""
+
+    async def call(self, call: ScriptCall) -> tuple[Any, float]:
+        """``Transport.call``, awaited."""
+
+    async def batch(self, batch: Batch) -> list[Any]:
+        """``Transport.batch``, awaited."""
+
+    def subscribe(self, channel: str, heard: Heard) -> Listener | None:
+        """``Transport.subscribe`` (a thread of its own, as for threads)."""
+
+    async def prepare(self) -> None:
+        """``Transport.prepare``, awaited."""
+
+    async def aclose(self) -> None:
+        """Release connections."""
+
+
+def monotonic_us() -> float:
+    """This process's monotonic clock in microseconds (a backend's clock by default)."""
+    return time.monotonic_ns() / 1000.0
+
+
+class Clocks(NamedTuple):
+    """The limiter's clocks, which every backend is opened with (``backends/schemes.py``):
+    ``clock``, monotonic µs, where ``memory://`` decides (Redis decides on its own);
+    ``wall``, epoch seconds, where a calendar quota's periods are computed from."""
+
+    clock: Callable[[], float] = monotonic_us
+    wall: Callable[[], float] = time.time
+
+
+#: This process's own clocks (a limiter given no ``clock=``).
+SYSTEM_CLOCKS = Clocks()
 
 
 def to_us(timeout_s: float | None) -> float | None:

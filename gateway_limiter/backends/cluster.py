@@ -14,6 +14,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import AskError, ClusterDownError, ResponseError, TryAgainError
 from redis.maint_notifications import MaintNotificationsConfig
 
+from gateway_limiter.backends.base import SYSTEM_CLOCKS, Clocks, Heard, Listener
 from gateway_limiter.backends.connections import (
     call_error,
     connection_failed,
@@ -32,8 +33,9 @@ from gateway_limiter.backends.redis import (
     eviction_policy,
 )
 from gateway_limiter.backends.schemes import register
-from gateway_limiter.backends.scripts import Commands, Packer, ScriptCall
+from gateway_limiter.backends.scripts import Packer, ScriptCall
 from gateway_limiter.backends.shared_trips import Queued, RoundTripSharing
+from gateway_limiter.backends.subscriptions import cluster_connect, listen
 from gateway_limiter.backends.topology import Endpoints, parse_endpoints
 from gateway_limiter.config.settings import Settings
 
@@ -110,14 +112,11 @@ class RedisClusterBackend(ScriptBackend):
     """The scripts on a Redis Cluster: each call on the master of its interface's slot.
     Threads deciding at once share round trips to each master (``shared_trips``)."""
 
-    shared = True
     __slots__ = (
         "_client",
-        "_commands",
         "_endpoints",
         "_lock",
         "_pack",
-        "_prefix",
         "_readiness",
         "_round_trips",
         "_settings",
@@ -125,11 +124,10 @@ class RedisClusterBackend(ScriptBackend):
         "_wait_base_s",
     )
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, clocks: Clocks = SYSTEM_CLOCKS) -> None:
         self._endpoints = parse_endpoints(settings.redis_url)
         self._settings = settings
-        self._prefix = settings.key_prefix
-        self._commands = Commands(settings.key_prefix)
+        self._use(settings, clocks)
         self._client: RedisCluster | None = None
         self._lock = threading.Lock()
         self._readiness = Readiness()
@@ -169,7 +167,7 @@ class RedisClusterBackend(ScriptBackend):
                 **cluster_options(self._settings, self._endpoints),
             )
 
-    def _ask(self, call: ScriptCall) -> tuple[Any, float]:
+    def call(self, call: ScriptCall) -> tuple[Any, float]:
         """``call`` alone, or in one pipeline with other threads' calls to the same
         master (``shared_trips``); a redirect in a batch sends it again alone."""
         asked = time.monotonic()
@@ -264,6 +262,14 @@ class RedisClusterBackend(ScriptBackend):
         """A connection to the node that holds ``key``."""
         client = self.client
         return client.get_redis_connection(client.get_node_from_key(key))  # type: ignore[no-untyped-call]
+
+    def subscribe(self, channel: str, heard: Heard) -> Listener | None:
+        """``channel`` heard on any node (PUBLISH reaches every one), a client of its own
+        (``backends/subscriptions.py``)."""
+        client = self.client
+        return listen(
+            self._settings, channel, lambda: cluster_connect(self._settings, client), heard
+        )
 
     def close(self) -> None:
         """Close every node's connections."""

@@ -16,8 +16,9 @@ from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
-from gateway_limiter.backends import fleet, scripts
-from gateway_limiter.backends.base import BackendError, PeekedPushback, PeekedState
+from gateway_limiter.backends import scripts
+from gateway_limiter.backends.base import SYSTEM_CLOCKS, BackendError, Clocks, Heard, Listener
+from gateway_limiter.backends.calls import Batch
 from gateway_limiter.backends.cluster import (
     Redirected,
     batch_error,
@@ -25,6 +26,7 @@ from gateway_limiter.backends.cluster import (
     cluster_policies,
 )
 from gateway_limiter.backends.connections import connection_failed, round_trips
+from gateway_limiter.backends.operations_async import AsyncOperations
 from gateway_limiter.backends.readiness import Readiness
 from gateway_limiter.backends.redis import CLIENT_ERRORS
 from gateway_limiter.backends.redis_async import (
@@ -33,11 +35,9 @@ from gateway_limiter.backends.redis_async import (
     async_client_options,
 )
 from gateway_limiter.backends.schemes import register_async
-from gateway_limiter.backends.state import state_key
+from gateway_limiter.backends.subscriptions import cluster_connect, listen
 from gateway_limiter.backends.topology import parse_endpoints
-from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import Verdict
 
 T = TypeVar("T")
 
@@ -59,22 +59,20 @@ class MasterLanes(Lanes):
 
 
 @register_async("redis+cluster")
-class AsyncRedisClusterBackend:
+class AsyncRedisClusterBackend(AsyncOperations):
     """The scripts on a Redis Cluster, awaited: each call on its interface's master,
-    sharing round trips with the other calls to that master."""
+    sharing round trips with the other calls to that master (the transport under
+    ``AsyncOperations``'s operations)."""
 
-    shared = True
     #: Redirects a call follows at most (a slot moving again and again) before it fails.
     REDIRECTS = 5
     __slots__ = (
         "_client",
         "_closed",
-        "_commands",
         "_connect_seconds",
         "_failures",
         "_lanes",
         "_lanes_options",
-        "_prefix",
         "_readiness",
         "_round_trips",
         "_settings",
@@ -82,7 +80,7 @@ class AsyncRedisClusterBackend:
         "_unanswered",
     )
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, clocks: Clocks = SYSTEM_CLOCKS) -> None:
         endpoints = parse_endpoints(settings.redis_url)
         options = cluster_options(settings, endpoints) | async_client_options(settings)
         options["socket_connect_timeout"] = settings.redis_connect_timeout  # under Deadline
@@ -91,12 +89,11 @@ class AsyncRedisClusterBackend:
             startup_nodes=[ClusterNode(host, port) for host, port in endpoints.nodes],
             **options,
         )
-        self._prefix = settings.key_prefix
+        self._use(settings, clocks)
         self._connect_seconds = settings.redis_connect_timeout
         self._round_trips = round_trips(settings)  # the read deadline, as it adapts
         self._slots = asyncio.Semaphore(settings.redis_pool_size)  # FIFO
         self._failures = 0
-        self._commands = scripts.Commands(settings.key_prefix)
         self._readiness = Readiness()
         self._settings = settings
         #: each master's lanes, by node name ("host:port"), made on its first call
@@ -213,76 +210,38 @@ class AsyncRedisClusterBackend:
             self._unanswered.discard(node.name)
         return reply
 
-    async def reserve(
-        self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
-    ) -> Verdict:
-        """One EVALSHA on the master of the interface's slot, in one round trip with the
-        other calls to that master queued at that moment."""
+    async def call(self, call: scripts.ScriptCall) -> tuple[Any, float]:
+        """One EVALSHA on the master of its keys' slot, in one round trip with the other
+        calls to that master queued at that moment (``_ask``)."""
         if not self._readiness.ready:  # the cluster was away at start: ready it once it answers
             self._readiness.in_background(self.prepare)
-        reply, queued_s = await self._ask(self._commands(rule, permits, timeout, caller, None))
-        return scripts.queued_verdict(scripts.parse_reply(reply), queued_s)
+        return await self._ask(call)
 
-    async def pushback(
-        self, rule: Rule, retry_after: float | None, caller: str | None = None
-    ) -> tuple[float, float]:
-        """One EVALSHA of ``pushback.lua`` on the master of the interface's slot."""
-        call = self._commands.pushback(rule, retry_after, caller, None)
-        return scripts.parse_pushback((await self._ask(call))[0])
+    async def batch(self, batch: Batch) -> list[Any]:
+        """``batch``'s commands one after the other through the cluster client, where its
+        key lives (TIME on the node that holds it), in turn like ``_alone``."""
 
-    async def script(self, call: scripts.ScriptCall) -> Any:
-        """Any other script call (``limiter.slot``'s), on the master of its keys' slot."""
-        return (await self._ask(call))[0]
+        async def each() -> list[Any]:
+            replies: list[Any] = []
+            for name, args, keywords in batch.commands:
+                where = keywords
+                if name == "time":
+                    where = {"target_nodes": self._client.get_node_from_key(batch.key)}
+                try:
+                    replies.append(await getattr(self._client, name)(*args, **where))
+                except ResponseError as e:  # this command's own (WRONGTYPE, a script's)
+                    replies.append(e)
+            return replies
 
-    async def peek(self, rule: Rule) -> PeekedState:
-        """GET (a sliding window: LRANGE), then TIME on the node that holds the key."""
-        key = state_key(self._prefix, rule)
+        return await self._queued(each)
 
-        async def both() -> tuple[Any, Any]:
-            raw: object
-            try:
-                if scripts.is_sliding(rule):
-                    raw = await self._client.lrange(key, 0, -1)
-                else:
-                    raw = await self._client.get(key)
-            except ResponseError:  # WRONGTYPE: another value there, lost state
-                raw = None
-            node = self._client.get_node_from_key(key)
-            return raw, await self._client.time(target_nodes=node)
-
-        raw, time_reply = await self._queued(both)
-        return scripts.parse_limit_state(rule, raw), scripts.clock_us(time_reply)
-
-    async def peek_pushback(self, rule: Rule) -> PeekedPushback:
-        """GET, then TIME on the node that holds the key, like ``peek``."""
-        key, in_bucket = scripts.pushback_peek_key(self._prefix, rule)
-
-        async def both() -> tuple[Any, Any]:
-            raw = await self._client.get(key)
-            node = self._client.get_node_from_key(key)
-            return raw, await self._client.time(target_nodes=node)
-
-        raw, time_reply = await self._queued(both)
-        return scripts.parse_pushback_state(raw, in_bucket), scripts.clock_us(time_reply)
-
-    async def heartbeat(
-        self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
-    ) -> fleet.Heartbeat:
-        """One EVAL of the fleet's heartbeat on the master of the set's slot."""
-        args = fleet.heartbeat_args(self._prefix, member, ttl_ms, demand, tallies)
-        return fleet.parse_heartbeat(await self._queued(lambda: self._client.eval(*args)))
-
-    async def members(self) -> tuple[list[tuple[str, float]], float]:
-        """ZRANGE, then TIME on the node that holds the set."""
-        key = fleet.fleet_key(self._prefix)
-
-        async def both() -> tuple[Any, Any]:
-            entries = await self._client.zrange(key, 0, -1, withscores=True)
-            node = self._client.get_node_from_key(key)
-            return entries, await self._client.time(target_nodes=node)
-
-        entries, time_reply = await self._queued(both)
-        return fleet.members_reply(entries, time_reply)
+    def subscribe(self, channel: str, heard: Heard) -> Listener | None:
+        """``channel`` heard on any node (PUBLISH reaches every one), on a synchronous
+        client of its own, picked from this client's slot map at each connect."""
+        client = self._client
+        return listen(
+            self._settings, channel, lambda: cluster_connect(self._settings, client), heard
+        )
 
     async def prepare(self) -> None:
         """Once, when the cluster first answers (``backends/readiness.py``): SCRIPT LOAD on

@@ -1,31 +1,31 @@
 """``memory://``: the reference model in this process, behind one lock.
 
 For one process only (demos, tests, a single gateway), and the ``local`` failure
-policy's stand-in when Redis is down. The clock is this process's monotonic clock,
-unless the limiter was given a clock of its own (``clock``, ``wall``).
+policy's stand-in when Redis is down. It decides on the clocks it is opened with, as
+every backend is (``Clocks``, ``backends/schemes.py``): a limiter's own (``clock=``),
+by default this process's monotonic clock.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
-from gateway_limiter.backends.base import BackendError, PeekedPushback, PeekedState, to_us
+from gateway_limiter.backends import state as keyspace
+from gateway_limiter.backends.base import (
+    SYSTEM_CLOCKS,
+    BackendError,
+    Clocks,
+    Heard,
+    Listener,
+    PeekedPushback,
+    PeekedState,
+    to_us,
+)
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.schemes import register, register_async
 from gateway_limiter.backends.scripts import ScriptCall
-from gateway_limiter.backends.state import (
-    caller_part,
-    limit,
-    own_limits,
-    pushback_key,
-    pushback_rate,
-    single_bucket,
-    state_key,
-)
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S, Verdict, expiry_ms, reserve
@@ -51,11 +51,6 @@ _SWEEP_EVERY = 1024
 MAX_CALLERS = 100_000
 
 
-def monotonic_us() -> float:
-    """This process's monotonic clock in microseconds."""
-    return time.monotonic_ns() / 1000.0
-
-
 @register("memory")
 class MemoryBackend:
     """State in dicts; every decision under one lock (decisions take microseconds).
@@ -79,11 +74,13 @@ class MemoryBackend:
     def __init__(
         self,
         settings: Settings | None = None,
+        clocks: Clocks = SYSTEM_CLOCKS,
         *,
-        clock: Callable[[], float] = monotonic_us,
-        wall: Callable[[], float] = time.time,
         max_callers: int = MAX_CALLERS,
     ) -> None:
+        """``clocks``: where it decides (``clock``, µs) and the wall clock calendar
+        quotas follow (``wall``, s); ``max_callers``: per-caller states kept at most."""
+        clock, wall = clocks
         # key (as in Redis, without a prefix) -> (state, expires at µs); insertion order
         # of _callers is the order of last use
         self._shared: dict[str, tuple[Any, float]] = {}
@@ -96,13 +93,6 @@ class MemoryBackend:
         self._wall_offset_us = wall() * US_PER_S - clock()
         self._writes = 0
 
-    def follow_clock(self, clock: Callable[[], float], wall: Callable[[], float]) -> None:
-        """Decide on ``clock`` (µs) and ``wall`` (s) from now on: a limiter's own clock
-        (``clock=``), which ``memory://`` opened from the settings alone does not know."""
-        with self._lock:
-            self._clock = clock
-            self._wall_offset_us = wall() * US_PER_S - clock()
-
     def reserve(
         self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
     ) -> Verdict:
@@ -110,10 +100,10 @@ class MemoryBackend:
         with self._lock:
             now_us = self._clock()
             timeout_us = to_us(timeout)
-            pushed = self._live(pushback_key("", rule, caller), rule.keyed, now_us)
-            factor = factor_at(pushed, pushback_rate(rule), now_us)
+            pushed = self._live(keyspace.pushback_key("", rule, caller), rule.keyed, now_us)
+            factor = factor_at(pushed, keyspace.pushback_rate(rule), now_us)
             until_us = until_of(pushed)
-            if single_bucket(rule):  # bucket.lua
+            if keyspace.single_bucket(rule):  # bucket.lua
                 key = self._key(rule, caller)
                 state = self._live(key, rule.per_caller, now_us)
                 warmup_us = rule.warmup * US_PER_S
@@ -148,7 +138,7 @@ class MemoryBackend:
                 now_us,
                 factor,
                 until_us,
-                own_limits(rule),
+                keyspace.own_limits(rule),
                 rule.shares,
             )
             if changed is not None:
@@ -209,7 +199,7 @@ class MemoryBackend:
 
     def _limit(self, rule: Rule, now_us: float) -> Limit:
         """``rule``'s limit; a calendar quota's periods moved onto this backend's clock."""
-        spec = limit(rule, (now_us + self._wall_offset_us) / US_PER_S)
+        spec = keyspace.limit(rule, (now_us + self._wall_offset_us) / US_PER_S)
         if not spec.bounds:
             return spec
         return spec._replace(bounds=tuple(b - self._wall_offset_us for b in spec.bounds))
@@ -220,10 +210,10 @@ class MemoryBackend:
         """Record a pushback with the model, as ``pushback.lua`` would."""
         with self._lock:
             now_us = self._clock()
-            key = pushback_key("", rule, caller)
+            key = keyspace.pushback_key("", rule, caller)
             state = self._live(key, rule.keyed, now_us)
             retry_us = None if retry_after is None else retry_after * US_PER_S
-            new, factor, next_free_us = push(state, pushback_rate(rule), retry_us, now_us)
+            new, factor, next_free_us = push(state, keyspace.pushback_rate(rule), retry_us, now_us)
             self._store(key, rule.keyed, new, now_us + pushback_expiry_ms(new, now_us) * 1000.0)
             self._written(now_us)
             return factor, next_free_us
@@ -232,7 +222,7 @@ class MemoryBackend:
         """The live state of ``rule``'s own shared limit, if any."""
         with self._lock:
             now_us = self._clock()
-            state = self._live(state_key("", rule), False, now_us)
+            state = self._live(keyspace.state_key("", rule), False, now_us)
             if rule.kind is not LimitKind.CALENDAR:  # a quota's periods: the wall clock's
                 return state, now_us
             offset = self._wall_offset_us
@@ -244,13 +234,17 @@ class MemoryBackend:
         """What pushbacks left on ``rule``'s interface for all callers, if anything."""
         with self._lock:
             now_us = self._clock()
-            return self._live(pushback_key("", rule, None), False, now_us), now_us
+            return self._live(keyspace.pushback_key("", rule, None), False, now_us), now_us
 
     def prepare(self) -> None:
         """Nothing to prepare."""
 
     #: No client: the state is in this process.
     client = None
+
+    def subscribe(self, channel: str, heard: Heard) -> Listener | None:
+        """None: nothing is published in-process (no slot is given back through here)."""
+        return None
 
     def script(self, call: ScriptCall) -> Any:
         """No scripts run in-process (no slot or lease call is sent to ``memory://``)."""
@@ -277,8 +271,8 @@ class MemoryBackend:
 
     @staticmethod
     def _key(rule: Rule, caller: str | None) -> str:
-        key = state_key("", rule)
-        return key + caller_part(caller) if rule.per_caller else key
+        key = keyspace.state_key("", rule)
+        return key + keyspace.caller_part(caller) if rule.per_caller else key
 
     def _live(self, key: str, per_caller: bool, now_us: float) -> Any:
         if not per_caller:
@@ -321,13 +315,12 @@ class AsyncMemoryBackend:
     __slots__ = ("_memory",)
 
     def __init__(
-        self, settings: Settings | None = None, memory: MemoryBackend | None = None
+        self,
+        settings: Settings | None = None,
+        clocks: Clocks = SYSTEM_CLOCKS,
+        memory: MemoryBackend | None = None,
     ) -> None:
-        self._memory = MemoryBackend(settings) if memory is None else memory
-
-    def follow_clock(self, clock: Callable[[], float], wall: Callable[[], float]) -> None:
-        """``MemoryBackend.follow_clock``."""
-        self._memory.follow_clock(clock, wall)
+        self._memory = MemoryBackend(settings, clocks) if memory is None else memory
 
     async def reserve(
         self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
@@ -354,6 +347,10 @@ class AsyncMemoryBackend:
 
     #: No client: the state is in this process.
     client = None
+
+    def subscribe(self, channel: str, heard: Heard) -> Listener | None:
+        """``MemoryBackend.subscribe``: none."""
+        return self._memory.subscribe(channel, heard)
 
     async def script(self, call: ScriptCall) -> Any:
         """``MemoryBackend.script``: none run here."""

@@ -5,8 +5,10 @@ bucket (or warm-up), of ``limits.lua`` for every other (windows, several limits)
 lock, no read-then-write from here. The scripts are loaded at ``prepare()``; after
 NOSCRIPT (a Redis restart or SCRIPT FLUSH) the script is loaded again and the call
 repeated, so that costs one extra round trip, never an error. What is sent and what
-each reply means is ``backends/scripts.py`` (no I/O); ``ScriptBackend`` is its I/O for
-the threaded backends, shared with Sentinel and Cluster.
+each reply means is ``backends/calls.py`` and ``scripts.py`` (no I/O); ``ScriptBackend``
+is the transport of the threaded backends that sends them (``call``, ``batch``,
+``subscribe``), shared with Sentinel and Cluster, and ``Operations`` the operations
+over it.
 
 The client is tuned for a hot path: a socket timeout of ``redis_timeout`` (a slow
 Redis must not stall the gateway), no retries (the failure policy is the retry), and a
@@ -32,8 +34,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
 from redis.retry import Retry
 
-from gateway_limiter.backends import fleet
-from gateway_limiter.backends.base import BackendError, PeekedPushback, PeekedState
+from gateway_limiter.backends.base import SYSTEM_CLOCKS, BackendError, Clocks, Heard, Listener
+from gateway_limiter.backends.calls import Batch
 from gateway_limiter.backends.connections import (
     call_error,
     connection_failed,
@@ -43,30 +45,13 @@ from gateway_limiter.backends.connections import (
     round_trips,
     write_pipelined,
 )
+from gateway_limiter.backends.operations import Operations
 from gateway_limiter.backends.readiness import Readiness
 from gateway_limiter.backends.schemes import register
-from gateway_limiter.backends.scripts import (
-    SCRIPTS,
-    Commands,
-    ScriptCall,
-    clock_us,
-    describe,
-    is_sliding,
-    parse_limit_state,
-    parse_pushback,
-    parse_pushback_state,
-    parse_reply,
-    pushback_peek_key,
-    queued_verdict,
-)
-from gateway_limiter.backends.shared_trips import (
-    Queued,
-    RoundTripSharing,
-)
-from gateway_limiter.backends.state import state_key
-from gateway_limiter.config.rules import Rule
+from gateway_limiter.backends.scripts import SCRIPTS, ScriptCall, describe
+from gateway_limiter.backends.shared_trips import Queued, RoundTripSharing
+from gateway_limiter.backends.subscriptions import listen, redis_connect
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import Verdict
 from gateway_limiter.observe.redact import url_error
 
 __all__ = [
@@ -108,16 +93,16 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-class ScriptBackend:
-    """What the threaded Redis backends share (one Redis, Sentinel, Cluster): the I/O of
-    ``backends/scripts.py``. Each says where its client is (``client``), how a call
-    that got NOSCRIPT runs again (``_again``), which server holds a key (``_server``)
-    and what each master's ``maxmemory-policy`` is (``_policies``)."""
+class ScriptBackend(Operations):
+    """The transport the threaded Redis backends share (one Redis, Sentinel, Cluster):
+    every operation is ``Operations``'s, over ``call`` and ``batch``. Each says where its
+    client is (``client``), how a call that got NOSCRIPT runs again (``_again``), which
+    server holds a key (``_server``), what each master's ``maxmemory-policy`` is
+    (``_policies``) and where its subscriptions connect (``subscribe``)."""
 
     __slots__ = ()
-    _commands: Commands
-    _prefix: str
     _readiness: Readiness
+    _settings: Settings
 
     @property
     def client(self) -> Any:
@@ -153,42 +138,10 @@ class ScriptBackend:
 
         self._readiness.get_ready(load)
 
-    def reserve(
-        self,
-        rule: Rule,
-        permits: int,
-        timeout: float | None,
-        caller: str | None = None,
-        *,
-        now: float | None = None,
-    ) -> Verdict:
-        """One EVALSHA (plus a SCRIPT LOAD where the script was missing).
-
-        ``now`` (µs) is for tests that drive the clock.
-        """
-        reply, queued_s = self._ask(self._commands(rule, permits, timeout, caller, now))
-        # queued behind another thread's round trip (backends/shared_trips.py)
-        return queued_verdict(parse_reply(reply), queued_s)
-
-    def pushback(
-        self,
-        rule: Rule,
-        retry_after: float | None,
-        caller: str | None = None,
-        *,
-        now: float | None = None,
-    ) -> tuple[float, float]:
-        """One EVALSHA of ``pushback.lua`` (``now``, µs, for tests that drive the clock)."""
-        return parse_pushback(self._ask(self._commands.pushback(rule, retry_after, caller, now))[0])
-
-    def _ask(self, call: ScriptCall) -> tuple[Any, float]:
+    def call(self, call: ScriptCall) -> tuple[Any, float]:
         """``call``'s reply, and how long it waited for another thread's round trip
         before it was written (s; 0.0: sent at once, by this thread)."""
         return self._run(call), 0.0
-
-    def script(self, call: ScriptCall) -> Any:
-        """Any other script call (``limiter.slot``'s): one EVALSHA where its keys live."""
-        return self._run(call)
 
     def _run(self, call: ScriptCall) -> Any:
         """One EVALSHA alone (a SCRIPT LOAD and a second one after NOSCRIPT)."""
@@ -201,26 +154,17 @@ class ScriptBackend:
             except NoScriptError:  # restarted, flushed, promoted: load there, ask again
                 return self._again(client, call)
 
-    def peek(self, rule: Rule) -> PeekedState:
-        """GET (a sliding window: LRANGE) and TIME in one pipeline (``rule``'s own limit,
-        shared state), on the server that holds the key."""
-        key = state_key(self._prefix, rule)
+    def batch(self, batch: Batch) -> list[Any]:
+        """``batch``'s commands in one pipeline, on the server that holds its key."""
         with backend_errors():
-            pipe = self._server(key).pipeline(transaction=False)
-            pipe.lrange(key, 0, -1) if is_sliding(rule) else pipe.get(key)
-            pipe.time()
-            raw, time_reply = pipe.execute(raise_on_error=False)
-        return parse_limit_state(rule, raw), clock_us(time_reply)
+            pipe = self._server(batch.key).pipeline(transaction=False)
+            for name, args, keywords in batch.commands:
+                getattr(pipe, name)(*args, **keywords)
+            return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
-    def peek_pushback(self, rule: Rule) -> PeekedPushback:
-        """GET and TIME in one pipeline, on the server that holds the interface's keys."""
-        key, in_bucket = pushback_peek_key(self._prefix, rule)
-        with backend_errors():
-            pipe = self._server(key).pipeline(transaction=False)
-            pipe.get(key)
-            pipe.time()
-            raw, time_reply = pipe.execute()
-        return parse_pushback_state(raw, in_bucket), clock_us(time_reply)
+    def subscribe(self, channel: str, heard: Heard) -> Listener | None:
+        """``channel`` heard on a client of its own (``backends/subscriptions.py``)."""
+        return listen(self._settings, channel, lambda: redis_connect(self._settings), heard)
 
     def prepare(self) -> None:
         """SCRIPT LOAD now (on every master), so the first decision is one round trip, not
@@ -228,40 +172,6 @@ class ScriptBackend:
         answer: the first decision that reaches it does this instead."""
         with backend_errors():
             self._get_ready(self.client)
-
-    def heartbeat(
-        self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
-    ) -> fleet.Heartbeat:
-        """One EVAL of the fleet's heartbeat (``backends/fleet.py``) where the set lives."""
-        key = fleet.fleet_key(self._prefix)
-        with backend_errors():
-            reply = self._server(key).eval(
-                *fleet.heartbeat_args(self._prefix, member, ttl_ms, demand, tallies)
-            )
-        return fleet.parse_heartbeat(reply)
-
-    def members(self) -> tuple[list[tuple[str, float]], float]:
-        """ZRANGE and TIME in one pipeline, on the server that holds the set."""
-        key = fleet.fleet_key(self._prefix)
-        with backend_errors():
-            pipe = self._server(key).pipeline(transaction=False)
-            pipe.zrange(key, 0, -1, withscores=True)
-            pipe.time()
-            entries, time_reply = pipe.execute()
-        return fleet.members_reply(entries, time_reply)
-
-    def fleet_tallies(self) -> dict[str, dict[str, float]]:
-        """The fleet's live numbers per interface, summed over the live members (one
-        pipeline: the set, the tallies and TIME, on the server that holds both)."""
-        key = fleet.fleet_key(self._prefix)
-        with backend_errors():
-            pipe = self._server(key).pipeline(transaction=False)
-            pipe.zrange(key, 0, -1, withscores=True)
-            pipe.time()
-            pipe.hgetall(fleet.tallies_key(self._prefix))
-            entries, time_reply, stored = pipe.execute()
-        live, _ = fleet.parse_members(entries, time_reply)
-        return fleet.sum_tallies(stored, {m.member for m in live})
 
 
 #: Options a ``redis_url`` query may set besides those redis-py converts from text
@@ -389,22 +299,24 @@ class RedisBackend(ScriptBackend):
     trips (``backends/shared_trips.py``): one alone sends its EVALSHA at once, the
     others queue and go together, in one pipeline, after the round trip in flight."""
 
-    shared = True
     __slots__ = (
         "_client",
-        "_commands",
         "_held",
         "_held_pid",
         "_holds",
         "_pack",
-        "_prefix",
         "_readiness",
         "_round_trips",
+        "_settings",
         "_sharing",
         "_wait_base_s",
     )
 
-    def __init__(self, settings: Settings, client: redis.Redis | None = None) -> None:
+    def __init__(
+        self, settings: Settings, clocks: Clocks = SYSTEM_CLOCKS, client: redis.Redis | None = None
+    ) -> None:
+        """``clocks``: the limiter's (``Operations._use``); ``client``: one made elsewhere
+        (Sentinel's) instead of one built from ``redis_url``."""
         if client is None:
             try:
                 pool = redis.BlockingConnectionPool.from_url(
@@ -417,8 +329,8 @@ class RedisBackend(ScriptBackend):
         connections = client.connection_pool
         connections.connection_class = following(connections.connection_class, self._round_trips)
         self._client = client
-        self._prefix = settings.key_prefix
-        self._commands = Commands(settings.key_prefix)
+        self._settings = settings
+        self._use(settings, clocks)
         self._readiness = Readiness()
         self._pack = packer(connections.connection_kwargs)
         # A follower waits for the round trip in flight, then for its own: each may
@@ -442,7 +354,7 @@ class RedisBackend(ScriptBackend):
         """The redis-py client (for status and tests)."""
         return self._client
 
-    def _ask(self, call: ScriptCall) -> tuple[Any, float]:
+    def call(self, call: ScriptCall) -> tuple[Any, float]:
         """``call`` alone, or in one pipeline with other threads' (``shared_trips``)."""
         if not self._readiness.ready:  # Redis was away at start: ready it now, once
             with backend_errors():

@@ -21,9 +21,11 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
 
-from gateway_limiter.backends import fleet, scripts
-from gateway_limiter.backends.base import BackendError, PeekedPushback, PeekedState
+from gateway_limiter.backends import scripts
+from gateway_limiter.backends.base import SYSTEM_CLOCKS, BackendError, Clocks, Heard, Listener
+from gateway_limiter.backends.calls import Batch
 from gateway_limiter.backends.connections import packer, round_trips
+from gateway_limiter.backends.operations_async import AsyncOperations
 from gateway_limiter.backends.readiness import Readiness
 from gateway_limiter.backends.redis import (
     CLIENT_ERRORS,
@@ -33,10 +35,8 @@ from gateway_limiter.backends.redis import (
 )
 from gateway_limiter.backends.round_trips import RoundTrips
 from gateway_limiter.backends.schemes import register_async
-from gateway_limiter.backends.state import state_key
-from gateway_limiter.config.rules import Rule
+from gateway_limiter.backends.subscriptions import listen, redis_connect
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.model.bucket import Verdict
 from gateway_limiter.observe.redact import url_error
 
 T = TypeVar("T")
@@ -359,21 +359,20 @@ class Lanes:
 
 
 @register_async("redis", "rediss", "unix")
-class AsyncRedisBackend:
-    """The bucket script on one Redis server (a master), through ``redis.asyncio``."""
+class AsyncRedisBackend(AsyncOperations):
+    """The scripts on one Redis server (a master), through ``redis.asyncio``: the
+    transport (``call`` in the lanes' batches, ``batch`` in turn for a connection,
+    ``subscribe``) under ``AsyncOperations``'s operations."""
 
     __slots__ = (
         "_client",
-        "_commands",
         "_connect_seconds",
         "_lanes",
         "_pool",
-        "_prefix",
         "_read_seconds",
         "_readiness",
+        "_settings",
     )
-
-    shared = True
 
     #: Decisions sent in one round trip at most (``Lanes.BATCH``).
     BATCH = Lanes.BATCH
@@ -381,14 +380,16 @@ class AsyncRedisBackend:
     def __init__(
         self,
         settings: Settings,
+        clocks: Clocks = SYSTEM_CLOCKS,
         pool: ConnectionPool | None = None,
         trips: RoundTrips | None = None,
         lanes: type[Lanes] = Lanes,
     ) -> None:
-        """``pool``: connections to the master made elsewhere (Sentinel's, a cluster
-        master's), instead of one built from ``redis_url``; ``trips``: the read deadline
-        to follow and feed, when it is shared (a cluster's, by all its masters);
-        ``lanes``: what sends the batches (a cluster master's read redirects)."""
+        """``clocks``: the limiter's (``AsyncOperations._use``); ``pool``: connections to
+        the master made elsewhere (Sentinel's, a cluster master's), instead of one built
+        from ``redis_url``; ``trips``: the read deadline to follow and feed, when it is
+        shared (a cluster's, by all its masters); ``lanes``: what sends the batches (a
+        cluster master's read redirects)."""
         if pool is None:
             try:
                 pool = BlockingConnectionPool.from_url(
@@ -397,11 +398,11 @@ class AsyncRedisBackend:
             except ValueError as e:
                 raise ValueError(f"redis_url {url_error(settings.redis_url, e)}") from None
         self._pool = pool
-        self._client = Redis.from_pool(pool)  # for peek and prepare; owns and closes the pool
-        self._prefix = settings.key_prefix
+        self._client = Redis.from_pool(pool)  # for batches and prepare; owns the pool
+        self._settings = settings
+        self._use(settings, clocks)
         self._read_seconds = settings.redis_timeout
         self._connect_seconds = settings.redis_connect_timeout + settings.redis_timeout
-        self._commands = scripts.Commands(settings.key_prefix)
         self._readiness = Readiness()
         self._lanes = lanes(settings, pool, trips or round_trips(settings))
 
@@ -418,56 +419,31 @@ class AsyncRedisBackend:
         """``call`` in turn for a connection (``Lanes.queued``)."""
         return await self._lanes.queued(call)
 
-    async def pushback(
-        self, rule: Rule, retry_after: float | None, caller: str | None = None
-    ) -> tuple[float, float]:
-        """One EVALSHA of ``pushback.lua``, queued with the decisions (see ``_lane``)."""
-        call = self.enqueue(self._commands.pushback(rule, retry_after, caller, None))
-        return scripts.parse_pushback(await call.future)
-
-    async def script(self, call: scripts.ScriptCall) -> Any:
-        """Any other script call (``limiter.slot``'s), queued with the decisions."""
-        return await self.enqueue(call).future
-
-    async def reserve(
-        self, rule: Rule, permits: int, timeout: float | None, caller: str | None = None
-    ) -> Verdict:
-        """One EVALSHA, sent in one round trip with the other decisions queued at that
-        moment (see ``_lane``)."""
+    async def call(self, call: scripts.ScriptCall) -> tuple[Any, float]:
+        """One EVALSHA, sent in one round trip with the other calls queued at that moment
+        (``Lanes``); how long after it was asked for it was written."""
         entered_s = time.monotonic()
         if not self._readiness.ready:  # Redis was away at start: ready it once it answers
             self._readiness.in_background(self.prepare)
-        call = self.enqueue(self._commands(rule, permits, timeout, caller, None))
-        reply = await call.future  # cancelled: the lane skips or drops the reply
-        return scripts.queued_verdict(scripts.parse_reply(reply), call.sent - entered_s)
+        queued = self.enqueue(call)
+        reply = await queued.future  # cancelled: the lane skips or drops the reply
+        return reply, queued.sent - entered_s
 
-    async def peek(self, rule: Rule) -> PeekedState:
-        """GET (a sliding window: LRANGE) and TIME in one pipeline."""
-        key = state_key(self._prefix, rule)
+    async def batch(self, batch: Batch) -> list[Any]:
+        """``batch``'s commands in one pipeline, in turn for a connection like a lane."""
 
-        async def both() -> list[Any]:
+        async def pipelined() -> list[Any]:
             async with Deadline(self._connect_seconds + self._read_seconds):
                 pipe = self._client.pipeline(transaction=False)
-                pipe.lrange(key, 0, -1) if scripts.is_sliding(rule) else pipe.get(key)
-                pipe.time()
+                for name, args, keywords in batch.commands:
+                    getattr(pipe, name)(*args, **keywords)
                 return await pipe.execute(raise_on_error=False)
 
-        raw, time_reply = await self._queued(both)
-        return scripts.parse_limit_state(rule, raw), scripts.clock_us(time_reply)
+        return await self._queued(pipelined)
 
-    async def peek_pushback(self, rule: Rule) -> PeekedPushback:
-        """GET and TIME in one pipeline, like ``peek``."""
-        key, in_bucket = scripts.pushback_peek_key(self._prefix, rule)
-
-        async def both() -> list[Any]:
-            async with Deadline(self._connect_seconds + self._read_seconds):
-                pipe = self._client.pipeline(transaction=False)
-                pipe.get(key)
-                pipe.time()
-                return await pipe.execute()
-
-        raw, time_reply = await self._queued(both)
-        return scripts.parse_pushback_state(raw, in_bucket), scripts.clock_us(time_reply)
+    def subscribe(self, channel: str, heard: Heard) -> Listener | None:
+        """``channel`` heard on a synchronous client of its own, on its own thread."""
+        return listen(self._settings, channel, lambda: redis_connect(self._settings), heard)
 
     async def prepare(self) -> None:
         """Once, on the first connection that works (``backends/readiness.py``): SCRIPT
@@ -484,32 +460,6 @@ class AsyncRedisBackend:
                     return []
 
         await self._readiness.get_ready_async(lambda: self._queued(load))
-
-    async def heartbeat(
-        self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
-    ) -> fleet.Heartbeat:
-        """One EVAL of the fleet's heartbeat (``backends/fleet.py``), in turn for a
-        connection like ``peek``."""
-
-        async def beat() -> Any:
-            async with Deadline(self._connect_seconds + self._read_seconds):
-                args = fleet.heartbeat_args(self._prefix, member, ttl_ms, demand, tallies)
-                return await self._client.eval(*args)
-
-        return fleet.parse_heartbeat(await self._queued(beat))
-
-    async def members(self) -> tuple[list[tuple[str, float]], float]:
-        """ZRANGE and TIME in one pipeline."""
-
-        async def both() -> list[Any]:
-            async with Deadline(self._connect_seconds + self._read_seconds):
-                pipe = self._client.pipeline(transaction=False)
-                pipe.zrange(fleet.fleet_key(self._prefix), 0, -1, withscores=True)
-                pipe.time()
-                return await pipe.execute()
-
-        entries, time_reply = await self._queued(both)
-        return fleet.members_reply(entries, time_reply)
 
     async def aclose(self) -> None:
         """Stop the lanes, then close the client and every pooled connection."""

@@ -12,6 +12,7 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from gateway_limiter.backends.base import SYSTEM_CLOCKS, Clocks
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.observe.redact import mask_secrets
 
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from gateway_limiter.backends.base import AsyncBackend, Backend
 
 B = TypeVar("B")
+#: What opens a backend: ``factory(settings, clocks)`` (``Registry.open``).
+Factory = Callable[[Settings, Clocks], B]
 
 
 class Registry(Generic[B]):
@@ -26,24 +29,23 @@ class Registry(Generic[B]):
 
     def __init__(self, flavour: str, modules: tuple[str, ...]) -> None:
         #: scheme -> factory
-        self.factories: dict[str, Callable[[Settings], B]] = {}
+        self.factories: dict[str, Factory[B]] = {}
         self._flavour = flavour  # in the error: "no asyncio backend for ..."
         self._modules = modules  # of backends/, registering their factories on import
 
-    def register(
-        self, *schemes: str
-    ) -> Callable[[Callable[[Settings], B]], Callable[[Settings], B]]:
+    def register(self, *schemes: str) -> Callable[[Factory[B]], Factory[B]]:
         """Class decorator: make a backend the one for ``schemes``."""
 
-        def deco(factory: Callable[[Settings], B]) -> Callable[[Settings], B]:
+        def deco(factory: Factory[B]) -> Factory[B]:
             for scheme in schemes:
                 self.factories[scheme] = factory
             return factory
 
         return deco
 
-    def open(self, settings: Settings) -> B:
-        """The backend for ``settings.redis_url``."""
+    def open(self, settings: Settings, clocks: Clocks = SYSTEM_CLOCKS) -> B:
+        """The backend for ``settings.redis_url``, on the limiter's ``clocks``: every
+        backend is opened the same way, ``factory(settings, clocks)``."""
         # Importing the modules registers them; redis is imported only when it is used.
         for module in self._modules:
             importlib.import_module(f"gateway_limiter.backends.{module}")
@@ -52,7 +54,7 @@ class Registry(Generic[B]):
         if factory is None:
             url = mask_secrets(settings.redis_url)
             raise ValueError(f"redis_url {url}: no {self._flavour}backend for {scheme!r}")
-        return factory(settings)
+        return factory(settings, clocks)
 
 
 _THREADED: Registry[Backend] = Registry("", ("cluster", "memory", "redis", "sentinel"))

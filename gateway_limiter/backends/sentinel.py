@@ -22,9 +22,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
+from gateway_limiter.backends.base import SYSTEM_CLOCKS, Clocks, Heard, Listener
 from gateway_limiter.backends.redis import RedisBackend, client_options
 from gateway_limiter.backends.redis_async import AsyncRedisBackend, async_client_options
 from gateway_limiter.backends.schemes import register, register_async
+from gateway_limiter.backends.subscriptions import READ_TIMEOUT_S, Connect, listen
 from gateway_limiter.backends.topology import Endpoints, parse_endpoints
 from gateway_limiter.config.settings import Settings
 
@@ -84,13 +86,21 @@ def master_client(settings: Settings, socket_timeout: float) -> SentinelMaster:
     return client
 
 
+def sentinel_connect(settings: Settings) -> Connect:
+    """Where a subscription connects (``backends/subscriptions.py``): a client of its own
+    on the master, which asks the sentinels at each connect (threads and asyncio
+    alike), so a resubscription after a failover finds the promoted master."""
+    master = master_client(settings, READ_TIMEOUT_S)
+    return lambda: master
+
+
 @register("redis+sentinel")
 class SentinelBackend(RedisBackend):
     """``RedisBackend`` on the master that the sentinels name."""
 
     __slots__ = ("_sentinel",)
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, clocks: Clocks = SYSTEM_CLOCKS) -> None:
         endpoints = parse_endpoints(settings.redis_url)
         options = client_options(settings)
         self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
@@ -103,7 +113,11 @@ class SentinelBackend(RedisBackend):
             **options,
             **_credentials(endpoints),
         )
-        super().__init__(settings, client=master)
+        super().__init__(settings, clocks, client=master)
+
+    def subscribe(self, channel: str, heard: Heard) -> Listener | None:
+        """``channel`` heard on the master (``sentinel_connect``)."""
+        return listen(self._settings, channel, lambda: sentinel_connect(self._settings), heard)
 
     def close(self) -> None:
         """Close the master's connections and the sentinels'."""
@@ -118,7 +132,7 @@ class AsyncSentinelBackend(AsyncRedisBackend):
 
     __slots__ = ("_sentinel",)
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, clocks: Clocks = SYSTEM_CLOCKS) -> None:
         endpoints = parse_endpoints(settings.redis_url)
         options = async_client_options(settings)
         # The Deadlines of AsyncRedisBackend time the master's connections; asking a
@@ -134,7 +148,12 @@ class AsyncSentinelBackend(AsyncRedisBackend):
             is_master=True,
             **(self._sentinel.connection_kwargs | options | _credentials(endpoints)),
         )
-        super().__init__(settings, pool=pool)
+        super().__init__(settings, clocks, pool=pool)
+
+    def subscribe(self, channel: str, heard: Heard) -> Listener | None:
+        """``channel`` heard on the master, on a synchronous client of its own
+        (``sentinel_connect``)."""
+        return listen(self._settings, channel, lambda: sentinel_connect(self._settings), heard)
 
     async def aclose(self) -> None:
         """Close the master's connections and the sentinels'."""

@@ -660,8 +660,8 @@ class SlotState:
         return self._subscriber is not None and self._subscriber.listening
 
     def subscribe(self, listen: Callable[[Heard], Listener | None]) -> None:
-        """Start the subscriber once: ``listen(heard)`` (the shell's, from
-        ``backends/slot_wakeups.py``) starts hearing grants and returns what listens, or
+        """Start the subscriber once: ``listen(heard)`` (the shell's: its backend's
+        ``subscribe``) starts hearing grants and returns what listens, or
         None when none can (waiters then ask again every UNHEARD_ASK_S instead)."""
         if self._subscribed:
             return

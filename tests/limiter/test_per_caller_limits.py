@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
+from gateway_limiter.backends.base import Clocks
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.state import MAX_PLAIN_CALLER, caller_part
 from gateway_limiter.config.rules import Rule
@@ -173,7 +174,7 @@ def test_the_local_policy_keeps_per_caller_limits_while_redis_is_down(
 
 def test_memory_state_per_caller_is_bounded_least_recently_used_first_out() -> None:
     now = [1e12]
-    memory = MemoryBackend(clock=lambda: now[0], max_callers=3)
+    memory = MemoryBackend(clocks=Clocks(lambda: now[0]), max_callers=3)
     rule = Rule("/each", 2, 0.0, 1, per_caller=True)
     shared = Rule("/shared", 2, 0.0, 2)
     assert memory.reserve(shared, 2, 0.0).allowed

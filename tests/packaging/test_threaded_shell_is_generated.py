@@ -1,5 +1,6 @@
-"""The threaded limiter (limiter.py, and shell.py below it) is what
-scripts/generate_sync.py makes of aio.py (and shell_async.py).
+"""The threaded limiter (limiter.py, and shell.py below it, and the threaded backends'
+operations, backends/operations.py) is what scripts/generate_sync.py makes of aio.py
+(shell_async.py, backends/operations_async.py).
 
 The check runs on the checkout as it is (CI's step), and on a copy where either file was
 changed by hand, which it must refuse, and which the generator then puts right.
@@ -18,6 +19,8 @@ AIO = Path("gateway_limiter/aio.py")
 LIMITER = Path("gateway_limiter/limiter.py")
 SHELL_ASYNC = Path("gateway_limiter/shell_async.py")
 SHELL = Path("gateway_limiter/shell.py")
+OPERATIONS_ASYNC = Path("gateway_limiter/backends/operations_async.py")
+OPERATIONS = Path("gateway_limiter/backends/operations.py")
 
 
 def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -33,7 +36,8 @@ def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def copy_of_checkout(tmp_path: Path) -> Path:
     package = Path("gateway_limiter/__init__.py")  # so that ruff sorts its imports first-party
-    for path in (GENERATOR, AIO, LIMITER, SHELL_ASYNC, SHELL, package, Path("pyproject.toml")):
+    twins = (AIO, LIMITER, SHELL_ASYNC, SHELL, OPERATIONS_ASYNC, OPERATIONS)
+    for path in (GENERATOR, *twins, package, Path("pyproject.toml")):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / path, tmp_path / path)
     return tmp_path
@@ -53,6 +57,11 @@ def test_the_checked_in_threaded_shell_is_up_to_date() -> None:
     assert "generated" in head and "do not edit" in head
     assert "class Shell(LimiterCore):" in shell
     assert "async" not in shell.replace("shell_async", "").replace("asyncio", "")
+    operations = (ROOT / OPERATIONS).read_text()
+    head = "\n".join(operations.splitlines()[:5]).lower()
+    assert "generated" in head and "do not edit" in head
+    assert "class Operations:" in operations
+    assert "async" not in operations.replace("operations_async", "").replace("asyncio", "")
 
 
 def test_a_hand_edit_of_the_threaded_shell_fails_the_check(tmp_path: Path) -> None:

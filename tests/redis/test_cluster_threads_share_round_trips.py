@@ -204,7 +204,7 @@ def test_an_error_reply_and_a_lost_script_in_a_batch_are_each_callers_own(
     decide = lambda: backend.reserve(bucket, 1, 0.0, now=NOW_US)  # noqa: E731
     push = lambda: backend.pushback(bucket, None, now=NOW_US)  # noqa: E731
     # the path every decision takes, with a call Redis refuses: more keys than arguments
-    refused = lambda: backend._ask(ScriptCall("bucket", [3, bucket_key(key_prefix, urls[0])]))  # noqa: E731
+    refused = lambda: backend.call(ScriptCall("bucket", [3, bucket_key(key_prefix, urls[0])]))  # noqa: E731
 
     results = _paused_then(node, 400, first, [decide] * 10 + [push, refused] + [decide] * 10)
 

@@ -153,7 +153,7 @@ def test_an_error_reply_is_that_callers_alone(
 
     def refused() -> Any:
         # the path every decision takes, with a call Redis refuses: more keys than args
-        return backend._ask(ScriptCall("bucket", [3, "only-one-key"]))
+        return backend.call(ScriptCall("bucket", [3, "only-one-key"]))
 
     results = _paused_then(redis_client, 300, ask, [ask] * 10 + [refused] + [ask] * 10)
 
@@ -500,8 +500,8 @@ class _QueuedBackend(RedisBackend):
     __slots__ = ()
     QUEUED_S = 0.25
 
-    def _ask(self, call: ScriptCall) -> tuple[Any, float]:
-        reply, _ = super()._ask(call)
+    def call(self, call: ScriptCall) -> tuple[Any, float]:
+        reply, _ = super().call(call)
         return reply, self.QUEUED_S
 
 

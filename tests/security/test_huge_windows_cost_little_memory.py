@@ -10,6 +10,7 @@ import tracemalloc
 
 import pytest
 
+from gateway_limiter.backends.base import Clocks
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.state import state_key
 from gateway_limiter.config.rules import Algorithm, Rule
@@ -40,7 +41,7 @@ def test_an_outage_starts_a_huge_window_full_in_a_few_bytes(rate: int) -> None:
 
 def test_permits_in_bulk_are_one_run_of_the_log() -> None:
     now = [1e15]
-    memory = MemoryBackend(clock=lambda: now[0])
+    memory = MemoryBackend(clocks=Clocks(lambda: now[0]))
     rule = Rule("/bulk", HUGE, 0.0, 1, algorithm=Algorithm.SLIDING_WINDOW, period=5)
     rule = Rule("/bulk", HUGE, 0.0, 1, algorithm=Algorithm.SLIDING_WINDOW, also=(rule,))
     for _ in range(3):

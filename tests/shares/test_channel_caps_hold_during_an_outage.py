@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import redis
 
+from gateway_limiter.backends.base import Clocks
 from gateway_limiter.backends.fleet import encode_demand, heartbeat_args, parse_heartbeat
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.config.rules import CHANNEL_URL, Rule, build_rules
@@ -70,7 +71,7 @@ def test_two_processes_on_two_interfaces_stay_within_their_channels_cap(
     for url, fleet in fleets.items():
         policy = Policy("share", MemoryBackend)
         policy.outage_began()
-        policy.local = MemoryBackend(clock=lambda: now[0])
+        policy.local = MemoryBackend(clocks=Clocks(lambda: now[0]))
         shared = fleet.share(rules()[url])
         for ms in range(4000):  # a call every millisecond for a 4 s outage
             now[0] = ms * 1000.0

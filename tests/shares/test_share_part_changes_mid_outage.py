@@ -7,6 +7,7 @@ The outage is decided by the failure policy on a clock the test drives."""
 
 from __future__ import annotations
 
+from gateway_limiter.backends.base import Clocks
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.config.rules import Rule
@@ -29,7 +30,7 @@ def go_ahead_times(first_part: float | None, second_part: float) -> list[float]:
     now = [0.0]
     policy = Policy("share", MemoryBackend)
     policy.outage_began(start_empty=first_part is not None)
-    policy.local = MemoryBackend(clock=lambda: now[0])
+    policy.local = MemoryBackend(clocks=Clocks(lambda: now[0]))
     went = []
     for ms in range(1000):
         if ms == 500:  # a heartbeat answers while the breaker is still open

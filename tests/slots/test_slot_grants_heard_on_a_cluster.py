@@ -12,8 +12,8 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.backends.slot_wakeups import subscriber_connect
 from gateway_limiter.backends.slots import channel
+from gateway_limiter.backends.subscriptions import cluster_connect
 from gateway_limiter.config.settings import Settings
 from tests.support.clusters import LocalCluster, wait_for
 from tests.support.limiting import write_row
@@ -49,7 +49,7 @@ def test_each_connection_is_to_another_node_with_the_urls_credentials(
     # (first in this module: the next test kills a node)
     url = redis_cluster.url.replace("redis+cluster://", "redis+cluster://gw:s%40cret@")
     decisions = redis_cluster.client()
-    connect = subscriber_connect(Settings(redis_url=url), decisions)
+    connect = cluster_connect(Settings(redis_url=url), decisions)
     assert connect is not None
     known = {(node.host, int(node.port)) for node in decisions.get_nodes()}  # type: ignore[no-untyped-call]
     picked = []
@@ -102,7 +102,7 @@ def test_a_cluster_client_that_knows_no_node_yet_is_a_connect_to_try_again() -> 
     # an asyncio cluster client before its first call: its table of nodes is empty
     url = f"redis+cluster://127.0.0.1:{free_port()}"
     unstarted = AsyncRedisCluster(host="127.0.0.1", port=free_port())
-    connect = subscriber_connect(Settings(redis_url=url), unstarted)
+    connect = cluster_connect(Settings(redis_url=url), unstarted)
     assert connect is not None
     with pytest.raises(OSError, match="no cluster node to subscribe on yet"):
         connect()  # what the Subscriber treats as a lost connection: it tries again

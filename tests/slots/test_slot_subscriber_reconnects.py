@@ -7,13 +7,13 @@ from __future__ import annotations
 import threading
 import time
 
-from gateway_limiter.backends.slot_wakeups import (
+from gateway_limiter.backends.slots import channel
+from gateway_limiter.backends.subscriptions import (
     POLL_S,
     SILENT_S,
     Subscriber,
-    subscriber_connect,
+    redis_connect,
 )
-from gateway_limiter.backends.slots import channel
 from gateway_limiter.config.settings import Settings
 from tests.support.clusters import wait_for
 from tests.support.services import RedisServer, TcpProxy
@@ -23,8 +23,7 @@ def test_a_dropped_subscription_wakes_everyone_and_comes_back(
     private_redis: RedisServer,
 ) -> None:
     settings = Settings(redis_url=private_redis.url, key_prefix="sub")
-    connect = subscriber_connect(settings, None)
-    assert connect is not None
+    connect = redis_connect(settings)
     heard: list[bytes | None] = []
     lock = threading.Lock()
 
@@ -32,7 +31,7 @@ def test_a_dropped_subscription_wakes_everyone_and_comes_back(
         with lock:
             heard.append(message)
 
-    subscriber = Subscriber(settings, connect, on_grant)
+    subscriber = Subscriber(channel("sub"), connect, on_grant)
     server = private_redis.client()
     try:
         assert subscriber.start(5.0)
@@ -58,10 +57,9 @@ def test_a_silent_connection_is_noticed_and_replaced(private_redis: RedisServer)
     # A host that vanishes without a reset: the connection stays open and says nothing.
     proxy = TcpProxy("127.0.0.1", private_redis.port).start()
     settings = Settings(redis_url=f"redis://127.0.0.1:{proxy.port}", key_prefix="quiet")
-    connect = subscriber_connect(settings, None)
-    assert connect is not None
+    connect = redis_connect(settings)
     heard: list[bytes | None] = []
-    subscriber = Subscriber(settings, connect, heard.append)
+    subscriber = Subscriber(channel("quiet"), connect, heard.append)
     server = private_redis.client()
     try:
         assert subscriber.start(5.0)

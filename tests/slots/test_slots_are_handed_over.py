@@ -268,7 +268,7 @@ def test_without_a_subscription_a_waiter_finds_its_grant_by_asking(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # as while the subscription is lost (or none can be made): waiters ask often
-    monkeypatch.setattr("gateway_limiter.backends.slot_wakeups.subscriber_connect", lambda *_: None)
+    monkeypatch.setattr("gateway_limiter.backends.redis.redis_connect", lambda *_: None)
     unheard = limiter(limiter_db[0], limiter_redis_url, key_prefix, reload_interval=3600)
     try:
         order: list[int] = []

@@ -34,7 +34,7 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from gateway_limiter import GatewayLimiter
-from gateway_limiter.backends.base import BackendError
+from gateway_limiter.backends.base import BackendError, Clocks
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.scripts import REPLY, ScriptCall
@@ -182,7 +182,7 @@ class World:
         #: after the world's)
         self.lag = 0.0
         self.store = MemoryBackend(
-            clock=lambda: (self.now + self.lag) * US_PER_S, wall=lambda: EPOCH_S + self.now
+            clocks=Clocks(lambda: (self.now + self.lag) * US_PER_S, lambda: EPOCH_S + self.now)
         )
         self.fleet = Fleet()
         #: slot.lua's and slot_renew.lua's keys (the Python model, pinned to the Lua)
@@ -348,6 +348,9 @@ class SimBackend:
 
     def peek_pushback(self, rule: Rule) -> tuple[PushbackState | None, float]:
         return self.world.store.peek_pushback(rule)
+
+    def subscribe(self, channel: str, heard: Callable[[bytes | None], None]) -> None:
+        """No grant is heard here (``SimLimiter`` asks instead)."""
 
     def prepare(self) -> None:
         if not self.world.reachable:

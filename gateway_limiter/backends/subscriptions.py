@@ -1,18 +1,19 @@
-"""The one subscriber per limiter (a gateway process usually has one) that hears slots
-being given back.
+"""Subscribe: what every Redis transport's ``subscribe`` runs (a channel heard on a
+connection of its own, by a thread of its own), whatever it hears.
 
-A release (``slot.lua``) hands a freed slot to the first caller queued and announces the
-grant on ``slots.channel(prefix)``: the message names the lease it went to
-(``slots.parse_grant``). A daemon thread holds one subscription on its own connection
-(a blocking read must not sit on the decision path's pool, whose read timeout is
-milliseconds) and hands each message to ``on_grant``; ``core/slots.py`` wakes the one
-waiter it names, if that waiter is in this process. After a lost connection it
-subscribes again and calls ``on_grant(None)`` (wake every waiter to ask: a grant may
-have been missed meanwhile). Works for ``redis://``, ``rediss://``, ``unix://``,
-Sentinel (the master's address asked of the sentinels at each connect, so a
-resubscription after a failover finds the promoted master; for asyncio limiters too,
-since this thread's client is a synchronous one of its own) and Cluster (PUBLISH
-reaches every node, so any node will do).
+The one user is the slots' wake-ups: a release (``slot.lua``) hands a freed slot to the
+first caller queued and announces the grant on ``slots.channel(prefix)``;
+``core/slots.py`` subscribes through its backend (``subscribe``) and wakes the one
+waiter a message names, if that waiter is in this process. A daemon thread holds one
+subscription on its own connection (a blocking read must not sit on the decision
+path's pool, whose read timeout is milliseconds) and hands each message to
+``on_grant``. After a lost connection it subscribes again and calls ``on_grant(None)``
+(wake every waiter to ask: a message may have been missed meanwhile). Each transport
+says where its connections go (``redis_connect``; Sentinel's ``sentinel_connect``: the
+master's address asked of the sentinels at each connect, so a resubscription after a
+failover finds the promoted master, for asyncio limiters too, since this thread's
+client is a synchronous one of its own; ``cluster_connect``: PUBLISH reaches every
+node, so any node will do).
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from gateway_limiter.backends.base import Heard
-from gateway_limiter.backends.sentinel import master_client
-from gateway_limiter.backends.slots import channel
 from gateway_limiter.backends.topology import parse_endpoints
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.observe.logs import log
+
+#: What gives a subscription a synchronous client at each (re)connection, apart from the
+#: decision path's connections (a blocking read must not sit on their pool).
+Connect = Callable[[], Any]
 
 #: Seconds between attempts to subscribe again after the connection is lost.
 RESUBSCRIBE_S = 0.5
@@ -47,48 +50,52 @@ PING_S = 1.0
 SILENT_S = 3.0
 
 
-def subscriber_connect(settings: Settings, decisions_client: Any) -> Callable[[], Any] | None:
-    """What gives the subscription a synchronous client at each (re)connection, apart
-    from the decision path's connections (None where none can be made: waiters then
-    ask again on their own, see core/slots.py).
-
-    Its reads do not retry (``Retry(NoBackoff(), 0)``): a lost connection raises, so the
-    ``Subscriber`` says it is not listening, wakes every waiter to ask, and subscribes
-    again itself. On Sentinel the client asks the sentinels for the master at each
-    connect (threads and asyncio alike), so it follows a failover. On a cluster, where
-    every node hears every grant, each connection is to a node picked afresh from the
-    decision client's slot map, the last one used left out while there are others: a
-    node that died is not tried again and again."""
-    url = settings.redis_url
-    scheme = url.partition("://")[0].lower()
-    options: dict[str, Any] = {
+def subscription_options(settings: Settings) -> dict[str, Any]:
+    """A subscription's connection: the decision path's connect timeout, a read timeout
+    of ``READ_TIMEOUT_S``, and no retries (``Retry(NoBackoff(), 0)``): a lost connection
+    raises, so the ``Subscriber`` says it is not listening, wakes every waiter to ask,
+    and subscribes again itself."""
+    return {
         "socket_connect_timeout": settings.redis_connect_timeout,
         "socket_timeout": READ_TIMEOUT_S,
         "retry": Retry(NoBackoff(), 0),
     }
-    if scheme in ("redis", "rediss", "unix"):
-        client = redis.Redis.from_url(url, **options)
-        return lambda: client
-    if scheme == "redis+sentinel":
-        master = master_client(settings, READ_TIMEOUT_S)
-        return lambda: master
-    if scheme == "redis+cluster" and hasattr(decisions_client, "get_nodes"):
-        endpoints = parse_endpoints(url)
-        options |= {"username": endpoints.username, "password": endpoints.password}
-        return AnyNode(decisions_client, options)
-    return None
 
 
-def listen(settings: Settings, decisions_client: Any, heard: Heard) -> Subscriber | None:
-    """A started ``Subscriber`` calling ``heard`` per grant (it waits up to a connect and
-    a read to be subscribed), or None when no subscription can be made."""
-    try:
-        connect = subscriber_connect(settings, decisions_client)
-    except (ValueError, OSError):
-        connect = None
-    if connect is None:
+def redis_connect(settings: Settings) -> Connect:
+    """``redis://``, ``rediss://``, ``unix://``: a client of its own on ``redis_url``."""
+    client = redis.Redis.from_url(settings.redis_url, **subscription_options(settings))
+    return lambda: client
+
+
+def cluster_connect(settings: Settings, decisions_client: Any) -> Connect | None:
+    """``redis+cluster://``, where every node hears every message: each connection is to
+    a node picked afresh from the decision client's slot map (sync or asyncio), the last
+    one used left out while there are others, so a node that died is not tried again
+    and again. None when the client keeps no slot map."""
+    if not hasattr(decisions_client, "get_nodes"):
         return None
-    subscriber = Subscriber(settings, connect, heard)
+    endpoints = parse_endpoints(settings.redis_url)
+    options = subscription_options(settings) | {
+        "username": endpoints.username,
+        "password": endpoints.password,
+    }
+    return AnyNode(decisions_client, options)
+
+
+def listen(
+    settings: Settings, channel: str, connect: Callable[[], Connect | None], heard: Heard
+) -> Subscriber | None:
+    """A started ``Subscriber`` to ``channel`` calling ``heard`` per message (it waits up
+    to a connect and a read to be subscribed) on the connections ``connect()`` gives (a
+    transport's ``subscribe``), or None when no subscription can be made."""
+    try:
+        connection = connect()
+    except (ValueError, OSError):
+        connection = None
+    if connection is None:
+        return None
+    subscriber = Subscriber(channel, connection, heard)
     subscriber.start(settings.redis_connect_timeout + settings.redis_timeout)
     return subscriber
 
@@ -122,12 +129,9 @@ class Subscriber:
     __slots__ = ("_channel", "_connect", "_on_grant", "_ready", "_stop", "_thread", "listening")
 
     def __init__(
-        self,
-        settings: Settings,
-        connect: Callable[[], Any],
-        on_grant: Callable[[bytes | None], None],
+        self, channel: str, connect: Connect, on_grant: Callable[[bytes | None], None]
     ) -> None:
-        self._channel = channel(settings.key_prefix)
+        self._channel = channel
         self._connect = connect
         self._on_grant = on_grant
         self._stop = threading.Event()
