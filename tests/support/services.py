@@ -329,6 +329,26 @@ def fresh_mariadb_database() -> Iterator[str]:
         conn.close()
 
 
+def copy_mariadb_database(source: str, target: str) -> None:
+    """Every table of database ``source`` (definition and rows) into the empty database
+    ``target``: a migrated database for one test in a tenth of the time of migrating
+    it (the schema has no foreign keys, triggers or views for ``LIKE`` to leave out)."""
+    conn = mariadb_connection()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "select table_name from information_schema.tables where table_schema = %s",
+                (source,),
+            )
+            tables = [row[0] for row in cur.fetchall()]
+            for table in tables:
+                cur.execute(f"CREATE TABLE `{target}`.`{table}` LIKE `{source}`.`{table}`")
+                cur.execute(f"INSERT INTO `{target}`.`{table}` SELECT * FROM `{source}`.`{table}`")
+        conn.commit()
+    finally:
+        conn.close()
+
+
 class TcpProxy:
     """A TCP relay in front of a real server, which a test can cut or hang.
 
