@@ -181,9 +181,6 @@ if quota then
   if stored < permits then spend = stored end
   local earliest = balance + (permits - spend) * stable  -- balance >= now after the resync
   if earliest > at then at = earliest end
-  if permits > qrate then
-    return pack("<dddddd", 0, huge, 0, 0, factor, held)
-  end
   local saved, window, used, qstored, qbalance, kept, ends = redis.pcall("GET", KEYS[2])
 -- include: calendar.lua, step 1
   if earliest > at then at = earliest end
@@ -191,8 +188,13 @@ if quota then
   local wait = at - now
   local allowed = 1
   if timeout >= 0 and wait > timeout then allowed = 0 end
+  -- more than the quota's period holds, or than a paced quota's bucket ever holds:
+  -- refused whatever the wait, with the quota's figures (limits.lua, never)
+  local never = permits > qrate or (burst and permits > burst)
+  if never then allowed, wait = 0, huge end
   local code = nil
-  if #ARGV[1] == 32 then  -- priority classes: the bucket's share (a quota keeps none)
+  if #ARGV[1] == 32 and not never then  -- priority classes: the bucket's share
+    -- (a quota keeps none)
     local ready = at
     local share = unpack("<d", ARGV[1], 25)
     if share > 0 then

@@ -72,10 +72,13 @@ pushback factor, held (microseconds from now until a pushback's retry_after ends
 none). Next free: microseconds from now before which no call can go, the latest of each
 limit's earliest time for one permit after this decision (only time passing brings it
 closer). A window that can never hold the permits wanted refuses with an infinite wait
-(and next free 0: not every limit was read). With a calendar quota among the limits, two
-more doubles follow: the permits left in the period the server's clock is in, of the
-quota with the fewest left (on a tie, the one whose period ends later), and when that
-period ends (epoch microseconds), and that quota's permits per period.
+(and next free 0: not every limit was read). So does a calendar quota asked for more
+than its permits per period, or a paced one for more than its burst (its bucket never
+holds more), after every limit is read as for any refusal. With a calendar quota among
+the limits, three more doubles follow: the permits left in the period the server's
+clock is in, of the quota with the fewest left (on a tie, the one whose period ends
+later; the one that can never give the permits, when one cannot), and when that period
+ends (epoch microseconds), and that quota's permits per period.
 
 Like bucket.lua, it runs as few Lua steps as it can (server time caps one Redis core):
 no closures, no number parsed from text but the budget (and the clock), one flat table
@@ -119,6 +122,7 @@ local qleft, qreset, qlimit  -- calendar quotas (kinds 4 and 5): only where ther
 -- what step 1 read of each quota, five per limit from 5 i - 4: the counter's period and
 -- count, a paced one's bucket (permits, when) and burst (read from the tail); one table
 local qs
+local never  -- the first quota that can never give the permits (model: calendar_most)
 local tail = 2 + 6 * nlimits
 local factor, pushed_until, held = 1, 0, 0
 local pushed = pcall_("GET", KEYS[nlimits + 1])
@@ -183,7 +187,7 @@ for i = 1, nlimits do
     if stored < permits then spend = stored end
     earliest = balance + (permits - spend) * stable  -- balance >= now after the resync
     lim[b + 3], lim[b + 4] = stored, balance
-  elseif permits > rate then
+  elseif permits > rate and kind < 4 then  -- a window: more than it ever holds
     return pack("<dddddd", 0, math.huge, 0, 0, factor, held)
   elseif kind == 2 then
     earliest = now
@@ -207,6 +211,9 @@ for i = 1, nlimits do
       burst = lim[tail]
       tail = tail + 1
     end
+    -- more than its period holds, or than a paced one's bucket ever holds: refused
+    -- whatever the wait, and this quota's figures told (step 3); every limit still read
+    if never == nil and (permits > qrate or (burst and permits > burst)) then never = i end
     local saved, window, used, qstored, qbalance, kept, ends = pcall_("GET", KEYS[i])
 -- include: calendar.lua, step 1
     if qs == nil then qs = {} end
@@ -238,11 +245,12 @@ end
 local wait = at - now
 local allowed = 1
 if timeout >= 0 and wait > timeout then allowed = 0 end
+if never then allowed, wait = 0, math.huge end  -- no wait would ever do
 -- Priority classes (the shares after the limits): when every limit could leave its
 -- share, now.
 local code = nil
 local shares = tail - 1  -- after the limits and the paced quotas' bursts (step 1 read
-if #lim > tail then       -- them); unpack ends lim with the position after the last
+if #lim > tail and not never then  -- them); unpack ends lim with the position after the last
   local ready = at
   for i = 1, nlimits do
     local s = lim[shares + i]
@@ -347,7 +355,8 @@ for i = 1, nlimits do
       if kind == 5 then state = pack("<dddd", window, used, qstored, qbalance) else state = pack("<dd", window, used) end
       call("SET", KEYS[i], state, "PX", max(1000, ceil((ends - now) / 1000) + 1000))
     end
-    if qleft == nil or left < qleft or (left == qleft and reset > qreset) then
+    if never == i or (never == nil and (qleft == nil or left < qleft
+        or (left == qleft and reset > qreset))) then  -- the one that binds
       qleft, qreset, qlimit = left, reset, rate
     end
   else

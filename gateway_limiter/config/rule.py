@@ -177,10 +177,20 @@ class Rule:
         return most_held(self.table_key, self.rate, self.burst)
 
     @property
+    def quota_most(self) -> int:
+        """The most permits one call can ever get from this calendar quota (or window):
+        its rate, and a paced quota's no more than its burst, all its pacing saves up
+        (``model/limits.py``, ``calendar_most``)."""
+        if self.calendar is not None and self.pacing:
+            return min(self.rate, self.pace_burst)
+        return self.rate
+
+    @property
     def window_most(self) -> int:
         """The most permits one call can ever get from the interface's limits: the least
-        rate of its windows (0: none of its limits is a window)."""
-        return min((r.rate for r in self.limits if r.spec.window), default=0)
+        rate of its windows, a paced quota's burst if less (0: none of its limits is a
+        window)."""
+        return min((r.quota_most for r in self.limits if r.spec.window), default=0)
 
     @property
     def per_second(self) -> float:

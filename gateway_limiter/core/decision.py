@@ -187,7 +187,16 @@ def decision_of(
     reset_at = None
     if verdict.quota_left >= 0.0 and not rule.closed:
         left = int(verdict.quota_left)
-        spent = not verdict.allowed and left < permits
+        # refused for want of what is left, or for more than the quota ever gives one
+        # call (its rate, a paced one's burst: no wait would do, and the scripts then
+        # tell that quota's figures)
+        spent = not verdict.allowed and (
+            left < permits
+            or (
+                math.isinf(verdict.wait_us)
+                and any(r.calendar is not None and permits > r.quota_most for r in rule.limits)
+            )
+        )
         # ``stored`` is what the interface's other limits have left (none: the quota's)
         others = any(r.kind is not LimitKind.CALENDAR for r in rule.limits)
         # refused with permits left in the quota and room in the other limits: a paced

@@ -60,8 +60,9 @@ def acquired_wait_s(verdict: Verdict, rule: Rule, permits: int) -> float:
     """The seconds an ``acquire`` must wait for ``verdict`` (decided with no timeout).
 
     Raises ValueError when no wait can ever do: ``permits`` more than a window of the
-    interface holds, or, for a class below critical on limits with a reserve (which
-    takes nothing ahead), more than they can give that class at once.
+    interface holds (or a paced quota's burst: ``Rule.quota_most``), or, for a class
+    below critical on limits with a reserve (which takes nothing ahead), more than they
+    can give that class at once.
     """
     if not verdict.allowed:
         if rule.shares is not None:  # a class below critical takes nothing ahead
@@ -79,7 +80,8 @@ def acquired_wait_s(verdict: Verdict, rule: Rule, permits: int) -> float:
             )
         most = rule.window_most
         raise ValueError(
-            f"permits must be at most {most} for {rule.url!r} (what its window holds), "
+            f"permits must be at most {most} for {rule.url!r} (what its window holds, "
+            "or its paced quota's burst), "
             f"got {permits}"
         )
     return verdict.wait_us / US_PER_S
@@ -88,10 +90,10 @@ def acquired_wait_s(verdict: Verdict, rule: Rule, permits: int) -> float:
 def class_most(rule: Rule) -> int:
     """The most permits one call of ``rule``'s class (a class's variant, ``shares`` set)
     can ever get at once: each limit's most less its share for the class (whole
-    permits); a calendar quota keeps no reserve."""
+    permits); a calendar quota keeps no reserve (a paced one gives at most its burst)."""
     shares = rule.shares or (0.0,) * len(rule.limits)
     return min(
-        r.most if r.calendar is not None else math.floor(r.most - share * r.most)
+        r.quota_most if r.calendar is not None else math.floor(r.most - share * r.most)
         for r, share in zip(rule.limits, shares, strict=True)
     )
 

@@ -126,6 +126,7 @@ __all__ = [
     "SlidingLimit",
     "SlidingLog",
     "calendar_end",
+    "calendar_most",
     "calendar_start",
     "fixed_window_now",
     "limit_expiry_ms",
@@ -445,6 +446,14 @@ LIMIT_MODELS: dict[LimitKind, LimitModel] = {
 _CALENDAR = CalendarLimit()
 
 
+def calendar_most(limit: Limit) -> float:
+    """The most permits a calendar quota ever lets one call have: its permits per
+    period, and a paced one's no more than its burst (its bucket never holds more)."""
+    if limit.size > 0.0 and limit.size < limit.rate:
+        return limit.size
+    return limit.rate
+
+
 def quota_left(
     limits: Sequence[Limit], states: Sequence[LimitState | None], now_us: float
 ) -> tuple[float, float, float]:
@@ -485,7 +494,10 @@ def reserve_limits(
     is the least permits any limit has left (``_least_left``); ``next_free_us`` the
     latest of the limits' earliest times for one permit, after the decision (a call
     goes when every limit lets it). A window that can never hold ``permits`` refuses
-    with an infinite wait (and ``next_free_us`` 0: not every limit was read).
+    with an infinite wait (and ``next_free_us`` 0: not every limit was read). So does a
+    calendar quota that can never give them (``calendar_most``: more than its permits
+    per period, or than a paced one's burst), every limit read as for any refusal, and
+    the quota figures then are that quota's: it is the limit that binds.
 
     Pushback (``model/pushback.py``): token buckets run at ``factor`` times their rate
     and capacity, windows admit at most ``window_limit`` of their rate per window, and no
@@ -520,8 +532,12 @@ def reserve_limits(
     held_us = until_us - now_us if until_us > now_us else 0.0
     at_us = max(now_us, until_us)
     current: list[LimitState] = []
+    never: int | None = None  # the first calendar quota that can never give the permits
     for i, (limit, state) in enumerate(zip(capped, states, strict=True)):
-        if permits > limit.rate and limit.kind in WINDOW_KINDS:  # more than it ever holds
+        if limit.kind is LimitKind.CALENDAR:
+            if never is None and permits > calendar_most(limit):
+                never = i  # refused, and its figures told: read on
+        elif permits > limit.rate and limit.kind in WINDOW_KINDS:  # more than it ever holds
             # the factor as limits.lua has it there: a channel's is 1
             return Verdict(False, math.inf, 0.0, 0.0, factor if i < own else 1.0, held_us), None
         model = LIMIT_MODELS[limit.kind]
@@ -532,6 +548,13 @@ def reserve_limits(
         at_us = max(at_us, earliest_us)
     wait_us = at_us - now_us
     limited = timeout_us is not None and wait_us > timeout_us
+    if never is not None:  # no wait would ever do: refused, that quota's figures told
+        next_us = _next_free_us(limits, current, now_us, until_us)
+        left = _least_left(limits, current, now_us, factor, own)
+        binds = limits[never]
+        quota_now, ends_us = _CALENDAR.period_left(binds, current[never], now_us)
+        verdict = Verdict(False, math.inf, left, next_us, factor, held_us, quota_now, ends_us)
+        return verdict._replace(quota_limit=binds.rate), None
     if shares is not None:
         ready_us = at_us
         for limit, state, share in zip(capped, current, shares, strict=True):

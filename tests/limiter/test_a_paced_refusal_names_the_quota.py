@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.model.calendar import Calendar
@@ -82,8 +82,13 @@ def test_a_paced_refusal_and_its_local_repeat_name_the_quota(
         assert headers["RateLimit-Policy"] == f'"quota";q={quota}'
 
 
-def test_a_refusal_by_the_per_second_row_still_names_that_row(lim: GatewayLimiter) -> None:
-    lim.decide(URL, timeout=0, permits=3)  # the burst, from both
-    refused = lim.decide(URL, timeout=0, permits=PER_SECOND)  # more than the bucket holds now
+def test_a_refusal_by_the_per_second_row_still_names_that_row(
+    lim: GatewayLimiter, limiter_db: tuple[str, Engine]
+) -> None:
+    with limiter_db[1].begin() as conn:  # the per-second row: 2 a second
+        conn.execute(text("update t_ratelimite_conf set rateLimit = 2 where quotaPeriod is null"))
+    lim.reload()
+    assert lim.decide(URL, timeout=0, permits=2).allowed  # the bucket's 2, of the burst's 3
+    refused = lim.decide(URL, timeout=0)  # the pace has one more; the bucket none
     assert not refused.allowed
-    assert refused.limit == PER_SECOND and refused.reset_at is None
+    assert refused.limit == 2 and refused.reset_at is None

@@ -118,15 +118,53 @@ def test_one_more_than_the_quota_is_refused_at_once_and_exactly_the_quota_goes(
     # a budget of an hour, and none: neither makes a call that can never go wait
     over = [lim.decide(URL, permits=QUOTA + 1, timeout=t) for t in (0, 3600.0, None)]
     assert time.monotonic() - began < 2.0
+    midnight = beijing_midnight()
     for refused in over:
         assert not refused.allowed
         assert refused.retry_after is None  # no wait told: none would ever do
+        # the quota binds: its figures, not the per-second row's 100
+        assert (refused.limit, refused.remaining, refused.reset_at) == (QUOTA, QUOTA, midnight)
+        headers = refused.headers()
+        assert headers["X-RateLimit-Limit"] == str(QUOTA)
+        assert headers["RateLimit-Policy"] == f'"quota";q={QUOTA}'
+        assert headers["RateLimit"].startswith(f'"quota";r={QUOTA};t=')
     with pytest.raises(ValueError, match=f"at most {QUOTA}"):
         lim.acquire(URL, permits=QUOTA + 1)
     whole = lim.decide(URL, permits=QUOTA, timeout=0)  # the refusals took nothing
     assert whole.allowed and whole.remaining == 0
     (quota,) = [s for s in lim.status(URL) if s.rule.calendar is not None]
     assert quota.quota_used == QUOTA
+
+
+@pytest.mark.parametrize("script", ["bucket.lua", "limits.lua"])
+def test_a_refusal_by_a_spent_or_over_asked_quota_names_the_quota(
+    lim: GatewayLimiter, limiter_db: tuple[str, Engine], script: str
+) -> None:
+    if script == "limits.lua":
+        write_row(
+            limiter_db[1], URL, add=True, rateLimit=1000, cache=0.0, periodSeconds=60,
+            algorithm="fixed_window",
+        )  # fmt: skip
+        lim.reload()
+    assert lim.decide(URL, permits=2, timeout=0).allowed
+    midnight = beijing_midnight()
+    # one left: 2 is more than is left today, 4 more than the day ever holds
+    for permits in (2, QUOTA + 1, 2):
+        refused = lim.decide(URL, permits=permits, timeout=0)
+        assert not refused.allowed, permits
+        assert (refused.limit, refused.remaining, refused.reset_at) == (QUOTA, 1, midnight)
+        headers = refused.headers()
+        assert (headers["X-RateLimit-Limit"], headers["X-RateLimit-Remaining"]) == (
+            str(QUOTA),
+            "1",
+        )
+        assert headers["RateLimit-Policy"] == f'"quota";q={QUOTA}'
+    assert lim.decide(URL, timeout=0).allowed  # the last one: the refusals took nothing
+    for permits in (1, QUOTA + 1):  # spent: told alike, asking 1 or more than a day holds
+        refused = lim.decide(URL, permits=permits, timeout=0)
+        assert not refused.allowed
+        assert (refused.limit, refused.remaining, refused.reset_at) == (QUOTA, 0, midnight)
+        assert refused.headers()["RateLimit-Policy"] == f'"quota";q={QUOTA}'
 
 
 def test_the_model_refuses_one_more_than_the_quota_with_a_wait_that_never_ends() -> None:
