@@ -118,6 +118,11 @@ def test_the_checker_catches_a_bucket_over_its_bound() -> None:
     _hold(rule, [(0.0, 1), (0.5, 1), (1.0, 1), (2.0, 1)], 1.0, 0.0, "ok")
     with pytest.raises(Violation):
         _hold(rule, [(0.0, 2), (0.5, 1), (0.6, 1)], 1.0, 0.0, "over")
+    # a span that starts late: 3 at once at 10 s (decided then), after a quiet start
+    with pytest.raises(Violation):
+        _hold(rule, [(0.0, 1), (10.0, 3, 10.0)], 1.0, 0.0, "over, late")
+    # a call of 5 decided at 7 s goes at 10 s: 2 stored, 3 refilled meanwhile
+    _hold(rule, [(0.0, 1), (10.0, 5, 7.0)], 1.0, 0.0, "a large call that waited")
     window = Rule("/a", 3, 0.0, 1, algorithm="sliding_window")
     _hold(window, [(0.0, 3), (1.0, 3)], 1.0, 0.0, "ok")
     with pytest.raises(Violation):
