@@ -75,7 +75,7 @@ class Breaker:
         #: Monotonic seconds until which calls stay off the backend; 0.0: closed.
         self._open_until_s = 0.0
         self._lock = threading.Lock()
-        self._outages = Throttle(OUTAGE_REPORT_SECONDS)
+        self._outages = Throttle(OUTAGE_REPORT_SECONDS, clock.monotonic)
         self._reported = False
 
     @property
