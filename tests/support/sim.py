@@ -34,6 +34,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast
 
+from sqlalchemy import Engine, Table, create_engine, delete, insert
+from sqlalchemy.pool import StaticPool
+
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.fleet import Heartbeat
@@ -44,7 +47,14 @@ from gateway_limiter.backends.state import caller_part, own_limits, state_key
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule, build_rules
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.config.table import ConfRow
+from gateway_limiter.config.table import (
+    _ROW_FIELDS,
+    SWITCH_ROW_ID,
+    Base,
+    ConfRow,
+    LimiterSwitch,
+    RateLimitConf,
+)
 from gateway_limiter.core.decision import Reason
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.core.pipeline import call_class
@@ -58,6 +68,10 @@ from gateway_limiter.model.priority import Priority
 from gateway_limiter.model.pushback import PushbackState
 from tests.support.slot_model import SlotModel
 
+#: The limits table and the switch's (Core tables), and each row field's column.
+CONF = cast(Table, RateLimitConf.__table__)
+SWITCH = cast(Table, LimiterSwitch.__table__)
+COLUMNS = {field: column for column, field in _ROW_FIELDS.items()}
 #: ``lease.lua``'s reply: eleven doubles.
 LEASE_REPLY = struct.Struct("<11d")
 #: The world's wall clock at its time 0 (a Monday, 00:00 UTC).
@@ -564,6 +578,8 @@ class Scenario:
     heartbeat_s: float = 1.0
     reload_s: float = 1.0
     epoch_s: float = EPOCH_S  # the wall clock at time 0
+    #: the reloads read a table (``Registry.reload``), not the rows as they are
+    table: bool = False
 
 
 def _row(rnd: random.Random, config_id: int, url: str) -> dict[str, Any]:
@@ -772,7 +788,10 @@ def scenario(seed: int, length_s: float = 3.0) -> Scenario:
                 "n": cal.choice((1, 1, 2, 4)),
             }
             steps.append(Step(round(cal.uniform(0.0, length_s), 4), "call", args))
-    return Scenario(seed, processes, policy, rows, steps, epoch_s=epoch_s)
+    # a sixth: the reloads read the rows from a table, with the real reload (the
+    # read costs several times the rest of a scenario: one in sixteen)
+    table = random.Random(seed * 32_452_843 + 6).random() < 1 / 16
+    return Scenario(seed, processes, policy, rows, steps, epoch_s=epoch_s, table=table)
 
 
 # --- running one ----------------------------------------------------------------------
@@ -853,6 +872,15 @@ class Run:
         #: id of a permit a lease scheduled as debt -> (that entry, its lease call's moment)
         self.debt_taken: dict[int, tuple[tuple[float, float], float]] = {}
         self.limiters: list[SimLimiter] = []
+        #: the limits table and the switch, one in-memory database the fleet reads (in
+        #: a scenario drawn to; the others hand the rows to the reload's rules)
+        self.table: Engine | None = None
+        if sc.table:
+            self.table = create_engine(
+                "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}
+            )
+            Base.metadata.create_all(self.table, tables=[CONF, SWITCH])
+            self._write_table()
         for i, skew in enumerate(sc.processes):
             SimLimiter.world = self.world
             SimLimiter.process = i
@@ -872,6 +900,8 @@ class Run:
                 clock=SimClock(self.world, skew),
             )
             lim._fleet.member = f"p{i}"
+            if self.table is not None:
+                lim.registry._engine = self.table
             self.limiters.append(lim)
         for lim in self.limiters:
             self._start(lim)
@@ -897,9 +927,19 @@ class Run:
             attempt(lim.backend.script, call)
 
     def _reload(self, lim: SimLimiter) -> Any:
+        """The process's reload: the real one (``Registry.reload``: the table read and
+        each value converted as the driver gives it, the rules built, the switch read,
+        the snapshot swapped, the listeners told) on the world's table; the database
+        away: a failed read, the last good snapshot kept."""
         registry = lim.registry
         if self.world.now < self.db_away_until:
-            return registry._failed(ConnectionError("simulated database away"))
+            summary = registry._failed(ConnectionError("simulated database away"))
+            for listener in registry.listeners:
+                listener(summary)
+            return summary
+        if self.table is not None:
+            return registry.reload()
+        # the rows handed to the reload's rules as they are: the same swap, no read
         rows = [ConfRow(**{"channel_type": None, "interface_no": None, **r}) for r in self.rows]
         ruleset = build_rules(rows, lim.settings.default_cache, lim.settings.default_time_zone)
         old = registry.snapshot
@@ -918,6 +958,43 @@ class Run:
         for listener in registry.listeners:
             listener(summary)
         return summary
+
+    def _write_table(self) -> None:
+        """The rows and the switch, written to the world's table as an operator's SQL
+        would (the columns named as in the table)."""
+        if self.table is None:
+            return
+        with self.table.begin() as conn:
+            conn.execute(delete(CONF))
+            for r in self.rows:  # a column a row leaves out: the table's default
+                conn.execute(insert(CONF).values({COLUMNS[k]: v for k, v in r.items()}))
+            conn.execute(delete(SWITCH))
+            conn.execute(insert(SWITCH).values(switchId=SWITCH_ROW_ID, enabled=int(self.switch)))
+
+    def _applied(self) -> None:
+        """A reload applies the table: every live process whose reload read it decides on
+        the rules its rows make now (as ``build_rules`` makes them from the values
+        written) and on the switch as written."""
+        if self.world.now < self.db_away_until or self.table is None:
+            return  # (without a table the reload's rules are made from the rows as they are)
+        rows = [ConfRow(**{"channel_type": None, "interface_no": None, **r}) for r in self.rows]
+        settings = self.limiters[0].settings
+        expected = build_rules(rows, settings.default_cache, settings.default_time_zone).rules
+        for p, lim in enumerate(self.limiters):
+            snapshot = lim.registry.snapshot
+            if p in self.killed:
+                continue
+            if dict(snapshot.rules) != dict(expected) or snapshot.switch != self.switch:
+                changed = sorted(
+                    url
+                    for url in expected.keys() | snapshot.rules.keys()
+                    if expected.get(url) != snapshot.rules.get(url)
+                )
+                raise Violation(
+                    f"at {self.world.now:.3f}: process {p}'s reload did not apply the table "
+                    f"(rules of {changed} differ; switch {snapshot.switch}, written "
+                    f"{self.switch})"
+                )
 
     def _table_now(self) -> tuple[Any, ...]:
         return (tuple(tuple(sorted(r.items())) for r in self.rows), self.switch)
@@ -959,6 +1036,7 @@ class Run:
                     table = self._table_now()
                     for lim in live:
                         self._reload(lim)
+                    self._applied()
                     self.reloads.append((due, 0, table))
                 if due == next_renew:
                     next_renew += renew_s
@@ -1056,6 +1134,7 @@ class Run:
                 for row in self.rows:
                     if row["config_id"] == a["id"]:
                         row.update({k: v for k, v in a.items() if k != "id"})
+            self._write_table()
         elif w == "pushback":
             lim = self.limiters[a["p"]]
             lim.pushback(a["url"], a["retry"])
@@ -1706,6 +1785,7 @@ def test_simulated_fleet_seed_{sc.seed}() -> None:
         ],
         reload_s={sc.reload_s!r},
         epoch_s={sc.epoch_s!r},
+        table={sc.table!r},
     )
     run_scenario(sc)
 '''
