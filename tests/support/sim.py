@@ -1660,8 +1660,9 @@ def _hold(
         most, t = _most_over(seen, rate)
         if most > cap + slack:
             raise Violation(
-                f"{what}: {r.algorithm} {r.rate}/{r.period}s (C={r.burst}): {most:.6g} "
-                f"more than C + R x T in a span ending at {t:.3f} (admitted {seen[:12]}...)"
+                f"{what}: {r.algorithm} {r.rate}/{r.period}s (C={r.burst}): more than "
+                f"C + R x T: {most:.6g} beyond R x T, at most {cap - 1e-6:.6g}, in a span "
+                f"ending at {t:.3f} (admitted {seen[:12]}...)"
             )
         return
     limit = extra if shared else r.rate - math.floor(leave * r.rate + 1e-9)
