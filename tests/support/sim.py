@@ -58,7 +58,8 @@ from gateway_limiter.config.table import (
 from gateway_limiter.core.decision import Reason
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.core.pipeline import call_class
-from gateway_limiter.core.slots import Held, fallback_cap
+from gateway_limiter.core.slots import Held, Taking, Waiter, fallback_cap, given_up, take_slot
+from gateway_limiter.core.steps import Await
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, Refused
 from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.model.bucket import expiry_ms as bucket_expiry_ms
@@ -476,6 +477,15 @@ class SimBackend:
         pass
 
 
+class _Listening:
+    """The subscriber of a simulated process: it hears every grant (``Run._resume``)."""
+
+    listening = True
+
+    def stop(self) -> None:
+        pass
+
+
 class _Renewer:
     """No renewer thread: the run renews every process's leases at their moments."""
 
@@ -498,7 +508,8 @@ class SimLimiter(GatewayLimiter):
         super()._open_backend(settings)  # memory://: nothing opened
         self.backend = SimBackend(self.world, self.process, cast(SimClock, self.clock))
         self._renewer = _Renewer()  # type: ignore[assignment]
-        self._slotting.subscribe(lambda heard: None)  # no grants heard: none is queued
+        # the grants the store publishes are handed to every process (Run._resume)
+        self._slotting.subscribe(lambda heard: _Listening())
         return True
 
     def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
@@ -791,6 +802,20 @@ def scenario(seed: int, length_s: float = 3.0) -> Scenario:
     # a sixth: the reloads read the rows from a table, with the real reload (the
     # read costs several times the rest of a scenario: one in sixteen)
     table = random.Random(seed * 32_452_843 + 6).random() < 1 / 16
+    # a seventh: callers queued for a slot (a wait budget), where a row has a cap
+    queue = random.Random(seed * 49_979_687 + 7)
+    capped = sorted({r["interface_url"] for r in rows if r.get("max_concurrent")})
+    if capped and queue.random() < 0.5:
+        for _ in range(queue.randint(2, 8)):
+            args = {
+                "p": queue.randrange(len(processes)),
+                "url": queue.choice(capped),
+                "key": None,
+                "hold": queue.choice((0.2, 0.5, 1.0)),
+                "budget": queue.choice((0.3, 1.0, 2.0)),
+                "n": queue.choice((2, 3, 4)),  # callers at once: some wait in the queue
+            }
+            steps.append(Step(round(queue.uniform(0.0, length_s), 4), "queue", args))
     return Scenario(seed, processes, policy, rows, steps, epoch_s=epoch_s, table=table)
 
 
@@ -815,6 +840,21 @@ class Admission:
     #: from when its permits count as given out one by one (``_most_over``); a
     #: lease's stored permits spent in-process: all at once, when they went ahead
     given: float | None = None
+
+
+@dataclass
+class Queued:
+    """A ``slot()`` call waiting in the queue: its engine's steps, parked at a wait
+    until ``until`` (world time) or a grant wakes its waiter."""
+
+    process: int
+    step: Step
+    steps: Any  # the engine's generator (core/slots.py, take_slot)
+    waiter: Waiter
+    taking: Taking
+    rule: Rule
+    since: float  # when it asked
+    until: float = 0.0
 
 
 @dataclass
@@ -866,6 +906,11 @@ class Run:
         #: process -> when it was killed (it vanished: no release, no renewal, no beat)
         self.killed: dict[int, float] = {}
         self.corpses: list[Hold] = []  # what the killed processes held, never given back
+        #: callers queued for a slot (a budget above 0), their ``slot()`` parked at a wait
+        self.queued: list[Queued] = []
+        #: grants the store published that the processes have heard (of this model)
+        self.heard = 0
+        self.heard_from: SlotModel | None = None
         #: (process, bucket key) -> the moment of its latest lease call that asked for
         #: permits: when the permits its lease holds left the store
         self.lease_taken: dict[tuple[int, str], float] = {}
@@ -1011,7 +1056,7 @@ class Run:
         # a killed holder's leases lapse within a lease of its death: watched that long
         watch = max((t + SLOT_LEASE_S + renew_s for t in self.killed_at()), default=0.0)
         i = 0
-        while i < len(steps) or self.held or ends or self.world.now < watch:
+        while i < len(steps) or self.held or ends or self.queued or self.world.now < watch:
             at = steps[i].at if i < len(steps) else math.inf
             # background moments and fault ends due before the next step
             due = min(
@@ -1020,6 +1065,7 @@ class Run:
                 next_renew,
                 *(e[0] for e in ends),
                 *(h.until for h in self.held),
+                *(q.until for q in self.queued),
                 at,
             )
             if due < at:
@@ -1047,6 +1093,7 @@ class Run:
                     self._end_fault(end[1])
                 for held in [h for h in self.held if h.until <= due]:
                     self._give_back(held)
+                self._resume()
                 check.step(self)
                 continue
             step = steps[i]
@@ -1073,6 +1120,7 @@ class Run:
                 check.step(self)
                 continue
             self._do(step, ends)
+            self._resume()
             check.step(self)
         check.step(self)
 
@@ -1141,6 +1189,9 @@ class Run:
         elif w == "slot":
             for _ in range(a.get("n", 1)):
                 self._slot(step)
+        elif w == "queue":
+            for _ in range(a.get("n", 1)):
+                self._queue(step)
         elif w == "call":
             for _ in range(a.get("n", 1)):
                 self._call(step)
@@ -1299,6 +1350,98 @@ class Run:
                 self.world.now + wait if spent else None,
             )
         )
+
+    def _queue(self, step: Step) -> None:
+        """A ``slot()`` with a wait budget: the shell's steps for it (``take_slot``)
+        carried out here, parked at each wait (a queued caller) while the world goes on,
+        and resumed when a grant wakes it or its wait ends."""
+        a = step.args
+        lim = self.limiters[a["p"]]
+        rule = self._route(lim, a["url"], a["key"])
+        if rule is not None and rule.classed:  # as slot() routes it
+            rule = rule.for_class(call_class(rule, None))
+        if rule is None or rule.max_concurrent is None or rule.shadow or rule.closed:
+            return self._slot(step)
+        clock = cast(SimClock, lim.clock)
+        clock.slept = 0.0
+        lease_id = lim._slotting.leases.new_id()
+        budget = a["budget"]
+        taking = Taking(rule, a["key"], lease_id, clock.monotonic() + budget, budget, clock=clock)
+        waiter = lim._slotting.waiter(lease_id, None)
+        steps = take_slot(lim, lim._slotting, taking, waiter)
+        self._drive(Queued(a["p"], step, steps, waiter, taking, rule, self.world.now), None)
+        return None
+
+    def _drive(self, q: Queued, got: Any) -> None:
+        lim = self.limiters[q.process]
+        backend = cast(SimBackend, lim.backend)
+        cast(SimClock, lim.clock).slept = 0.0
+        a = q.step.args
+        backend.taking = (q.rule, a["key"])
+        try:
+            while True:
+                step = q.steps.send(got)
+                if isinstance(step, Await):  # queued: parked until woken or its wait ends
+                    q.until = self.world.now + step.seconds
+                    self.queued.append(q)
+                    return
+                got = lim._carry_out(step)
+        except StopIteration as done:
+            lim._slotting.forget(q.taking.lease_id)
+            self._queued_held(q, done.value)
+        except Exception as e:
+            lim._slotting.forget(q.taking.lease_id)
+            if q.taking.placed:  # as the shell does: leave the queue
+                lim._give_back(given_up(q.rule, q.taking.lease_id))
+            if not _documented(e, q.step):
+                raise Violation(
+                    f"at {self.world.now:.3f}: queued slot{_args(a)} raised {e!r}"
+                ) from e
+        finally:
+            backend.taking = None
+
+    def _queued_held(self, q: Queued, held: Held) -> None:
+        a = q.step.args
+        lim = self.limiters[q.process]
+        stack = ExitStack()
+        stack.callback(lim._give_back, held)
+        by_store = held.decision.reason != Reason.BACKEND_FALLBACK
+        self.held.append(
+            Hold(
+                self.world.now + held.wait_s + a["hold"],
+                q.process,
+                a["url"],
+                stack,
+                q.rule.max_concurrent,
+                by_store,
+                None if held.local else held.lease_id,
+                self.world.now,
+                self.world.epoch,
+            )
+        )
+        self._admitted(q.process, a["url"], a["key"], 1, q.rule, by_store, held.wait_s)
+
+    def _resume(self) -> None:
+        """The grants the store published, heard by every live process; then each
+        queued caller woken by one, or whose wait ended, goes on."""
+        slots = self.world.slots
+        if slots is not self.heard_from:
+            self.heard_from, self.heard = slots, 0
+        news = slots.published[self.heard :]
+        self.heard = len(slots.published)
+        for _, message in news:
+            for p, lim in enumerate(self.limiters):
+                if p not in self.killed:
+                    lim._slotting.heard(message)
+        for q in list(self.queued):
+            if q.process in self.killed:
+                self.queued.remove(q)
+                continue
+            woken = q.waiter._event.is_set()
+            if woken or q.until <= self.world.now:
+                q.waiter._event.clear()
+                self.queued.remove(q)
+                self._drive(q, None)
 
     def _slot(self, step: Step) -> None:
         a = step.args
