@@ -160,7 +160,8 @@ class MemoryBackend:
         capacity and keeps its debt, the time its reservations run to); a sliding
         window's admissions (their times) move as they are; a fixed window's latest
         window becomes the new period's window holding its end, full. Kept until the
-        state is dropped whole (an outage's is)."""
+        state is dropped whole (an outage's is). The old key's state goes: a part that
+        comes back later (A -> B -> A) carries B's state to it again."""
         with self._lock:
             now_us = self._clock()
             for o, n in zip(old.limits, new.limits, strict=False):
@@ -177,6 +178,9 @@ class MemoryBackend:
                     state = FixedWindow(float(math.floor(end_us / (n.period * US_PER_S))), n.rate)
                 if state is not None:
                     self._store(new_key, n.per_caller, state, math.inf)
+                    # moved, not copied: a part that comes back (A -> B -> A) finds no
+                    # stale state of its own to keep in place of what B admitted
+                    (self._callers if o.per_caller else self._shared).pop(old_key, None)
 
     def hold_count(self, limit: Rule, caller: str | None, start_us: float, used: float) -> None:
         """A calendar quota's count at least ``used`` in the period that starts at

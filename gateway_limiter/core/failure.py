@@ -75,7 +75,7 @@ class Breaker:
         #: Monotonic seconds until which calls stay off the backend; 0.0: closed.
         self._open_until_s = 0.0
         self._lock = threading.Lock()
-        self._outages = Throttle(OUTAGE_REPORT_SECONDS)
+        self._outages = Throttle(OUTAGE_REPORT_SECONDS, clock.monotonic)
         self._reported = False
 
     @property
@@ -200,7 +200,16 @@ class Policy:
     add up to no more than what was left.
     """
 
-    __slots__ = ("_empty_first", "_fresh", "_parts", "_started", "kind", "local", "quota_floor")
+    __slots__ = (
+        "_empty_first",
+        "_fresh",
+        "_parts",
+        "_shared_parts",
+        "_started",
+        "kind",
+        "local",
+        "quota_floor",
+    )
 
     def __init__(self, kind: FailurePolicy | str, fresh: Callable[[], Backend]) -> None:
         """``fresh()``: new in-process state for ``local`` and ``share`` to decide on (the
@@ -216,6 +225,9 @@ class Policy:
         #: (url, caller: None unless a limit is per caller) -> the rule at the part
         #: ``share`` last decided it at, in this outage
         self._parts: dict[tuple[str, str | None], Rule] = {}
+        #: url -> the rule at the part ``share`` last decided it at, any caller: what
+        #: its limits shared by every caller carry on from
+        self._shared_parts: dict[str, Rule] = {}
         self._empty_first = True
         #: A calendar quota's count in its period as this process last knew it, by the
         #: (whole) limit and the caller: (the period's start, epoch µs; used), or None.
@@ -229,6 +241,7 @@ class Policy:
             self.local = self._fresh()
             self._started = set()
             self._parts = {}
+            self._shared_parts = {}
             self._empty_first = start_empty
 
     def _start_empty(self, local: Backend, rule: Rule, key: str | None) -> None:
@@ -253,6 +266,20 @@ class Policy:
             parts.clear()
         caller = key if new.keyed else None  # a state per caller only where one is kept
         parts[(new.url, caller)] = new
+        shared = self._shared_parts
+        before = shared.get(new.url)
+        if len(shared) >= _STARTED_KEPT:
+            shared.clear()
+        shared[new.url] = new
+        if (
+            caller is not None
+            and before is not None
+            and before not in (new, old)
+            and isinstance(local, Carries)
+        ):
+            # a caller deciding at this part first, after another moved the interface
+            # to it: the limits every caller shares carry on from the part they were at
+            local.carry(before, new, None)
         if old is not None and isinstance(local, Carries):
             self._started.add((new, key))
             local.carry(old, new, caller)

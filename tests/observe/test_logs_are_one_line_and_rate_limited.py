@@ -30,6 +30,22 @@ class Clock:
         return self.now
 
 
+class ManualClock(Clock):
+    """A limiter's ``Clock`` the test moves by hand (sleeps move it)."""
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    async def sleep_async(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def messages(caplog: pytest.LogCaptureFixture, part: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if part in r.getMessage()]
 
@@ -60,7 +76,8 @@ def test_a_flapping_redis_is_reported_once_per_interval_with_a_count(
     # a second: the three outages below fall well within it, even on a loaded host
     monkeypatch.setattr(failure, "OUTAGE_REPORT_SECONDS", 1.0)
     caplog.set_level(logging.DEBUG, logger=LOGGER_NAME)
-    breaker = Breaker(0.01)
+    clock = ManualClock()
+    breaker = Breaker(0.01, clock)
     error = BackendError("ConnectionError: redis://:s3cret@cache:6379\nsecond line")
     for _ in range(3):  # three outages in quick succession
         breaker.failed(error)
@@ -71,7 +88,7 @@ def test_a_flapping_redis_is_reported_once_per_interval_with_a_count(
         "deciding by on_backend_error"
     ]
     assert len(messages(caplog, "reachable again")) == 1  # only for the outage reported
-    time.sleep(1.05)
+    clock.now += 1.05  # the breaker's clock: its reports follow it
     breaker.failed(error)
     assert messages(caplog, "Redis unreachable")[-1].endswith("(2 more since the last report)")
     assert all("\n" not in r.getMessage() for r in caplog.records)

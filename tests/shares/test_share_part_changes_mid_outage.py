@@ -7,11 +7,15 @@ The outage is decided by the failure policy on a clock the test drives."""
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Callable
+
 from gateway_limiter.backends.base import Clocks
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.memory import MemoryBackend
-from gateway_limiter.config.rules import Rule
+from gateway_limiter.config.rules import Rule, build_rules
 from gateway_limiter.config.settings import Settings
+from gateway_limiter.config.table import ConfRow
 from gateway_limiter.core.failure import Policy
 from gateway_limiter.core.fleet import Fleet
 
@@ -73,3 +77,69 @@ def test_a_first_heartbeat_mid_outage_counts_what_the_whole_rule_admitted() -> N
     went = go_ahead_times(None, 0.5)
     assert len(went) >= 100
     assert most_over_a_span(went, 1.0) <= 1e-6
+
+
+def _went_a_b_a(
+    algorithm: str, rate: int, parts: list[float], caller: Callable[[int], str] | None = None
+) -> tuple[Rule, list[float]]:
+    """A shared limit of ``rate`` a second and a per-caller one beside it; two callers
+    take turns, a call a millisecond for 3 s, each willing to wait 10 s; the claim
+    goes through ``parts`` in equal spells (A -> B -> A ...); ``caller``: who calls at
+    each millisecond instead. The shared limit, and when each admitted call goes."""
+    rows = [
+        ConfRow(1, None, None, URL, rate, 10.0, 1, algorithm=algorithm, period_seconds=1),
+        ConfRow(2, None, None, URL, rate * 10, 10.0, 1, algorithm=algorithm, per_caller=1),
+    ]
+    rule = build_rules(rows, 0.5, "UTC").rules[URL]
+    fleet = Fleet(Settings(redis_url="redis://unused"), shared=True)
+    fleet.beat(Heartbeat(live=2, claims={URL: parts[0]}))
+    now = [0.0]
+    policy = Policy("share", MemoryBackend)
+    policy.outage_began(start_empty=True)
+    policy.local = MemoryBackend(clocks=Clocks(lambda: now[0]))
+    went = []
+    spell = 3000 // len(parts)
+    for ms in range(3000):
+        if ms and ms % spell == 0:  # a heartbeat answers while the breaker is still open
+            fleet.beat(Heartbeat(live=2, claims={URL: parts[ms // spell]}))
+        now[0] = ms * 1000.0
+        key = ("k1" if ms % 2 else "k2") if caller is None else caller(ms)
+        verdict = policy.reserve(fleet.share(rule), 1, 10.0, key, whole=rule)
+        if verdict.allowed:
+            went.append((now[0] + verdict.wait_us) / 1e6)
+    (shared,) = [r for r in rule.limits if not r.per_caller]
+    return shared, sorted(went)
+
+
+def test_a_part_that_comes_back_counts_what_the_other_part_admitted() -> None:
+    # A -> B -> A with a per-caller limit beside the shared one: back at A, the shared
+    # limit's state went on from the state A had left, stale, not from what B admitted
+    # (the second caller found it live and took it as carried): 11 beyond C + R x T on
+    # a bucket of 10 a second, before the carry moved the state.
+    shared, went = _went_a_b_a("token_bucket", 10, [1.0, 0.5, 1.0])
+    worst = 0.0
+    for i, start in enumerate(went):  # at the largest part, 1: C + R x T
+        for j in range(i, len(went)):
+            worst = max(worst, (j - i + 1) - shared.burst - shared.rate * (went[j] - start))
+    assert worst <= 1e-6
+
+
+def test_a_window_part_that_comes_back_counts_what_the_other_part_admitted() -> None:
+    # 3 a second, the part 1 -> 0.3 -> 1 -> 0.3 -> 1: 4 in one second before the fix.
+    _, went = _went_a_b_a("sliding_window", 3, [1.0, 0.3, 1.0, 0.3, 1.0])
+    most = max(bisect.bisect_left(went, t + 1.0 - 1e-6) - i for i, t in enumerate(went))
+    assert most <= 3
+
+
+def test_a_caller_first_seen_after_the_part_changed_counts_what_the_others_admitted() -> None:
+    # Caller k1 books the shared bucket (10 a second) well ahead at part 1; the part
+    # goes to 0.5 and k2 asks for the first time in the outage: its shared limit must
+    # go on from k1's, not start apart at the new part beside it (seed 3831, shrunk).
+    shared, went = _went_a_b_a(
+        "token_bucket", 10, [1.0, 0.5, 0.5], caller=lambda ms: "k1" if ms < 1000 else "k2"
+    )
+    worst = 0.0
+    for i, start in enumerate(went):  # at the largest part, 1: C + R x T
+        for j in range(i, len(went)):
+            worst = max(worst, (j - i + 1) - shared.burst - shared.rate * (went[j] - start))
+    assert worst <= 1e-6

@@ -118,6 +118,11 @@ def test_the_checker_catches_a_bucket_over_its_bound() -> None:
     _hold(rule, [(0.0, 1), (0.5, 1), (1.0, 1), (2.0, 1)], 1.0, 0.0, "ok")
     with pytest.raises(Violation):
         _hold(rule, [(0.0, 2), (0.5, 1), (0.6, 1)], 1.0, 0.0, "over")
+    # a span that starts late: 3 at once at 10 s (decided then), after a quiet start
+    with pytest.raises(Violation):
+        _hold(rule, [(0.0, 1), (10.0, 3, 10.0)], 1.0, 0.0, "over, late")
+    # a call of 5 decided at 7 s goes at 10 s: 2 stored, 3 refilled meanwhile
+    _hold(rule, [(0.0, 1), (10.0, 5, 7.0)], 1.0, 0.0, "a large call that waited")
     window = Rule("/a", 3, 0.0, 1, algorithm="sliding_window")
     _hold(window, [(0.0, 3), (1.0, 3)], 1.0, 0.0, "ok")
     with pytest.raises(Violation):
@@ -402,3 +407,68 @@ def test_the_checker_catches_a_slot_whose_lease_was_not_renewed(
     monkeypatch.setattr(sim.SimLimiter, "_renew_slots", lambda self: None)
     with pytest.raises(Violation, match="lost its lease"):
         run_scenario(_killed_holder())
+
+
+def test_a_caller_first_seen_after_the_part_changed_counts_what_the_others_booked() -> None:
+    """Seed 3831, shrunk: a bucket of 1 at 3 a second beside a per-caller window; the
+    store away 0.3 s, then a heartbeat answers while the breaker is open and the part
+    goes from 1 to 0.95. Caller ``bad`` had booked the bucket to 2.3 s at part 1;
+    caller ``{x}``, first seen at 0.95, was admitted at 1.64 beside those bookings."""
+    sc = Scenario(
+        seed=3831,
+        processes=[0.0],
+        policy="share",
+        rows=[
+            {
+                "config_id": 1,
+                "interface_url": "}c{",
+                "rate_limit": 3,
+                "cache": 2.0,
+                "status": 1,
+                "algorithm": "token_bucket",
+                "period_seconds": 1,
+                "max_permits": 1,
+            },
+            {
+                "config_id": 2,
+                "interface_url": "}c{",
+                "rate_limit": 100,
+                "cache": 0.0,
+                "status": 1,
+                "algorithm": "fixed_window",
+                "period_seconds": 2,
+                "per_caller": 1,
+                "max_concurrent": 2,
+            },
+        ],
+        steps=[
+            Step(0.4198, "down", {"for": 0.3, "lag": 0.5}),
+            Step(
+                0.6446,
+                "call",
+                {
+                    "p": 0,
+                    "op": "acquire",
+                    "url": "}c{",
+                    "permits": 1,
+                    "timeout": None,
+                    "key": "bad",
+                    "n": 5,
+                },
+            ),
+            Step(
+                1.2867,
+                "call",
+                {
+                    "p": 0,
+                    "op": "acquire",
+                    "url": "}c{",
+                    "permits": 1,
+                    "timeout": 0.05,
+                    "key": "{x}",
+                    "n": 1,
+                },
+            ),
+        ],
+    )
+    run_scenario(sc)

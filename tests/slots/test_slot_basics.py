@@ -61,7 +61,9 @@ def test_the_slot_is_given_back_when_the_block_raises(
     assert redis_client.zcard(slot_keys(key_prefix, URL)[0]) == 0
 
 
-def test_a_waiter_gets_a_released_slot_promptly(lim: GatewayLimiter) -> None:
+def test_a_waiter_gets_a_released_slot_promptly(
+    lim: GatewayLimiter, redis_client: redis.Redis, key_prefix: str
+) -> None:
     entered = threading.Event()
     release = threading.Event()
 
@@ -84,7 +86,11 @@ def test_a_waiter_gets_a_released_slot_promptly(lim: GatewayLimiter) -> None:
 
     waiter = threading.Thread(target=wait_for_one)
     waiter.start()
-    time.sleep(0.3)  # the waiter is queued by now (it asks in a few ms)
+    queue = slot_keys(key_prefix, URL)[1]
+    deadline = time.monotonic() + 5.0
+    while not redis_client.zcard(queue) and time.monotonic() < deadline:
+        time.sleep(0.005)  # the waiter's place in the queue, not a guess at when
+    assert redis_client.zcard(queue) == 1
     assert got == []
     released = time.monotonic()
     release.set()

@@ -25,13 +25,17 @@ import dataclasses
 import json
 import math
 import random
+import struct
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast
+
+from sqlalchemy import Engine, Table, create_engine, delete, insert
+from sqlalchemy.pool import StaticPool
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.base import BackendError, Clocks
@@ -43,18 +47,34 @@ from gateway_limiter.backends.state import caller_part, own_limits, state_key
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule, build_rules
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.config.table import ConfRow
+from gateway_limiter.config.table import (
+    _ROW_FIELDS,
+    SWITCH_ROW_ID,
+    Base,
+    ConfRow,
+    LimiterSwitch,
+    RateLimitConf,
+)
 from gateway_limiter.core.decision import Reason
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.core.pipeline import call_class
-from gateway_limiter.core.slots import Held, fallback_cap
+from gateway_limiter.core.slots import Held, Taking, Waiter, fallback_cap, given_up, take_slot
+from gateway_limiter.core.steps import Await
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, Refused
 from gateway_limiter.model.bucket import US_PER_S, Verdict
+from gateway_limiter.model.bucket import expiry_ms as bucket_expiry_ms
+from gateway_limiter.model.lease import lease
 from gateway_limiter.model.limits import LimitState
 from gateway_limiter.model.priority import Priority
 from gateway_limiter.model.pushback import PushbackState
 from tests.support.slot_model import SlotModel
 
+#: The limits table and the switch's (Core tables), and each row field's column.
+CONF = cast(Table, RateLimitConf.__table__)
+SWITCH = cast(Table, LimiterSwitch.__table__)
+COLUMNS = {field: column for column, field in _ROW_FIELDS.items()}
+#: ``lease.lua``'s reply: eleven doubles.
+LEASE_REPLY = struct.Struct("<11d")
 #: The world's wall clock at its time 0 (a Monday, 00:00 UTC).
 EPOCH_S = 1_767_571_200.0
 #: What Redis takes as a key's expiry: the scripts pass it as a Lua number, printed
@@ -90,7 +110,7 @@ class SimClock:
         return 1_000.0 + self._world.now + self.skew_s + self.slept
 
     def time(self) -> float:
-        return EPOCH_S + self._world.now + self.skew_s + self.slept
+        return self._world.epoch_s + self._world.now + self.skew_s + self.slept
 
     def sleep(self, seconds: float) -> None:
         if not 0 <= seconds <= SLEEP_MOST_S:  # as time.sleep would
@@ -175,14 +195,17 @@ def key_slot(key: str) -> int:
 class World:
     """The timeline, the shared store and its faults, and what the checker needs."""
 
-    def __init__(self, prefix: str = "sim") -> None:
+    def __init__(self, prefix: str = "sim", epoch_s: float = EPOCH_S) -> None:
         self.now = 0.0
+        #: the wall clock at time 0 (a scenario may start near a DST change or a
+        #: month's end)
+        self.epoch_s = epoch_s
         self.prefix = prefix
         #: the sleeps so far of the call now asking the store (its moment is that much
         #: after the world's)
         self.lag = 0.0
         self.store = MemoryBackend(
-            clocks=Clocks(lambda: (self.now + self.lag) * US_PER_S, lambda: EPOCH_S + self.now)
+            clocks=Clocks(lambda: (self.now + self.lag) * US_PER_S, lambda: epoch_s + self.now)
         )
         self.fleet = Fleet()
         #: slot.lua's and slot_renew.lua's keys (the Python model, pinned to the Lua)
@@ -190,6 +213,8 @@ class World:
         #: a take's decision keys -> the Rule and caller its process asked with: what
         #: the rate part of slot.lua decides (the store's model, on those same keys)
         self.asked: dict[tuple[str, ...], tuple[Rule, str | None]] = {}
+        #: every lease.lua call that asked for permits: (process, key, its moment)
+        self.leased: list[tuple[int, str, float]] = []
         #: lease id -> the process that took it
         self.owners: dict[str, int] = {}
         #: how many times the store lost its state (restart, failover)
@@ -255,6 +280,62 @@ class World:
         v = self.store.reserve(rule, 1, timeout, caller)
         allowed = 1.0 if v.allowed else (-1.0 if v.reserved else 0.0)
         return REPLY.pack(allowed, v.wait_us, v.stored, v.next_free_us, v.factor, v.held_us)
+
+    def lease(self, key: str, argv: list[Any]) -> bytes:
+        """``lease.lua`` on ``key`` (the prefixed bucket key; ARGV as sent), decided by
+        its Python model (``model/lease.py``, pinned to the Lua bit for bit on a bucket
+        no pushback holds) on the store's state. A pushback's hold and factor are not
+        applied: the lease admits no fewer than the script would, so the checks are no
+        easier to pass."""
+        store = self.store
+        mine = key[len(self.prefix) :]  # the store's keys have no prefix
+        now_us = (self.now + self.lag) * US_PER_S
+        config = bytes(argv[0]) if not isinstance(argv[0], str) else argv[0].encode()
+        rate, capacity = struct.unpack_from("<dd", config)
+        share = struct.unpack_from("<d", config, 24)[0] if len(config) == 32 else None
+        permits = int(argv[1])
+        budget = float(argv[2])
+        if argv[3] not in ("", None):
+            now_us = float(argv[3])
+        size, unused = int(argv[4]), int(argv[5])
+        taken_us = float(argv[6]) if argv[6] not in ("", None) else None
+        span_us = float(argv[7]) if len(argv) > 7 else 0.0
+        floor = float(argv[8]) if len(argv) > 8 else 0.0
+        entry = store._shared.get(mine)
+        state = None if entry is None or entry[1] <= now_us else entry[0]
+        reply, after = lease(
+            state,
+            rate,
+            capacity,
+            permits,
+            None if budget < 0 else budget,
+            now_us,
+            size,
+            unused,
+            taken_us,
+            span_us,
+            share,
+            floor,
+        )
+        if after is not None and after is not state:
+            store._shared[mine] = (after, now_us + bucket_expiry_ms(after, now_us) * 1000.0)
+        v = reply.verdict
+        allowed = 1.0 if v.allowed else (-1.0 if v.reserved else 0.0)
+        if permits <= 0:
+            return LEASE_REPLY.pack(1, 0, 0, 0, 1, 0, 0, now_us, 0, 0, 0)
+        return LEASE_REPLY.pack(
+            allowed,
+            v.wait_us,
+            v.stored,
+            v.next_free_us,
+            v.factor,
+            v.held_us,
+            reply.granted,
+            now_us,
+            reply.owed,
+            reply.first_us,
+            reply.interval_us,
+        )
 
     def call(self, keys: list[str], run: Callable[[], Any]) -> Any:
         """One script call on ``keys``: faults first, then the model, then what Redis
@@ -358,11 +439,19 @@ class SimBackend:
 
     def script(self, call: ScriptCall) -> Any:
         world = self.world
-        if call.name not in ("slot", "slot_renew"):
-            # lease.lua has no Python model: no scenario row has a lease
-            raise Unreachable(f"simulated store: no model of {call.name}")
         numkeys = int(call.args[0])
         keys = [str(k) for k in call.args[1 : 1 + numkeys]]
+        if call.name == "lease":
+            world.lag = 0.0 if self.clock is None else self.clock.slept
+            try:
+                reply: bytes = world.call(keys, lambda: world.lease(keys[0], call.args[2:]))
+            finally:
+                world.lag = 0.0
+            if int(call.args[3]) > 0:
+                world.leased.append((self.process, keys[0], world.now + world.lag))
+            return reply
+        if call.name not in ("slot", "slot_renew"):
+            raise Unreachable(f"simulated store: no model of {call.name}")
         if call.name == "slot" and call.args[1 + numkeys] == "take":
             decision = keys[SLOT_KEYS:]
             assert self.taking is not None, "a take outside SimLimiter._take_slot"
@@ -391,6 +480,15 @@ class SimBackend:
         pass
 
 
+class _Listening:
+    """The subscriber of a simulated process: it hears every grant (``Run._resume``)."""
+
+    listening = True
+
+    def stop(self) -> None:
+        pass
+
+
 class _Renewer:
     """No renewer thread: the run renews every process's leases at their moments."""
 
@@ -413,7 +511,8 @@ class SimLimiter(GatewayLimiter):
         super()._open_backend(settings)  # memory://: nothing opened
         self.backend = SimBackend(self.world, self.process, cast(SimClock, self.clock))
         self._renewer = _Renewer()  # type: ignore[assignment]
-        self._slotting.subscribe(lambda heard: None)  # no grants heard: none is queued
+        # the grants the store publishes are handed to every process (Run._resume)
+        self._slotting.subscribe(lambda heard: _Listening())
         return True
 
     def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
@@ -441,6 +540,35 @@ RESERVES = (
 )
 
 
+#: The interface the calendar quotas are drawn on. Its calls have bounded budgets: a
+#: call that may wait beyond the next two periods is counted in the last period the
+#: store is told of, and after a quota's worth of such calls every later one is
+#: admitted at one moment (``limits.lua``, ``bucket.lua`` and their model; shown by
+#: ``tests/sim/test_sim_calendar.py``).
+CALENDAR_URL = "/q"
+#: Calendar quotas' zones: none, a US and a European DST, a half-hour DST.
+ZONES = ("UTC", "America/New_York", "Europe/Berlin", "Australia/Lord_Howe")
+#: A renewal other than the default, per period: 02:30 is skipped on a spring-forward
+#: night in New York and Berlin; the 30th is February's last day.
+RENEWS = {"day": "02:30", "week": "sun 02:30", "month": "30 00:00"}
+#: Moments a scenario's world may start just before (epoch s, 2026): DST starts and
+#: ends (New York, Berlin, Lord Howe), New York's 02:30 skipped, and months' ends
+#: (UTC, and midnight in New York).
+TURNS = (
+    1_772_953_200.0,  # 2026-03-08 07:00 UTC: New York springs forward
+    1_772_955_000.0,  # 07:30 UTC: 02:30 that night, read as 03:30 EDT
+    1_793_512_800.0,  # 2026-11-01 06:00 UTC: New York falls back
+    1_774_746_000.0,  # 2026-03-29 01:00 UTC: Berlin springs forward
+    1_792_890_000.0,  # 2026-10-25 01:00 UTC: Berlin falls back
+    1_775_314_800.0,  # 2026-04-04 15:00 UTC: Lord Howe goes back half an hour
+    1_769_904_000.0,  # 2026-02-01 00:00 UTC: January's end
+    1_772_341_200.0,  # 2026-03-01 05:00 UTC: February's end in New York
+    1_798_761_600.0,  # 2027-01-01 00:00 UTC: the year's end
+)
+#: How far the clock may jump (s).
+JUMPS = (3_600.0, 86_399.0, 604_800.0, 2_678_400.0)
+
+
 @dataclass
 class Step:
     """One thing that happens at ``at`` seconds: a call, a fault, an edit, a tick."""
@@ -463,6 +591,9 @@ class Scenario:
     breaker_s: float = 1.0
     heartbeat_s: float = 1.0
     reload_s: float = 1.0
+    epoch_s: float = EPOCH_S  # the wall clock at time 0
+    #: the reloads read a table (``Registry.reload``), not the rows as they are
+    table: bool = False
 
 
 def _row(rnd: random.Random, config_id: int, url: str) -> dict[str, Any]:
@@ -609,7 +740,86 @@ def scenario(seed: int, length_s: float = 3.0) -> Scenario:
             round(extra.uniform(0.2, length_s), 4), "kill", {"p": extra.randrange(len(processes))}
         )
         steps.append(kill)
-    return Scenario(seed, processes, policy, rows, steps)
+    # drawn on a fourth stream, so the scenarios of a seed stay as they were: rate
+    # leases (``leaseMs``) on token buckets (the reload ignores one elsewhere, with a
+    # warning), and, where a row has one, a process killed while it holds a lease; not
+    # on the fastest rows (a debt lease queues a permit at a time: up to R x leaseMs)
+    more = random.Random(seed * 104_729 + 3)
+    for row in rows:
+        if row.get("algorithm") == "token_bucket" and more.random() < 0.4:
+            lease_ms = more.choice((20, 200, 500, 1000))
+            if row["rate_limit"] <= 1000:
+                row["lease_ms"] = lease_ms
+    leases = any("lease_ms" in row for row in rows) and len(processes) > 1
+    if leases and more.random() < 0.3 and not any(s.what == "kill" for s in steps):
+        at = round(more.uniform(0.2, length_s), 4)
+        steps.append(Step(at, "kill", {"p": more.randrange(len(processes))}))
+    # drawn on a fifth stream: calendar quotas (a day, a week or a month in a time
+    # zone) on an interface of their own, with calls on it of bounded budgets (a call
+    # waiting beyond the next two periods breaks the quota: CALENDAR_URL); the world
+    # starting just before a DST change or a month's end, and the clock jumping ahead
+    # (an hour, a day less a second, a week, a month)
+    cal = random.Random(seed * 15_485_863 + 5)
+    epoch_s = EPOCH_S
+    if cal.random() < 0.3:
+        if cal.random() < 0.5:  # a rate limit beside the quotas
+            rows.append(
+                {
+                    **_row(cal, len(rows) + 1, CALENDAR_URL),
+                    "algorithm": "token_bucket",
+                    "status": 1,
+                    "rate_limit": cal.choice((1, 5, 100)),
+                }
+            )
+        for _ in range(cal.choice((1, 1, 2))):
+            period = cal.choice(("day", "week", "month"))
+            rows.append(
+                {
+                    "config_id": len(rows) + 1,
+                    "interface_url": CALENDAR_URL,
+                    "rate_limit": cal.choice((1, 3, 10, 50)),
+                    "cache": cal.choice((None, 0.0, 0.5)),
+                    "status": 1,
+                    "quota_period": period,
+                    "time_zone": cal.choice(ZONES),
+                    "quota_renews": cal.choice((None, RENEWS[period])),
+                }
+            )
+            if cal.random() < 0.25:
+                rows[-1]["per_caller"] = 1
+        epoch_s = cal.choice(TURNS) - round(cal.uniform(0.0, 2.5), 3)
+        if cal.random() < 0.6:
+            at = round(cal.uniform(0.3, length_s), 4)
+            steps.append(Step(at, "jump", {"by": cal.choice(JUMPS)}))
+        for _ in range(cal.randint(3, 15)):
+            args = {
+                "p": cal.randrange(len(processes)),
+                "op": cal.choice(("try_acquire", "decide", "reserve")),
+                "url": CALENDAR_URL,
+                "permits": cal.choice((1, 1, 1, 2, 7)),
+                "timeout": cal.choice((0, 0.05, 1.0)),
+                "key": cal.choice((None, None, "k1", "bad")),
+                "n": cal.choice((1, 1, 2, 4)),
+            }
+            steps.append(Step(round(cal.uniform(0.0, length_s), 4), "call", args))
+    # a sixth: the reloads read the rows from a table, with the real reload (the
+    # read costs several times the rest of a scenario: one in sixteen)
+    table = random.Random(seed * 32_452_843 + 6).random() < 1 / 16
+    # a seventh: callers queued for a slot (a wait budget), where a row has a cap
+    queue = random.Random(seed * 49_979_687 + 7)
+    capped = sorted({r["interface_url"] for r in rows if r.get("max_concurrent")})
+    if capped and queue.random() < 0.5:
+        for _ in range(queue.randint(2, 8)):
+            args = {
+                "p": queue.randrange(len(processes)),
+                "url": queue.choice(capped),
+                "key": None,
+                "hold": queue.choice((0.2, 0.5, 1.0)),
+                "budget": queue.choice((0.3, 1.0, 2.0)),
+                "n": queue.choice((2, 3, 4)),  # callers at once: some wait in the queue
+            }
+            steps.append(Step(round(queue.uniform(0.0, length_s), 4), "queue", args))
+    return Scenario(seed, processes, policy, rows, steps, epoch_s=epoch_s, table=table)
 
 
 # --- running one ----------------------------------------------------------------------
@@ -620,7 +830,7 @@ class Admission:
     """A call that went ahead: when, where, and who decided it."""
 
     at: float
-    decided: float
+    decided: float  # when its permits left the store (a lease row: its lease's moment)
     process: int
     url: str
     key: str | None
@@ -630,6 +840,24 @@ class Admission:
     outage: int  # the world's outage it fell in (-1: none)
     parts: tuple[float, float]  # the process's claim (or 1/N) and 1/N, then
     rank: int = 0  # its class (Priority.rank: 0 critical ... 3 sheddable)
+    #: from when its permits count as given out one by one (``_most_over``); a
+    #: lease's stored permits spent in-process: all at once, when they went ahead
+    given: float | None = None
+
+
+@dataclass
+class Queued:
+    """A ``slot()`` call waiting in the queue: its engine's steps, parked at a wait
+    until ``until`` (world time) or a grant wakes its waiter."""
+
+    process: int
+    step: Step
+    steps: Any  # the engine's generator (core/slots.py, take_slot)
+    waiter: Waiter
+    taking: Taking
+    rule: Rule
+    since: float  # when it asked
+    until: float = 0.0
 
 
 @dataclass
@@ -668,7 +896,7 @@ class Run:
 
     def __init__(self, sc: Scenario) -> None:
         self.sc = sc
-        self.world = World()
+        self.world = World(epoch_s=sc.epoch_s)
         self.rows = [dict(r) for r in sc.rows]
         self.switch = True
         self.db_away_until = -1.0
@@ -681,7 +909,26 @@ class Run:
         #: process -> when it was killed (it vanished: no release, no renewal, no beat)
         self.killed: dict[int, float] = {}
         self.corpses: list[Hold] = []  # what the killed processes held, never given back
+        #: callers queued for a slot (a budget above 0), their ``slot()`` parked at a wait
+        self.queued: list[Queued] = []
+        #: grants the store published that the processes have heard (of this model)
+        self.heard = 0
+        self.heard_from: SlotModel | None = None
+        #: (process, bucket key) -> the moment of its latest lease call that asked for
+        #: permits: when the permits its lease holds left the store
+        self.lease_taken: dict[tuple[int, str], float] = {}
+        #: id of a permit a lease scheduled as debt -> (that entry, its lease call's moment)
+        self.debt_taken: dict[int, tuple[tuple[float, float], float]] = {}
         self.limiters: list[SimLimiter] = []
+        #: the limits table and the switch, one in-memory database the fleet reads (in
+        #: a scenario drawn to; the others hand the rows to the reload's rules)
+        self.table: Engine | None = None
+        if sc.table:
+            self.table = create_engine(
+                "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}
+            )
+            Base.metadata.create_all(self.table, tables=[CONF, SWITCH])
+            self._write_table()
         for i, skew in enumerate(sc.processes):
             SimLimiter.world = self.world
             SimLimiter.process = i
@@ -701,6 +948,8 @@ class Run:
                 clock=SimClock(self.world, skew),
             )
             lim._fleet.member = f"p{i}"
+            if self.table is not None:
+                lim.registry._engine = self.table
             self.limiters.append(lim)
         for lim in self.limiters:
             self._start(lim)
@@ -722,11 +971,23 @@ class Run:
         for rule, permits in lim._charges():
             if not isinstance(attempt(lim.backend.reserve, rule, permits, None), BackendError):
                 fleet.charged += permits
+        for call in lim._lease_returns():  # leases a reload ended
+            attempt(lim.backend.script, call)
 
     def _reload(self, lim: SimLimiter) -> Any:
+        """The process's reload: the real one (``Registry.reload``: the table read and
+        each value converted as the driver gives it, the rules built, the switch read,
+        the snapshot swapped, the listeners told) on the world's table; the database
+        away: a failed read, the last good snapshot kept."""
         registry = lim.registry
         if self.world.now < self.db_away_until:
-            return registry._failed(ConnectionError("simulated database away"))
+            summary = registry._failed(ConnectionError("simulated database away"))
+            for listener in registry.listeners:
+                listener(summary)
+            return summary
+        if self.table is not None:
+            return registry.reload()
+        # the rows handed to the reload's rules as they are: the same swap, no read
         rows = [ConfRow(**{"channel_type": None, "interface_no": None, **r}) for r in self.rows]
         ruleset = build_rules(rows, lim.settings.default_cache, lim.settings.default_time_zone)
         old = registry.snapshot
@@ -746,6 +1007,43 @@ class Run:
             listener(summary)
         return summary
 
+    def _write_table(self) -> None:
+        """The rows and the switch, written to the world's table as an operator's SQL
+        would (the columns named as in the table)."""
+        if self.table is None:
+            return
+        with self.table.begin() as conn:
+            conn.execute(delete(CONF))
+            for r in self.rows:  # a column a row leaves out: the table's default
+                conn.execute(insert(CONF).values({COLUMNS[k]: v for k, v in r.items()}))
+            conn.execute(delete(SWITCH))
+            conn.execute(insert(SWITCH).values(switchId=SWITCH_ROW_ID, enabled=int(self.switch)))
+
+    def _applied(self) -> None:
+        """A reload applies the table: every live process whose reload read it decides on
+        the rules its rows make now (as ``build_rules`` makes them from the values
+        written) and on the switch as written."""
+        if self.world.now < self.db_away_until or self.table is None:
+            return  # (without a table the reload's rules are made from the rows as they are)
+        rows = [ConfRow(**{"channel_type": None, "interface_no": None, **r}) for r in self.rows]
+        settings = self.limiters[0].settings
+        expected = build_rules(rows, settings.default_cache, settings.default_time_zone).rules
+        for p, lim in enumerate(self.limiters):
+            snapshot = lim.registry.snapshot
+            if p in self.killed:
+                continue
+            if dict(snapshot.rules) != dict(expected) or snapshot.switch != self.switch:
+                changed = sorted(
+                    url
+                    for url in expected.keys() | snapshot.rules.keys()
+                    if expected.get(url) != snapshot.rules.get(url)
+                )
+                raise Violation(
+                    f"at {self.world.now:.3f}: process {p}'s reload did not apply the table "
+                    f"(rules of {changed} differ; switch {snapshot.switch}, written "
+                    f"{self.switch})"
+                )
+
     def _table_now(self) -> tuple[Any, ...]:
         return (tuple(tuple(sorted(r.items())) for r in self.rows), self.switch)
 
@@ -761,7 +1059,7 @@ class Run:
         # a killed holder's leases lapse within a lease of its death: watched that long
         watch = max((t + SLOT_LEASE_S + renew_s for t in self.killed_at()), default=0.0)
         i = 0
-        while i < len(steps) or self.held or ends or self.world.now < watch:
+        while i < len(steps) or self.held or ends or self.queued or self.world.now < watch:
             at = steps[i].at if i < len(steps) else math.inf
             # background moments and fault ends due before the next step
             due = min(
@@ -770,6 +1068,7 @@ class Run:
                 next_renew,
                 *(e[0] for e in ends),
                 *(h.until for h in self.held),
+                *(q.until for q in self.queued),
                 at,
             )
             if due < at:
@@ -786,6 +1085,7 @@ class Run:
                     table = self._table_now()
                     for lim in live:
                         self._reload(lim)
+                    self._applied()
                     self.reloads.append((due, 0, table))
                 if due == next_renew:
                     next_renew += renew_s
@@ -796,12 +1096,34 @@ class Run:
                     self._end_fault(end[1])
                 for held in [h for h in self.held if h.until <= due]:
                     self._give_back(held)
+                self._resume()
                 check.step(self)
                 continue
             step = steps[i]
             i += 1
             self._advance(step.at)
+            if step.what == "jump":
+                # the whole timeline jumps ahead (a fleet frozen, then thawed), the
+                # steps and faults still to come with it; not while a slot is held
+                # (its renewals would have lapsed: the check of slots says so)
+                if self.held:
+                    continue
+                by = step.args["by"]
+                self.world.now += by
+                self.world.events.append((self.world.now, "jump"))
+                steps[i:] = [dataclasses.replace(s, at=s.at + by) for s in steps[i:]]
+                ends[:] = [(t + by, what) for t, what in ends]
+                next_beat, next_reload, next_renew = (
+                    next_beat + by,
+                    next_reload + by,
+                    next_renew + by,
+                )
+                self.db_away_until += by
+                watch += by
+                check.step(self)
+                continue
             self._do(step, ends)
+            self._resume()
             check.step(self)
         check.step(self)
 
@@ -863,12 +1185,16 @@ class Run:
                 for row in self.rows:
                     if row["config_id"] == a["id"]:
                         row.update({k: v for k, v in a.items() if k != "id"})
+            self._write_table()
         elif w == "pushback":
             lim = self.limiters[a["p"]]
             lim.pushback(a["url"], a["retry"])
         elif w == "slot":
             for _ in range(a.get("n", 1)):
                 self._slot(step)
+        elif w == "queue":
+            for _ in range(a.get("n", 1)):
+                self._queue(step)
         elif w == "call":
             for _ in range(a.get("n", 1)):
                 self._call(step)
@@ -897,6 +1223,8 @@ class Run:
         clock.slept = 0.0
         fallbacks = lim.backend_fallbacks
         rule = self._route(lim, a["url"], a["key"])
+        leased = len(self.world.leased)
+        queued = list(self._debt(lim, rule))
         began = time.thread_time()
         allowed = False
         cls = a.get("priority")
@@ -935,6 +1263,7 @@ class Run:
                 return
         if rule.shadow:
             return
+        taken, spent = self._lease_taken(p, lim, rule, a["permits"], leased, queued)
         self._admitted(
             p,
             a["url"],
@@ -944,7 +1273,55 @@ class Run:
             not by_fallback,
             clock.slept,
             _rank(rule, cls),
+            taken,
+            spent,
         )
+
+    @staticmethod
+    def _debt(lim: SimLimiter, rule: Rule | None) -> list[tuple[float, float]]:
+        """The permits ``lim``'s lease of ``rule``'s interface holds as debt, in order."""
+        leases = lim._leases
+        if rule is None or not rule.lease_ms or leases is None:
+            return []
+        lease = leases._held.get(rule.url)
+        return [] if lease is None else list(lease.scheduled)
+
+    def _lease_taken(
+        self,
+        p: int,
+        lim: SimLimiter,
+        rule: Rule,
+        permits: int,
+        leased: int,
+        queued: list[tuple[float, float]],
+    ) -> tuple[float | None, bool]:
+        """When the permits a call on a lease row just went ahead with left the store:
+        its own lease call's moment; or that of the lease call that scheduled the debt
+        permits it took; or that of the lease its stored permits came from. None: not
+        a lease row (decided now). And whether they were a lease's stored permits."""
+        if not rule.lease_ms or lim._leases is None:
+            return None, False
+        key = state_key(self.world.prefix, rule)
+        for q, k, at in self.world.leased[leased:]:
+            self.lease_taken[(q, k)] = at
+        after = self._debt(lim, rule)
+        latest = self.lease_taken.get((p, key))
+        for entry in after:  # scheduled by the lease call just made, if new
+            if id(entry) not in self.debt_taken and latest is not None:
+                self.debt_taken[id(entry)] = (entry, latest)
+        mine = [at for q, k, at in self.world.leased[leased:] if q == p and k == key]
+        if mine:
+            return mine[-1], False
+        kept = {id(e) for e in after}
+        popped = [e for e in queued if id(e) not in kept]
+        if popped:  # the last of them served it (the others were too late for anyone)
+            debts = self.debt_taken
+            used = [debts[id(e)][1] for e in popped[-permits:] if id(e) in debts]
+            for e in popped:
+                self.debt_taken.pop(id(e), None)
+            if used:
+                return min(used), False
+        return latest, latest is not None
 
     def _admitted(
         self,
@@ -956,12 +1333,14 @@ class Run:
         by_store: bool,
         wait: float,
         rank: int = 0,
+        taken: float | None = None,
+        spent: bool = False,
     ) -> None:
         outage = len(self.outages) - 1 if self.outages else -1
         self.admissions.append(
             Admission(
                 self.world.now + wait,
-                self.world.now,
+                self.world.now if taken is None else taken,
                 p,
                 url,
                 key,
@@ -971,8 +1350,101 @@ class Run:
                 outage,
                 self._parts(self.limiters[p], rule),
                 rank,
+                self.world.now + wait if spent else None,
             )
         )
+
+    def _queue(self, step: Step) -> None:
+        """A ``slot()`` with a wait budget: the shell's steps for it (``take_slot``)
+        carried out here, parked at each wait (a queued caller) while the world goes on,
+        and resumed when a grant wakes it or its wait ends."""
+        a = step.args
+        lim = self.limiters[a["p"]]
+        rule = self._route(lim, a["url"], a["key"])
+        if rule is not None and rule.classed:  # as slot() routes it
+            rule = rule.for_class(call_class(rule, None))
+        if rule is None or rule.max_concurrent is None or rule.shadow or rule.closed:
+            return self._slot(step)
+        clock = cast(SimClock, lim.clock)
+        clock.slept = 0.0
+        lease_id = lim._slotting.leases.new_id()
+        budget = a["budget"]
+        taking = Taking(rule, a["key"], lease_id, clock.monotonic() + budget, budget, clock=clock)
+        waiter = lim._slotting.waiter(lease_id, None)
+        steps = take_slot(lim, lim._slotting, taking, waiter)
+        self._drive(Queued(a["p"], step, steps, waiter, taking, rule, self.world.now), None)
+        return None
+
+    def _drive(self, q: Queued, got: Any) -> None:
+        lim = self.limiters[q.process]
+        backend = cast(SimBackend, lim.backend)
+        cast(SimClock, lim.clock).slept = 0.0
+        a = q.step.args
+        backend.taking = (q.rule, a["key"])
+        try:
+            while True:
+                step = q.steps.send(got)
+                if isinstance(step, Await):  # queued: parked until woken or its wait ends
+                    q.until = self.world.now + step.seconds
+                    self.queued.append(q)
+                    return
+                got = lim._carry_out(step)
+        except StopIteration as done:
+            lim._slotting.forget(q.taking.lease_id)
+            self._queued_held(q, done.value)
+        except Exception as e:
+            lim._slotting.forget(q.taking.lease_id)
+            if q.taking.placed:  # as the shell does: leave the queue
+                lim._give_back(given_up(q.rule, q.taking.lease_id))
+            if not _documented(e, q.step):
+                raise Violation(
+                    f"at {self.world.now:.3f}: queued slot{_args(a)} raised {e!r}"
+                ) from e
+        finally:
+            backend.taking = None
+
+    def _queued_held(self, q: Queued, held: Held) -> None:
+        a = q.step.args
+        lim = self.limiters[q.process]
+        stack = ExitStack()
+        stack.callback(lim._give_back, held)
+        by_store = held.decision.reason != Reason.BACKEND_FALLBACK
+        self.held.append(
+            Hold(
+                self.world.now + held.wait_s + a["hold"],
+                q.process,
+                a["url"],
+                stack,
+                q.rule.max_concurrent,
+                by_store,
+                None if held.local else held.lease_id,
+                self.world.now,
+                self.world.epoch,
+            )
+        )
+        self._admitted(q.process, a["url"], a["key"], 1, q.rule, by_store, held.wait_s)
+
+    def _resume(self) -> None:
+        """The grants the store published, heard by every live process; then each
+        queued caller woken by one, or whose wait ended, goes on."""
+        slots = self.world.slots
+        if slots is not self.heard_from:
+            self.heard_from, self.heard = slots, 0
+        news = slots.published[self.heard :]
+        self.heard = len(slots.published)
+        for _, message in news:
+            for p, lim in enumerate(self.limiters):
+                if p not in self.killed:
+                    lim._slotting.heard(message)
+        for q in list(self.queued):
+            if q.process in self.killed:
+                self.queued.remove(q)
+                continue
+            woken = q.waiter._event.is_set()
+            if woken or q.until <= self.world.now:
+                q.waiter._event.clear()
+                self.queued.remove(q)
+                self._drive(q, None)
 
     def _slot(self, step: Step) -> None:
         a = step.args
@@ -1064,6 +1536,9 @@ def _args(a: dict[str, Any]) -> str:
 
 
 # --- the checker ----------------------------------------------------------------------
+
+
+Apart = tuple[float, int, int, float, float]
 
 
 def _limit_keys(world: World, rule: Rule, key: str | None) -> Iterator[tuple[str, Rule]]:
@@ -1160,41 +1635,50 @@ class Checker:
     def finish(self, run: Run) -> None:
         """Every span of every limit: the store's admissions, and each outage's."""
         world = run.world
-        store: dict[tuple[str, tuple[Any, ...]], list[tuple[float, float, int, int]]] = defaultdict(
-            list
-        )
-        alone: dict[tuple[str, int, tuple[Any, ...]], list[tuple[float, int, int, float]]] = (
+        store: dict[tuple[str, tuple[Any, ...]], list[tuple[float, float, int, int, float]]] = (
             defaultdict(list)
         )
+        # (went ahead, permits, process, its part, decided)
+        alone: dict[tuple[str, int, tuple[Any, ...]], list[Apart]] = defaultdict(list)
         specs: dict[tuple[Any, ...], Rule] = {}
         for adm in run.admissions:
             for key, r in _limit_keys(world, adm.rule, adm.key):
-                spec = (r.rate, r.period, r.burst, r.algorithm, r.warmup, r.calendar)
-                specs[spec] = r
+                spec = (r.rate, r.period, r.burst, r.algorithm, r.warmup, r.calendar, r.lease_ms)
+                specs[(key, spec)] = r
                 if adm.by_store:
-                    store[(key, spec)].append((adm.decided, adm.at, adm.permits, adm.rank))
+                    given = adm.decided if adm.given is None else adm.given
+                    store[(key, spec)].append((adm.decided, adm.at, adm.permits, adm.rank, given))
                 else:
                     part = adm.parts[1] if r.caps_channel else adm.parts[0]
-                    alone[(key, adm.outage, spec)].append((adm.at, adm.permits, adm.process, part))
+                    alone[(key, adm.outage, spec)].append(
+                        (adm.at, adm.permits, adm.process, part, adm.decided)
+                    )
         allowance = [t for t, what in world.events if what in ("restart", "failover", "promoted")]
         for (key, spec), seen in store.items():
-            r = specs[spec]
+            r = specs[(key, spec)]
             seen.sort()
+            if r.calendar is not None:
+                _hold_calendar(r, seen, allowance, world.epoch_s, key)
+                continue
+            # a lease row: what a lease takes is spent within leaseMs of its moment, so
+            # every span T holds at most C + R x (T + leaseMs) (docs/algorithms.md)
+            ahead = r.per_second * r.lease_ms / 1000.0
             for segment in _split(seen, allowance):
-                _hold(r, sorted((t, n) for t, n, _ in segment), 1.0, 0.0, f"{key} by the store")
+                what = f"{key} by the store" + (f" (leaseMs {r.lease_ms})" if ahead else "")
+                _hold(r, sorted((t, n, d) for t, n, _, d in segment), 1.0, ahead, what)
                 # the classes below critical never into the reserve: each class and
                 # those below it leave its share
                 if r.reserve is None or r.warmup > 0:
                     continue
                 for rank in (1, 2, 3):
                     leave = r.reserve[rank]
-                    lower = sorted((t, n) for t, n, c in segment if c >= rank)
+                    lower = sorted((t, n, d) for t, n, c, d in segment if c >= rank)
                     if leave > 0 and lower:
                         what = f"{key} by the store, classes from {list(Priority)[rank]}"
-                        _hold(r, lower, 1.0, 0.0, what, leave=leave)
+                        _hold(r, lower, 1.0, ahead, what, leave=leave)
         policy = run.sc.policy
         for (key, outage, spec), apart in alone.items():
-            r = specs[spec]
+            r = specs[(key, spec)]
             apart.sort()
             if policy == "deny":
                 raise Violation(f"{key}: {len(apart)} admitted under deny while the store was away")
@@ -1203,13 +1687,13 @@ class Checker:
             # a heartbeat answered while the breaker is still open may change a process's
             # part: the process is held to the largest part it had in the outage
             procs: dict[int, float] = {}
-            for _, _, p, part in apart:
+            for _, _, p, part, _ in apart:
                 procs[p] = max(part, procs.get(p, 0.0))
             if policy == "local":
                 for p in procs:
                     _hold(
                         r,
-                        [(t, n) for t, n, q, _ in apart if q == p],
+                        [(t, n, d) for t, n, q, _, d in apart if q == p],
                         1.0,
                         0.0,
                         f"{key} process {p} alone",
@@ -1220,7 +1704,7 @@ class Checker:
             extra = sum(max(1.0, math.floor(r.most * part + 1e-9)) for part in procs.values())
             _hold(
                 r,
-                [(t, n) for t, n, _, _ in apart],
+                [(t, n, d, r.per_second * part) for t, n, _, part, d in apart],
                 max(rate_part, 1e-9),
                 extra,
                 f"{key} shared out during outage {outage} (parts {procs})",
@@ -1229,63 +1713,111 @@ class Checker:
 
 
 def _split(
-    seen: list[tuple[float, float, int, int]], cuts: list[float]
-) -> Iterator[list[tuple[float, int, int]]]:
-    """``seen`` (decided, went ahead, permits, class) cut where the store lost its
-    state: each part's admissions (went ahead, permits, class), decided between two cuts."""
-    segment: list[tuple[float, int, int]] = []
+    seen: list[tuple[float, float, int, int, float]], cuts: list[float]
+) -> Iterator[list[tuple[float, int, int, float]]]:
+    """``seen`` (decided, went ahead, permits, class, given from) cut where the store
+    lost its state: each part's admissions (went ahead, permits, class, given from),
+    decided between two cuts."""
+    segment: list[tuple[float, int, int, float]] = []
     cut = iter(sorted(cuts))
     nxt = next(cut, math.inf)
-    for decided, t, n, c in seen:
+    for decided, t, n, c, given in seen:
         while decided >= nxt:
             if segment:
                 yield segment
             segment = []
             nxt = next(cut, math.inf)
-        segment.append((t, n, c))
+        segment.append((t, n, c, given))
     if segment:
         yield segment
 
 
+def _most_over(seen: Sequence[tuple[float, ...]], rate: float) -> tuple[float, float]:
+    """The most the admissions ``seen`` (time, permits) put beyond R x T over any span,
+    and where that span ends: max over spans [a, b] of (admitted in [a, b]) - R (b - a).
+
+    A call of n permits that went ahead at t, decided at d (``seen``'s third, if any;
+    else t), is counted as the bucket gives them out: what it had stored at d, the rest
+    one stable interval apart, as n one-permit calls made one after another would be,
+    the last due at t (the call goes ahead then). So the k-th (k = 1 ... n) at
+    max(d, t - (n - k) / R), and those after the first from d on as flowing evenly at R
+    (at most one more than the permits themselves in any span, never fewer); at the
+    rate of the bucket that gave them (``seen``'s fourth: a process's part during an
+    outage; else R). So with
+    S(x) the permits counted by time x, f(x) = S(x) - R x is linear
+    between the moments where something starts or ends, and the most is
+    max over b of f(b) - min over a <= b of f(a-), taken at those moments."""
+    mass: dict[float, float] = defaultdict(float)
+    slope: dict[float, float] = defaultdict(float)
+    for t, n, *rest in seen:
+        # its own bucket's rate (a process's part of it, while the store is away)
+        own = rest[1] if len(rest) > 1 else rate
+        if n <= 1 or own <= 0:
+            mass[t] += n
+            continue
+        d = min(rest[0], t) if rest else -math.inf
+        first = t - (n - 1) / own
+        if first < d:  # what the bucket had stored at d, at once
+            mass[d] += 1 + (d - first) * own
+            first = d
+        else:
+            mass[first] += 1
+        slope[first] += own
+        slope[t] -= own
+    f, lowest, steep, prev = 0.0, math.inf, -rate, None
+    most, at = -math.inf, -math.inf
+    for x in sorted(mass.keys() | slope.keys()):
+        if prev is not None:
+            f += steep * (x - prev)
+        lowest = min(lowest, f)  # f just before x: a span may start here
+        f += mass[x]
+        steep += slope[x]
+        if f - lowest > most:
+            most, at = f - lowest, x
+        prev = x
+    return most, at
+
+
 def _hold(
     r: Rule,
-    seen: list[tuple[float, int]],
+    seen: Sequence[tuple[float, ...]],
     part: float,
     extra: float,
     what: str,
     shared: bool = False,
     leave: float = 0.0,
 ) -> None:
-    """The admissions ``seen`` (time, permits) of limit ``r`` at ``part`` of its rate:
+    """The admissions ``seen`` (time, permits, and when decided if known) of limit ``r``
+    at ``part`` of its rate:
     a bucket's at most C + R x T over every span; a window's at most its limit per window.
     ``leave``: the share of the capacity (a bucket's C, a window's limit) the calls in
     ``seen`` had to leave (priority classes): at most (1 - leave) C + R x T, or the limit
-    less the share (whole permits)."""
+    less the share (whole permits). ``extra``: shared, the whole allowance beyond R x T;
+    else permits beyond C (a lease row's R x leaseMs)."""
     if not seen:
         return
     if r.calendar is not None:
         return
     if not r.spec.window:
         rate = r.per_second * part
-        cap = (extra if shared else r.burst * (1.0 - leave)) + 1e-6
-        best = -math.inf  # max over i of (R t_i - S_{i-1})
-        total = 0
-        for t, n in seen:
-            best = max(best, rate * t - total)
-            total += n
-            if total - rate * t - best > cap:
-                raise Violation(
-                    f"{what}: {r.algorithm} {r.rate}/{r.period}s (C={r.burst}): more than "
-                    f"C + R x T in a span ending at {t:.3f} (admitted {seen[:12]}...)"
-                )
+        cap = (extra if shared else r.burst * (1.0 - leave) + extra) + 1e-6
+        # float error: f's terms are as large as R x t
+        slack = 1e-9 * rate * max(abs(seen[0][0]), abs(seen[-1][0]), 1.0)
+        most, t = _most_over(seen, rate)
+        if most > cap + slack:
+            raise Violation(
+                f"{what}: {r.algorithm} {r.rate}/{r.period}s (C={r.burst}): more than "
+                f"C + R x T: {most:.6g} beyond R x T, at most {cap - 1e-6:.6g}, in a span "
+                f"ending at {t:.3f} (admitted {seen[:12]}...)"
+            )
         return
     limit = extra if shared else r.rate - math.floor(leave * r.rate + 1e-9)
     if r.algorithm == "fixed_window":
         limit *= 2  # a span of one period may straddle two windows
     span = r.period - 1e-6
     lo = 0
-    count = 0
-    for t, n in seen:
+    count = 0.0
+    for t, n, *_ in seen:
         count += n
         while seen[lo][0] <= t - span:
             count -= seen[lo][1]
@@ -1295,6 +1827,34 @@ def _hold(
                 f"{what}: {r.algorithm} {r.rate}/{r.period}s: {count} admitted in one "
                 f"window ending at {t:.3f} (at most {limit:g})"
             )
+
+
+def _hold_calendar(
+    r: Rule,
+    seen: list[tuple[float, float, int, int, float]],
+    cuts: list[float],
+    epoch_s: float,
+    key: str,
+) -> None:
+    """A calendar quota: the permits the store admitted in each of its periods (the
+    period that holds the moment they went ahead, after any wait for a renewal, on the
+    wall clock: ``Calendar.period_at``,
+    pinned to the scripts' periods by tests/model/) at most the quota, across the
+    fleet; counted apart where the store lost its state (a restart, a failover: the
+    count's checkpoints in the database are not simulated)."""
+    assert r.calendar is not None
+    for segment in _split(seen, cuts):
+        used: dict[tuple[int, int], int] = defaultdict(int)
+        for t, n, _, _ in segment:
+            period = r.calendar.period_at(epoch_s + t)
+            used[period] += n
+            if used[period] > r.rate:
+                start, end = period
+                raise Violation(
+                    f"{key}: calendar quota {r.rate} a {r.calendar.renewal.period} in "
+                    f"{r.calendar.zone.key}: {used[period]} admitted in the period "
+                    f"[{start}, {end}) (one going ahead at {epoch_s + t:.3f})"
+                )
 
 
 def run_scenario(sc: Scenario) -> int:
@@ -1370,6 +1930,9 @@ def test_simulated_fleet_seed_{sc.seed}() -> None:
         steps=[
 {steps}
         ],
+        reload_s={sc.reload_s!r},
+        epoch_s={sc.epoch_s!r},
+        table={sc.table!r},
     )
     run_scenario(sc)
 '''
