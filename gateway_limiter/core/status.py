@@ -14,6 +14,7 @@ from gateway_limiter.backends.state import pushback_rate
 from gateway_limiter.config.reload import Registry
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.failure import attempt
+from gateway_limiter.core.steps import Peek, PeekPushback, Steps
 from gateway_limiter.model.bucket import US_PER_S, BucketState, reserve, resync
 from gateway_limiter.model.limits import (
     LIMIT_MODELS,
@@ -251,12 +252,28 @@ def describe_state(rule: Rule, backend: Backend) -> BucketStatus:
     return bucket_status(rule, backend.shared, peeked)
 
 
-def describe_interface(interface: Rule, limits: list[Rule], backend: Backend) -> list[BucketStatus]:
+def describing(interface: Rule, limits: list[Rule], shared: bool) -> Steps[list[BucketStatus]]:
     """Every limit of ``interface`` as ``status`` shows it, with what pushbacks left on
-    the interface (the hold, the effective rate), read from a (sync) backend."""
-    pushed = attempt(backend.peek_pushback, interface) if has_pushback_state(interface) else None
+    the interface (the hold, the effective rate), as steps: the reads, then the rows."""
+    pushed = (yield PeekPushback(interface)) if has_pushback_state(interface) else None
     out = []
     for rule in limits:
-        peeked = attempt(backend.peek, rule) if has_shared_state(rule) else None
-        out.append(bucket_status(rule, backend.shared, peeked, interface, pushed))
+        peeked = (yield Peek(rule)) if has_shared_state(rule) else None
+        out.append(bucket_status(rule, shared, peeked, interface, pushed))
     return out
+
+
+def describe_interface(interface: Rule, limits: list[Rule], backend: Backend) -> list[BucketStatus]:
+    """``describing`` read from a (sync) backend (the console's and the CLI's)."""
+    reads = describing(interface, limits, backend.shared)
+    got: object = None
+    try:
+        while True:
+            step = reads.send(got)
+            if isinstance(step, PeekPushback):
+                got = attempt(backend.peek_pushback, step.rule)
+            elif isinstance(step, Peek):
+                got = attempt(backend.peek, step.rule)
+    except StopIteration as done:
+        shown: list[BucketStatus] = done.value
+        return shown
