@@ -89,9 +89,8 @@ class Shell(LimiterCore):
             try:
                 if type(step) is steps.Reserve:  # a decision's one round trip
                     ask = step.ask
-                    reserve = self.backend.reserve
                     try:
-                        got = reserve(ask.rule, ask.permits, ask.budget_s, ask.key)
+                        got = self.backend.reserve(ask.rule, ask.permits, ask.budget_s, ask.key)
                     except BackendError as e:
                         got = e
                 else:

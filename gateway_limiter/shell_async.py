@@ -84,9 +84,10 @@ class AsyncShell(LimiterCore):
             try:
                 if type(step) is steps.Reserve:  # a decision's one round trip
                     ask = step.ask
-                    reserve = self.backend.reserve
                     try:
-                        got = await reserve(ask.rule, ask.permits, ask.budget_s, ask.key)
+                        got = await self.backend.reserve(
+                            ask.rule, ask.permits, ask.budget_s, ask.key
+                        )
                     except BackendError as e:
                         got = e
                 else:
