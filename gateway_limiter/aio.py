@@ -14,29 +14,17 @@ docs/internals.md, section ``gateway_limiter.aio``.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import ClassVar, Self
 
-from gateway_limiter.backends.slots import parse_counts
 from gateway_limiter.concurrency import blocking_async, shielded_async
 from gateway_limiter.config.reload import ReloadSummary
+from gateway_limiter.core import engine
 from gateway_limiter.core.decision import Decision
 from gateway_limiter.core.failure import attempt_async
-from gateway_limiter.core.pipeline import (
-    allowed_wait_s,
-    call_class,
-    check_args,
-    check_priority,
-    route,
-    slept_s,
-    slot_rule,
-)
-from gateway_limiter.core.slots import refused
-from gateway_limiter.core.status import BucketStatus, chosen
-from gateway_limiter.errors import NotStarted
+from gateway_limiter.core.status import BucketStatus
 from gateway_limiter.lifecycle import ASYNCIO, unwatch, watch
 from gateway_limiter.model.bucket import Verdict
 from gateway_limiter.model.priority import Priority
@@ -81,8 +69,7 @@ class AsyncDecisions(AsyncShell):
             ValueError: a bad argument (named), or more permits than the interface can
                 serve in one call; nothing is reserved.
         """
-        begun = self._begin(url, permits, timeout, key, priority=priority)
-        return (await self._ask_backend(begun))[0]
+        return await self._run(engine.reserving(self, url, permits, timeout, key, priority))
 
     async def try_acquire(
         self,
@@ -125,12 +112,7 @@ class AsyncDecisions(AsyncShell):
                 await call_supplier()
             ```
         """
-        verdict = (
-            await self._ask_backend(self._begin(url, permits, timeout, key, priority=priority))
-        )[0]
-        if (wait_s := allowed_wait_s(verdict)) > 0:
-            await self.clock.sleep_async(wait_s)
-        return verdict.allowed
+        return await self._run(engine.trying(self, url, permits, timeout, key, priority))
 
     async def decide(
         self,
@@ -169,11 +151,7 @@ class AsyncDecisions(AsyncShell):
                 return 429, decision.headers()
             ```
         """
-        begun = self._begin(url, permits, timeout, key, priority=priority)
-        outcome = await self._ask_backend(begun)
-        if (wait_s := allowed_wait_s(outcome[0])) > 0:
-            await self.clock.sleep_async(wait_s)
-        return self._decision(outcome, timeout, permits, priority)
+        return await self._run(engine.deciding(self, url, permits, timeout, key, priority))
 
     async def acquire(
         self,
@@ -202,12 +180,7 @@ class AsyncDecisions(AsyncShell):
             ValueError: a bad argument, or more permits than a window of the interface
                 can ever hold.
         """
-        begun = self._begin(url, permits, None, key, forever=True, priority=priority)
-        outcome = await self._ask_backend(begun)
-        wait_s = self._acquired(url, permits, outcome)
-        if wait_s > 0:
-            await self.clock.sleep_async(wait_s)
-        return wait_s + slept_s(outcome)
+        return await self._run(engine.acquiring(self, url, permits, key, priority))
 
 
 class AsyncSlotsAndReports(AsyncDecisions):
@@ -239,11 +212,7 @@ class AsyncSlotsAndReports(AsyncDecisions):
                 await limiter.pushback("/ibe/flight/search", retry_after=2.0)
             ```
         """
-        push = self._begin_pushback(url, retry_after, key)
-        if push is not None:
-            pushback = self.backend.pushback
-            reply = await attempt_async(pushback, push.rule, push.retry_after, push.key)
-            self._pushed(push, reply)
+        await self._run(engine.pushing(self, url, retry_after, key))
 
     async def observe(
         self,
@@ -264,10 +233,7 @@ class AsyncSlotsAndReports(AsyncDecisions):
         there is none (not limited, no calendar quota) or Redis failed (logged, never
         raised).
         """
-        observed = self._begin_observe(url, remaining, reset_at, key)
-        if observed is None:
-            return None
-        return self._observed(observed, await attempt_async(self.backend.script, observed.call))
+        return await self._run(engine.observing(self, url, remaining, reset_at, key))
 
     async def status(self, url: str | None = None) -> list[BucketStatus]:
         """Every limit in force, or ``url``'s, with its live state.
@@ -280,19 +246,7 @@ class AsyncSlotsAndReports(AsyncDecisions):
             shared bucket, what the supplier's pushbacks left (the hold, the effective
             rate) and, on an interface's first limit, its calls in flight.
         """
-        states = [
-            shown
-            for interface, limits in chosen(self.registry, url)
-            for shown in await self._describe(interface, limits)
-        ]
-        return [await self._with_in_flight(s) for s in states]
-
-    async def _with_in_flight(self, state: BucketStatus) -> BucketStatus:
-        """``state`` with its interface's calls in flight, on its first limit only."""
-        rule = self.registry.snapshot.rules.get(state.rule.url)
-        if rule is None or rule.config_id != state.rule.config_id or rule.max_concurrent is None:
-            return state
-        return dataclasses.replace(state, in_flight=await self.in_flight(rule.url))
+        return await self._run(engine.statuses(self, self._slotting, url))
 
     # --- concurrency: slot() (core/slots.py explains the design) ----------------------
 
@@ -331,21 +285,11 @@ class AsyncSlotsAndReports(AsyncDecisions):
                 await call_supplier()
             ```
         """
-        check_args(url, 1, timeout, key)
-        cls = None if priority is None else check_priority(priority)
-        if not self._started:
-            raise NotStarted(self._NOT_STARTED)
-        rule = route(self.registry.snapshot, url, key)
-        if rule is not None and rule.classed:  # priority classes: the class's Rule
-            rule = rule.for_class(call_class(rule, cls))
-        if rule is None or rule.max_concurrent is None or rule.shadow or rule.closed:
-            decision = await self.decide(url, 1, timeout, key, cls)
-            if not decision.allowed:
-                budget = timeout if timeout is not None or rule is None else rule.cache
-                raise refused(url, None, decision, budget or 0.0)
-            yield decision
+        rule, cls, budget_s = engine.slot_of(self, url, timeout, key, priority)
+        if budget_s is None or rule is None:  # no cap to hold: decided as decide would
+            yield await self._run(engine.slot_decided(self, url, timeout, key, cls, rule))
             return
-        held = await self._take_slot(rule, rule.cache if timeout is None else timeout, key)
+        held = await self._take_slot(rule, budget_s, key)
         try:
             yield held.decision
         finally:
@@ -361,15 +305,7 @@ class AsyncSlotsAndReports(AsyncDecisions):
             The count; None when its row has no ``maxConcurrent``. While Redis cannot be
             asked, this process's own count.
         """
-        rule = slot_rule(self.registry.snapshot, url)
-        if rule is None or rule.max_concurrent is None:
-            return None
-        if not self._shared:
-            return self._slotting.local.in_flight(url)
-        call = self._slotting.count_call(rule)
-        reply = await attempt_async(self._slot_script, call, parse_counts)
-        counted = self._slotting.counted(url, reply)
-        return self._slotting.local.in_flight(url) if counted is None else counted
+        return await self._run(engine.in_flight(self, self._slotting, url))
 
 
 class AsyncGatewayLimiter(AsyncSlotsAndReports):
@@ -448,8 +384,7 @@ class AsyncGatewayLimiter(AsyncSlotsAndReports):
         """
         unwatch(self)
         self._stopping()
-        for call in self._lease_returns(closing=True):  # best effort: else they expire
-            await attempt_async(self.backend.script, call)
+        await self._run(engine.returning(self))  # the leases (best effort: else they expire)
         await self._stop_heartbeats()
         await self._stop_renewer()
         await self._stop_quotas()
@@ -586,7 +521,7 @@ import asyncio  # noqa: E402
 import atexit  # noqa: E402
 import threading  # noqa: E402
 
-from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, LimiterError  # noqa: E402
+from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, LimiterError, NotStarted  # noqa: E402
 
 __all__ += [
     "BackendUnavailable",

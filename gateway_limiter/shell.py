@@ -24,7 +24,7 @@ from gateway_limiter.backends.base import Backend, BackendError, Clocks
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.schemes import open_backend
 from gateway_limiter.backends.scripts import ScriptCall
-from gateway_limiter.backends.slots import channel, parse_counts
+from gateway_limiter.backends.slots import channel
 from gateway_limiter.concurrency import (
     Cancelled,
     Repeating,
@@ -36,18 +36,11 @@ from gateway_limiter.concurrency import (
 from gateway_limiter.config.checkpoints import checkpoints_read, checkpoints_written
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.core import steps
+from gateway_limiter.core import engine, steps
 from gateway_limiter.core.clock import microseconds
 from gateway_limiter.core.failure import attempt
-from gateway_limiter.core.pipeline import LimiterCore, Outcome
-from gateway_limiter.core.slots import Held, SlotState, Taking, given_up, take_slot
-from gateway_limiter.core.status import (
-    BucketStatus,
-    bucket_status,
-    has_pushback_state,
-    has_shared_state,
-)
-from gateway_limiter.model.bucket import Verdict
+from gateway_limiter.core.pipeline import LimiterCore
+from gateway_limiter.core.slots import Held, SlotState, giving_back, holding, renewing
 
 __all__ = ["Shell"]
 
@@ -83,45 +76,52 @@ class Shell(LimiterCore):
         )
         return self.backend.shared
 
-    def _ask_backend(self, step: Outcome | steps.Ask) -> Outcome:
-        # A decision's one backend round trip (when ``_begin`` left one to make).
-        if type(step) is not steps.Ask:
-            return step  # type: ignore[return-value]
-        if step.lease is None and not step.renewing:  # a plain decision: bucket.lua
-            if step.rule.shares is not None:  # a class that takes nothing ahead
-                return self._run(self._rechecking(step))
-            return self._finish(step, self._reserve(step))
-        return self._run(self._leasing(step))
-
-    def _reserve(self, ask: steps.Ask) -> Verdict | BackendError:
-        try:
-            return self.backend.reserve(ask.rule, ask.permits, ask.budget_s, ask.key)
-        except BackendError as e:
-            return e
-
     def _run(self, engine: steps.Steps[T]) -> T:
-        """Carry out the engine's steps (``core/steps.py``) until it answers."""
+        """Carry out the engine's steps (``core/steps.py``) until it answers; what
+        stops a step (cancelled, interrupted) is thrown into the engine."""
         got: Any = None
-        try:
-            while True:
-                got = self._carry_out(engine.send(got))
-        except StopIteration as done:
-            answer: T = done.value
-            return answer
+        thrown: BaseException | None = None
+        while True:
+            try:
+                step = engine.send(got) if thrown is None else engine.throw(thrown)
+            except StopIteration as done:
+                answer: T = done.value
+                return answer
+            thrown = None
+            try:
+                if type(step) is steps.Reserve:  # a decision's one round trip
+                    ask = step.ask
+                    try:
+                        got = self.backend.reserve(ask.rule, ask.permits, ask.budget_s, ask.key)
+                    except BackendError as e:
+                        got = e
+                else:
+                    got = self._carry_out(step)
+            except BaseException as e:  # the engine decides what it means
+                thrown = e
 
     def _carry_out(self, step: steps.Step) -> Any:
+        # Every step but ``Reserve`` (carried out in ``_run``).
         match step:
-            case steps.Reserve(ask):
-                return self._reserve(ask)
             case steps.Send(call, parse, abandoned):
                 try:
-                    return attempt(self._slot_script, call, parse)
+                    return attempt(self._script, call, parse)
                 except Cancelled:
                     # the script may have run: give back what it may have taken (a
                     # lease Redis does not hold is removed as nothing)
                     if abandoned is not None:
-                        spawn(self._give_back, abandoned)
+                        spawn(self._run, abandoned)
                     raise
+            case steps.Shield(work):
+                return shielded(self._run, work)
+            case steps.PushBack(rule, retry_after, key):
+                return attempt(self.backend.pushback, rule, retry_after, key)
+            case steps.Peek(rule):
+                return attempt(self.backend.peek, rule)
+            case steps.PeekPushback(rule):
+                return attempt(self.backend.peek_pushback, rule)
+            case steps.Beat(args):
+                return attempt(self.backend.heartbeat, *args)
             case steps.Await(until, seconds):
                 until.wait(seconds)
             case steps.Sleep(seconds):
@@ -133,58 +133,27 @@ class Shell(LimiterCore):
                 self._renewer.start()
         return None
 
-    def _describe(self, interface: Rule, limits: list[Rule]) -> list[BucketStatus]:
-        """Every limit of ``interface`` as ``status`` shows it, with what pushbacks left
-        on the interface (the hold, the effective rate)."""
-        pushed = (
-            attempt(self.backend.peek_pushback, interface)
-            if has_pushback_state(interface)
-            else None
-        )
-        out = []
-        for rule in limits:
-            peeked = attempt(self.backend.peek, rule) if has_shared_state(rule) else None
-            out.append(bucket_status(rule, self.backend.shared, peeked, interface, pushed))
-        return out
+    def _script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
+        return parse(self.backend.script(call))
+
+    # --- slots (core/slots.py): the steps, run -------------------------------------
 
     def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
-        lease_id = self._slotting.leases.new_id()
-        clock = self.clock
-        taking = Taking(rule, key, lease_id, clock.monotonic() + budget_s, budget_s, clock=clock)
-        waiter = self._slotting.waiter(lease_id, event_loop())
-        held: Held | None = None
-        try:
-            held = self._run(take_slot(self, self._slotting, taking, waiter))
-            if held.wait_s > 0:  # the rate permit's wait, the slot held
-                self.clock.sleep(held.wait_s)
-            return held
-        except BaseException:
-            if held is not None:  # interrupted in the rate's wait: give the slot back
-                shielded(self._give_back, held)
-            elif taking.placed:  # refused after waiting, or interrupted: give the place up
-                shielded(self._give_back, given_up(rule, lease_id))
-            raise
-        finally:
-            self._slotting.forget(lease_id)
+        """``slot()``'s slot of ``rule`` (``core.slots.holding``)."""
+        loop = event_loop()
+        return self._run(holding(self, self._slotting, rule, budget_s, key, loop))
 
-    def _slot_script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
-        return parse(self.backend.script(call))
+    def _give_back(self, held: Held) -> None:
+        """Give back a slot (``core.slots.giving_back``)."""
+        self._run(giving_back(self._slotting, held))
+
+    def _renew_slots(self) -> None:
+        """Renew every slot lease this limiter holds (``core.slots.renewing``; every
+        third of ``slot_lease``, once a slot is taken: ``_renewer``)."""
+        self._run(renewing(self._slotting))
 
     def _in_flight_seen(self) -> dict[str, int]:
         return dict(self._slotting.seen)
-
-    def _give_back(self, held: Held) -> None:
-        """Give back a slot: one round trip; a failure leaves the lease to lapse."""
-        call = self._slotting.give_back(held)
-        if call is not None:
-            reply = attempt(self._slot_script, call, parse_counts)
-            self._slotting.counted(held.url, reply)
-
-    def _renew_slots(self) -> None:
-        """Renew every slot lease this limiter holds, one script call per interface
-        (every third of ``slot_lease``, once a slot is taken: ``_renewer``)."""
-        for call in self._slotting.renewals():
-            attempt(self._slot_script, call, parse_counts)
 
     def _stop_renewer(self) -> None:
         self._renewer.stop()
@@ -192,9 +161,7 @@ class Shell(LimiterCore):
 
     def _join_fleet(self) -> None:
         """One heartbeat: this process counts in the fleet from now on."""
-        fleet = self._fleet
-        demand = fleet.demand(self.registry.snapshot.rules)
-        self._beat(attempt(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand))
+        self._run(engine.joining(self))
 
     def _start_heartbeats(self, *, join: bool = False) -> None:
         """Renew this process's fleet membership every ``fleet_heartbeat`` s, never on a
@@ -209,17 +176,7 @@ class Shell(LimiterCore):
         heartbeats.start()
 
     def _heartbeat(self) -> None:
-        fleet = self._fleet
-        demand = fleet.demand(self.registry.snapshot.rules)
-        tallies = self._tallies()
-        beat = attempt(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand, tallies)
-        self._beat(beat)
-        for rule, permits in self._charges():  # after an outage, off the decision path
-            charged = attempt(self.backend.reserve, rule, permits, None)
-            if not isinstance(charged, BackendError):
-                fleet.charged += permits
-        for call in self._lease_returns():  # leases a reload ended
-            attempt(self.backend.script, call)
+        self._run(engine.beating(self))
 
     # --- calendar quotas' floors and checkpoints (core/quotas.py) -------------------
 
@@ -280,5 +237,4 @@ class Shell(LimiterCore):
         if heartbeats is None:
             return
         heartbeats.stop()  # a heartbeat in flight ends within Redis' timeouts
-        if self.backend_healthy:
-            attempt(self.backend.heartbeat, self._fleet.member, 0)
+        self._run(engine.leaving(self))

@@ -18,7 +18,7 @@ from gateway_limiter.backends.base import AsyncBackend, BackendError, Clocks
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.schemes import open_async_backend
 from gateway_limiter.backends.scripts import ScriptCall
-from gateway_limiter.backends.slots import channel, parse_counts
+from gateway_limiter.backends.slots import channel
 from gateway_limiter.concurrency import (
     AsyncCancelled,
     AsyncRepeating,
@@ -30,18 +30,11 @@ from gateway_limiter.concurrency import (
 from gateway_limiter.config.checkpoints import checkpoints_read, checkpoints_written
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
-from gateway_limiter.core import steps
+from gateway_limiter.core import engine, steps
 from gateway_limiter.core.clock import microseconds
 from gateway_limiter.core.failure import attempt_async
-from gateway_limiter.core.pipeline import LimiterCore, Outcome
-from gateway_limiter.core.slots import Held, SlotState, Taking, given_up, take_slot
-from gateway_limiter.core.status import (
-    BucketStatus,
-    bucket_status,
-    has_pushback_state,
-    has_shared_state,
-)
-from gateway_limiter.model.bucket import Verdict
+from gateway_limiter.core.pipeline import LimiterCore
+from gateway_limiter.core.slots import Held, SlotState, giving_back, holding, renewing
 
 __all__ = ["AsyncShell"]
 
@@ -77,45 +70,54 @@ class AsyncShell(LimiterCore):
         )
         return self.backend.shared
 
-    async def _ask_backend(self, step: Outcome | steps.Ask) -> Outcome:
-        # A decision's one backend round trip (when ``_begin`` left one to make).
-        if type(step) is not steps.Ask:
-            return step  # type: ignore[return-value]
-        if step.lease is None and not step.renewing:  # a plain decision: bucket.lua
-            if step.rule.shares is not None:  # a class that takes nothing ahead
-                return await self._run(self._rechecking(step))
-            return self._finish(step, await self._reserve(step))
-        return await self._run(self._leasing(step))
-
-    async def _reserve(self, ask: steps.Ask) -> Verdict | BackendError:
-        try:
-            return await self.backend.reserve(ask.rule, ask.permits, ask.budget_s, ask.key)
-        except BackendError as e:
-            return e
-
     async def _run(self, engine: steps.Steps[T]) -> T:
-        """Carry out the engine's steps (``core/steps.py``) until it answers."""
+        """Carry out the engine's steps (``core/steps.py``) until it answers; what
+        stops a step (cancelled, interrupted) is thrown into the engine."""
         got: Any = None
-        try:
-            while True:
-                got = await self._carry_out(engine.send(got))
-        except StopIteration as done:
-            answer: T = done.value
-            return answer
+        thrown: BaseException | None = None
+        while True:
+            try:
+                step = engine.send(got) if thrown is None else engine.throw(thrown)
+            except StopIteration as done:
+                answer: T = done.value
+                return answer
+            thrown = None
+            try:
+                if type(step) is steps.Reserve:  # a decision's one round trip
+                    ask = step.ask
+                    try:
+                        got = await self.backend.reserve(
+                            ask.rule, ask.permits, ask.budget_s, ask.key
+                        )
+                    except BackendError as e:
+                        got = e
+                else:
+                    got = await self._carry_out(step)
+            except BaseException as e:  # the engine decides what it means
+                thrown = e
 
     async def _carry_out(self, step: steps.Step) -> Any:
+        # Every step but ``Reserve`` (carried out in ``_run``).
         match step:
-            case steps.Reserve(ask):
-                return await self._reserve(ask)
             case steps.Send(call, parse, abandoned):
                 try:
-                    return await attempt_async(self._slot_script, call, parse)
+                    return await attempt_async(self._script, call, parse)
                 except AsyncCancelled:
                     # the script may have run: give back what it may have taken (a
                     # lease Redis does not hold is removed as nothing)
                     if abandoned is not None:
-                        spawn_async(self._give_back, abandoned)
+                        spawn_async(self._run, abandoned)
                     raise
+            case steps.Shield(work):
+                return await shielded_async(self._run, work)
+            case steps.PushBack(rule, retry_after, key):
+                return await attempt_async(self.backend.pushback, rule, retry_after, key)
+            case steps.Peek(rule):
+                return await attempt_async(self.backend.peek, rule)
+            case steps.PeekPushback(rule):
+                return await attempt_async(self.backend.peek_pushback, rule)
+            case steps.Beat(args):
+                return await attempt_async(self.backend.heartbeat, *args)
             case steps.Await(until, seconds):
                 await until.wait_async(seconds)
             case steps.Sleep(seconds):
@@ -127,60 +129,27 @@ class AsyncShell(LimiterCore):
                 self._renewer.start()
         return None
 
-    async def _describe(self, interface: Rule, limits: list[Rule]) -> list[BucketStatus]:
-        """Every limit of ``interface`` as ``status`` shows it, with what pushbacks left
-        on the interface (the hold, the effective rate)."""
-        pushed = (
-            await attempt_async(self.backend.peek_pushback, interface)
-            if has_pushback_state(interface)
-            else None
-        )
-        out = []
-        for rule in limits:
-            peeked = (
-                await attempt_async(self.backend.peek, rule) if has_shared_state(rule) else None
-            )
-            out.append(bucket_status(rule, self.backend.shared, peeked, interface, pushed))
-        return out
+    async def _script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
+        return parse(await self.backend.script(call))
+
+    # --- slots (core/slots.py): the steps, run -------------------------------------
 
     async def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
-        lease_id = self._slotting.leases.new_id()
-        clock = self.clock
-        taking = Taking(rule, key, lease_id, clock.monotonic() + budget_s, budget_s, clock=clock)
-        waiter = self._slotting.waiter(lease_id, event_loop_async())
-        held: Held | None = None
-        try:
-            held = await self._run(take_slot(self, self._slotting, taking, waiter))
-            if held.wait_s > 0:  # the rate permit's wait, the slot held
-                await self.clock.sleep_async(held.wait_s)
-            return held
-        except BaseException:
-            if held is not None:  # interrupted in the rate's wait: give the slot back
-                await shielded_async(self._give_back, held)
-            elif taking.placed:  # refused after waiting, or interrupted: give the place up
-                await shielded_async(self._give_back, given_up(rule, lease_id))
-            raise
-        finally:
-            self._slotting.forget(lease_id)
+        """``slot()``'s slot of ``rule`` (``core.slots.holding``)."""
+        loop = event_loop_async()
+        return await self._run(holding(self, self._slotting, rule, budget_s, key, loop))
 
-    async def _slot_script(self, call: ScriptCall, parse: Callable[[Any], T]) -> T:
-        return parse(await self.backend.script(call))
+    async def _give_back(self, held: Held) -> None:
+        """Give back a slot (``core.slots.giving_back``)."""
+        await self._run(giving_back(self._slotting, held))
+
+    async def _renew_slots(self) -> None:
+        """Renew every slot lease this limiter holds (``core.slots.renewing``; every
+        third of ``slot_lease``, once a slot is taken: ``_renewer``)."""
+        await self._run(renewing(self._slotting))
 
     def _in_flight_seen(self) -> dict[str, int]:
         return dict(self._slotting.seen)
-
-    async def _give_back(self, held: Held) -> None:
-        """Give back a slot: one round trip; a failure leaves the lease to lapse."""
-        call = self._slotting.give_back(held)
-        if call is not None:
-            reply = await attempt_async(self._slot_script, call, parse_counts)
-            self._slotting.counted(held.url, reply)
-
-    async def _renew_slots(self) -> None:
-        """Renew every slot lease this limiter holds, one script call per interface
-        (every third of ``slot_lease``, once a slot is taken: ``_renewer``)."""
-        for call in self._slotting.renewals():
-            await attempt_async(self._slot_script, call, parse_counts)
 
     async def _stop_renewer(self) -> None:
         await self._renewer.stop()
@@ -188,9 +157,7 @@ class AsyncShell(LimiterCore):
 
     async def _join_fleet(self) -> None:
         """One heartbeat: this process counts in the fleet from now on."""
-        fleet = self._fleet
-        demand = fleet.demand(self.registry.snapshot.rules)
-        self._beat(await attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand))
+        await self._run(engine.joining(self))
 
     def _start_heartbeats(self, *, join: bool = False) -> None:
         """Renew this process's fleet membership every ``fleet_heartbeat`` s, never on a
@@ -205,17 +172,7 @@ class AsyncShell(LimiterCore):
         heartbeats.start()
 
     async def _heartbeat(self) -> None:
-        fleet = self._fleet
-        demand = fleet.demand(self.registry.snapshot.rules)
-        tallies = self._tallies()
-        beat = attempt_async(self.backend.heartbeat, fleet.member, fleet.ttl_ms, demand, tallies)
-        self._beat(await beat)
-        for rule, permits in self._charges():  # after an outage, off the decision path
-            charged = await attempt_async(self.backend.reserve, rule, permits, None)
-            if not isinstance(charged, BackendError):
-                fleet.charged += permits
-        for call in self._lease_returns():  # leases a reload ended
-            await attempt_async(self.backend.script, call)
+        await self._run(engine.beating(self))
 
     # --- calendar quotas' floors and checkpoints (core/quotas.py) -------------------
 
@@ -276,5 +233,4 @@ class AsyncShell(LimiterCore):
         if heartbeats is None:
             return
         await heartbeats.stop()  # a heartbeat in flight ends within Redis' timeouts
-        if self.backend_healthy:
-            await attempt_async(self.backend.heartbeat, self._fleet.member, 0)
+        await self._run(engine.leaving(self))

@@ -31,13 +31,12 @@ from gateway_limiter.config.edits import (
 )
 from gateway_limiter.config.rules import (
     CHANNEL_URL,
-    build_rules,
+    read_ruleset,
     scope_text,
 )
 from gateway_limiter.config.table import (
     ConfRow,
     locked_table,
-    read_rows,
     same_scope,
 )
 from gateway_limiter.model.calendar import QUOTA_PERIODS
@@ -213,12 +212,8 @@ def _cmd_conf_status(ctx: Context, status: int) -> int:
     if not changed:
         said.append(f"0 rows changed for {url}")
     ctx.out.line("; ".join(said))
-    rows = read_rows(engine)
-    ctx.out.line(
-        url_effect(
-            url, rows, build_rules(rows, ctx.settings.default_cache, ctx.settings.default_time_zone)
-        )
-    )
+    rows, ruleset = read_ruleset(engine, ctx.settings)
+    ctx.out.line(url_effect(url, rows, ruleset))
     if status:
         warn_written(ctx, rows, picked)
     if changed:
@@ -245,11 +240,6 @@ def cmd_conf_delete(ctx: Context) -> int:
     if not gone:
         raise _no_row(ctx, scope, "nothing deleted")
     ctx.out.line(f"deleted {_rows(len(gone))} for {url} (configId {_ids(gone)})")
-    rows = read_rows(engine)
-    ctx.out.line(
-        url_effect(
-            url, rows, build_rules(rows, ctx.settings.default_cache, ctx.settings.default_time_zone)
-        )
-    )
+    ctx.out.line(url_effect(url, *read_ruleset(engine, ctx.settings)))
     ctx.out.line(ctx.reload_note())
     return 0

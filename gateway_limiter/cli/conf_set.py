@@ -39,10 +39,10 @@ from gateway_limiter.cli.describe import (
     url_effect,
 )
 from gateway_limiter.config.edits import (
-    combination_problem,
-    insert_row,
-    row_problem,
-    update_row,
+    FieldError,
+    WouldSkip,
+    new_row,
+    write_planned,
     written_warnings,
 )
 from gateway_limiter.config.rules import (
@@ -51,15 +51,11 @@ from gateway_limiter.config.rules import (
     MAX_PERIOD,
     Algorithm,
     build_rules,
+    read_ruleset,
     scope_text,
     url_shape_problem,
 )
-from gateway_limiter.config.table import (
-    ConfRow,
-    locked_table,
-    read_rows,
-    same_scope,
-)
+from gateway_limiter.config.table import ConfRow, locked_table, same_scope
 from gateway_limiter.model.calendar import QUOTA_PERIODS, RenewalError, parse_renewal
 
 #: The columns ``conf set`` leaves as they are unless their flag is given, and clears to
@@ -336,34 +332,26 @@ def cmd_conf_set(ctx: Context) -> int:
                 "conf set",
             )
         if old is None:
-            target = ConfRow(
-                config_id=max([0, *(r.config_id for r in table.rows)]) + 1,
-                channel_type=None,
-                interface_no=None,
+            target = new_row(
+                table.rows,
                 interface_url=a.url,
-                rate_limit=None,
-                cache=None,
-                status=0,
                 period_seconds=period,
                 per_caller=int(per_caller),
                 caller_key=caller,
                 quota_period=quota,
             )
+            written = {"interface_url": a.url, "status": 0, **scope, **fields}
         else:
-            target = old
-        changed = replace(target, **fields)
-        problem_row = row_problem(changed)
-        if problem_row is not None:
-            raise CliError(f"{a.url} would not be limited as meant: {problem_row}", 2)
-        clash = combination_problem(table.rows, a.url, changed, ctx.settings.default_cache)
-        if clash:
+            target, written = old, fields
+        try:
+            cache = ctx.settings.default_cache
+            row = write_planned(table, old, replace(target, **fields), written, by, cache)
+        except FieldError as e:
+            raise CliError(f"{a.url} would not be limited as meant: {e}", 2) from None
+        except WouldSkip as e:
             raise CliError(
-                f"{a.url} would not be limited as meant: the reload would skip {clash}", 2
-            )
-        if old is None:
-            row = insert_row(table, {"interface_url": a.url, "status": 0, **scope, **fields}, by)
-        else:
-            row = update_row(table, old, fields, by)
+                f"{a.url} would not be limited as meant: the reload would skip {e}", 2
+            ) from None
     if old is None:
         values = ", ".join(
             f"{column} {fmt_field(name, getattr(row, name))}" for name, column in _CONF_FIELDS
@@ -385,14 +373,8 @@ def cmd_conf_set(ctx: Context) -> int:
             f"note: {a.url} has other rows {scope_text(quota or period, per_caller)} "
             f"(configId {others}); of the enabled ones, the stricter applies"
         )
-    rows = read_rows(engine)
-    ctx.out.line(
-        url_effect(
-            a.url,
-            rows,
-            build_rules(rows, ctx.settings.default_cache, ctx.settings.default_time_zone),
-        )
-    )
+    rows, ruleset = read_ruleset(engine, ctx.settings)
+    ctx.out.line(url_effect(a.url, rows, ruleset))
     warn_written(ctx, rows, [row.config_id])
     if row.lease_ms and row.rate_limit and _lease_in_force(ctx, rows, row.config_id, a.url):
         warning = one_permit_lease_warning(row.rate_limit, row.period_seconds or 1, row.lease_ms)

@@ -25,8 +25,8 @@ from gateway_limiter.cli.describe import (
     switch_line,
 )
 from gateway_limiter.cli.output import Column
-from gateway_limiter.config.rules import ALGORITHMS, build_rules
-from gateway_limiter.config.table import CONF_TABLE, ConfRow, read_rows
+from gateway_limiter.config.rules import ALGORITHMS, read_ruleset
+from gateway_limiter.config.table import CONF_TABLE, ConfRow
 from gateway_limiter.model.algorithms import Quota
 
 if TYPE_CHECKING:
@@ -111,8 +111,7 @@ def cmd_conf_list(ctx: Context) -> int:
     """Every row (or those the filters pick), what the reload makes of it, and each
     skipped row with its reason."""
     engine = ctx.engine()
-    every = read_rows(engine)
-    ruleset = build_rules(every, ctx.settings.default_cache, ctx.settings.default_time_zone)
+    every, ruleset = read_ruleset(engine, ctx.settings)
     rows = [r for r in every if picked(r, ctx.args)]
     if ctx.args.json:
         ctx.out.line(json.dumps(list_json(rows, ruleset), ensure_ascii=False, indent=1))

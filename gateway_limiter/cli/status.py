@@ -29,7 +29,7 @@ from gateway_limiter.cli.describe import (
 )
 from gateway_limiter.cli.listing import add_filters
 from gateway_limiter.cli.output import Column, Report
-from gateway_limiter.config.rules import Algorithm, Rule, build_rules
+from gateway_limiter.config.rules import Algorithm, Rule, read_ruleset
 from gateway_limiter.model.bucket import US_PER_S, shape
 from gateway_limiter.observe.redact import mask_secrets
 
@@ -142,8 +142,6 @@ def switch_origin(registry: Registry) -> str:
 def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
     """What ``status`` shows, from the limiter's current snapshot and live bucket state;
     and the first error reading bucket state ("" when none)."""
-    from gateway_limiter.config.table import read_rows
-
     settings, url = ctx.settings, ctx.args.url
     snapshot = limiter.registry.snapshot
     every = limiter.status(url)
@@ -164,12 +162,7 @@ def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
             "sees none (every bucket shows as full)"
         )
     if url is not None and not states:
-        rows = read_rows(limiter.registry.engine)
-        report.append(
-            url_effect(
-                url, rows, build_rules(rows, settings.default_cache, settings.default_time_zone)
-            )
-        )
+        report.append(url_effect(url, *read_ruleset(limiter.registry.engine, settings)))
         return report, ""
     if every and not states:
         report.append(f"no limit of {len(every)} in force matches the filters")

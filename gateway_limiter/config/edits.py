@@ -342,6 +342,47 @@ def update_row(
     return row
 
 
+class WouldSkip(ValueError):
+    """A row the reload would skip beside the other rows of its URL, once written: the
+    message says which and why (``combination_problem``)."""
+
+
+def write_planned(
+    table: LockedTable,
+    old: ConfRow | None,
+    after: ConfRow,
+    fields: Mapping[str, Any],
+    by: ChangedBy | None,
+    default_cache: float,
+) -> ConfRow:
+    """Write ``after`` (``old`` with ``fields`` set, or, ``old`` None, a new row of
+    ``fields``) in ``table``'s transaction, if the reload would limit it as meant: a
+    ``FieldError`` when its own values would not (``row_problem``), ``WouldSkip`` when
+    the rows of its URL would not go together (``combination_problem``), nothing written
+    either way. The row written (``conf set`` and the console's writes)."""
+    problem = row_problem(after)
+    if problem is not None:
+        raise problem
+    clash = combination_problem(table.rows, after.interface_url or "", after, default_cache)
+    if clash:
+        raise WouldSkip(clash)
+    return insert_row(table, fields, by) if old is None else update_row(table, old, fields, by)
+
+
+def new_row(rows: Sequence[ConfRow], **columns: Any) -> ConfRow:
+    """A row not in the table yet: the next configId after ``rows``', disabled, with
+    ``columns`` (model attributes) and NULL elsewhere."""
+    blank: dict[str, Any] = {
+        "channel_type": None,
+        "interface_no": None,
+        "interface_url": None,
+        "rate_limit": None,
+        "cache": None,
+        "status": 0,
+    }
+    return ConfRow(config_id=max([0, *(r.config_id for r in rows)]) + 1, **(blank | columns))
+
+
 def delete_row(table: LockedTable, current: ConfRow, by: ChangedBy | None) -> None:
     """Delete ``current`` (a row of ``table``, as locked) and record it (``by``; None: no
     audit), after what plain SQL changed on it since its latest audit."""

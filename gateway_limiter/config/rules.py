@@ -10,7 +10,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway_limiter.config.row_checks import (
     BAD_URL_CATEGORIES,
@@ -32,7 +32,7 @@ from gateway_limiter.config.row_checks import (
     url_shape_problem,
 )
 from gateway_limiter.config.rule import CALENDAR_SECONDS, MAX_FILL_S, Rule, Skipped, rule_from_row
-from gateway_limiter.config.table import ConfRow
+from gateway_limiter.config.table import ConfRow, read_rows
 
 # The rows' names for the algorithms, defined in the table (re-exported here).
 from gateway_limiter.model.algorithms import ALGORITHMS as ALGORITHMS  # noqa: PLC0414
@@ -44,6 +44,11 @@ from gateway_limiter.model.calendar import (
 from gateway_limiter.model.priority import (
     Priority,
 )
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from gateway_limiter.config.settings import Settings
 
 __all__ = [
     "ALGORITHMS",
@@ -480,3 +485,10 @@ def build_rules(
         MappingProxyType(named),
         tuple(warnings),
     )
+
+
+def read_ruleset(engine: Engine, settings: Settings) -> tuple[list[ConfRow], RuleSet]:
+    """The table's rows, and the rules the reload makes of them under ``settings``'
+    defaults (what the command line and the console show of the table)."""
+    rows = read_rows(engine)
+    return rows, build_rules(rows, settings.default_cache, settings.default_time_zone)

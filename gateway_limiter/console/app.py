@@ -30,15 +30,14 @@ from gateway_limiter.config.audit import SOURCE_CONSOLE, ChangedBy, read_audit, 
 from gateway_limiter.config.edits import (
     COLUMN_OF,
     FieldError,
+    WouldSkip,
     check_values,
-    combination_problem,
     delete_row,
-    insert_row,
-    row_problem,
-    update_row,
+    new_row,
+    write_planned,
     written_warnings,
 )
-from gateway_limiter.config.rules import CHANNEL_URL, build_rules, url_shape_problem
+from gateway_limiter.config.rules import CHANNEL_URL, read_ruleset, url_shape_problem
 from gateway_limiter.config.settings import console_host_names
 from gateway_limiter.config.switch_source import (
     BadSwitchValue,
@@ -48,8 +47,8 @@ from gateway_limiter.config.switch_source import (
 )
 from gateway_limiter.config.table import (
     ConfRow,
+    LockedTable,
     locked_table,
-    read_rows,
     read_switch,
     write_switch,
 )
@@ -236,22 +235,32 @@ def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
     # --- rules --------------------------------------------------------------------------
 
     def list_rules() -> dict[str, Any]:
-        rows = read_rows(sources.engine)
-        ruleset = build_rules(rows, settings.default_cache, settings.default_time_zone)
+        rows, ruleset = read_ruleset(sources.engine, settings)
         skipped = {s.config_id: s.reason for s in ruleset.skipped}
         return {"rows": [_row_json(r, skipped) for r in rows], "total": len(rows)}
 
     async def get_rules(request: Request) -> Response:
         return _json(await run_in_threadpool(list_rules))
 
-    def planned(rows: list[ConfRow], after: ConfRow) -> None:
-        """Raise FieldError/ApiError when ``after`` would not be limited as meant."""
-        problem = row_problem(after)
-        if problem is not None:
-            raise problem
-        clash = combination_problem(rows, after.interface_url or "", after, settings.default_cache)
-        if clash:
-            raise ApiError(422, f"the reload would skip {clash}", "algorithm")
+    def write(
+        table: LockedTable,
+        old: ConfRow | None,
+        after: ConfRow,
+        fields: dict[str, Any],
+        by: ChangedBy,
+    ) -> dict[str, Any]:
+        """Write ``after`` (``write_planned``); FieldError/ApiError when it would not be
+        limited as meant, and nothing written."""
+        try:
+            row = write_planned(table, old, after, fields, by, settings.default_cache)
+        except WouldSkip as e:
+            raise ApiError(422, f"the reload would skip {e}", "algorithm") from None
+        return row_record(row)
+
+    def warnings_of(config_id: int) -> list[str]:
+        """What the reload will warn about the row just written, read back."""
+        rows = read_ruleset(sources.engine, settings)[0]
+        return written_warnings(rows, [config_id], settings.default_cache)
 
     def path_only(values: dict[str, Any]) -> dict[str, Any]:
         """``values`` without ``anyKey``; FieldError when the interfaceUrl they write is
@@ -299,23 +308,10 @@ def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
                     "and scope: change it with PATCH /api/rules/{configId}",
                     "interfaceUrl",
                 )
-            after = ConfRow(
-                config_id=max([0, *(r.config_id for r in rows)]) + 1,
-                channel_type=None,
-                interface_no=None,
-                interface_url=None,
-                rate_limit=None,
-                cache=None,
-                status=0,
-            )
-            planned(rows, replace(after, **fields))
-            made = row_record(insert_row(table, fields, by))
+            made = write(table, None, replace(new_row(rows), **fields), fields, by)
         # the row as before, and what the reload will warn about it, as a PATCH answers:
         # a row added beside a leased one (or a channel cap over it) makes its lease ignored
-        warnings = written_warnings(
-            read_rows(sources.engine), [made["configId"]], settings.default_cache
-        )
-        return made | {"warnings": warnings}
+        return made | {"warnings": warnings_of(made["configId"])}
 
     async def post_rule(request: Request) -> Response:
         values = await body_of(request)
@@ -339,11 +335,10 @@ def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
             current = next((r for r in table.rows if r.config_id == config_id), None)
             if current is None:
                 raise ApiError(404, f"no row with configId {config_id}", "configId")
-            planned(table.rows, replace(current, **fields))
-            before, after = row_record(current), row_record(update_row(table, current, fields, by))
+            before = row_record(current)
+            after = write(table, current, replace(current, **fields), fields, by)
         # what the reload will warn about this row (a leaseMs it ignores), as conf set says
-        warnings = written_warnings(read_rows(sources.engine), [config_id], settings.default_cache)
-        return {"before": before, "after": after, "warnings": warnings}
+        return {"before": before, "after": after, "warnings": warnings_of(config_id)}
 
     async def patch_rule(request: Request) -> Response:
         config_id = config_id_of(request)

@@ -11,9 +11,10 @@ metrics count it -> the wait, outside any lock.
 
 ``GatewayLimiter`` and ``AsyncGatewayLimiter`` are two I/O shells around this core. A
 decision is ``_begin`` (everything up to the backend: it returns the finished
-``Outcome``, or an ``Ask`` when the backend must be asked), the backend call made by
-the shell (sync or awaited, its BackendError caught by ``failure.attempt``), then
-``_finish`` with the reply or the error; the shell sleeps or awaits the wait.
+``Outcome``, or an ``Ask`` when the backend must be asked), the backend call, then
+``_finish`` with the reply or the error: written as steps in ``core/engine.py``
+(``trying`` and its siblings), which the shell carries out (the ``Reserve``, sync or
+awaited, and the wait, a ``Sleep`` on the limiter's clock).
 """
 
 from __future__ import annotations

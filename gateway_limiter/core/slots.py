@@ -12,7 +12,6 @@ import itertools
 import math
 import os
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from gateway_limiter.backends.slots import (
     TAKEN,
     SlotReply,
     class_slots,
+    parse_counts,
     parse_grant,
     parse_take,
     release_call,
@@ -43,6 +43,8 @@ from gateway_limiter.core.steps import (
     Await,
     Reserve,
     Send,
+    Shield,
+    Sleep,
     Steps,
 )
 from gateway_limiter.errors import Refused
@@ -102,7 +104,6 @@ class Wakeups:
 
     async def wait_async(self, url: str, seen: tuple[int, int], timeout_s: float) -> None:
         """``wait``, awaited on the running loop."""
-        deadline = time.monotonic() + timeout_s
         event = asyncio.Event()
         waiter = (asyncio.get_running_loop(), event)
         with self._changed:
@@ -110,17 +111,8 @@ class Wakeups:
                 return
             self._loops.setdefault(url, set()).add(waiter)
         try:
-            while not self._moved(url, seen):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                event.clear()
-                if self._moved(url, seen):
-                    return
-                try:
-                    await asyncio.wait_for(event.wait(), remaining)
-                except TimeoutError:
-                    return
+            with contextlib.suppress(TimeoutError):  # the loop keeps the deadline
+                await asyncio.wait_for(self._moving(url, seen, event), timeout_s)
         finally:
             with self._changed:
                 waiters = self._loops.get(url)
@@ -128,6 +120,13 @@ class Wakeups:
                     waiters.discard(waiter)
                     if not waiters:
                         del self._loops[url]
+
+    async def _moving(self, url: str, seen: tuple[int, int], event: asyncio.Event) -> None:
+        while not self._moved(url, seen):
+            event.clear()
+            if self._moved(url, seen):
+                return
+            await event.wait()
 
 
 class Waiter:
@@ -462,7 +461,8 @@ def take_slot(core: LimiterCore, state: SlotState, taking: Taking, waiter: Waite
             reply = waiter.claim()  # a release handed this caller a slot: go
             if reply is None:
                 call = taking.call(state, core.settings, remaining)
-                asked = yield Send(call, parse_take, given_up(rule, taking.lease_id))
+                abandoned = giving_back(state, given_up(rule, taking.lease_id))
+                asked = yield Send(call, parse_take, abandoned)
                 if isinstance(asked, BackendError):
                     core._backend_failed(asked)
                     failed = True  # the failure policy decides this attempt
@@ -498,6 +498,65 @@ def take_slot(core: LimiterCore, state: SlotState, taking: Taking, waiter: Waite
             ask = Ask(rule, 1, remaining, taking.key, None)
             outcome = core._finish(ask, (yield Reserve(ask)))
         return taking.local_answered(core, state, outcome, remaining, cap)
+
+
+def holding(
+    core: LimiterCore,
+    state: SlotState,
+    rule: Rule,
+    budget_s: float,
+    key: str | None,
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> Steps[Held]:
+    """``slot()``'s slot of ``rule`` for ``key`` within ``budget_s``, as steps: taken
+    (``take_slot``; ``loop``: the asyncio waiter's, None for a thread), then the rate
+    permit's wait slept with the slot held. A caller that leaves early (refused after
+    queueing, or interrupted) gives back its place or its slot, shielded."""
+    lease_id = state.leases.new_id()
+    clock = core.clock
+    taking = Taking(rule, key, lease_id, clock.monotonic() + budget_s, budget_s, clock=clock)
+    waiter = state.waiter(lease_id, loop)
+    held: Held | None = None
+    try:
+        held = yield from take_slot(core, state, taking, waiter)
+        if held.wait_s > 0:  # the rate permit's wait, the slot held
+            yield Sleep(held.wait_s)
+        return held
+    except GeneratorExit:
+        raise
+    except BaseException:
+        if held is not None:  # interrupted in the rate's wait: give the slot back
+            yield Shield(giving_back(state, held))
+        elif taking.placed:  # refused after waiting, or interrupted: give the place up
+            yield Shield(giving_back(state, given_up(rule, lease_id)))
+        raise
+    finally:
+        state.forget(lease_id)
+
+
+def giving_back(state: SlotState, held: Held) -> Steps[None]:
+    """Give back a slot, as steps: one round trip (none for this process's own slots);
+    a failure leaves the lease to lapse."""
+    call = state.give_back(held)
+    if call is not None:
+        state.counted(held.url, (yield Send(call, parse_counts)))
+
+
+def renewing(state: SlotState) -> Steps[None]:
+    """Renew every slot lease this limiter holds, one script call per interface (every
+    third of ``slot_lease``, once a slot is taken: the shell's renewer)."""
+    for call in state.renewals():
+        yield Send(call, parse_counts)
+
+
+def counting(shared: bool, state: SlotState, rule: Rule) -> Steps[int]:
+    """``rule``'s calls in flight fleet-wide (one round trip), as steps; this process's
+    own count on ``memory://`` or when Redis cannot be asked."""
+    url = rule.url
+    if not shared:
+        return state.local.in_flight(url)
+    counted = state.counted(url, (yield Send(state.count_call(rule), parse_counts)))
+    return state.local.in_flight(url) if counted is None else counted
 
 
 def _seconds(value: float) -> str:

@@ -14,24 +14,20 @@ from gateway_limiter.backends.state import pushback_rate
 from gateway_limiter.config.reload import Registry
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.failure import attempt
+from gateway_limiter.core.steps import Peek, PeekPushback, Steps
 from gateway_limiter.model.bucket import US_PER_S, BucketState, reserve, resync
 from gateway_limiter.model.limits import (
-    LIMIT_MODELS,
     CalendarLimit,
     CalendarWindow,
-    FixedWindow,
-    Limit,
     LimitKind,
     LimitState,
-    SlidingLog,
-    fixed_window_now,
+    window_count,
 )
 from gateway_limiter.model.pushback import (
     PushbackState,
     effective_rate,
     factor_at,
     until_of,
-    window_limit,
 )
 
 #: What a status read got: the stored state (a bucket's or a window's; None: none stored)
@@ -218,25 +214,10 @@ def _window_status(
 ) -> BucketStatus:
     """A window as ``status`` shows it: its permits counted now, when the count is back
     to 0, and when one permit could go (a pushback's count and hold included)."""
-    spec = limit_of(rule)
-    capped = Limit(spec.kind, window_limit(spec.rate, factor), spec.size)
-    counted: LimitState
-    if spec.kind is LimitKind.FIXED_WINDOW:
-        fixed = state if isinstance(state, FixedWindow) else None
-        counter = fixed_window_now(fixed, now_us, spec.size)
-        used = counter.used
-        reset_ms = ((counter.window + 1.0) * spec.size - now_us) / 1000.0 if used else None
-        counted = counter
-    else:
-        log = state if isinstance(state, SlidingLog) else SlidingLog((), (), 0)
-        live = [
-            (t, c) for t, c in zip(log.times, log.counts, strict=True) if t + spec.size > now_us
-        ]
-        used = float(sum(c for _, c in live))
-        reset_ms = (live[-1][0] + spec.size - now_us) / 1000.0 if live else None
-        counted = log
-    free_us = max(LIMIT_MODELS[spec.kind].next_free_at(capped, counted, now_us), until_us)
-    next_free_ms = max(0.0, free_us - now_us) / 1000.0
+    count = window_count(limit_of(rule), state, factor, now_us)
+    used = count.used
+    reset_ms = None if count.reset_us is None else (count.reset_us - now_us) / 1000.0
+    next_free_ms = max(0.0, max(count.next_free_us, until_us) - now_us) / 1000.0
     return BucketStatus(
         rule, None, 0.0, shared, None, next_free_ms, *pb, used=used, reset_ms=reset_ms
     )
@@ -251,12 +232,28 @@ def describe_state(rule: Rule, backend: Backend) -> BucketStatus:
     return bucket_status(rule, backend.shared, peeked)
 
 
-def describe_interface(interface: Rule, limits: list[Rule], backend: Backend) -> list[BucketStatus]:
+def describing(interface: Rule, limits: list[Rule], shared: bool) -> Steps[list[BucketStatus]]:
     """Every limit of ``interface`` as ``status`` shows it, with what pushbacks left on
-    the interface (the hold, the effective rate), read from a (sync) backend."""
-    pushed = attempt(backend.peek_pushback, interface) if has_pushback_state(interface) else None
+    the interface (the hold, the effective rate), as steps: the reads, then the rows."""
+    pushed = (yield PeekPushback(interface)) if has_pushback_state(interface) else None
     out = []
     for rule in limits:
-        peeked = attempt(backend.peek, rule) if has_shared_state(rule) else None
-        out.append(bucket_status(rule, backend.shared, peeked, interface, pushed))
+        peeked = (yield Peek(rule)) if has_shared_state(rule) else None
+        out.append(bucket_status(rule, shared, peeked, interface, pushed))
     return out
+
+
+def describe_interface(interface: Rule, limits: list[Rule], backend: Backend) -> list[BucketStatus]:
+    """``describing`` read from a (sync) backend (the console's and the CLI's)."""
+    reads = describing(interface, limits, backend.shared)
+    got: object = None
+    try:
+        while True:
+            step = reads.send(got)
+            if isinstance(step, PeekPushback):
+                got = attempt(backend.peek_pushback, step.rule)
+            elif isinstance(step, Peek):
+                got = attempt(backend.peek, step.rule)
+    except StopIteration as done:
+        shown: list[BucketStatus] = done.value
+        return shown

@@ -1,13 +1,15 @@
-"""The steps the decision path asks its shell to carry out: the engine's side of a
+"""The steps the engine asks its shell to carry out: the engine's side of a
 conversation in which it does no I/O.
 
-A feature that needs more than one round trip, or a wait between them (a lease row
-waiting for another caller's renewal, ``slot()`` queueing for a slot), is written once,
-here in ``core/``, as a generator: it yields a step (send this script call, reserve on
-the backend, wait until woken or this long) and is sent back what the step got (the
-reply, or the ``BackendError``), until it returns its answer. The threaded and asyncio
-limiters each carry out the steps in one small loop (``run`` of their shell): only
-they touch a backend, a thread, an event or the event loop.
+Every operation of the limiters (a decision, a pushback, a report of what is left, a
+status read, a heartbeat, a slot taken, given back or renewed) is written once, in
+``core/`` (``core/engine.py`` and the feature modules it calls), as a generator: it
+yields a step (reserve on the backend, send this script call, wait until woken or this
+long, sleep on the clock) and is sent back what the step got (the reply, or the
+``BackendError``; an exception raised while the shell carried the step out is thrown
+in), until it returns its answer. The threaded and asyncio limiters each carry out the
+steps in one small loop (``_run`` of their shell): only they touch a backend, a thread,
+an event or the event loop.
 """
 
 from __future__ import annotations
@@ -16,14 +18,11 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar
 
 from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.priority import Priority
-
-if TYPE_CHECKING:  # core/slots.py imports this module
-    from gateway_limiter.core.slots import Held
 
 T = TypeVar("T")
 
@@ -71,9 +70,47 @@ class Send(NamedTuple):
 
     call: ScriptCall
     parse: Callable[[Any], Any]
-    #: what to give back if the caller is cancelled while the call is in flight (the
-    #: script may have run): asyncio's shell sends it in the background
-    abandoned: Held | None = None
+    #: what to run if the caller is cancelled while the call is in flight (the script
+    #: may have run: give back what it may have taken): asyncio's shell runs it in the
+    #: background
+    abandoned: Steps[None] | None = None
+
+
+class Shield(NamedTuple):
+    """Run ``steps`` to their end, even if the caller is cancelled meanwhile (giving
+    back what a caller that leaves early holds); sent back their answer."""
+
+    steps: Steps[Any]
+
+
+class PushBack(NamedTuple):
+    """Tell the backend the supplier pushed back on ``rule`` (``Backend.pushback``);
+    sent back (factor, next free µs), or the BackendError."""
+
+    rule: Rule
+    retry_after: float | None
+    key: str | None
+
+
+class Peek(NamedTuple):
+    """Read ``rule``'s shared state (``Backend.peek``); sent back what it read, or the
+    BackendError."""
+
+    rule: Rule
+
+
+class PeekPushback(NamedTuple):
+    """Read what pushbacks left on ``rule``'s interface (``Backend.peek_pushback``);
+    sent back what it read, or the BackendError."""
+
+    rule: Rule
+
+
+class Beat(NamedTuple):
+    """One fleet heartbeat, ``Backend.heartbeat(*args)`` (member, ttl ms, and the
+    demand and tallies when there are); sent back the Heartbeat, or the BackendError."""
+
+    args: tuple[Any, ...]
 
 
 class Wakeable(Protocol):
@@ -149,7 +186,19 @@ class StartRenewer(NamedTuple):
     """Start renewing the slots' leases this limiter holds (once)."""
 
 
-Step: TypeAlias = Reserve | Send | Await | Sleep | Subscribe | StartRenewer
+Step: TypeAlias = (
+    Reserve
+    | Send
+    | Shield
+    | PushBack
+    | Peek
+    | PeekPushback
+    | Beat
+    | Await
+    | Sleep
+    | Subscribe
+    | StartRenewer
+)
 #: A feature's conversation: steps out, what they got back in, its answer at the end.
 Steps: TypeAlias = Generator[Step, Any, T]
 

@@ -23,7 +23,7 @@ def path_of(request: ClientRequest) -> str | None:
 
 
 @documented
-class LimiterMiddleware:
+class LimiterMiddleware(supplier.Seam[ClientRequest, AsyncGatewayLimiter]):
     """An aiohttp client middleware that decides with an ``AsyncGatewayLimiter`` before
     each request (each redirect hop too) and pushes back after a 429 or 503.
 
@@ -39,17 +39,8 @@ class LimiterMiddleware:
         ```
     """
 
-    __slots__ = ("interface", "limiter", "priority")
-
-    def __init__(
-        self,
-        limiter: AsyncGatewayLimiter,
-        interface: Interface | None = None,
-        priority: supplier.PriorityOption[ClientRequest] = None,
-    ) -> None:
-        self.limiter = limiter
-        self.priority = supplier.ClassOf[ClientRequest](priority)
-        self.interface = interface if interface is not None else path_of
+    __slots__ = ()
+    path_of = staticmethod(path_of)
 
     async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         """Each request the session sends decided first, sent if admitted (``Refused`` if

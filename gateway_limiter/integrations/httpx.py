@@ -23,7 +23,7 @@ def path_of(request: httpx.Request) -> str | None:
 
 
 @documented
-class LimiterTransport(httpx.BaseTransport):
+class LimiterTransport(supplier.Seam[httpx.Request, GatewayLimiter], httpx.BaseTransport):
     """An httpx transport that decides with a ``GatewayLimiter`` before each request and
     pushes back after a 429 or 503.
 
@@ -42,6 +42,8 @@ class LimiterTransport(httpx.BaseTransport):
         ```
     """
 
+    path_of = staticmethod(path_of)
+
     def __init__(
         self,
         limiter: GatewayLimiter,
@@ -49,10 +51,8 @@ class LimiterTransport(httpx.BaseTransport):
         interface: Interface | None = None,
         priority: supplier.PriorityOption[httpx.Request] = None,
     ) -> None:
-        self.limiter = limiter
-        self.priority = supplier.ClassOf[httpx.Request](priority)
+        super().__init__(limiter, interface, priority)
         self.transport = transport if transport is not None else httpx.HTTPTransport()
-        self.interface = interface if interface is not None else path_of
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Decide, send (if admitted), and push back on 429/503."""
@@ -68,7 +68,9 @@ class LimiterTransport(httpx.BaseTransport):
 
 
 @documented
-class AsyncLimiterTransport(httpx.AsyncBaseTransport):
+class AsyncLimiterTransport(
+    supplier.Seam[httpx.Request, AsyncGatewayLimiter], httpx.AsyncBaseTransport
+):
     """``LimiterTransport`` for ``httpx.AsyncClient``, with an ``AsyncGatewayLimiter``.
 
     {observes}
@@ -85,6 +87,8 @@ class AsyncLimiterTransport(httpx.AsyncBaseTransport):
         ```
     """
 
+    path_of = staticmethod(path_of)
+
     def __init__(
         self,
         limiter: AsyncGatewayLimiter,
@@ -92,10 +96,8 @@ class AsyncLimiterTransport(httpx.AsyncBaseTransport):
         interface: Interface | None = None,
         priority: supplier.PriorityOption[httpx.Request] = None,
     ) -> None:
-        self.limiter = limiter
-        self.priority = supplier.ClassOf[httpx.Request](priority)
+        super().__init__(limiter, interface, priority)
         self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
-        self.interface = interface if interface is not None else path_of
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """``LimiterTransport.handle_request``, awaited."""

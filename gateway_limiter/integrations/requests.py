@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 from urllib.parse import urlsplit
 
 from requests import PreparedRequest, Response
@@ -26,7 +25,7 @@ def path_of(request: PreparedRequest) -> str | None:
 
 
 @documented
-class LimiterAdapter(HTTPAdapter):
+class LimiterAdapter(supplier.Seam[PreparedRequest, GatewayLimiter], HTTPAdapter):
     """A requests ``HTTPAdapter`` that decides with a ``GatewayLimiter`` before each
     request and pushes back after a 429 or 503.
 
@@ -44,17 +43,7 @@ class LimiterAdapter(HTTPAdapter):
         ```
     """
 
-    def __init__(
-        self,
-        limiter: GatewayLimiter,
-        interface: Interface | None = None,
-        priority: supplier.PriorityOption[PreparedRequest] = None,
-        **kwargs: Any,
-    ) -> None:
-        self.limiter = limiter
-        self.priority = supplier.ClassOf[PreparedRequest](priority)
-        self.interface = interface if interface is not None else path_of
-        super().__init__(**kwargs)
+    path_of = staticmethod(path_of)
 
     def send(
         self,

@@ -48,6 +48,7 @@ __all__ = [
     "PUSHBACK_STATUSES",
     "ClassOf",
     "PriorityOption",
+    "Seam",
     "admit",
     "decide",
     "decide_async",
@@ -104,6 +105,36 @@ class ClassOf(Generic[R]):
         if self._by_url is not None:
             return self._by_url.get(url)
         return self._fixed
+
+
+L = TypeVar("L")
+
+
+class Seam(Generic[R, L]):
+    """What every client integration holds: the limiter it asks (``L``: a
+    ``GatewayLimiter`` or an ``AsyncGatewayLimiter``), how it names a request's
+    interface (``interface``; default ``path_of``, the request URL's path), and the class
+    of each request's call (``ClassOf``). ``kwargs`` go to the client's own base class
+    (requests' ``HTTPAdapter``: the pool sizes, ``max_retries``)."""
+
+    __slots__ = ("interface", "limiter", "priority")
+
+    def __init__(
+        self,
+        limiter: L,
+        interface: Callable[[R], str | None] | None = None,
+        priority: PriorityOption[R] = None,
+        **kwargs: Any,
+    ) -> None:
+        self.limiter = limiter
+        self.priority = ClassOf[R](priority)
+        self.interface = interface if interface is not None else self.path_of
+        super().__init__(**kwargs)
+
+    @staticmethod
+    def path_of(request: Any) -> str | None:
+        """The interface a request is decided on by default (each integration's)."""
+        raise NotImplementedError
 
 
 #: The statuses that say the supplier cannot take the call now.

@@ -74,7 +74,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Protocol, cast
+from typing import NamedTuple, Protocol, cast
 
 from gateway_limiter.model.algorithms import WINDOW_KINDS, LimitKind
 from gateway_limiter.model.bucket import (
@@ -644,3 +644,40 @@ def _least_left(
 def limit_expiry_ms(limit: Limit, state: LimitState, now_us: float) -> int:
     """Milliseconds after which ``state`` of ``limit`` is the same as no state."""
     return LIMIT_MODELS[limit.kind].expiry_ms(limit, state, now_us)
+
+
+class WindowCount(NamedTuple):
+    """A sliding or fixed window as it counts at a moment (``window_count``)."""
+
+    #: the permits it holds
+    used: float
+    #: when its count is back to 0, µs (None: it holds none)
+    reset_us: float | None
+    #: when one permit could go (a pushback's factor counted, its hold not), µs
+    next_free_us: float
+
+
+def window_count(
+    limit: Limit, state: LimitState | None, factor: float, now_us: float
+) -> WindowCount:
+    """``limit``'s window (sliding or fixed) as it counts at ``now_us`` from ``state``
+    (None: nothing stored), its rate lowered by a pushback's ``factor``."""
+    capped = Limit(limit.kind, window_limit(limit.rate, factor), limit.size)
+    counted: LimitState
+    if limit.kind is LimitKind.FIXED_WINDOW:
+        fixed = state if isinstance(state, FixedWindow) else None
+        counter = fixed_window_now(fixed, now_us, limit.size)
+        used = counter.used
+        reset_us = (counter.window + 1.0) * limit.size if used else None
+        counted = counter
+    else:
+        log = state if isinstance(state, SlidingLog) else SlidingLog((), (), 0)
+        live = [
+            (t, c) for t, c in zip(log.times, log.counts, strict=True) if t + limit.size > now_us
+        ]
+        used = float(sum(c for _, c in live))
+        reset_us = live[-1][0] + limit.size if live else None
+        counted = log
+    return WindowCount(
+        used, reset_us, LIMIT_MODELS[limit.kind].next_free_at(capped, counted, now_us)
+    )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.scripts import REPLY, Commands, ScriptCall, parse_reply
+from gateway_limiter.core import engine
 from gateway_limiter.core.decision import Reason
 from gateway_limiter.core.failure import attempt_async
 from gateway_limiter.core.pipeline import Outcome, route
@@ -95,7 +96,7 @@ class Judge:
                 admitted[i] = step[0].allowed
             elif not refused_here:
                 if step.rule.shadow:  # decided alone: it never refuses the others
-                    outcomes[i] = await limiter._ask_backend(step)
+                    outcomes[i] = await limiter._run(engine.asking(limiter, step))
                 else:
                     enforced.append(i)
         asks = [s for s in (steps[i] for i in enforced) if isinstance(s, Ask)]
@@ -106,7 +107,8 @@ class Judge:
             await self._together(asks, enforced, outcomes, admitted)
         else:
             for i, ask in zip(enforced, asks, strict=True):  # the limiter's own round trip
-                outcome = outcomes[i] = await limiter._ask_backend(ask)
+                outcome = await limiter._run(engine.asking(limiter, ask))
+                outcomes[i] = outcome
                 admitted[i] = outcome[0].allowed
         allowed = all(admitted) and not any(o is not None and not o[0].allowed for o in outcomes)
         judged = tuple(Judged(w, o, a) for w, o, a in zip(wanted, outcomes, admitted, strict=True))
