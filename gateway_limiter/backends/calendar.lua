@@ -125,7 +125,8 @@ if used + 1 <= qrate then
     if paced > earliest then earliest = paced end
   end
 end
-if earliest > b3 and b3 > now then earliest = b3 end  -- no later than it surely knows
+-- next free is a moment before which no call goes: past b3 only a guess, so b3
+if earliest > b3 and b3 > now then earliest = b3 end
 if window >= b3 then  -- the period's end is a guess: keep the count twice that long
   expires = window + 2 * (b3 - b2)
 else
