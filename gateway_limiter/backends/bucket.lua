@@ -51,7 +51,8 @@ ARGV[5]  the quota, as little-endian doubles: its permits per period, the bounda
 The pair is decided exactly as limits.lua decides a token bucket and a calendar quota
 (gateway_limiter/model/limits.py, reserve_limits, is the model of both; the property
 tests on real Redis pin this script to it; the quota's arithmetic is calendar.lua's,
-which backends/scripts.py takes into both scripts), all or nothing, and the reply has limits.lua's
+which backends/scripts.py takes into both scripts; a T past b3 but now is refused
+whatever the timeout, as there), all or nothing, and the reply has limits.lua's
 three quota doubles after the six. One script, one key read fewer than limits.lua (the
 pushback state is in the bucket's key, as for a bucket alone) and no table built: the
 pair costs little more than the bucket alone (docs/benchmarks.md). Token bucket only:
@@ -182,12 +183,14 @@ if quota then
   local earliest = balance + (permits - spend) * stable  -- balance >= now after the resync
   if earliest > at then at = earliest end
   local saved, window, used, qstored, qbalance, kept, ends = redis.pcall("GET", KEYS[2])
+  local beyond  -- past the periods the quota knows (calendar.lua): refused
 -- include: calendar.lua, step 1
   if earliest > at then at = earliest end
   -- 2. refuse without writing, or record the call at T in both (3)
   local wait = at - now
   local allowed = 1
   if timeout >= 0 and wait > timeout then allowed = 0 end
+  if beyond or (at > b3 and at > now) then allowed = 0 end  -- whatever the budget
   -- more than the quota's period holds, or than a paced quota's bucket ever holds:
   -- refused whatever the wait, with the quota's figures (limits.lua, never)
   local never = permits > qrate or (burst and permits > burst)
@@ -232,7 +235,7 @@ if quota then
   earliest = balance
   if stored < 1 then earliest = balance + (1 - stored) * stable end
   if earliest > free then free = earliest end
-  local left, reset
+  local left, reset, expires
   if allowed ~= 1 then at = false end  -- nothing recorded
 -- include: calendar.lua, step 3
   if earliest > free then free = earliest end
@@ -249,7 +252,7 @@ if quota then
     else
       local state
       if burst then state = pack("<dddd", window, used, qstored, qbalance) else state = pack("<dd", window, used) end
-      redis.call("SET", KEYS[2], state, "PX", max(1000, ceil((ends - now) / 1000) + 1000))
+      redis.call("SET", KEYS[2], state, "PX", max(1000, ceil((expires - now) / 1000) + 1000))
     end
   end
   if code ~= nil then allowed = code end

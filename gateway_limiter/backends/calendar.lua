@@ -20,8 +20,18 @@ script that takes a section in has these locals in scope:
             is recorded);
   declared: window, used, qstored, qbalance, kept, ends (the end of the counter's
             period: step 3 takes step 1's where it is in scope, else works it out),
-            earliest, and for step 3 left and reset; the sections set them, step 3
-            from the counter step 1 left, and the script writes the counter.
+            earliest, for step 1 beyond (set to true, never to false: the script
+            starts it nil), and for step 3 left, reset and expires (when the counter's
+            key may go); the sections set them, step 3 from the counter step 1 left,
+            and the script writes the counter.
+
+The horizon: the process knows the periods up to b3 exactly, and only the start of the
+one after. A permit is booked at T no later than b3 (T in a period it knows, or at the
+start of the one after), or at now; never at a later T, whose period it would guess
+(its end taken as b3 plus the length of [b2, b3)): such a call is refused, whatever its
+budget, and told a wait to b3. A counter in the period from b3 keeps its key twice the
+length of [b2, b3) past its start: a longer period than the guess (28 days then 31)
+must not lose its count.
 ]]
 
 -- section: step 1
@@ -65,6 +75,15 @@ elseif burst then  -- paced: once the bucket, refilled up to now, has the permit
   if paced > earliest then earliest = paced end
 end
 if now > earliest then earliest = now end
+-- Beyond the periods it knows: the period that starts at b3 (the end of the next one)
+-- has a guessed end, so no permit is booked later than b3, but now (the clock's own
+-- period is picked as ever). A call this quota would let go only later is refused
+-- (beyond; the script also refuses a T later than b3 that another limit set), told
+-- b3, before which it surely cannot go (the guess, while the clock is past b3).
+if earliest > b3 and earliest > now then
+  beyond = true
+  if b3 > now then earliest = b3 end
+end
 
 -- section: step 3
 -- The call recorded at T in the period holding T (paced: and taken from the bucket,
@@ -105,6 +124,13 @@ if used + 1 <= qrate then
     if paced > ends then paced = ends end
     if paced > earliest then earliest = paced end
   end
+end
+-- next free is a moment before which no call goes: past b3 only a guess, so b3
+if earliest > b3 and b3 > now then earliest = b3 end
+if window >= b3 then  -- the period's end is a guess: keep the count twice that long
+  expires = window + 2 * (b3 - b2)
+else
+  expires = ends
 end
 local start = b0  -- the period the clock is in
 reset = b1

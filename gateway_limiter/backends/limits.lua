@@ -74,7 +74,10 @@ limit's earliest time for one permit after this decision (only time passing brin
 closer). A window that can never hold the permits wanted refuses with an infinite wait
 (and next free 0: not every limit was read). So does a calendar quota asked for more
 than its permits per period, or a paced one for more than its burst (its bucket never
-holds more), after every limit is read as for any refusal. With a calendar quota among
+holds more), after every limit is read as for any refusal. A call that would go past
+the periods a calendar quota knows (a T later than its b3, unless T is now: the length
+of the period from b3 is a guess) is refused whatever its timeout, told the wait to
+the latest of the limits' times with that quota's at most b3 (calendar.lua). With a calendar quota among
 the limits, three more doubles follow: the permits left in the period the server's
 clock is in, of the quota with the fewest left (on a tie, the one whose period ends
 later; the one that can never give the permits, when one cannot), and when that period
@@ -123,6 +126,9 @@ local qleft, qreset, qlimit  -- calendar quotas (kinds 4 and 5): only where ther
 -- count, a paced one's bucket (permits, when) and burst (read from the tail); one table
 local qs
 local never  -- the first quota that can never give the permits (model: calendar_most)
+-- a quota would let the call go only past the periods it knows (calendar.lua), and the
+-- earliest end of them (b3) of every quota: no T later than that but now is booked
+local beyond, horizon
 local tail = 2 + 6 * nlimits
 local factor, pushed_until, held = 1, 0, 0
 local pushed = pcall_("GET", KEYS[nlimits + 1])
@@ -216,6 +222,7 @@ for i = 1, nlimits do
     if never == nil and (permits > qrate or (burst and permits > burst)) then never = i end
     local saved, window, used, qstored, qbalance, kept, ends = pcall_("GET", KEYS[i])
 -- include: calendar.lua, step 1
+    if horizon == nil or b3 < horizon then horizon = b3 end
     if qs == nil then qs = {} end
     local q = 5 * i  -- the boundaries stay in lim for step 3
     qs[q - 4], qs[q - 3] = window, used
@@ -245,6 +252,7 @@ end
 local wait = at - now
 local allowed = 1
 if timeout >= 0 and wait > timeout then allowed = 0 end
+if beyond or (horizon and at > horizon and at > now) then allowed = 0 end  -- whatever the budget
 if never then allowed, wait = 0, math.huge end  -- no wait would ever do
 -- Priority classes (the shares after the limits): when every limit could leave its
 -- share, now.
@@ -348,12 +356,12 @@ for i = 1, nlimits do
     local q = 5 * i
     local qrate, b0, b1, b2, b3, burst = rate, size, lim[b + 3], lim[b + 4], lim[b + 5], qs[q]
     local window, used, qstored, qbalance = qs[q - 4], qs[q - 3], qs[q - 2], qs[q - 1]
-    local at, ends, left, reset = allowed == 1 and at
+    local at, ends, left, reset, expires = allowed == 1 and at
 -- include: calendar.lua, step 3
     if allowed == 1 then  -- (a period already over: a process clock periods behind)
       local state
       if kind == 5 then state = pack("<dddd", window, used, qstored, qbalance) else state = pack("<dd", window, used) end
-      call("SET", KEYS[i], state, "PX", max(1000, ceil((ends - now) / 1000) + 1000))
+      call("SET", KEYS[i], state, "PX", max(1000, ceil((expires - now) / 1000) + 1000))
     end
     if never == i or (never == nil and (qleft == nil or left < qleft
         or (left == qleft and reset > qreset))) then  -- the one that binds

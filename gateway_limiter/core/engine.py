@@ -18,11 +18,12 @@ more steps; they are entered from ``asking``.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.arguments import check_args, check_priority
-from gateway_limiter.core.decision import Decision
+from gateway_limiter.core.decision import Decision, Reason
 from gateway_limiter.core.outcomes import (
     Outcome,
     allowed_wait_s,
@@ -36,7 +37,7 @@ from gateway_limiter.core.slots import SlotState, counting, refused
 from gateway_limiter.core.status import BucketStatus, chosen, describing
 from gateway_limiter.core.steps import Ask, Beat, PushBack, Reserve, Send, Sleep, Steps, raw
 from gateway_limiter.errors import NotStarted
-from gateway_limiter.model.bucket import Verdict
+from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.model.priority import Priority
 
 # --- the decisions ------------------------------------------------------------------
@@ -100,13 +101,22 @@ def deciding(
 def acquiring(
     core: LimiterCore, url: str, permits: int, key: str | None, priority: Priority | str | None
 ) -> Steps[float]:
-    """``acquire``: no wait budget; the seconds waited."""
-    begun = core._begin(url, permits, None, key, forever=True, priority=priority)
-    outcome = (yield from asking(core, begun)) if isinstance(begun, Ask) else begun
+    """``acquire``: no wait budget; the seconds waited. A calendar quota books no call
+    past the periods it knows (docs/algorithms.md, "Calendar quotas"): refused with a
+    wait all the same, ``acquire`` sleeps it and asks again."""
+    before_s = 0.0  # slept on such refusals
+    while True:
+        begun = core._begin(url, permits, None, key, forever=True, priority=priority)
+        outcome = (yield from asking(core, begun)) if isinstance(begun, Ask) else begun
+        verdict, reason, _ = outcome
+        if verdict.allowed or reason != Reason.LIMITED or not 0.0 < verdict.wait_us < math.inf:
+            break
+        yield Sleep(verdict.wait_us / US_PER_S)
+        before_s += verdict.wait_us / US_PER_S
     wait_s = core._acquired(url, permits, outcome)
     if wait_s > 0:
         yield Sleep(wait_s)
-    return wait_s + slept_s(outcome)
+    return before_s + wait_s + slept_s(outcome)
 
 
 # --- what the supplier reports, and what the limiter reports ---------------------------

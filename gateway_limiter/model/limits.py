@@ -125,6 +125,7 @@ __all__ = [
     "LimitState",
     "SlidingLimit",
     "SlidingLog",
+    "calendar_beyond",
     "calendar_end",
     "calendar_most",
     "calendar_start",
@@ -383,13 +384,18 @@ class CalendarLimit(_Window):
 
     def next_free_at(self, limit: Limit, state: LimitState, now_us: float) -> float:
         """The period the counter has room for one more permit in (paced: once its bucket
-        has one)."""
+        has one); no later than the end of the next period (b3) while the clock is
+        before it: past it the period's end is a guess, and this a moment before which
+        no call can go."""
         counter = self._counter(limit, state, now_us)
         if counter.used + 1.0 > limit.rate:
-            return calendar_end(limit.bounds, counter.window)
-        if limit.size > 0.0:
-            return max(now_us, counter.window, self._paced_earliest(limit, counter, 1.0))
-        return max(now_us, counter.window)
+            free = calendar_end(limit.bounds, counter.window)
+        elif limit.size > 0.0:
+            free = max(now_us, counter.window, self._paced_earliest(limit, counter, 1.0))
+        else:
+            free = max(now_us, counter.window)
+        b3 = limit.bounds[3]
+        return b3 if free > b3 > now_us else free
 
     def record(self, limit: Limit, state: LimitState, n: float, at_us: float) -> LimitState:
         """Count the permits in the period that contains T (paced: and take them from
@@ -412,8 +418,11 @@ class CalendarLimit(_Window):
         )
 
     def expiry_ms(self, limit: Limit, state: LimitState, now_us: float) -> int:
-        """When the counter's period ends."""
-        ends_us = calendar_end(limit.bounds, cast(CalendarWindow, state).window)
+        """When the counter's period ends; from b3 on, whose end is a guess, twice the
+        length of the period before it past its start (no period is longer)."""
+        window = cast(CalendarWindow, state).window
+        _, _, b2, b3 = limit.bounds
+        ends_us = window + 2.0 * (b3 - b2) if window >= b3 else calendar_end(limit.bounds, window)
         return max(EXPIRY_GRACE_MS, math.ceil((ends_us - now_us) / 1000.0) + EXPIRY_GRACE_MS)
 
     def left(self, limit: Limit, state: LimitState, cap: float, at_us: float) -> float:
@@ -444,6 +453,18 @@ LIMIT_MODELS: dict[LimitKind, LimitModel] = {
     LimitKind.CALENDAR: CalendarLimit(),
 }
 _CALENDAR = CalendarLimit()
+
+
+def calendar_beyond(limit: Limit, earliest_us: float, now_us: float) -> tuple[bool, float]:
+    """Whether a calendar quota would let a call go only past the periods it knows (a
+    moment later than b3, the end of the next period, but now: the period from b3 has a
+    guessed end), and its earliest time as told then: b3, before which the call surely
+    cannot go (while the clock is past b3, the guess). Such a call is refused whatever
+    its budget; so is one whose T another limit sets past b3 (``reserve_limits``)."""
+    b3 = limit.bounds[3]
+    if earliest_us > b3 and earliest_us > now_us:
+        return True, b3 if b3 > now_us else earliest_us
+    return False, earliest_us
 
 
 def calendar_most(limit: Limit) -> float:
@@ -533,6 +554,8 @@ def reserve_limits(
     at_us = max(now_us, until_us)
     current: list[LimitState] = []
     never: int | None = None  # the first calendar quota that can never give the permits
+    beyond = False  # a calendar quota would let it go only past the periods it knows
+    horizon = math.inf  # the earliest b3 of the calendar quotas: no T past it but now
     for i, (limit, state) in enumerate(zip(capped, states, strict=True)):
         if limit.kind is LimitKind.CALENDAR:
             if never is None and permits > calendar_most(limit):
@@ -544,10 +567,16 @@ def reserve_limits(
         # the interface's own limits owe until a hold's end; its channel's do not
         owing = model.held(limit, state, now_us, until_us) if until_us > 0.0 and i < own else state
         earliest_us, as_of_now = model.earliest(limit, owing, permits, now_us)
+        if limit.kind is LimitKind.CALENDAR:
+            horizon = min(horizon, limit.bounds[3])
+            past, earliest_us = calendar_beyond(limit, earliest_us, now_us)
+            beyond = beyond or past
         current.append(as_of_now)
         at_us = max(at_us, earliest_us)
     wait_us = at_us - now_us
     limited = timeout_us is not None and wait_us > timeout_us
+    # past the periods a quota knows: refused whatever the budget (calendar_beyond)
+    limited = limited or beyond or (at_us > horizon and at_us > now_us)
     if never is not None:  # no wait would ever do: refused, that quota's figures told
         next_us = _next_free_us(limits, current, now_us, until_us)
         left = _least_left(limits, current, now_us, factor, own)
