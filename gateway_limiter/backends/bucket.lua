@@ -209,8 +209,8 @@ if quota then
       ready = huge
     end
     if ready > now then
-      code = 0
-      if allowed == 1 then code = -1 end
+      code = 0  -- reserved when the limits alone admit it, or the class never gets it
+      if allowed == 1 or ready == huge then code = -1 end
       allowed, wait = 0, ready - now
     end
   end
@@ -291,7 +291,8 @@ if #ARGV[1] == 32 then
   if need <= capacity then ready = start + max(0, need - stored) * stable end
   if ready > now then
     local code = -1
-    if timeout >= 0 and wait > timeout then code = 0 end
+    -- over the budget: limited, unless the class never gets it (reserved, no wait)
+    if timeout >= 0 and wait > timeout and ready < math.huge then code = 0 end
     if warmup <= 0 then owed = max(0, 1 - stored) * stable end
     return pack("<dddddd", code, ready - now, stored, start + owed - now, factor, held)
   end

@@ -289,8 +289,8 @@ if #lim > tail and not never then  -- them); unpack ends lim with the position a
     end
   end
   if ready > now then
-    code = 0
-    if allowed == 1 then code = -1 end
+    code = 0  -- reserved when the limits alone admit it, or the class never gets it
+    if allowed == 1 or ready == math.huge then code = -1 end
     allowed, wait = 0, ready - now
   end
 end

@@ -78,13 +78,35 @@ def acquired_wait_s(verdict: Verdict, rule: Rule, permits: int) -> float:
                 "pushback, or this process's part while Redis is away, leaves its limits "
                 f"less than that class can take at once, got {permits}"
             )
-        most = rule.window_most
+        most, binds = rule.window_most, _what_binds(rule)
         raise ValueError(
-            f"permits must be at most {most} for {rule.url!r} (what its window holds, "
-            "or its paced quota's burst), "
-            f"got {permits}"
+            f"permits must be at most {most} for {rule.url!r} ({binds}), got {permits}"
         )
     return verdict.wait_us / US_PER_S
+
+
+def never_given(rule: Rule, permits: int) -> bool:
+    """Whether no wait can ever give one call ``permits`` on ``rule``: more than a
+    window or calendar quota ever lets one call have (``Rule.window_most``), or, for a
+    class below critical on limits with a reserve, than they can give that class at once
+    (``class_most``). Such a call is refused at once, whatever the other limits' state."""
+    if permits <= 1:
+        return False
+    if rule.shares is not None:
+        return permits > class_most(rule)
+    most = rule.window_most
+    return most > 0 and permits > most
+
+
+def _what_binds(rule: Rule) -> str:
+    """What gives ``rule``'s most for one call (``Rule.window_most``), in words."""
+    most = rule.window_most
+    binds = [r for r in rule.limits if r.spec.window and r.quota_most == most]
+    if any(r.calendar is not None and r.pacing and r.pace_burst < r.rate for r in binds):
+        return "its paced quota's burst"
+    if any(r.calendar is not None for r in binds):
+        return "its quota per period"
+    return "what its window holds"
 
 
 def class_most(rule: Rule) -> int:

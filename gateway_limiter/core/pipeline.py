@@ -53,6 +53,7 @@ from gateway_limiter.core.outcomes import (
     allowed_wait_s,
     call_class,
     label,
+    never_given,
     route,
     slept_s,
     slot_rule,
@@ -351,7 +352,9 @@ class LimiterCore(LimiterBase):
             return from_lease(self, self._leases, rule, permits, budget_s, wait=True)
         # The local refusals (``core.local_refusal``), inline: every decision passes here.
         refusals = self._local_refusals
-        if refusals is None:
+        # an ask no wait can ever give: the backend refuses it at once, whatever any
+        # limit's next free moment; neither refused here nor learnt from
+        if refusals is None or (permits > 1 and never_given(rule, permits)):
             asked = None
         else:
             now_s = self.clock.monotonic()

@@ -296,7 +296,9 @@ def reserve(
     ``share`` (priority classes, ``model/priority.py``; None: none in play): a call of
     a class below ``critical`` on a bucket with a reserve goes now, leaving at least
     ``share`` of the capacity stored, or is refused (``reserved`` unless the bucket
-    alone refuses it) with the wait until it could, reserving nothing.
+    alone refuses it) with the wait until it could, reserving nothing. A call the
+    class can never get (more than the capacity less the share: it takes no debt) is
+    refused ``reserved`` with an infinite wait, whatever the bucket alone would say.
     """
     sh = shape(rate * factor, capacity * factor, warmup_us)
     permits = float(permits)
@@ -315,7 +317,9 @@ def reserve(
                 sh.stable_us
             )
         if ready_us > now_us:
-            limited = timeout_us is not None and wait_us > timeout_us
+            # over the budget, unless the class never gets it: no wait would ever do,
+            # and it is the class's limit (no debt, its share left) that refuses
+            limited = timeout_us is not None and wait_us > timeout_us and ready_us < math.inf
             next_free_us = next_free_bucket(sh, current, now_us)
             verdict = Verdict(
                 False, ready_us - now_us, current.stored, next_free_us, factor, held_us

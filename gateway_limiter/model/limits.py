@@ -531,7 +531,9 @@ def reserve_limits(
     Priority classes (``model/priority.py``): ``shares`` (None: none in play) is each
     limit's share for a call of a class below ``critical``. Such a call goes now,
     leaving every limit its share (``reserve_ready``), or is refused with the wait
-    until it could (``reserved`` unless the limits alone refuse it), recording nothing.
+    until it could (``reserved`` unless the limits alone refuse it), recording nothing;
+    a call the class can never get (``reserve_ready`` infinite) is refused ``reserved``
+    with an infinite wait, whatever the limits alone would say.
     """
     own = len(limits) if own is None else own
     capped = limits
@@ -589,6 +591,9 @@ def reserve_limits(
         for limit, state, share in zip(capped, current, shares, strict=True):
             ready_us = max(ready_us, reserve_ready(limit, state, permits, share, now_us))
         if ready_us > now_us:
+            # the class never gets it: reserved, whatever the wait (no wait would do)
+            if ready_us == math.inf:
+                limited = False
             next_us = _next_free_us(limits, current, now_us, until_us)
             left = _least_left(limits, current, now_us, factor, own)
             quota = quota_left(limits, current, now_us)
