@@ -343,6 +343,9 @@ def cmd_conf_set(ctx: Context) -> int:
             written = {"interface_url": a.url, "status": 0, **scope, **fields}
         else:
             target, written = old, fields
+        unpaced = _unpaced_burst_problem(replace(target, **fields), given, fields)
+        if unpaced:
+            raise UsageError(unpaced, "conf set")
         try:
             cache = ctx.settings.default_cache
             row = write_planned(table, old, replace(target, **fields), written, by, cache)
@@ -408,6 +411,24 @@ def _lease_in_force(ctx: Context, rows: Sequence[ConfRow], config_id: int, url: 
         enabled, ctx.settings.default_cache, ctx.settings.default_time_zone
     ).rules.get(url)
     return rule is not None and rule.lease_ms != 0
+
+
+def _unpaced_burst_problem(planned: ConfRow, given: dict[str, Any], fields: dict[str, Any]) -> str:
+    """Why a calendar quota's row would keep a ``maxPermits`` it does not use (pacing
+    off), as an error naming the flag given and the one to add ("" when it would not)."""
+    if planned.quota_period is None or planned.quota_pacing or planned.max_permits is None:
+        return ""
+    problem = (
+        f"maxPermits {planned.max_permits} is not used by a calendar quota without pacing "
+        "(with pacing it is the most the pacing saves up)"
+    )
+    if "max_permits" in given:
+        return f"argument --max-permits: {problem}; add --pacing, or leave --max-permits out"
+    blamed = "--no-pacing" if "quota_pacing" in fields else "--quota-period"
+    return (
+        f"argument {blamed}: {problem}; the row has maxPermits {planned.max_permits}: add "
+        f"'--max-permits {NONE_WORD}' to clear it (or --pacing to keep it as the burst)"
+    )
 
 
 def _scope_flags(row: ConfRow) -> str:

@@ -94,7 +94,7 @@ def calendar_text(rule: Rule) -> str:
 def _algorithm_text(rule: Rule) -> str:
     """What the rule's algorithm does with the rate, in a few words."""
     if rule.calendar is not None:
-        pacing = ", paced" if rule.pacing else ""
+        pacing = f", paced, burst {rule.pace_burst:,}" if rule.pacing else ""
         return f"{Quota.CALENDAR}: {calendar_text(rule)}{pacing}"
     if rule.algorithm == Algorithm.SLIDING_WINDOW:
         return f"sliding_window: never more in any {rule.period} s"

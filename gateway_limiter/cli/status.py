@@ -30,6 +30,7 @@ from gateway_limiter.cli.describe import (
 from gateway_limiter.cli.listing import add_filters
 from gateway_limiter.cli.output import Column, Report
 from gateway_limiter.config.rules import Algorithm, Rule, read_ruleset
+from gateway_limiter.core.status import CONDITIONS, condition
 from gateway_limiter.model.bucket import US_PER_S, shape
 from gateway_limiter.observe.redact import mask_secrets
 
@@ -183,34 +184,6 @@ def status_report(ctx: Context, limiter: GatewayLimiter) -> tuple[Report, str]:
     if failed:
         return report, f"cannot read bucket state from {where}: {failed[0].error}"
     return report, ""
-
-
-#: ``status --status``: what each limit's live state is (``condition``).
-CONDITIONS = ("idle", "ok", "debt", "spent", "held", "closed", "unread")
-
-
-def condition(s: BucketStatus) -> str:
-    """What a limit's live state comes to, in a word (``CONDITIONS``): closed; held by
-    a pushback's ``retry_after``; spent (no permit now: a full window, an empty bucket);
-    in debt (callers queue); idle (nothing counted or stored); ok; unread (per caller,
-    or the read failed)."""
-    rule = s.rule
-    if rule.closed:
-        return "closed"
-    if s.held_until is not None:
-        return "held"
-    if s.error is not None or rule.per_caller:
-        return "unread"
-    if s.used is not None:  # a window
-        cap = rule.rate if s.effective_rate is None else min(rule.rate, s.effective_rate)
-        if s.used >= cap and s.next_free_ms:
-            return "spent"
-        return "idle" if s.used == 0 else "ok"
-    if s.stored is None:
-        return "idle"
-    if s.debt_ms > 0:
-        return "debt"
-    return "spent" if s.next_free_ms else "ok"
 
 
 def _filtered(
@@ -393,7 +366,9 @@ def _watch_status(ctx: Context, limiter: GatewayLimiter) -> int:
 
 
 def _quota_state(s: BucketStatus) -> str:
-    """A calendar quota's state: "used 1,200 of 50,000; renews 2026-11-30 00:00 CST"."""
+    """A calendar quota's state: "used 1,200 of 50,000; renews 2026-11-30 00:00 CST";
+    "spent: " before it when no permit can go now; a paced one's burst and, between
+    permits, when the next one comes ("paced, burst 30, next permit in 1.7 s; ")."""
     rule = s.rule
     assert rule.calendar is not None
     renews = calendar_text(rule)
@@ -404,8 +379,16 @@ def _quota_state(s: BucketStatus) -> str:
     if s.quota_used is None or s.renews_at is None:
         return renews
     when = dt.datetime.fromtimestamp(s.renews_at, rule.calendar.zone)
+    used_up = s.quota_used >= rule.rate
+    spent = "spent: " if condition(s) == "spent" and s.held_until is None else ""
+    paced = ""
+    if rule.pacing:
+        paced = f"paced, burst {rule.pace_burst:,}"
+        if s.next_free_ms and not used_up:
+            paced += f", next permit in {fmt_duration(s.next_free_ms / 1000.0)}"
+        paced += "; "
     return (
-        f"used {fmt_amount(s.quota_used)} of {fmt_amount(rule.rate)}; "
+        f"{spent}used {fmt_amount(s.quota_used)} of {fmt_amount(rule.rate)}; {paced}"
         f"renews {when:%Y-%m-%d %H:%M %Z} ({rule.calendar.zone.key})"
     )
 
@@ -509,7 +492,8 @@ def _status_cells(s: BucketStatus, flights: bool = False) -> list[str]:
     if rule.closed:
         return row("-", "-", "closed: every call refused")
     if rule.calendar is not None:
-        return row("-", "-", _quota_state(s))
+        count = "-" if s.used is None else f"{s.used:,.0f}/{rule.rate:,}"
+        return row("-", "-", _quota_state(s), count)
     if rule.spec.window:
         return _window_row(s, row)
     if rule.caller is not None:

@@ -53,7 +53,7 @@ from gateway_limiter.config.table import (
     write_switch,
 )
 from gateway_limiter.console.sources import Sources
-from gateway_limiter.core.status import BucketStatus
+from gateway_limiter.core.status import BucketStatus, condition
 from gateway_limiter.observe.logs import one_line
 
 HERE: Final = Path(__file__).resolve().parent
@@ -439,6 +439,7 @@ def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
             "startsAt": starts_at,
             "renewsAt": b.renews_at,
             "pacing": b.rule.pacing,
+            "pacingBurst": b.rule.pace_burst if b.rule.pacing else None,
         }
 
     def status_now() -> dict[str, Any]:
@@ -461,7 +462,10 @@ def make_app(sources: Sources, listen_host: str = "127.0.0.1") -> ASGIApp:
                     "stored": None if b.stored is None else round(b.stored, 3),
                     "debtMs": round(b.debt_ms, 3),
                     "nextFreeMs": None if b.next_free_ms is None else round(b.next_free_ms, 3),
-                    # a window: permits counted in its window now, ms until that is 0
+                    # what the live state comes to, as `status --status` words it
+                    "condition": condition(b),
+                    # a window: permits counted in its window now, ms until that is 0; a
+                    # calendar quota: used in its period (as quota.used)
                     "used": None if b.used is None else round(b.used),
                     "resetMs": None if b.reset_ms is None else round(b.reset_ms, 3),
                     # after pushback, in the row's units (per periodSeconds); the hold left

@@ -12,6 +12,7 @@ passed; a fleet of N processes logs at most N lines per fraction and period.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections.abc import Callable, Mapping
 
@@ -20,16 +21,32 @@ from gateway_limiter.model.bucket import US_PER_S, Verdict
 from gateway_limiter.observe.logs import log
 
 
+def quota_rule(rule: Rule, limit: float) -> Rule | None:
+    """``rule``'s calendar quota of ``limit`` permits: the one a reply speaks of (the
+    first such, when two have the same limit; else its first quota; None: none)."""
+    quotas = [r for r in rule.limits if r.calendar is not None]
+    return next((r for r in quotas if r.rate == limit), quotas[0] if quotas else None)
+
+
 def quota_period(rule: Rule, limit: float) -> str:
-    """The period (day, week, month) of ``rule``'s calendar quota of ``limit`` permits:
-    the one a reply speaks of (the first such, when two have the same limit)."""
-    for r in rule.limits:
-        if r.calendar is not None and r.rate == limit:
-            return r.calendar.renewal.period.value
-    for r in rule.limits:
-        if r.calendar is not None:
-            return r.calendar.renewal.period.value
-    return "calendar"
+    """The period (day, week, month) of ``rule``'s calendar quota of ``limit`` permits
+    (``quota_rule``)."""
+    quota = quota_rule(rule, limit)
+    if quota is None or quota.calendar is None:
+        return "calendar"
+    return quota.calendar.renewal.period.value
+
+
+def renewal_text(rule: Rule, limit: float, reset_us: float) -> str:
+    """When the quota renews, as a date and time in its zone with the epoch seconds:
+    "2026-11-30 00:00 CST (Asia/Shanghai; 1795968000 epoch s)"."""
+    epoch = int(reset_us / US_PER_S)
+    quota = quota_rule(rule, limit)
+    if quota is None or quota.calendar is None:
+        return f"{epoch} (epoch s)"
+    zone = quota.calendar.zone
+    when = dt.datetime.fromtimestamp(epoch, zone)
+    return f"{when:%Y-%m-%d %H:%M %Z} ({zone.key}; {epoch} epoch s)"
 
 
 class QuotaWatch:
@@ -69,15 +86,14 @@ class QuotaWatch:
                 return
             self._told[key] = (verdict.quota_reset_us, passed[-1])
         log.warning(
-            "calendar quota of %r (%s): %.0f %% used (%d of %d), past %.0f %%; it renews "
-            "at %d (epoch s)",
+            "calendar quota of %r (%s): %.0f %% used (%d of %d), past %.0f %%; it renews at %s",
             rule.url,
             key[1],
             ratio * 100,
             round(limit - verdict.quota_left),
             round(limit),
             passed[-1] * 100,
-            int(verdict.quota_reset_us / US_PER_S),
+            renewal_text(rule, limit, verdict.quota_reset_us),
         )
 
     def used(self) -> Mapping[tuple[str, str], float]:

@@ -69,8 +69,8 @@ class BucketStatus:
     #: when that period ends (Unix seconds); None: not a calendar quota, or not read.
     quota_used: float | None = None
     renews_at: float | None = None
-    #: A window's permits counted in its window now (of ``rule.rate``); None: not a
-    #: window, or not read.
+    #: A window's permits counted in its window now, or a shared calendar quota's in its
+    #: period (as ``quota_used``), of ``rule.rate``; None: neither, or not read.
     used: float | None = None
     #: Milliseconds until a window's count is back to 0 (a fixed window: its end; a
     #: sliding window: its latest admission leaves it); None: nothing counted, or not
@@ -135,15 +135,70 @@ def has_shared_state(rule: Rule) -> bool:
     return not rule.per_caller
 
 
-def quota_status(rule: Rule, shared: bool, state: object, now_us: float) -> BucketStatus:
+def quota_status(
+    rule: Rule,
+    shared: bool,
+    state: object,
+    now_us: float,
+    until_us: float = 0.0,
+    pb: tuple[float | None, float, float | None] = (None, 0.0, None),
+) -> BucketStatus:
     """A shared calendar quota as ``status`` shows it: used in the period ``now_us`` (the
-    Redis clock) is in, and when that period ends."""
+    Redis clock) is in, when that period ends, and when one permit could go (a paced
+    quota: once its bucket has one; a pushback's hold included)."""
     spec = limit_of(rule, now_us / US_PER_S)
     counter = state if isinstance(state, CalendarWindow) else None
-    left, ends_us = CalendarLimit().period_left(spec, counter, now_us)
+    model = CalendarLimit()
+    left, ends_us = model.period_left(spec, counter, now_us)
+    free_us = now_us if counter is None else model.next_free_at(spec, counter, now_us)
+    next_free_ms = max(0.0, max(free_us, until_us) - now_us) / 1000.0
+    used = rule.rate - left
     return BucketStatus(
-        rule, None, 0.0, shared, quota_used=rule.rate - left, renews_at=ends_us / US_PER_S
+        rule,
+        None,
+        0.0,
+        shared,
+        None,
+        next_free_ms,
+        *pb,
+        quota_used=used,
+        renews_at=ends_us / US_PER_S,
+        used=used,
     )
+
+
+#: ``status --status``: what each limit's live state is (``condition``).
+CONDITIONS = ("idle", "ok", "debt", "spent", "held", "closed", "unread")
+
+
+def condition(s: BucketStatus) -> str:
+    """What a limit's live state comes to, in a word (``CONDITIONS``): closed; held by
+    a pushback's ``retry_after``; spent (no permit now: a full window, a used-up calendar
+    quota, a paced quota between permits, an empty bucket); in debt (callers queue);
+    idle (nothing counted or stored); ok; unread (per caller, or the read failed)."""
+    rule = s.rule
+    if rule.closed:
+        return "closed"
+    if s.held_until is not None:
+        return "held"
+    if s.error is not None or rule.per_caller:
+        return "unread"
+    if rule.calendar is not None:
+        if s.quota_used is None:
+            return "unread"
+        if s.quota_used >= rule.rate or s.next_free_ms:
+            return "spent"
+        return "idle" if s.quota_used == 0 else "ok"
+    if s.used is not None:  # a window
+        cap = rule.rate if s.effective_rate is None else min(rule.rate, s.effective_rate)
+        if s.used >= cap and s.next_free_ms:
+            return "spent"
+        return "idle" if s.used == 0 else "ok"
+    if s.stored is None:
+        return "idle"
+    if s.debt_ms > 0:
+        return "debt"
+    return "spent" if s.next_free_ms else "ok"
 
 
 def bucket_status(
@@ -175,7 +230,7 @@ def bucket_status(
     if rule.kind is LimitKind.CALENDAR or isinstance(state, CalendarWindow):
         if rule.closed:
             return BucketStatus(rule, None, 0.0, shared, None, None, *pb)
-        return quota_status(rule, shared, state, now_us)
+        return quota_status(rule, shared, state, now_us, until_us, pb)
     if rule.spec.window:
         if rule.closed:
             return BucketStatus(rule, None, 0.0, shared, None, None, *pb)

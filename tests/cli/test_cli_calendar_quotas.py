@@ -180,6 +180,86 @@ def test_status_shows_what_a_quota_used_and_when_it_renews(
     assert f"used 3 of 50,000; renews {shown:%Y-%m-%d} 00:00 CST (Asia/Shanghai)" in line
 
 
+def test_a_used_up_quota_is_spent_in_status_its_filter_and_its_json(
+    capsys: pytest.CaptureFixture[str],
+    migrated_db: tuple[str, Engine],
+    redis_server: RedisServer,
+    key_prefix: str,
+    tmp_path: Path,
+) -> None:
+    """All 5 of a 5/day quota used: ``spent`` as a spent window is, in the text, for
+    ``--status spent`` and in ``--json``, whose top-level ``used`` is the quota's; some
+    used is ``ok``, never ``idle``."""
+    db, _ = migrated_db
+    cli(capsys, db, "conf", "set", URL, "--rate", "100", "--cache", "0", "--enable")
+    quota = ("--quota-period", "day", "--time-zone", "Asia/Shanghai", "--enable")
+    cli(capsys, db, "conf", "set", URL, "--rate", "5", *quota)
+    settings = settings_file(tmp_path, db, redis_server.url, key_prefix)
+    argv = ["--settings", str(settings), "status", URL]
+
+    def daily_json() -> dict[str, Any]:
+        capsys.readouterr()
+        assert main([*argv, "--json"]) == 0
+        limits: list[dict[str, Any]] = json.loads(capsys.readouterr().out)["limits"]
+        return limits[1]
+
+    with GatewayLimiter.from_settings(settings) as limiter:
+        assert sum(limiter.try_acquire(URL, timeout=0) for _ in range(2)) == 2
+        some = daily_json()
+        assert (some["condition"], some["used"], some["quota"]["used"]) == ("ok", 2, 2)
+        assert sum(limiter.try_acquire(URL, timeout=0) for _ in range(4)) == 3
+    daily = daily_json()
+    assert (daily["condition"], daily["used"], daily["quota"]["used"]) == ("spent", 5, 5)
+    assert daily["rateLimit"] == daily["quota"]["limit"] == 5
+    renews_ms = (daily["quota"]["resetsAt"] - time.time()) * 1000.0
+    assert renews_ms - 60_000 <= daily["nextFreeMs"] <= renews_ms + 60_000
+    assert main(argv) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "5/day" in line)
+    assert "spent: used 5 of 5; renews " in line
+    assert main([*argv, "--status", "spent"]) == 0
+    assert "spent: used 5 of 5" in capsys.readouterr().out
+    assert main([*argv, "--status", "idle"]) == 0
+    assert "5/day" not in capsys.readouterr().out
+
+
+def test_status_says_a_quota_is_paced_its_burst_and_when_its_next_permit_comes(
+    capsys: pytest.CaptureFixture[str],
+    migrated_db: tuple[str, Engine],
+    redis_server: RedisServer,
+    key_prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A paced quota of 100 a day with a burst of 2, both taken: refused until the pace
+    gives the next permit (the 98 left spread over what is left of the day), which
+    ``status`` says, as it says the pacing and the burst."""
+    db, _ = migrated_db
+    cli(capsys, db, "conf", "set", URL, "--rate", "100", "--cache", "0", "--enable")
+    quota = ("--quota-period", "day", "--time-zone", "UTC", "--enable")
+    cli(capsys, db, "conf", "set", URL, "--rate", "100", *quota, "--pacing", "--max-permits", "2")
+    settings = settings_file(tmp_path, db, redis_server.url, key_prefix)
+    argv = ["--settings", str(settings), "status", URL]
+    monkeypatch.setenv("COLUMNS", "100")
+    capsys.readouterr()
+    assert main(argv) == 0
+    line = " ".join(capsys.readouterr().out.split())
+    assert "used 0 of 100; paced, burst 2; renews " in line
+    with GatewayLimiter.from_settings(settings) as limiter:
+        assert sum(limiter.try_acquire(URL, timeout=0) for _ in range(3)) == 2
+    _, day_ends = Calendar.of("day", "UTC").period_at(time.time())
+    pace_s = (day_ends - time.time()) / 98
+    assert main([*argv, "--json"]) == 0
+    daily = json.loads(capsys.readouterr().out)["limits"][1]
+    assert daily["condition"] == "spent" and daily["used"] == 2
+    assert (daily["quota"]["pacing"], daily["quota"]["pacingBurst"]) == (True, 2)
+    assert pace_s * 1000 - 60_000 <= daily["nextFreeMs"] <= pace_s * 1000 + 1000
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    shown = " ".join(out.split())  # the state may fold onto more lines
+    assert "spent: used 2 of 100; paced, burst 2, next permit in " in shown
+
+
 def test_conf_set_paces_a_daily_quota_with_max_permits_as_its_burst(
     command: Command, migrated_any_db: tuple[str, Engine]
 ) -> None:
@@ -197,6 +277,8 @@ def test_conf_set_paces_a_daily_quota_with_max_permits_as_its_burst(
     assert ran.code != 0 and "maxPermits 30 is not used by a calendar quota without pacing" in (
         ran.err
     )
+    # and the error names the flag that clears it, as conf set --help promises
+    assert "argument --no-pacing:" in ran.err and "add '--max-permits none'" in ran.err
     assert build_rules(read_rows(engine), 0.5).rules[URL].pacing
 
 
@@ -228,7 +310,7 @@ def test_status_json_has_each_quotas_figures_and_every_view_names_it_calendar(
         "--enable",
     )
     assert ran.code == 0, ran.err
-    assert "500 per day (calendar: renews 02:00 Asia/Shanghai, paced)" in ran.out
+    assert "500 per day (calendar: renews 02:00 Asia/Shanghai, paced, burst 7)" in ran.out
     settings = settings_file(tmp_path, db, redis_server.url, key_prefix)
     with GatewayLimiter.from_settings(settings) as limiter:
         assert sum(limiter.try_acquire(URL, timeout=0) for _ in range(2)) == 2

@@ -26,6 +26,7 @@ WIDTH = 100
 CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 LONG = "/ibe/flight/search/availability/with/a/very/long/path/that/suppliers/love/v2/{i}"
 DAILY = "/sup/daily/quota/of/a/supplier/that/counts/per/calendar/day/and/never/more"
+PACED = "/sup/paced/calendar/quota"
 
 
 @pytest.fixture
@@ -66,10 +67,22 @@ def settings(
     write_row(engine, DAILY, rateLimit=3, periodSeconds=86_400, algorithm="fixed_window")
     write_row(engine, "/sup/hourly", rateLimit=10, periodSeconds=3600, algorithm="sliding_window")
     write_row(engine, "/ibe/seat/map", rateLimit=50, status=0, channelType="OTHER")
+    # a paced calendar quota between permits: its state says the pacing, the burst, the
+    # next permit and the renewal
+    write_row(
+        engine,
+        PACED,
+        rateLimit=100,
+        maxPermits=2,
+        quotaPeriod="day",
+        timeZone="Asia/Shanghai",
+        quotaPacing=1,
+    )
     path = settings_file(tmp_path, db, redis_server.url, key_prefix)
     with GatewayLimiter.from_settings(path) as gateway:
         assert [gateway.try_acquire(DAILY, timeout=0) for _ in range(4)] == [True] * 3 + [False]
         assert gateway.try_acquire("/sup/hourly", timeout=0)
+        assert [gateway.try_acquire(PACED, timeout=0) for _ in range(3)] == [True] * 2 + [False]
     return path
 
 
@@ -99,6 +112,9 @@ def test_every_line_fits_100_columns(
     assert "…" not in text
     for url in (LONG.format(i=0)[:20], DAILY[:20], "/sup/hourly", "/ibe/booking/create"):
         assert url in text, text
+    if command == ["status"]:
+        words = " ".join(text.split())
+        assert "spent: used 2 of 100; paced, burst 2, next permit in " in words, text
 
 
 def test_conf_list_filters_by_url_channel_status_and_algorithm(
@@ -117,7 +133,7 @@ def test_conf_list_filters_by_url_channel_status_and_algorithm(
     ]
     assert listed("--url", "/nothing/*") == []
     ran = cli(capsys, "--settings", str(settings), "conf", "list", "--url", "/nothing/*")
-    assert ran.code == 0 and "no row of 8 matches the filters" in ran.out
+    assert ran.code == 0 and "no row of 9 matches the filters" in ran.out
 
 
 def test_conf_list_json_holds_every_column_and_the_effect(
@@ -146,10 +162,11 @@ def test_status_json_shows_used_of_limit_and_time_to_reset_for_windows(
     assert (hourly["used"], hourly["condition"], hourly["nextFreeMs"]) == (1, "ok", 0)
     assert 3_500_000 < hourly["resetMs"] <= 3_600_010
     ran = cli(capsys, "--settings", str(settings), "status", "--json", "--status", "spent")
-    assert [s["interfaceUrl"] for s in json.loads(ran.out)["limits"]] == [DAILY]
+    # the paced quota between permits is spent too
+    assert [s["interfaceUrl"] for s in json.loads(ran.out)["limits"]] == [DAILY, PACED]
     ran = cli(capsys, "--settings", str(settings), "status", "--json", "--url", "/sup/*")
     assert sorted(s["interfaceUrl"] for s in json.loads(ran.out)["limits"]) == sorted(
-        [DAILY, "/sup/hourly"]
+        [DAILY, "/sup/hourly", PACED]
     )
 
 

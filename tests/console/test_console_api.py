@@ -266,6 +266,41 @@ def test_status_shows_each_limit_and_its_bucket(console: Served) -> None:
     assert (bucket["inFlight"], bucket["maxConcurrent"], bucket["heldMs"]) == (None, None, 0.0)
 
 
+def test_status_says_a_used_up_calendar_quota_is_spent(console: Served) -> None:
+    """A quota with every permit of its period used reads as spent, with its count in
+    ``used`` as in ``quota.used``; one with some used is ok, never idle."""
+    write_row(console.engine, URL, rateLimit=100, cache=0.0)
+    write_row(
+        console.engine,
+        URL,
+        add=True,
+        rateLimit=5,
+        cache=0.0,
+        quotaPeriod="day",
+        timeZone="Asia/Shanghai",
+    )
+    settings = console.settings
+    with (
+        GatewayLimiter(
+            database_url=settings.database_url,
+            redis_url=settings.redis_url,
+            key_prefix=settings.key_prefix,
+            metrics=False,
+        ) as gateway,
+        console.client() as http,
+    ):
+        assert sum(gateway.try_acquire(URL, timeout=0) for _ in range(2)) == 2
+        some = http.get("/api/status").json()["buckets"][1]
+        assert sum(gateway.try_acquire(URL, timeout=0) for _ in range(4)) == 3
+        spent = http.get("/api/status").json()["buckets"][1]
+    assert (some["condition"], some["used"], some["quota"]["used"]) == ("ok", 2, 2)
+    assert some["nextFreeMs"] == 0.0
+    assert (spent["condition"], spent["used"], spent["quota"]["used"]) == ("spent", 5, 5)
+    assert spent["rate"] == spent["quota"]["limit"] == 5
+    renews_ms = (spent["quota"]["renewsAt"] - time.time()) * 1000.0
+    assert renews_ms - 60_000 <= spent["nextFreeMs"] <= renews_ms + 60_000
+
+
 def test_status_names_the_channel_of_a_cap_and_the_caller_of_a_named_row(
     console: Served,
 ) -> None:

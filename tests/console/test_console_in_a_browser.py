@@ -569,6 +569,9 @@ def test_a_calendar_quota_is_drawn_as_its_burn_down_against_the_even_pace(
         assert live is not None
         cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#live td.stored")]
         assert "3 / 10 used" in cells
+        # the quota's rate says it is paced, and its burst
+        row = browser.find_elements(By.CSS_SELECTOR, f"#live tr[data-url='{url}'] td")
+        assert "10 / day paced, burst 10" in [td.text for td in row]
         # two more used: the next reading moves the point, and the line keeps both
         for _ in range(2):
             assert lim.try_acquire(url, timeout=0)

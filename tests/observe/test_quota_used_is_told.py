@@ -4,14 +4,18 @@ fraction (80 % and 95 % by default) is passed, on a real Redis and a real table.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import time
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
+from gateway_limiter.model.calendar import Calendar
 from tests.support.limiting import write_row
 
 URL = "/quota/told"
@@ -49,6 +53,10 @@ def test_the_gauge_follows_the_period_and_each_fraction_is_warned_once(
     assert lim.try_acquire(URL, timeout=0)  # 16 of 20: 80 %
     (first,) = warnings()
     assert "'/quota/told' (day): 80 % used (16 of 20), past 80 %" in first
+    # when it renews: a date-time in the quota's zone, the epoch seconds beside it
+    ends = Calendar.of("day", "Asia/Shanghai").period_at(time.time())[1]
+    local = dt.datetime.fromtimestamp(ends, ZoneInfo("Asia/Shanghai"))
+    assert first.endswith(f"renews at {local:%Y-%m-%d} 00:00 CST (Asia/Shanghai; {ends} epoch s)")
     for _ in range(2):
         assert lim.try_acquire(URL, timeout=0)
     assert len(warnings()) == 1  # 90 %: nothing new to tell

@@ -203,3 +203,19 @@ def test_a_line_of_a_later_moment_never_comes_before_an_earlier_seconds_block(
     # every block printed after the line is of a second that ended after it happened
     assert all(end > 4.05 for i, end in blocks if i > said), lines
     assert any(i < said and end == 4 for i, end in blocks), lines
+
+
+def test_getting_started_says_how_long_the_demo_runs_by_default() -> None:
+    """The guide's "for N seconds" is the ``--seconds`` default that ``demo --help``
+    states and the demo runs."""
+    import argparse
+
+    from gateway_limiter.cli.demo import register
+
+    parser = argparse.ArgumentParser()
+    register(parser)
+    default = parser.parse_args([]).seconds
+    assert f"(default {default})" in parser.format_help()
+    guide = Path(__file__).parents[2] / "docs" / "getting-started.md"
+    said = re.findall(r"live, for (\d+) seconds", " ".join(guide.read_text().split()))
+    assert said == [str(default)]

@@ -396,7 +396,8 @@ async function loadLive() {
       : b.callerKey ? " (caller " + b.callerKey + ")" : "";
     cell(tr, b.url + who, "url");
     cell(tr, b.configId, "num");
-    cell(tr, b.quota ? b.rate + " / " + b.quota.period + (b.quota.pacing ? " paced" : "")
+    cell(tr, b.quota ? b.rate + " / " + b.quota.period
+      + (b.quota.pacing ? " paced, burst " + b.quota.pacingBurst : "")
       : b.rate + " / " + b.periodSeconds + " s " + b.algorithm);
     // priority classes: the row's class and its reserve, where it has them
     const classes = (b.priority ? "calls " + b.priority : "")
@@ -415,7 +416,9 @@ async function loadLive() {
     cell(tr, rate(t.waited), "num waited");
     cell(tr, rate(t.refused), "num refused");
     const windowed = b.algorithm === "fixed_window" || b.algorithm === "sliding_window";
-    cell(tr, b.quota ? b.quota.used + " / " + b.quota.limit + " used" : storedOrUsed(b, windowed),
+    // a calendar quota: spent when no permit can go now (used up, or paced between permits)
+    cell(tr, b.quota ? b.quota.used + " / " + b.quota.limit + " used"
+      + (b.condition === "spent" ? " (spent)" : "") : storedOrUsed(b, windowed),
       "num stored");
     cell(tr, windowed ? "" : b.debtMs, "num");
     cell(tr, span(b.nextFreeMs), "num next-free");
