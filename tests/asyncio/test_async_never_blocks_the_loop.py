@@ -170,17 +170,17 @@ class TableLock:
 async def test_the_ticker_sees_a_loop_held_by_a_blocking_call_or_by_cpu_work() -> None:
     async with LoopTicker() as ticker:
         await asyncio.sleep(0.02)
-        time.sleep(0.12)  # a blocking call inside a coroutine: the bug this file guards
+        time.sleep(0.15)  # a blocking call inside a coroutine: the bug this file guards
         await asyncio.sleep(0.02)
-    assert ticker.worst >= 0.1 > STALL, ticker
+    assert ticker.worst > STALL, ticker
 
     async with LoopTicker() as ticker:
         await asyncio.sleep(0.02)
-        until = time.thread_time() + 0.12
-        while time.thread_time() < until:  # 120 ms of CPU on the loop holds it just the same
+        until = time.thread_time() + 0.15
+        while time.thread_time() < until:  # 150 ms of CPU on the loop holds it just the same
             pass
         await asyncio.sleep(0.02)
-    assert ticker.worst >= 0.1 > STALL, ticker
+    assert ticker.worst > STALL, ticker
 
 
 async def test_callers_waiting_their_turn_on_redis_do_not_hold_the_loop(

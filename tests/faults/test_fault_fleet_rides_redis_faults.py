@@ -120,6 +120,8 @@ def run_fleet(
         results = fleet.results()
     finally:
         fleet.kill()
+    for r in results:  # why each breaker opened, on the calls' clock
+        r["failures"] = [(t - start, f) for t, f in r["failures"]]
     calls = [
         Call(n, started - start, took, ok, by_policy)
         for n, r in enumerate(results)
@@ -198,9 +200,15 @@ def test_a_fleet_rides_kill_pause_and_script_flush_within_its_bounds(
         assert not any(c.ok for c in by_policy)
     else:
         assert any(c.ok for c in by_policy) and not all(c.ok for c in by_policy)
-    # SCRIPT FLUSH is no outage: the script is loaded again, no policy decision.
+    # SCRIPT FLUSH is no outage: the script is loaded again, and no call fails on it.
+    # A call after it may still be decided by the policy for another reason a loaded
+    # host gives (a reply past the 50 ms read deadline opens the breaker): each process
+    # says why its breaker opened, and nothing the flush left (NOSCRIPT) may be why.
     after_flush = [c for c in calls if FLUSH <= c.started < END]
-    assert after_flush and not any(c.by_policy for c in after_flush)
+    assert after_flush
+    opened = [f for r in results for t, f in r["failures"] if t >= FLUSH - BREAKER]
+    assert all("timeout" in f.lower() or "timed out" in f.lower() for f in opened), opened
+    assert opened or not any(c.by_policy for c in after_flush)
 
     # Shared limiting resumed after each fault.
     resumed = {f.name: resumed_after(calls, f) for f in (kill, pause)}

@@ -27,7 +27,8 @@ from typing import Any
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.config.rules import Rule
-from gateway_limiter.core.failure import Policy
+from gateway_limiter.core.clock import Clock
+from gateway_limiter.core.failure import Breaker, Policy
 from gateway_limiter.model.bucket import Verdict
 
 ROOT = Path(__file__).parents[2]
@@ -74,6 +75,21 @@ class RecordingPolicy(Policy):
         return super().reserve(rule, permits, timeout_s, key, whole)
 
 
+class RecordingBreaker(Breaker):
+    """The breaker, noting why it opened: (time.time(), the error) at each failure."""
+
+    __slots__ = ("failures",)
+
+    def __init__(self, open_s: float, clock: Clock) -> None:
+        super().__init__(open_s, clock)
+        self.failures: list[tuple[float, str]] = []
+
+    def failed(self, error: BaseException) -> None:
+        """Note the failure, then open as the breaker does."""
+        self.failures.append((time.time(), f"{type(error).__name__}: {error}"))
+        super().failed(error)
+
+
 def rss_bytes() -> int:
     """This process's resident set size now."""
     with open("/proc/self/statm", encoding="ascii") as f:
@@ -118,6 +134,8 @@ def work(config: WorkerConfig) -> dict[str, Any]:
     )
     policy = RecordingPolicy(lim.settings.on_backend_error)
     lim.policy = policy
+    breaker = RecordingBreaker(lim.settings.breaker_seconds, lim.clock)
+    lim._breaker = breaker
     lim.start()
     print("ready", flush=True)
     start_at = float(sys.stdin.readline())
@@ -187,6 +205,7 @@ def work(config: WorkerConfig) -> dict[str, Any]:
         "policy_windows": totals.policy_windows,
         "slowest": totals.slowest,
         "errors": totals.errors,
+        "failures": breaker.failures,
         "fallbacks": lim.backend_fallbacks,
         "rss": rss,
         "fleet_sizes": fleet_sizes,
