@@ -19,7 +19,8 @@ model in Python; in short, for each counter i:
 A counter's key is limits.lua's (two packed doubles: the start of its period, epoch us,
 and the permits reserved in it; a paced quota's two more, its pacing bucket, kept as
 they are when the count of the same period is raised) and expires as limits.lua has it
-expire: a second after its period ends. With a member given, each counter's lock (KEYS[n + i]) is taken for
+expire: a second after its period ends (from b3 on, whose end is a guess, twice the length
+of [b2, b3) past its start). With a member given, each counter's lock (KEYS[n + i]) is taken for
 that member, or renewed where it holds it already: the one process that checkpoints the
 counter to the database (core/quotas.py).
 
@@ -80,7 +81,11 @@ for i = 1, n do
       state = pack("<dd", w, u)
     end
     window, used = w, u
-    call("SET", KEYS[i], state, "PX", max(1000, ceil((ends - now) / 1000) + 1000))
+    -- from b3 on the period's end is a guess: keep the count twice its length, as the
+    -- decision scripts do (calendar.lua), so a longer period does not lose it
+    local expires = ends
+    if w >= b3 then expires = w + 2 * (b3 - b2) end
+    call("SET", KEYS[i], state, "PX", max(1000, ceil((expires - now) / 1000) + 1000))
   end
   local held = 0
   if member ~= "" then
