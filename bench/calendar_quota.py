@@ -27,7 +27,7 @@ on a free port and stops on exit.
 
 2. Redis server time per decision (``INFO commandstats``, as ``server_time.py``
    measures it): the per-second row alone (``bucket.lua``), the per-second row with the
-   daily row beside it (``bucket.lua`` too, the quota's counter its second key), and
+   daily row beside it (``bucket.lua`` too, both in the quota's counter's key), and
    with the daily row paced; each
    set so large that every call is admitted; and, for scale, the per-second row with a
    60 s fixed window beside it (any second limit). The target: the pair at most 1.15x

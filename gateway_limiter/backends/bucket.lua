@@ -43,22 +43,32 @@ ARGV[3]  timeout in microseconds; negative = wait as long as it takes ("0" and "
 ARGV[4]  now in microseconds; absent or "" = the server's TIME (tests drive the clock)
 A script that composes this one (lease.lua, slot.lua) may pass ARGV[2-4] as numbers.
 
-A calendar quota beside the bucket (the common pair: a per-second row and a daily one):
-KEYS[2]  the quota's counter (limits.lua's kind 4 or 5 key, under the same hash tag)
-ARGV[5]  the quota, as little-endian doubles: its permits per period, the boundaries
-         b0..b3 (epoch microseconds, as limits.lua takes them), and, when paced, its
-         burst (five doubles, or six). ARGV[4] is then always sent ("" for TIME).
+A calendar quota beside the bucket (the common pair: a per-second row and a daily one,
+both shared or both per caller):
+KEYS[1]  the quota's counter (limits.lua's kind 4 or 5 key), holding both: the count
+         first (two doubles, four paced, as limits.lua, quota.lua and status read it),
+         then the bucket's five, then the pushback's four, each if any
+ARGV[1]  nine little-endian doubles (backends/scripts.py, pair_config): the bucket's rate
+         and capacity; the quota's permits per period, its boundaries b0..b3 (epoch
+         microseconds, as limits.lua takes them) and its burst (0: not paced); a class's
+         share of the bucket (-1: none). Its length, 72 bytes, says it is a pair.
 The pair is decided exactly as limits.lua decides a token bucket and a calendar quota
 (gateway_limiter/model/limits.py, reserve_limits, is the model of both; the property
 tests on real Redis pin this script to it; the quota's arithmetic is calendar.lua's,
 which backends/scripts.py takes into both scripts; a T past b3 but now is refused
 whatever the timeout, as there), all or nothing, and the reply has limits.lua's
-three quota doubles after the six. One script, one key read fewer than limits.lua (the
-pushback state is in the bucket's key, as for a bucket alone) and no table built: the
-pair costs little more than the bucket alone (docs/benchmarks.md). Token bucket only:
-a warm-up row stands alone.
+three quota doubles after the six. One key read and one written (within a period, one
+SETRANGE of the count and the bucket, which keeps the count's expiry) and no table
+built: the pair costs little more than the bucket alone (docs/benchmarks.md). The key
+lives as long as the count, and longer when the bucket needs it. Why the bucket moved
+into the count's key and not the count into the bucket's: every other reader of the
+count (limits.lua after a reload adds a row, quota.lua, status, the checkpoints) finds
+it where it was, and a Redis holding the old layout goes on from its count; a reload
+that parts the pair loses at most the bucket. Token bucket only: a warm-up row stands
+alone.
 
-Pushback (pushback.lua) lives in the same key: after the five doubles, four more (the
+Pushback (pushback.lua) lives in the same key: after the five doubles (beside a calendar
+quota: after the count and the five), four more (the
 moment before which no call goes, the factor, when it was set, the rate it was set
 under). The bucket then runs at the factor times the rate and capacity, and owes until
 the moment: no call goes before it, and the bucket is empty then and refills from it. One key,
@@ -83,7 +93,15 @@ until then the process refuses a caller whose timeout cannot reach it without as
 -- (docs/design.md, "Services it needs").
 local max, min, pack, unpack = math.max, math.min, struct.pack, struct.unpack
 
-local rate, capacity, warmup = unpack("<ddd", ARGV[1])
+local config = ARGV[1]
+local rate, capacity, warmup, qrate, b0, b1, b2, b3, burst, share
+if #config == 72 then  -- a calendar quota beside the bucket (see the header)
+  rate, capacity, qrate, b0, b1, b2, b3, burst, share = unpack("<ddddddddd", config)
+  warmup = 0
+  if burst == 0 then burst = nil end  -- not paced
+else
+  rate, capacity, warmup = unpack("<ddd", config)
+end
 local permits = ARGV[2]
 if permits == "1" then permits = 1 else permits = tonumber(permits) end  -- most calls: no parse
 local timeout = ARGV[3]  -- strings are interned: comparing one is comparing a pointer
@@ -100,15 +118,23 @@ end
 -- either; SET below replaces it. Anything but 40 or 72 bytes: start afresh, as if lost.
 local saved = redis.pcall("GET", KEYS[1])
 local size = saved and #saved or 0
+-- Beside a calendar quota the key is the quota's counter: its count first (two
+-- doubles, four paced), then the bucket's five and the pushback's four, each if any.
+local base = 0  -- where the bucket's state starts
+if qrate then
+  if size == 16 or size == 56 or size == 88 then base = 16
+  elseif size == 32 or size == 72 or size == 104 then base = 32 end
+  size = size - base
+end
 
 -- Pushback: the effective rate, and the moment before which no call goes (pushback.lua;
 -- a factor recorded under another rate is void: the row changed).
 local factor, pushed_until, pushed, pushed_px, held = 1, 0, nil, 0, 0
 if size == 72 then
   local RECOVERY_PER_US = 0.05 / 1000000
-  pushed = string.sub(saved, 41)
+  pushed = string.sub(saved, base + 41)
   local f, since, pushed_rate
-  pushed_until, f, since, pushed_rate = unpack("<dddd", pushed)
+  pushed_until, f, since, pushed_rate = unpack("<dddd", saved, base + 41)
   if pushed_rate == rate then
     factor = min(1, f + max(0, now - since) * RECOVERY_PER_US)
     rate = rate * factor
@@ -132,7 +158,7 @@ end
 
 local stored, balance, old_rate, old_capacity, old_refill = -1
 if size == 40 or size == 72 then
-  stored, balance, old_rate, old_capacity, old_refill = unpack("<ddddd", saved)
+  stored, balance, old_rate, old_capacity, old_refill = unpack("<ddddd", saved, base + 1)
 end
 local fresh = stored < 0
 if fresh then
@@ -162,19 +188,12 @@ if old_rate ~= rate or old_capacity ~= capacity or old_refill ~= refill then
   end
 end
 
--- A calendar quota beside the bucket (ARGV[5]; see the header): decided as limits.lua
--- decides a token bucket and a calendar quota, to the last bit (the bucket's arithmetic
--- as limits.lua's kind 1, the quota's in calendar.lua, which both scripts take in), with
--- the bucket's pushback in its own key. Token bucket only.
-local quota = ARGV[5]
-if quota then
+-- A calendar quota beside the bucket (a 72-byte ARGV[1]; see the header): decided as
+-- limits.lua decides a token bucket and a calendar quota, to the last bit (the bucket's
+-- arithmetic as limits.lua's kind 1, the quota's in calendar.lua, which both scripts
+-- take in), the count, the bucket and its pushback in the quota's key. Token bucket only.
+if qrate then
   local ceil, huge = math.ceil, math.huge
-  local qrate, b0, b1, b2, b3, burst
-  if #quota == 48 then  -- paced: its burst last
-    qrate, b0, b1, b2, b3, burst = unpack("<dddddd", quota)
-  else
-    qrate, b0, b1, b2, b3 = unpack("<ddddd", quota)
-  end
   -- 1. each limit's earliest time; T (at) is the latest of them
   local at = now
   if pushed_until > now then at = pushed_until end
@@ -182,7 +201,7 @@ if quota then
   if stored < permits then spend = stored end
   local earliest = balance + (permits - spend) * stable  -- balance >= now after the resync
   if earliest > at then at = earliest end
-  local saved, window, used, qstored, qbalance, kept, ends = redis.pcall("GET", KEYS[2])
+  local window, used, qstored, qbalance, kept, ends
   local beyond  -- past the periods the quota knows (calendar.lua): refused
 -- include: calendar.lua, step 1
   if earliest > at then at = earliest end
@@ -196,10 +215,9 @@ if quota then
   local never = permits > qrate or (burst and permits > burst)
   if never then allowed, wait = 0, huge end
   local code = nil
-  if #ARGV[1] == 32 and not never then  -- priority classes: the bucket's share
+  if share >= 0 and not never then  -- priority classes: the bucket's share
     -- (a quota keeps none)
     local ready = at
-    local share = unpack("<d", ARGV[1], 25)
     if share > 0 then
       local need = permits + share * capacity
       local t = huge
@@ -214,7 +232,7 @@ if quota then
       allowed, wait = 0, ready - now
     end
   end
-  local free = now
+  local free, full = now
   if pushed_until > now then free = pushed_until end
   if allowed == 1 then
     if at > balance then
@@ -224,13 +242,7 @@ if quota then
     stored = stored - permits
     if not (stored > 0) then stored = 0 end
     balance = at
-    local px = ceil((at + (capacity - stored) * stable - now) / 1000) + 1000
-    local value = pack("<ddddd", stored, at, rate, capacity, stable)
-    if pushed then
-      value = value .. pushed
-      if pushed_px > px then px = pushed_px end
-    end
-    redis.call("SET", KEYS[1], value, "PX", px)
+    full = at + (capacity - stored) * stable  -- when the bucket is full again
   end
   earliest = balance
   if stored < 1 then earliest = balance + (1 - stored) * stable end
@@ -240,19 +252,31 @@ if quota then
 -- include: calendar.lua, step 3
   if earliest > free then free = earliest end
   if allowed == 1 then
-    -- The same period's counter in the same form: overwrite the count (and the pacing
-    -- bucket) in place, keeping its expiry (a second after the period ends, set when
-    -- the period's first call wrote it): a SET with PX costs Redis more than the rest.
-    if kept == window then
+    -- The same period's count in the same form, and a bucket full again before the
+    -- key expires (a second after the period ends, set when the period's first call
+    -- wrote it, never shortened): the count and the bucket overwritten in place, one
+    -- SETRANGE, keeping the expiry and any pushback after them. A SET with PX costs
+    -- Redis more than the rest.
+    if kept == window and full <= expires then
       if burst then
-        redis.call("SETRANGE", KEYS[2], 8, pack("<ddd", used, qstored, qbalance))
+        redis.call("SETRANGE", KEYS[1], 8, pack("<dddddddd", used, qstored, qbalance, stored, at, rate, capacity, stable))
       else
-        redis.call("SETRANGE", KEYS[2], 8, pack("<d", used))
+        redis.call("SETRANGE", KEYS[1], 8, pack("<dddddd", used, stored, at, rate, capacity, stable))
       end
-    else
-      local state
-      if burst then state = pack("<dddd", window, used, qstored, qbalance) else state = pack("<dd", window, used) end
-      redis.call("SET", KEYS[2], state, "PX", max(1000, ceil((expires - now) / 1000) + 1000))
+    else  -- a new period (or form): kept as long as any part of it matters
+      local value
+      if burst then
+        value = pack("<ddddddddd", window, used, qstored, qbalance, stored, at, rate, capacity, stable)
+      else
+        value = pack("<ddddddd", window, used, stored, at, rate, capacity, stable)
+      end
+      if full > expires then expires = full end
+      local px = max(1000, ceil((expires - now) / 1000) + 1000)
+      if pushed then
+        value = value .. pushed
+        if pushed_px > px then px = pushed_px end
+      end
+      redis.call("SET", KEYS[1], value, "PX", px)
     end
   end
   if code ~= nil then allowed = code end

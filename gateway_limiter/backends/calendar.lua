@@ -35,20 +35,21 @@ must not lose its count.
 ]]
 
 -- section: step 1
--- The counter as of now (two packed doubles, four with a pacing bucket; anything else,
--- or nothing, is no counter), and the earliest time it lets the permits go: now if its
+-- The counter as of now (two packed doubles, four with a pacing bucket, either maybe
+-- followed by the state of the bucket beside it, bucket.lua; anything else, or
+-- nothing, is no counter), and the earliest time it lets the permits go: now if its
 -- period has room and has begun, else the start of the next period; paced, also once
 -- its bucket, refilled up to now, has them (at the latest the end of the period). kept:
 -- the period of the value as it is kept in this quota's form (-1: not kept so).
 window, used, qstored, qbalance, kept = b0, 0, -1, 0, -1
 if now >= b3 then window = b3 elseif now >= b2 then window = b2 elseif now >= b1 then window = b1 end
 if type(saved) == "string" then  -- a wrong type answers pcall with a table
-  local n = #saved
-  if n == 16 then
+  local n = #saved  -- longer: a bucket (and its pushback) after the count (bucket.lua)
+  if n == 16 or n == 56 or n == 88 then
     local w, u = unpack("<dd", saved)
     if w >= window then window, used = w, u end
     if not burst then kept = w end
-  elseif n == 32 then
+  elseif n == 32 or n == 72 or n == 104 then
     local w, u, s, t = unpack("<dddd", saved)
     if w >= window then window, used, qstored, qbalance = w, u, s, t end
     if burst then kept = w end

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from gateway_limiter.backends import fleet
 from gateway_limiter.backends.base import BackendError, PeekedPushback, PeekedState
 from gateway_limiter.backends.scripts import (
+    IN_PAIR,
     Commands,
     clock_us,
     describe,
@@ -28,10 +29,11 @@ from gateway_limiter.backends.scripts import (
     parse_pushback,
     parse_pushback_state,
     parse_reply,
+    parse_state,
     pushback_peek_key,
     queued_verdict,
 )
-from gateway_limiter.backends.state import state_key
+from gateway_limiter.backends.state import bucket_home, state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.model.bucket import Verdict
 
@@ -78,9 +80,16 @@ def _peeked(rule: Rule, replies: list[Any]) -> PeekedState:
     return parse_limit_state(rule, raw), clock_us(_ok(time_reply))
 
 
-def _peeked_pushback(in_bucket: bool, replies: list[Any]) -> PeekedPushback:
+def _peeked_pair(replies: list[Any]) -> PeekedState:
     raw, time_reply = replies
-    return parse_pushback_state(_ok(raw), in_bucket), clock_us(_ok(time_reply))
+    if isinstance(raw, Exception):
+        raw = None
+    return parse_state(raw, IN_PAIR), clock_us(_ok(time_reply))
+
+
+def _peeked_pushback(layout: str, replies: list[Any]) -> PeekedPushback:
+    raw, time_reply = replies
+    return parse_pushback_state(_ok(raw), layout), clock_us(_ok(time_reply))
 
 
 def _beat(replies: list[Any]) -> fleet.Heartbeat:
@@ -114,7 +123,12 @@ class Calls:
         self.commands = Commands(prefix)
 
     def peek(self, rule: Rule) -> Batch:
-        """GET (a sliding window: LRANGE) of ``rule``'s own shared limit, and TIME."""
+        """GET (a sliding window: LRANGE) of ``rule``'s own shared limit, and TIME (a
+        bucket beside a calendar quota: of the quota's key, ``bucket_home``)."""
+        home = bucket_home(rule)
+        if home is not rule:
+            key = state_key(self._prefix, home)
+            return Batch(key, (("get", (key,), _NONE), _TIME), _peeked_pair)
         key = state_key(self._prefix, rule)
         read: Command = (
             ("lrange", (key, 0, -1), _NONE) if is_sliding(rule) else ("get", (key,), _NONE)
@@ -123,9 +137,9 @@ class Calls:
 
     def peek_pushback(self, rule: Rule) -> Batch:
         """GET of what pushbacks left on ``rule``'s interface for all callers, and TIME."""
-        key, in_bucket = pushback_peek_key(self._prefix, rule)
+        key, layout = pushback_peek_key(self._prefix, rule)
         return Batch(
-            key, (("get", (key,), _NONE), _TIME), functools.partial(_peeked_pushback, in_bucket)
+            key, (("get", (key,), _NONE), _TIME), functools.partial(_peeked_pushback, layout)
         )
 
     def heartbeat(self, member: str, ttl_ms: int, demand: str, tallies: str | None) -> Batch:

@@ -18,8 +18,10 @@ model in Python; in short, for each counter i:
 
 A counter's key is limits.lua's (two packed doubles: the start of its period, epoch us,
 and the permits reserved in it; a paced quota's two more, its pacing bucket, kept as
-they are when the count of the same period is raised) and expires as limits.lua has it
-expire: a second after its period ends. With a member given, each counter's lock (KEYS[n + i]) is taken for
+they are when the count of the same period is raised; after them, a bucket's state and
+its pushback's where bucket.lua decides the quota beside a bucket, kept as they are) and expires as limits.lua has it
+expire: a second after its period ends (from b3 on, whose end is a guess, twice the length
+of [b2, b3) past its start). With a member given, each counter's lock (KEYS[n + i]) is taken for
 that member, or renewed where it holds it already: the one process that checkpoints the
 counter to the database (core/quotas.py).
 
@@ -67,10 +69,16 @@ for i = 1, n do
   if w < b1 then ends = b1 elseif w < b2 then ends = b2 elseif w < b3 then ends = b3 else ends = w + (b3 - b2) end
   local window, used, stored, balance = 0, 0, -1, 0
   local saved = pcall_("GET", KEYS[i])
-  if type(saved) == "string" and #saved == 16 then
-    window, used = unpack("<dd", saved)
-  elseif type(saved) == "string" and #saved == 32 then  -- a paced quota's
-    window, used, stored, balance = unpack("<dddd", saved)
+  local rest = ""  -- a bucket (and its pushback) after the count: kept (bucket.lua)
+  if type(saved) == "string" then
+    local n = #saved
+    if n == 16 or n == 56 or n == 88 then
+      window, used = unpack("<dd", saved)
+      rest = string.sub(saved, 17)
+    elseif n == 32 or n == 72 or n == 104 then  -- a paced quota's
+      window, used, stored, balance = unpack("<dddd", saved)
+      rest = string.sub(saved, 33)
+    end
   end
   if u > 0 and w >= start and ends <= upto and window <= w and (window < w or used < u) then
     local state
@@ -80,7 +88,13 @@ for i = 1, n do
       state = pack("<dd", w, u)
     end
     window, used = w, u
-    call("SET", KEYS[i], state, "PX", max(1000, ceil((ends - now) / 1000) + 1000))
+    -- from b3 on the period's end is a guess: keep the count twice its length, as the
+    -- decision scripts do (calendar.lua), so a longer period does not lose it
+    local expires = ends
+    if w >= b3 then expires = w + 2 * (b3 - b2) end
+    local px = max(1000, ceil((expires - now) / 1000) + 1000)
+    if rest ~= "" then px = max(px, call("PTTL", KEYS[i])) end  -- as long as the bucket needs
+    call("SET", KEYS[i], state .. rest, "PX", px)
   end
   local held = 0
   if member ~= "" then

@@ -10,11 +10,12 @@ import time
 from collections.abc import Callable, Iterator
 from hashlib import sha1
 from importlib import resources
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.backends.state import (
     bucket_and_quota,
+    bucket_home,
     calendar_valid,
     caller_part,
     in_bucket,
@@ -166,7 +167,7 @@ class _Plan:
     def __init__(self, rule: Rule, prefix: str, now_s: float = 0.0) -> None:
         self.rule = rule
         self.bucket = single_bucket(rule)
-        #: a token bucket and a calendar quota: bucket.lua, with the quota after ARGV[4]
+        #: a token bucket and a calendar quota: bucket.lua, in the quota's key
         self.paired = bucket_and_quota(rule)
         #: each limit's key without the caller part, and whether it takes one
         self.keys = [state_key(prefix, r) for r in rule.limits]
@@ -182,7 +183,7 @@ class _Plan:
             self.args = [bucket_config(rule)]
             return
         if self.paired:
-            self.args = [bucket_config(rule), quota_config(rule.also[0], now_s)]
+            self.args = [pair_config(rule, now_s)]
         else:
             self.args = limits_args(rule, now_s)
         spans = [calendar_valid(r.calendar, now_s) for r in rule.limits if r.calendar]
@@ -210,14 +211,17 @@ def bucket_config(rule: Rule) -> bytes:
     return struct.pack("<ddd", *config)
 
 
-def quota_config(quota: Rule, now_s: float) -> bytes:
-    """``bucket.lua``'s ARGV[5] for a calendar quota beside the bucket: its permits per
-    period and the four boundaries around ``now_s`` (as ``limits_args`` sends them), and
-    a paced quota's burst, as little-endian doubles."""
-    spec = limit(quota, now_s)
-    if spec.size > 0.0:  # paced: its size is the burst
-        return struct.pack("<6d", spec.rate, *spec.bounds, spec.size)
-    return struct.pack("<5d", spec.rate, *spec.bounds)
+def pair_config(rule: Rule, now_s: float) -> bytes:
+    """``bucket.lua``'s ARGV[1] for a token bucket with a calendar quota beside it, nine
+    little-endian doubles unpacked in one call: the bucket's rate (per second) and
+    capacity; the quota's permits per period, its four boundaries around ``now_s`` (as
+    ``limits_args`` sends them) and its burst (0: not paced); and a class's share of the
+    bucket (priority classes; -1: none)."""
+    spec = limit(rule.also[0], now_s)
+    share = -1.0 if rule.shares is None else rule.shares[0]
+    return struct.pack(
+        "<9d", rule.per_second, float(rule.burst), spec.rate, *spec.bounds, spec.size, share
+    )
 
 
 def timeout_arg(timeout: float | None) -> str:
@@ -303,9 +307,9 @@ class Commands:
             keys, pushed = plan.keys_for(caller), plan.pushed + caller_part(caller)
         else:
             keys, pushed = plan.keys, plan.pushed
-        if plan.paired:
-            config, quota = plan.args
-            return ScriptCall("bucket", [2, *keys, config, str(permits), timeout_us, now_us, quota])
+        if plan.paired:  # one key: the quota's counter, the bucket's state after it
+            args = [1, keys[1], *plan.args, str(permits), timeout_us]
+            return ScriptCall("bucket", args if now is None else [*args, now_us])
         return ScriptCall(
             "limits",
             [
@@ -327,12 +331,14 @@ class Commands:
         retry_us = "" if retry_after is None else repr(retry_after * US_PER_S)
         now_us = "" if now is None else repr(now)
         rate = repr(pushback_rate(rule))
-        if in_bucket(rule):  # in the bucket's own key (bucket.lua says why)
-            key = state_key(self._prefix, rule)
-            key = key + caller_part(caller) if rule.per_caller else key
-            return ScriptCall("pushback", [1, key, rate, retry_us, now_us, "1"])
+        if in_bucket(rule):  # in the bucket's key (bucket.lua says why)
+            home = bucket_home(rule)
+            key = state_key(self._prefix, home)
+            key = key + caller_part(caller) if home.per_caller else key
+            layout = IN_PAIR if home is not rule else IN_BUCKET
+            return ScriptCall("pushback", [1, key, rate, retry_us, now_us, layout])
         key = pushback_key(self._prefix, rule, caller)
-        return ScriptCall("pushback", [1, key, rate, retry_us, now_us, "0"])
+        return ScriptCall("pushback", [1, key, rate, retry_us, now_us, OWN_KEY])
 
 
 class Packer:
@@ -447,19 +453,39 @@ def parse_pushback(reply: Any) -> tuple[float, float]:
     return factor, next_free_us
 
 
+#: Where ``pushback.lua`` finds (ARGV[4]) and ``parse_pushback_state`` reads what
+#: pushbacks left: a key of its own; after a bucket's state in its key; after a calendar
+#: quota's count and the bucket's state, in the quota's key (``bucket_and_quota``).
+OWN_KEY, IN_BUCKET, IN_PAIR = "0", "1", "2"
+
 #: A bucket's state in Redis: stored, balance, rate, capacity, refill (bucket.lua).
 STATE = struct.Struct("<5d")
 #: What pushbacks left, after a bucket's state in the same key (pushback.lua).
 PUSHBACK = struct.Struct("<4d")
 
 
-def parse_state(raw: object) -> BucketState | None:
+def parse_state(raw: object, layout: str = IN_BUCKET) -> BucketState | None:
     """A bucket's packed state (GET) as a BucketState, or None when there is none
-    (pushback state that may follow it is not the bucket's)."""
-    if not isinstance(raw, bytes) or len(raw) not in (STATE.size, STATE.size + PUSHBACK.size):
+    (pushback state that may follow it is not the bucket's); ``IN_PAIR``: read from a
+    calendar quota's key, after the count (``count_size``)."""
+    if not isinstance(raw, bytes):
         return None
-    state = BucketState(*STATE.unpack_from(raw))
+    start = count_size(raw) if layout == IN_PAIR else 0
+    if len(raw) - start not in (STATE.size, STATE.size + PUSHBACK.size):
+        return None
+    state = BucketState(*STATE.unpack_from(raw, start))
     return None if state.stored < 0 else state  # -1: pushback state alone
+
+
+def count_size(raw: bytes) -> int:
+    """How many bytes of a calendar quota's key are its count (``bucket.lua``): 16 (two
+    doubles), 32 (four: a paced quota's) or 0 (none: not a counter), by its length
+    with the bucket's state and the pushback's after it or not."""
+    if len(raw) in (16, 16 + STATE.size, 16 + STATE.size + PUSHBACK.size):
+        return 16
+    if len(raw) in (32, 32 + STATE.size, 32 + STATE.size + PUSHBACK.size):
+        return 32
+    return 0
 
 
 #: A fixed window's counter in Redis: the window k, the permits in it (limits.lua).
@@ -489,32 +515,37 @@ def parse_limit_state(rule: Rule, raw: object) -> LimitState | None:
             return None
         return FixedWindow(*FIXED.unpack(raw))
     if rule.kind is LimitKind.CALENDAR:  # the period's start, µs, and the permits in it
-        if isinstance(raw, bytes) and len(raw) == PACED.size:  # and a paced one's bucket
-            return CalendarWindow(*PACED.unpack(raw))
-        if not isinstance(raw, bytes) or len(raw) != FIXED.size:
+        # (a bucket beside it may follow: bucket.lua)
+        size = count_size(raw) if isinstance(raw, bytes) else 0
+        if size == PACED.size:  # and a paced one's bucket
+            return CalendarWindow(*PACED.unpack_from(cast(bytes, raw)))
+        if size != FIXED.size:
             return None
-        return CalendarWindow(*FIXED.unpack(raw))
+        return CalendarWindow(*FIXED.unpack_from(cast(bytes, raw)))
     return parse_state(raw)
 
 
-def parse_pushback_state(raw: object, in_bucket: bool) -> PushbackState | None:
-    """What pushbacks left (GET of ``state.pushback_key``, or of the bucket's own key when
-    ``in_bucket``: after its five doubles), or None when there is none."""
+def parse_pushback_state(raw: object, layout: str) -> PushbackState | None:
+    """What pushbacks left (GET of ``state.pushback_key``, ``OWN_KEY``; of the bucket's
+    own key, ``IN_BUCKET``: after its five doubles; of a calendar quota's key beside the
+    bucket, ``IN_PAIR``: after the count and the five), or None when there is none."""
     if not isinstance(raw, bytes):
         return None
-    if in_bucket:
-        if len(raw) != STATE.size + PUSHBACK.size:
-            return None
-        return PushbackState(*PUSHBACK.unpack_from(raw, STATE.size))
-    return PushbackState(*PUSHBACK.unpack(raw)) if len(raw) == PUSHBACK.size else None
+    if layout == OWN_KEY:
+        return PushbackState(*PUSHBACK.unpack(raw)) if len(raw) == PUSHBACK.size else None
+    start = (count_size(raw) if layout == IN_PAIR else 0) + STATE.size
+    if len(raw) - start != PUSHBACK.size:
+        return None
+    return PushbackState(*PUSHBACK.unpack_from(raw, start))
 
 
-def pushback_peek_key(prefix: str, rule: Rule) -> tuple[str, bool]:
-    """Where an interface's pushback state lives for all callers: the key, and whether it
-    is the bucket's own (``Commands.pushback`` says why)."""
+def pushback_peek_key(prefix: str, rule: Rule) -> tuple[str, str]:
+    """Where an interface's pushback state lives for all callers: the key, and how it
+    lies there (``OWN_KEY``, ``IN_BUCKET``, ``IN_PAIR``; ``Commands.pushback`` says why)."""
     if in_bucket(rule):
-        return state_key(prefix, rule), True
-    return pushback_key(prefix, rule, None), False
+        home = bucket_home(rule)
+        return state_key(prefix, home), IN_PAIR if home is not rule else IN_BUCKET
+    return pushback_key(prefix, rule, None), OWN_KEY
 
 
 def clock_us(time_reply: Any) -> float:

@@ -128,6 +128,18 @@ if op == "release" then
         local config = struct.pack("<ddd", tonumber(a[1]), tonumber(a[2]), tonumber(a[6] or "0") or 0)
         ask[3], ask[4] = {config, a[3], a[4], a[5]}, 3
       end
+      if ask[1] == "bucket" and #ask[2] == 2 then
+        -- left by a version before the pair shared the quota's key (the bucket's key
+        -- first, the quota's second; the quota's doubles in ARGV[5]): a rolling upgrade
+        local a, unpack = ask[3], struct.unpack
+        local rate, capacity = unpack("<dd", a[1])
+        local share, burst = -1, 0
+        if #a[1] == 32 then share = unpack("<d", a[1], 25) end
+        local qrate, b0, b1, b2, b3 = unpack("<ddddd", a[5])
+        if #a[5] == 48 then burst = unpack("<d", a[5], 41) end
+        local config = struct.pack("<ddddddddd", rate, capacity, qrate, b0, b1, b2, b3, burst, share)
+        ask[2], ask[3] = {ask[2][2]}, {config, a[2], a[3], a[4]}
+      end
       if ask[5] >= 0 then  -- its budget, counted from now (negative: no limit)
         ask[3][ask[4]] = tostring(math.max(0, ask[5] - now_ms) * 1000)
       end

@@ -102,8 +102,9 @@ def single_bucket(rule: Rule) -> bool:
 
 def bucket_and_quota(rule: Rule) -> bool:
     """True when ``rule``'s interface is one token bucket and one calendar quota, both
-    its own (no channel cap): ``bucket.lua`` decides the pair in one call, as
-    ``limits.lua`` would (bucket.lua says why), the pushback state in the bucket's key."""
+    its own (no channel cap), both shared or both per caller: ``bucket.lua`` decides the
+    pair in one call on one key, the quota's counter, with the bucket's state and the
+    pushback's after the count (bucket.lua says why), as ``limits.lua`` would decide it."""
     if len(rule.also) != 1:
         return False
     quota = rule.also[0]
@@ -113,12 +114,19 @@ def bucket_and_quota(rule: Rule) -> bool:
         and quota.calendar is not None
         and not rule.caps_channel
         and not quota.caps_channel
+        and rule.per_caller == quota.per_caller
     )
+
+
+def bucket_home(rule: Rule) -> Rule:
+    """The limit whose key holds the state of ``rule``'s bucket: the calendar quota's
+    beside it (``bucket_and_quota``), else its own."""
+    return rule.also[0] if bucket_and_quota(rule) else rule
 
 
 def in_bucket(rule: Rule) -> bool:
     """True when ``bucket.lua`` decides ``rule``'s interface (alone, or with a calendar
-    quota): its pushback state lives in the bucket's own key."""
+    quota): its pushback state lives in the bucket's key (``bucket_home``'s)."""
     return single_bucket(rule) or bucket_and_quota(rule)
 
 

@@ -35,7 +35,7 @@ from gateway_limiter.cli.arguments import (
 )
 from gateway_limiter.cli.context import PROG, CliError, Context, UsageError, warning_line
 from gateway_limiter.cli.describe import (
-    fmt_field,
+    fmt_row_field,
     url_effect,
 )
 from gateway_limiter.config.edits import (
@@ -356,13 +356,11 @@ def cmd_conf_set(ctx: Context) -> int:
                 f"{a.url} would not be limited as meant: the reload would skip {e}", 2
             ) from None
     if old is None:
-        values = ", ".join(
-            f"{column} {fmt_field(name, getattr(row, name))}" for name, column in _CONF_FIELDS
-        )
+        values = ", ".join(f"{column} {fmt_row_field(row, name)}" for name, column in _CONF_FIELDS)
         ctx.out.line(f"created configId {row.config_id} for {a.url}: {values}")
     else:
         pairs = [
-            (column, fmt_field(name, getattr(old, name)), fmt_field(name, getattr(row, name)))
+            (column, fmt_row_field(old, name), fmt_row_field(row, name))
             for name, column in _CONF_FIELDS
         ]
         changes = [f"{column} {was} -> {now}" for column, was, now in pairs if was != now]

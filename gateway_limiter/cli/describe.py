@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway_limiter.cli.context import PROG
-from gateway_limiter.config.rules import CHANNEL_URL, Algorithm, Rule, RuleSet
+from gateway_limiter.config.rules import CALENDAR_SECONDS, CHANNEL_URL, Algorithm, Rule, RuleSet
 from gateway_limiter.model.algorithms import Quota
 from gateway_limiter.model.bucket import US_PER_S, shape
 
@@ -59,6 +59,26 @@ def fmt_field(name: str, value: Any) -> str:
     if name == "warmup_period":
         return fmt_seconds(value)
     return fmt_opt(value)
+
+
+def quota_seconds(row: ConfRow) -> int | None:
+    """A calendar quota row's period in seconds as ``status`` reckons it (a day 86,400, a
+    week 604,800, a month 31 days); None for any other row (or a quotaPeriod the reload
+    skips): its ``periodSeconds`` is its period."""
+    for period, seconds in CALENDAR_SECONDS.items():
+        if row.quota_period == period:
+            return seconds
+    return None
+
+
+def fmt_row_field(row: ConfRow, name: str) -> str:
+    """A row's column as messages show it: a calendar quota's ``algorithm`` is
+    ``calendar`` and its ``periodSeconds`` its calendar period's, whatever the columns
+    hold (the reload reads neither for it)."""
+    if row.quota_period is not None and name == "algorithm":
+        return str(Quota.CALENDAR)
+    seconds = quota_seconds(row) if name == "period_seconds" else None
+    return fmt_field(name, getattr(row, name) if seconds is None else seconds)
 
 
 def fmt_time(row: ConfRow) -> str:

@@ -19,6 +19,7 @@ from gateway_limiter.cli.context import PROG, Context
 from gateway_limiter.cli.describe import (
     fmt_cache,
     fmt_opt,
+    fmt_row_field,
     fmt_seconds,
     fmt_time,
     row_effect,
@@ -27,7 +28,6 @@ from gateway_limiter.cli.describe import (
 from gateway_limiter.cli.output import Column
 from gateway_limiter.config.rules import ALGORITHMS, read_ruleset
 from gateway_limiter.config.table import CONF_TABLE, ConfRow
-from gateway_limiter.model.algorithms import Quota
 
 if TYPE_CHECKING:
     from gateway_limiter.config.rules import RuleSet
@@ -138,10 +138,9 @@ def cmd_conf_list(ctx: Context) -> int:
     )
     zone = ctx.settings.default_time_zone
     ctx.out.table(columns, [_cells(r, ruleset, caps, leases, quotas, zone) for r in rows])
-    if any(r.cache is None and r.status == 1 for r in rows):
-        ctx.out.line(
-            f"cache NULL: callers wait up to default_cache = {ctx.settings.default_cache:g} s"
-        )
+    footer = cache_footer(rows, ctx.settings.default_cache)
+    if footer:
+        ctx.out.line(footer)
     ids = {r.config_id for r in rows}
     for s in ruleset.skipped:
         if s.config_id in ids:
@@ -149,6 +148,22 @@ def cmd_conf_list(ctx: Context) -> int:
     for warning in ruleset.warnings:
         ctx.out.line(f"warning: {warning}")
     return 0
+
+
+def cache_footer(rows: Sequence[ConfRow], default_cache: float) -> str:
+    """What a NULL ``cache`` means, when an enabled row has one ("": none has): the row
+    counts as ``default_cache``; where its interface has other enabled rows (a calendar
+    quota beside its per-second row), callers wait up to the smallest cache of them all,
+    not necessarily this one."""
+    enabled = [r for r in rows if r.status == 1]
+    nulls = [r for r in enabled if r.cache is None]
+    if not nulls:
+        return ""
+    line = f"cache NULL: the row counts as default_cache = {default_cache:g} s"
+    shared = {r.interface_url for r in nulls}
+    if sum(1 for r in enabled if r.interface_url in shared) > len(shared):
+        line += "; an interface with several rows waits up to the smallest cache of its rows"
+    return line
 
 
 def quota_cell(r: ConfRow, default_zone: str) -> str:
@@ -181,10 +196,10 @@ def _cells(
         fmt_opt(r.status),
         "-" if r.shadow is None else str(r.shadow),  # None: schema before 0005
         fmt_time(r),
-        str(Quota.CALENDAR) if r.quota_period is not None else fmt_opt(r.algorithm),
+        fmt_row_field(r, "algorithm"),
         fmt_opt(r.max_permits),
         fmt_seconds(r.warmup_period),
-        fmt_opt(r.period_seconds),
+        fmt_row_field(r, "period_seconds"),
         fmt_opt(r.per_caller),
         fmt_opt(r.caller_key),
         *([fmt_opt(r.max_concurrent)] if caps else []),

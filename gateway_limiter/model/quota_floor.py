@@ -62,8 +62,10 @@ def raise_counter(
 
 def expiry_ms(bounds: Sequence[float], window_us: float, now_us: float) -> int:
     """When a counter raised into ``window_us`` expires (ms from ``now_us``): a second
-    after its period ends, as ``limits.lua`` has it."""
-    ends = calendar_end(bounds, window_us)
+    after its period ends, as ``limits.lua`` has it (from b3 on, whose end is a guess,
+    twice the length of the period before it past its start: no period is longer)."""
+    _, _, b2, b3 = bounds
+    ends = window_us + 2.0 * (b3 - b2) if window_us >= b3 else calendar_end(bounds, window_us)
     return max(1000, math.ceil((ends - now_us) / 1000.0) + 1000)
 
 

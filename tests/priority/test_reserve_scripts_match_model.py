@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway_limiter.backends.redis import RedisBackend
-from gateway_limiter.backends.state import limit
+from gateway_limiter.backends.scripts import IN_PAIR, parse_state
+from gateway_limiter.backends.state import limit, state_key
 from gateway_limiter.config.rules import CALENDAR_SECONDS, Algorithm, Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import BucketState, reserve
@@ -195,4 +196,6 @@ def test_the_bucket_and_quota_pair_and_model_agree_for_every_class(
             model = list(new)
         if not critical and permits > capacity:
             assert not got.allowed and got.wait_us == math.inf  # never at once
-        assert stored_limit(backend.client, rule) == model[0]
+        # the bucket's state is in the quota's key, after the count
+        raw = backend.client.get(state_key("prop", quota))
+        assert parse_state(raw, IN_PAIR) == model[0]

@@ -50,7 +50,8 @@ def counter_key(prefix: str) -> str:
 
 def count(client: redis.Redis, key: str) -> float:
     raw = client.get(key)
-    return struct.unpack("<2d", raw)[1] if isinstance(raw, bytes) else 0.0
+    # the count first: the per-second row's bucket follows it in the same key
+    return struct.unpack_from("<2d", raw)[1] if isinstance(raw, bytes) else 0.0
 
 
 def test_an_evicted_counter_is_raised_back_by_the_first_reply(

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway_limiter.backends.redis import RedisBackend
-from gateway_limiter.backends.scripts import parse_state
+from gateway_limiter.backends.scripts import IN_PAIR, count_size, parse_state
 from gateway_limiter.backends.state import limit, state_key
 from gateway_limiter.config.rules import CALENDAR_SECONDS, Rule, build_rules
 from gateway_limiter.config.settings import Settings
@@ -68,8 +68,10 @@ def stored(client: redis.Redis, rule: Rule) -> CalendarWindow | None:
     raw = client.get(state_key("cal", rule))
     if not isinstance(raw, bytes):
         return None
-    assert len(raw) in (16, 32), raw  # a paced quota's bucket after its count
-    return CalendarWindow(*struct.unpack(f"<{len(raw) // 8}d", raw))
+    # a paced quota's bucket after its count, and the bucket beside it after that
+    size = count_size(raw)
+    assert size in (16, 32), raw
+    return CalendarWindow(*struct.unpack_from(f"<{size // 8}d", raw))
 
 
 def decide(
@@ -149,7 +151,9 @@ def test_script_and_model_agree_on_every_decision_and_count(
             model = list(new)
         assert stored(backend.client, rule.limits[-1]) == model[-1]
         if with_rate:  # bucket.lua decides the pair: its bucket is the model's too
-            assert parse_state(backend.client.get(state_key("cal", rule))) == model[0]
+            # in the quota's key, after the count
+            raw = backend.client.get(state_key("cal", rule.limits[-1]))
+            assert parse_state(raw, IN_PAIR) == model[0]
 
 
 @pytest.mark.parametrize("skew_s", [0.0, 600.0, -600.0])

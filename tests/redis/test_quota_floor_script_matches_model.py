@@ -126,3 +126,20 @@ def test_a_counter_is_never_lowered_and_its_lock_has_one_holder(
     taken = backend.script(quota_call([key], [*BOUNDS, NOW_PERIOD, 0.0, math.inf], "b", 5000, now))
     assert parse_quota(taken, 1)[1] == [(BOUNDS[1], 40.0, True)]
     assert client.get(key + LOCK_SUFFIX) == b"b"
+
+
+def test_a_count_raised_past_the_next_period_outlives_a_longer_period_than_the_last(
+    backend: RedisBackend, client: redis.Redis
+) -> None:
+    """A monthly quota in UTC on 15 January: a checkpoint of March's count (w = b3, the
+    period whose end the process only guesses) must keep the counter past 1 April, not
+    expire at 29 March (b3 plus February's 28 days) and give March's quota again."""
+    bounds = calendar_bounds(Calendar.of("month", "UTC"), 1_800_000_000.0)  # 2027-01-15
+    march, april = bounds[3], bounds[3] + 31 * 86400 * US
+    now = bounds[1] + 14 * 86400 * US
+    key = f"qf:{{/m}}:cq:month:{uuid.uuid4().hex}"
+    reply = backend.script(quota_call([key], [*bounds, march, 7.0, math.inf], now_us=now))
+    assert parse_quota(reply, 1)[1] == [(march, 7.0, False)]
+    ttl = client.pttl(key)
+    assert isinstance(ttl, int) and ttl > (april - now) / 1000.0
+    assert expiry_ms(bounds, march, now) > (april - now) / 1000.0
