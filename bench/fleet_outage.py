@@ -6,6 +6,7 @@ the restartable Redis are the tests' own, tests/support/outage.py)::
 
     python bench/fleet_outage.py            # full run, about 1 minute
     python bench/fleet_outage.py --quick    # smoke run: a 3 s outage, about 35 s
+    python bench/fleet_outage.py --quick --only local    # one row, about 12 s
 
 Four processes (``python -m tests.support.fleet``) call ``try_acquire(url, timeout=0)``
 on one interface (R = 40/s, C = 40; the rule on a temporary SQLite table), every
@@ -49,11 +50,23 @@ from tests.support.outage import (
 )
 from tests.support.services import RedisServer
 
+#: The table's rows by ``--only``'s name: label, policy, threads per process, pace.
+CASES: dict[str, tuple[str, str, list[int] | None, float]] = {
+    "share": ("share (default), even demand", "share", None, 0.0),
+    "local": ("local, even demand", "local", None, 0.0),
+    "uneven": ("share (default), 80 % on one process", "share", UNEVEN_THREADS, UNEVEN_PACE),
+}
+
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a 3 s outage (a smoke run)")
+    parser.add_argument(
+        "--only",
+        choices=sorted(CASES),
+        help="run one row: share (even demand), local, or uneven (share, 80 %% on one)",
+    )
     return parser.parse_args(argv)
 
 
@@ -70,11 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for line in machine_facts(server.client(), server.url, private=True):
                 print(line)
             print()
-            cases = [
-                ("share (default), even demand", "share", None, 0.0),
-                ("local, even demand", "local", None, 0.0),
-                ("share (default), 80 % on one process", "share", UNEVEN_THREADS, UNEVEN_PACE),
-            ]
+            cases = [CASES[args.only]] if args.only else list(CASES.values())
             for label, policy, threads, paced in cases:
                 prefix = f"bench{uuid.uuid4().hex[:8]}"
                 report = run_outage(

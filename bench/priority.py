@@ -5,7 +5,7 @@ capacity is short (docs/priority.md).
 Run from the checkout::
 
     python bench/priority.py                      # 10 s per phase, a private Redis
-    python bench/priority.py --seconds 3          # a smoke run
+    python bench/priority.py --seconds 1.5 --rounds 2 --calls 2000   # a smoke run
     python bench/priority.py --redis-url redis+cluster://127.0.0.1:7000
     python bench/priority.py --plot docs/priority.png
 
@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
-from bench.harness.args import description, reachable_redis
+from bench.harness.args import description, positive_float, positive_int, reachable_redis
 from bench.harness.limiters import started_limiter
 from bench.harness.report import load_average, table
 from bench.harness.servers import private_redis
@@ -413,7 +413,7 @@ def _phases(result: Result) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--redis-url", help="a Redis or Redis Cluster (default: a private one)")
-    parser.add_argument("--seconds", type=float, default=10.0, help="seconds per phase")
+    parser.add_argument("--seconds", type=positive_float, default=10.0, help="seconds per phase")
     parser.add_argument("--plot", help="write the plot of admitted per class to this PNG")
     parser.add_argument("--json", action="store_true", help="the figures as JSON")
     parser.add_argument(
@@ -422,8 +422,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--cost-only", action="store_true", help="only the Redis time of a decision"
     )
-    parser.add_argument("--rounds", type=int, default=20, help="interleaved rounds of the cost")
+    parser.add_argument(
+        "--rounds", type=positive_int, default=20, help="interleaved rounds of the cost"
+    )
+    parser.add_argument(
+        "--calls", type=positive_int, default=20_000, help="decisions of each kind the cost counts"
+    )
     args = parser.parse_args(argv)
+    if args.calls < args.rounds:
+        parser.error(f"argument --calls: {args.calls}: must be >= --rounds ({args.rounds})")
     with ExitStack() as stack:
         if args.redis_url:
             reachable_redis(args.redis_url)
@@ -432,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             redis_url = own = stack.enter_context(private_redis())
         result = None if args.cost_only else measure(redis_url, args.seconds, args.leased)
-        cost = decision_cost(own, rounds_n=args.rounds)
+        cost = decision_cost(own, calls=args.calls, rounds_n=args.rounds)
     if args.plot and result is not None:
         plot(result, args.plot)
     if args.json:
