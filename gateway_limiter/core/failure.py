@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from enum import StrEnum
 from typing import ParamSpec, Protocol, TypeVar, runtime_checkable
 
@@ -178,6 +179,23 @@ class HoldsCounts(Protocol):
     def hold_count(self, limit: Rule, caller: str | None, start_us: float, used: float) -> None: ...
 
 
+def same_limits(old: Rule, new: Rule) -> Iterator[tuple[Rule, Rule]]:
+    """Each limit of ``new`` with the limit of ``old`` that is the same row's (its
+    configId, URL, channel and caller), perhaps at another part, each alone (what
+    ``Carries.carry`` is given). Two Rules of one interface may hold different limits
+    (a named caller's has its row besides the interface's; a reload adds or drops
+    rows), so their limits are never paired by position: the channel's state would go
+    to a named caller's row, and the channel start afresh."""
+    left = list(old.limits)
+    for limit in new.limits:
+        row = (limit.config_id, limit.url, limit.channel, limit.caller, limit.per_caller)
+        for i, was in enumerate(left):
+            if (was.config_id, was.url, was.channel, was.caller, was.per_caller) == row:
+                del left[i]
+                yield replace(was, also=()), replace(limit, also=())
+                break
+
+
 class Policy:
     """The failure policy at work: the verdict of a call the backend cannot be asked about.
 
@@ -279,10 +297,12 @@ class Policy:
         ):
             # a caller deciding at this part first, after another moved the interface
             # to it: the limits every caller shares carry on from the part they were at
-            local.carry(before, new, None)
+            for was, now in same_limits(before, new):
+                local.carry(was, now, None)
         if old is not None and isinstance(local, Carries):
             self._started.add((new, key))
-            local.carry(old, new, caller)
+            for was, now in same_limits(old, new):
+                local.carry(was, now, caller)
 
     def _hold_counts(self, local: Backend, whole: Rule, part: Rule, key: str | None) -> None:
         """Start each calendar quota of ``part`` (``whole`` at this process's part) at

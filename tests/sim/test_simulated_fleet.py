@@ -472,3 +472,120 @@ def test_a_caller_first_seen_after_the_part_changed_counts_what_the_others_booke
         ],
     )
     run_scenario(sc)
+
+
+def test_a_named_caller_first_seen_in_an_outage_keeps_the_channels_debt() -> None:
+    """Seed 2514, shrunk: a channel of 5 a second over ``/d`` and ``}c{``, whose caller
+    ``k1`` has a row of its own. In an outage ``/d`` booked the channel to 3.53 s (7
+    permits); then ``k1``'s first slot on ``}c{``, after an unnamed caller there, had
+    the interface's limits carried to its Rule by position: the channel's state went to
+    ``k1``'s row, and three slots went at 2.63 s on a channel started afresh."""
+    sc = Scenario(
+        seed=2514,
+        processes=[1.6758789512919865],
+        policy="share",
+        rows=[
+            {
+                "config_id": 1,
+                "interface_url": "}c{",
+                "rate_limit": 5,
+                "cache": 2.0,
+                "status": 1,
+                "algorithm": "token_bucket",
+                "period_seconds": 1,
+                "channel_type": "SUP",
+                "reserve": "sheddable_plus=0.25",
+                "lease_ms": 20,
+            },
+            {
+                "config_id": 2,
+                "interface_url": "}c{",
+                "rate_limit": 1000,
+                "cache": None,
+                "status": 1,
+                "algorithm": "token_bucket",
+                "period_seconds": 1,
+                "max_permits": 3000,
+                "per_caller": 1,
+                "caller_key": "k1",
+                "channel_type": "SUP",
+            },
+            {
+                "config_id": 4,
+                "interface_url": "/d",
+                "rate_limit": 1000000,
+                "cache": 0.5,
+                "status": 1,
+                "algorithm": "fixed_window",
+                "period_seconds": 1,
+                "channel_type": "SUP",
+            },
+            {
+                "config_id": 5,
+                "interface_url": "*",
+                "channel_type": "SUP",
+                "rate_limit": 30,
+                "cache": 0.5,
+                "status": 1,
+            },
+        ],
+        steps=[
+            Step(1.0356, "edit", {"id": 5, "rate_limit": 5}),
+            Step(2.0912, "down", {"for": 0.3, "lag": 0.5}),
+            Step(
+                2.1298,
+                "call",
+                {
+                    "p": 0,
+                    "op": "decide",
+                    "url": "/d",
+                    "permits": 1000000,
+                    "timeout": None,
+                    "key": "k1",
+                    "n": 1,
+                    "priority": None,
+                },
+            ),
+            Step(
+                2.4747,
+                "call",
+                {
+                    "p": 0,
+                    "op": "decide",
+                    "url": "}c{",
+                    "permits": 1000000,
+                    "timeout": None,
+                    "key": "ü\x00",
+                    "n": 1,
+                    "priority": None,
+                },
+            ),
+            Step(
+                2.5837,
+                "call",
+                {
+                    "p": 0,
+                    "op": "acquire",
+                    "url": "/d",
+                    "permits": 7,
+                    "timeout": None,
+                    "key": "vip",
+                    "n": 1,
+                    "priority": "sheddable_plus",
+                },
+            ),
+            Step(
+                2.6332,
+                "slot",
+                {
+                    "p": 0,
+                    "url": "}c{",
+                    "key": "k1",
+                    "hold": 0.5,
+                    "n": 3,
+                    "priority": "sheddable",
+                },
+            ),
+        ],
+    )
+    run_scenario(sc)
