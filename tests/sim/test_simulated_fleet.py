@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from tests.support.sim import (
     Run,
     Scenario,
     SimClock,
+    SimLimiter,
     Step,
     Violation,
     World,
@@ -589,3 +591,84 @@ def test_a_named_caller_first_seen_in_an_outage_keeps_the_channels_debt() -> Non
         ],
     )
     run_scenario(sc)
+
+
+def _ran(steps: list[Step], rows: list[dict[str, Any]]) -> Run:
+    run = Run(Scenario(seed=0, processes=[0.0, 0.0], policy="share", rows=rows, steps=steps))
+    run.run(Checker())
+    run.close()
+    return run
+
+
+def test_a_holder_killed_in_its_rate_wait_keeps_its_slot_for_the_wait_and_a_lease() -> None:
+    """Seed 3109: a slot is leased for the rate's wait and a lease from when it is taken
+    (``slot.lua``: the lease runs from when the call goes). Process 0's second caller
+    waits about 1 s for its permit with the slot held, and the process dies 0.2 s in:
+    the lease runs past its death plus one lease, to the end of the wait plus one."""
+    rate = {**CAPPED, "rate_limit": 1, "max_concurrent": 2}
+    queue = {"p": 0, "url": "/a", "key": None, "hold": 0.5, "budget": 2.0, "n": 2}
+    run = _ran([Step(0.1, "queue", queue), Step(0.3, "kill", {"p": 0})], [rate])
+    (waited,) = [
+        until for at, until, _ in run.world.leased_slots.values() if until > 1300 and at < 0.2
+    ]
+    assert 2000 < waited < 2200  # 0.1 + its wait (about 1 s) + the lease
+
+
+def test_a_waiter_killed_in_the_queue_may_be_handed_a_slot_within_its_place() -> None:
+    """Seed 3848: a dead waiter's place lapses 2 s after its last ask; a release before
+    then hands it the slot, leased for a lease from the hand-over, then lapsing."""
+    steps = [
+        Step(0.1, "slot", {"p": 1, "url": "/a", "key": None, "hold": 1.4, "n": 1}),
+        Step(0.2, "queue", {"p": 0, "url": "/a", "key": None, "hold": 0.3, "budget": 2.0, "n": 1}),
+        Step(0.5, "kill", {"p": 0}),
+    ]
+    run = _ran(steps, [{**CAPPED, "max_concurrent": 1}])
+    handed = [
+        (round(at, 1), round(until))
+        for who, (at, until, _) in run.world.leased_slots.items()
+        if run.world.owners.get(who) == 0
+    ]
+    assert handed == [(1.5, 2500)]
+
+
+def test_the_checker_catches_a_dead_processs_lease_renewed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A renewal that renews the leases of every process, the killed one's too."""
+    run = Run(_killed_holder())
+    renew = SimLimiter._renew_slots
+
+    def renewing_all(self: SimLimiter) -> None:
+        for lim in run.limiters:
+            renew(lim)
+
+    monkeypatch.setattr(SimLimiter, "_renew_slots", renewing_all)
+    with pytest.raises(Violation, match=r"of process 0, killed at 0.500, runs to"):
+        run.run(Checker())
+    run.close()
+
+
+def test_slots_held_when_a_channel_row_goes_are_not_counted_under_the_new_keys() -> None:
+    """Seed 4325: removing the channel row moves ``/a``'s keys from the channel's hash
+    tag to its own (docs/cluster.md: they start afresh), its slots' too: the two held
+    under the old keys are not counted under the new ones, as after a restart."""
+    rows = [
+        {**CAPPED, "max_concurrent": 2, "channel_type": "SUP"},
+        {
+            "config_id": 2,
+            "interface_url": "*",
+            "channel_type": "SUP",
+            "rate_limit": 100,
+            "cache": 0.5,
+            "status": 1,
+        },
+    ]
+    steps = [
+        Step(0.1, "slot", {"p": 0, "url": "/a", "key": None, "hold": 2.0, "n": 2}),
+        Step(0.5, "edit", {"id": 2, "status": 0}),
+        Step(1.2, "slot", {"p": 0, "url": "/a", "key": None, "hold": 0.5, "n": 3}),
+    ]
+    run = _ran(steps, rows)
+    keys = sorted({k for _, _, k in run.world.leased_slots.values()})
+    assert keys == ["sim:{/a}:slots", "sim:{=SUP}:/a:slots"]
+    assert [round(a.at, 1) for a in run.admissions] == [0.1, 0.1, 1.2, 1.2]
