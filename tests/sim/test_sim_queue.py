@@ -177,3 +177,76 @@ def test_a_class_below_critical_waits_without_a_place() -> None:
     # since 0.4657 asked again at the end of their budgets, found it held, and gave up;
     # the slot freed at 1.581 went to the other newcomer when its budget ended
     assert went == [0.4657, 1.081, 2.081]
+
+
+def test_a_grant_claimed_after_a_restart_counts_as_the_old_stores() -> None:
+    """Seed 5914, shrunk: a waiter heard its grant (a slot and a permit) just after an
+    outage, while its breaker was still open; it took the failure policy's path, found
+    no slot free in-process and waited a second, then claimed the grant, after the store
+    had restarted empty. Its slot and permit are of the store before the restart (lost
+    with it, as every slot held then: docs/concurrency.md), not slots taken since."""
+    sc = Scenario(
+        seed=5914,
+        processes=[0.0, 0.0],
+        policy="local",
+        rows=[
+            {
+                "config_id": 2,
+                "interface_url": "/a",
+                "rate_limit": 1000000,
+                "cache": 2.0,
+                "status": 1,
+                "algorithm": "sliding_window",
+                "period_seconds": 1,
+                "max_concurrent": 1,
+                "channel_type": "SUP",
+            },
+            {
+                "config_id": 3,
+                "interface_url": "*",
+                "channel_type": "SUP",
+                "rate_limit": 2,
+                "cache": 0.5,
+                "status": 1,
+            },
+        ],
+        steps=[
+            Step(
+                0.1965,
+                "call",
+                {
+                    "p": 0,
+                    "op": "acquire",
+                    "url": "/a",
+                    "permits": 1,
+                    "timeout": 0.05,
+                    "key": "bad",
+                    "n": 1,
+                },
+            ),
+            Step(0.3979, "down", {"for": 0.3, "lag": 0.5}),
+            Step(1.0058, "restart", {"for": 1.5, "lag": 0.05}),
+            Step(
+                0.3425,
+                "queue",
+                {"p": 0, "url": "/a", "key": None, "hold": 0.5, "budget": 2.0, "n": 4},
+            ),
+            Step(
+                0.5075,
+                "queue",
+                {"p": 0, "url": "/a", "key": None, "hold": 1.0, "budget": 2.0, "n": 4},
+            ),
+            Step(
+                0.137,
+                "queue",
+                {"p": 1, "url": "/a", "key": None, "hold": 0.2, "budget": 1.0, "n": 2},
+            ),
+        ],
+        epoch_s=1774745998.766,
+    )
+    run = Run(sc)
+    run.run(Checker())
+    run.close()
+    restarted = run.world.epoch
+    claimed = [s for s in run.world.leased_slots.values() if s.epoch < restarted and s.at > 0.6]
+    assert claimed, "no grant of the store before the restart"

@@ -608,9 +608,7 @@ def test_a_holder_killed_in_its_rate_wait_keeps_its_slot_for_the_wait_and_a_leas
     rate = {**CAPPED, "rate_limit": 1, "max_concurrent": 2}
     queue = {"p": 0, "url": "/a", "key": None, "hold": 0.5, "budget": 2.0, "n": 2}
     run = _ran([Step(0.1, "queue", queue), Step(0.3, "kill", {"p": 0})], [rate])
-    (waited,) = [
-        until for at, until, _ in run.world.leased_slots.values() if until > 1300 and at < 0.2
-    ]
+    (waited,) = [s.until for s in run.world.leased_slots.values() if s.until > 1300 and s.at < 0.2]
     assert 2000 < waited < 2200  # 0.1 + its wait (about 1 s) + the lease
 
 
@@ -624,8 +622,8 @@ def test_a_waiter_killed_in_the_queue_may_be_handed_a_slot_within_its_place() ->
     ]
     run = _ran(steps, [{**CAPPED, "max_concurrent": 1}])
     handed = [
-        (round(at, 1), round(until))
-        for who, (at, until, _) in run.world.leased_slots.items()
+        (round(s.at, 1), round(s.until))
+        for who, s in run.world.leased_slots.items()
         if run.world.owners.get(who) == 0
     ]
     assert handed == [(1.5, 2500)]
@@ -669,6 +667,6 @@ def test_slots_held_when_a_channel_row_goes_are_not_counted_under_the_new_keys()
         Step(1.2, "slot", {"p": 0, "url": "/a", "key": None, "hold": 0.5, "n": 3}),
     ]
     run = _ran(steps, rows)
-    keys = sorted({k for _, _, k in run.world.leased_slots.values()})
+    keys = sorted({s.key for s in run.world.leased_slots.values()})
     assert keys == ["sim:{/a}:slots", "sim:{=SUP}:/a:slots"]
     assert [round(a.at, 1) for a in run.admissions] == [0.1, 0.1, 1.2, 1.2]

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Engine, Table, create_engine, delete, insert
 from sqlalchemy.pool import StaticPool
@@ -200,6 +200,15 @@ def key_slot(key: str) -> int:
     return crc % 16384
 
 
+class Leased(NamedTuple):
+    """A slot lease as the store gave it (taken, or handed over by a release)."""
+
+    at: float  # when (world time)
+    until: float  # until when (ms: the rate's wait and a lease)
+    key: str  # its interface's leases key
+    epoch: int  # the store's epoch then (a slot heard of later is of that store)
+
+
 @dataclass
 class Place:
     """A caller's place in an interface's slot queue, as the store gave it."""
@@ -311,7 +320,7 @@ class QueueOrder:
                     f"place (ticket {mine.ticket}, asked at {mine.asked:.3f}) while it "
                     f"waited, and queued again at the back (ticket {ticket})"
                 )
-            if mine is None or mine.ticket != ticket:
+            if who not in queue:  # a new place (one a failover kept is not new)
                 last = max((p.ticket for p in places.values()), default=0)
                 if ticket <= last:
                     self.world.violations.append(
@@ -359,7 +368,7 @@ class World:
         self.owners: dict[str, int] = {}
         #: slot lease id -> when the store leased it (taken or handed over), until when
         #: (ms: the rate's wait and a lease), and its interface's leases key
-        self.leased_slots: dict[str, tuple[float, float, str]] = {}
+        self.leased_slots: dict[str, Leased] = {}
         #: how many times the store lost its state (restart, failover)
         self.epoch = 0
         self.down = False  # refused at once
@@ -629,7 +638,7 @@ class SimBackend:
         after = world.slots.interfaces.get(keys[0])
         for who, until in () if after is None else after.leases.items():
             if who not in leases:  # leased now (taken, or handed over): when, how long
-                world.leased_slots[who] = (world.now, until, keys[0])
+                world.leased_slots[who] = Leased(world.now, until, keys[0], world.epoch)
         if call.name == "slot":
             argv = [str(a) for a in call.args[1 + len(keys) : 1 + len(keys) + 5]]
             world.order.ran(keys[0], argv, self.process, queue, leases, published, reply)
@@ -989,6 +998,13 @@ def scenario(seed: int, length_s: float = 3.0) -> Scenario:
                 "n": queue.choice((2, 3, 4)),  # callers at once: some wait in the queue
             }
             steps.append(Step(round(queue.uniform(0.0, length_s), 4), "queue", args))
+    # an eighth: where a row holds a reserve or a class, the queued callers' classes
+    # (critical takes a place in the queue, the classes below it none)
+    classes = random.Random(seed * 86_028_121 + 8)
+    if any("reserve" in row or "priority" in row for row in rows):
+        for step in steps:
+            if step.what == "queue":
+                step.args["priority"] = classes.choice((None, "critical", *PRIORITIES))
     return Scenario(seed, processes, policy, rows, steps, epoch_s=epoch_s, table=table)
 
 
@@ -1028,6 +1044,7 @@ class Queued:
     rule: Rule
     since: float  # when it asked
     until: float = 0.0
+    rank: int = 0  # its class (Priority.rank)
 
 
 @dataclass
@@ -1049,7 +1066,7 @@ class Hold:
         row added or removed moves an interface's keys (docs/cluster.md): slots held
         under the old ones are not counted under the new, as after a restart."""
         leased = None if self.lease_id is None else world.leased_slots.get(self.lease_id)
-        return None if leased is None else leased[2]
+        return None if leased is None else leased.key
 
 
 class Violation(AssertionError):
@@ -1541,8 +1558,10 @@ class Run:
         a = step.args
         lim = self.limiters[a["p"]]
         rule = self._route(lim, a["url"], a["key"])
+        cls = a.get("priority")
+        rank = 0 if rule is None else _rank(rule, cls)
         if rule is not None and rule.classed:  # as slot() routes it
-            rule = rule.for_class(call_class(rule, None))
+            rule = rule.for_class(call_class(rule, None if cls is None else Priority(cls)))
         if rule is None or rule.max_concurrent is None or rule.shadow or rule.closed:
             return self._slot(step)
         clock = cast(SimClock, lim.clock)
@@ -1552,7 +1571,9 @@ class Run:
         taking = Taking(rule, a["key"], lease_id, clock.monotonic() + budget, budget, clock=clock)
         waiter = lim._slotting.waiter(lease_id, None)
         steps = take_slot(lim, lim._slotting, taking, waiter)
-        self._drive(Queued(a["p"], step, steps, waiter, taking, rule, self.world.now), None)
+        self._drive(
+            Queued(a["p"], step, steps, waiter, taking, rule, self.world.now, rank=rank), None
+        )
         return None
 
     def _drive(self, q: Queued, got: Any) -> None:
@@ -1601,10 +1622,18 @@ class Run:
                 by_store,
                 None if held.local else held.lease_id,
                 self.world.now,
-                self.world.epoch,
+                self._epoch(None if held.local else held.lease_id),
             )
         )
-        self._admitted(q.process, a["url"], a["key"], 1, q.rule, by_store, held.wait_s)
+        if by_store and not held.local and q.rank > 0 and q.rule.max_concurrent is not None:
+            self._within_room(a["url"], q.rule.max_concurrent, q.rule, a.get("priority"))
+        # its permit left the store when its slot was leased: a grant heard earlier (a
+        # waiter the breaker kept from asking) may be claimed later
+        leased = None if held.local else self.world.leased_slots.get(held.lease_id or "")
+        taken = None if leased is None else leased.at
+        self._admitted(
+            q.process, a["url"], a["key"], 1, q.rule, by_store, held.wait_s, q.rank, taken
+        )
 
     def _resume(self) -> None:
         """The grants the store published, heard by every live process; then each
@@ -1656,7 +1685,7 @@ class Run:
                 by_store,
                 None if held is None or held.local else held.lease_id,
                 self.world.now,
-                self.world.epoch,
+                self._epoch(None if held is None or held.local else held.lease_id),
             )
         )
         if not by_store and rule is not None and cap is not None:
@@ -1678,26 +1707,39 @@ class Run:
             # a class below critical leaves its share of the slots: it takes one only
             # while the slots held, its own included, are within the rest
             crule = rule.for_class(call_class(rule, Priority(a.get("priority") or "default")))
-            if crule.shares is not None and cap is not None:
-                share = max(crule.shares[: own_limits(crule)], default=0.0)
-                room = math.floor(cap - share * cap)
-                among = self.held[-1].keys(self.world)
-                counted = [
-                    h
-                    for h in self.held
-                    if h.url == a["url"]
-                    and h.by_store
-                    and h.epoch == self.world.epoch
-                    and h.keys(self.world) == among
-                ]
-                if len(counted) > room:
-                    raise Violation(
-                        f"at {self.world.now:.3f}: a {a.get('priority') or 'default'} slot "
-                        f"of {a['url']} taken with {len(counted)} held, its room {room} of "
-                        f"{cap}"
-                    )
+            if cap is not None:
+                self._within_room(a["url"], cap, crule, a.get("priority"))
         if rule is not None and not rule.shadow and not rule.closed and decision.allowed:
             self._admitted(a["p"], a["url"], a["key"], 1, rule, by_store, clock.slept, rank)
+
+    def _epoch(self, lease_id: str | None) -> int:
+        """The store's epoch a slot was leased in: a grant heard before a restart may be
+        claimed after it (a waiter the breaker kept from asking), of the store before."""
+        leased = None if lease_id is None else self.world.leased_slots.get(lease_id)
+        return self.world.epoch if leased is None else leased.epoch
+
+    def _within_room(self, url: str, cap: int, crule: Rule, cls: str | None) -> None:
+        """A slot just taken (the last held) by a class below critical, decided by its
+        class's Rule ``crule``: it leaves its share of the slots, so the slots held
+        through the store, its own included, are within the rest."""
+        if crule.shares is None:
+            return
+        share = max(crule.shares[: own_limits(crule)], default=0.0)
+        room = math.floor(cap - share * cap)
+        among = self.held[-1].keys(self.world)
+        counted = [
+            h
+            for h in self.held
+            if h.url == url
+            and h.by_store
+            and h.epoch == self.world.epoch
+            and h.keys(self.world) == among
+        ]
+        if len(counted) > room:
+            raise Violation(
+                f"at {self.world.now:.3f}: a {cls or 'default'} slot of {url} taken with "
+                f"{len(counted)} held, its room {room} of {cap}"
+            )
 
     def _give_back(self, held: Hold) -> None:
         self.held.remove(held)
@@ -1819,7 +1861,9 @@ class Checker:
                 died = run.killed.get(owner)
                 if died is None or until <= now_ms:
                     continue
-                leased_at, leased_until, _ = world.leased_slots.get(lease_id, (-math.inf, 0.0, key))
+                leased_at, leased_until, _, _ = world.leased_slots.get(
+                    lease_id, Leased(-math.inf, 0.0, key, world.epoch)
+                )
                 if leased_at > died + 2 * ASK_AGAIN_S + 1e-6:
                     raise Violation(
                         f"at {world.now:.3f}: {key}: lease {lease_id} handed to a waiter of "
