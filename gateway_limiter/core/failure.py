@@ -219,6 +219,7 @@ class Policy:
     """
 
     __slots__ = (
+        "_channels",
         "_empty_first",
         "_fresh",
         "_parts",
@@ -246,6 +247,9 @@ class Policy:
         #: url -> the rule at the part ``share`` last decided it at, any caller: what
         #: its limits shared by every caller carry on from
         self._shared_parts: dict[str, Rule] = {}
+        #: channel -> its cap's limit at the part ``share`` last decided it at, by any
+        #: of its interfaces: what the cap carries on from
+        self._channels: dict[str, Rule] = {}
         self._empty_first = True
         #: A calendar quota's count in its period as this process last knew it, by the
         #: (whole) limit and the caller: (the period's start, epoch µs; used), or None.
@@ -260,6 +264,7 @@ class Policy:
             self._started = set()
             self._parts = {}
             self._shared_parts = {}
+            self._channels = {}
             self._empty_first = start_empty
 
     def _start_empty(self, local: Backend, rule: Rule, key: str | None) -> None:
@@ -303,6 +308,18 @@ class Policy:
             self._started.add((new, key))
             for was, now in same_limits(old, new):
                 local.carry(was, now, caller)
+        channels = self._channels
+        for limit in new.limits:
+            # a channel's cap spans its interfaces: its part (1/N) changed while another
+            # interface decided it carries on here, whichever interface asks first
+            if limit.caps_channel and limit.channel is not None and not limit.per_caller:
+                cap = replace(limit, also=())
+                last = channels.get(limit.channel)
+                if len(channels) >= _STARTED_KEPT:
+                    channels.clear()
+                channels[limit.channel] = cap
+                if last is not None and last != cap and isinstance(local, Carries):
+                    local.carry(last, cap, None)
 
     def _hold_counts(self, local: Backend, whole: Rule, part: Rule, key: str | None) -> None:
         """Start each calendar quota of ``part`` (``whole`` at this process's part) at

@@ -185,3 +185,37 @@ def test_a_named_caller_first_seen_in_an_outage_keeps_the_channels_debt() -> Non
     assert went, "the named caller never got a permit"
     assert min(went) >= 1.6 - 1e-9
     assert len(went) <= 5 * (3.0 - 1.6) + 1
+
+
+def test_a_channels_part_changed_mid_outage_carries_over_to_its_other_interfaces() -> None:
+    # A channel of 2 a second over two interfaces; the process thought itself alone
+    # (N = 1) and one interface booked the channel 10 permits deep (to 5 s); a heartbeat
+    # then says N = 2 and the other interface asks for the first time in the outage: the
+    # channel's part is 0.5 now, and its state must carry on from part 1's. Before, the
+    # carry followed the interface only: the channel started apart at 0.5 beside the
+    # debt (seed 6274, shrunk: 5.3 permits beyond R x T + C).
+    channel, other = "SUP", "/other"
+    rows = [
+        ConfRow(1, channel, None, URL, 1000, 10.0, 1),
+        ConfRow(2, channel, None, other, 1000, 10.0, 1),
+        ConfRow(3, channel, None, "*", 2, 10.0, 1),
+    ]
+    rules = build_rules(rows, 0.5, "UTC").rules
+    fleet = Fleet(Settings(redis_url="redis://unused"), shared=True)
+    fleet.beat(Heartbeat(live=1, claims={}))
+    now = [0.0]
+    policy = Policy("share", MemoryBackend)
+    policy.outage_began(start_empty=True)
+    policy.local = MemoryBackend(clocks=Clocks(lambda: now[0]))
+    booked = policy.reserve(fleet.share(rules[URL]), 10, None, "a", whole=rules[URL])
+    assert booked.allowed
+    assert booked.wait_us / 1e6 == pytest.approx(5.0)
+    fleet.beat(Heartbeat(live=2, claims={}))  # a heartbeat answers while the breaker is open
+    went = []
+    for ms in range(10, 8000, 10):
+        now[0] = ms * 1000.0
+        if policy.reserve(fleet.share(rules[other]), 1, 0.0, "b", whole=rules[other]).allowed:
+            went.append(ms / 1000)
+    assert went, "the other interface never got a permit"
+    assert min(went) >= 5.0 - 1e-9
+    assert len(went) <= 1 * (8.0 - 5.0) + 1  # the channel at part 0.5: 1 a second

@@ -670,3 +670,82 @@ def test_slots_held_when_a_channel_row_goes_are_not_counted_under_the_new_keys()
     keys = sorted({s.key for s in run.world.leased_slots.values()})
     assert keys == ["sim:{/a}:slots", "sim:{=SUP}:/a:slots"]
     assert [round(a.at, 1) for a in run.admissions] == [0.1, 0.1, 1.2, 1.2]
+
+
+def test_a_channels_part_changed_mid_outage_carries_over_to_its_other_interfaces() -> None:
+    """Seed 6274, shrunk: process 0 started first (N = 1 as it last heard) and the store
+    went slow; ``/b``'s named caller booked the channel of 2 a second at part 1 to 6.7
+    s; a heartbeat then said N = 2 while the breaker was open, and ``}c{``'s first call
+    in the outage found the channel at part 0.5 with a bucket of its own beside the
+    debt: 5.3 permits beyond R x T + C."""
+    sc = Scenario(
+        seed=6274,
+        processes=[0.0, 2.6068359088908633],
+        policy="share",
+        rows=[
+            {
+                "config_id": 1,
+                "interface_url": "}c{",
+                "rate_limit": 100,
+                "cache": 2.0,
+                "status": 1,
+                "algorithm": "token_bucket",
+                "period_seconds": 1,
+                "channel_type": "SUP",
+            },
+            {
+                "config_id": 6,
+                "interface_url": "/b",
+                "rate_limit": 3,
+                "cache": 0.0,
+                "status": 1,
+                "algorithm": "fixed_window",
+                "period_seconds": 1,
+                "per_caller": 1,
+                "caller_key": "k1",
+                "channel_type": "SUP",
+                "reserve": "default=0.9",
+                "priority": "critical",
+            },
+            {
+                "config_id": 8,
+                "interface_url": "*",
+                "channel_type": "SUP",
+                "rate_limit": 2,
+                "cache": 0.5,
+                "status": 1,
+            },
+        ],
+        steps=[
+            Step(0.4195, "slow", {"for": 1.5, "lag": 0.05}),
+            Step(
+                1.7422,
+                "call",
+                {
+                    "p": 0,
+                    "op": "acquire",
+                    "url": "/b",
+                    "permits": 2,
+                    "timeout": 1e16,
+                    "key": "k1",
+                    "n": 5,
+                    "priority": None,
+                },
+            ),
+            Step(
+                2.4199,
+                "call",
+                {
+                    "p": 0,
+                    "op": "try_acquire",
+                    "url": "}c{",
+                    "permits": 1000000,
+                    "timeout": 1e16,
+                    "key": None,
+                    "n": 1,
+                    "priority": "sheddable",
+                },
+            ),
+        ],
+    )
+    run_scenario(sc)
