@@ -207,8 +207,9 @@ class Policy:
     A heartbeat may answer while the breaker is still open and change this process's
     part: the rule then comes at the new part, and its limits carry on from the old
     part's state, rescaled (``MemoryBackend.carry``: a bucket's stored permits to the
-    new capacity, its debt kept; a window's admissions kept), never started afresh. So
-    the process admits at most the largest part it held in the outage, never the sum.
+    new capacity, its debt kept; a window's admissions kept), never started afresh; a
+    channel's cap carries on from the part any of its interfaces last decided it at.
+    So the process admits at most the largest part it held in the outage, never the sum.
 
     A calendar quota is not a bucket that refills in a second: started empty, its part
     would be a part of the whole period, given again whatever the fleet had spent. So
