@@ -749,3 +749,45 @@ def test_a_channels_part_changed_mid_outage_carries_over_to_its_other_interfaces
         ],
     )
     run_scenario(sc)
+
+
+def test_a_call_decided_at_the_moment_of_a_restart_but_before_it_counts_before_it() -> None:
+    """Seed 25646, shrunk: 2 permits of a bucket of 2 taken at 0.6707, then the store
+    restarts at that same moment and a fresh bucket gives one more at 0.7438. The
+    checker cut the spans by time alone and put the first call after the restart."""
+    row = {
+        "config_id": 4,
+        "interface_url": "}c{",
+        "rate_limit": 2,
+        "cache": 2.0,
+        "status": 1,
+        "algorithm": "token_bucket",
+        "period_seconds": 1,
+        "max_permits": 2,
+        "per_caller": 1,
+        "max_concurrent": 2,
+        "reserve": "sheddable=0.5",
+        "priority": "default",
+        "lease_ms": 500,
+    }
+    call = {"p": 0, "op": "acquire", "url": "}c{", "permits": 2, "timeout": None}
+    sc = Scenario(
+        seed=25646,
+        processes=[-2.4731690819067476],
+        policy="share",
+        rows=[row],
+        steps=[
+            Step(0.6707, "call", {**call, "key": "k1", "n": 1, "priority": "critical"}),
+            Step(0.6707, "restart", {"for": 1.5, "lag": 0.05}),
+            Step(
+                0.7438,
+                "call",
+                {**call, "op": "try_acquire", "permits": 1, "timeout": 1.0, "key": "k1", "n": 1},
+            ),
+        ],
+    )
+    run = Run(sc)
+    run.run(Checker())
+    run.close()
+    assert [(a.permits, a.epoch) for a in run.admissions] == [(2, 0), (1, 1)]
+    Checker().finish(run)

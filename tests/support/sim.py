@@ -380,6 +380,9 @@ class World:
         self.violations: list[str] = []
         #: (time, what) of every fault, for the checker's allowances
         self.events: list[tuple[float, str]] = []
+        #: (time, the epoch from then on) where the store lost its state: a restart,
+        #: and a failover (from the replica's moment, and from the promotion)
+        self.cuts: list[tuple[float, int]] = []
         #: the callers queued for slots, and the order they get them in
         self.order = QueueOrder(self)
 
@@ -408,6 +411,7 @@ class World:
         self.order.forget()
         self.epoch += 1
         self.events.append((self.now, "restart"))
+        self.cuts.append((self.now, self.epoch))
 
     def failover(self, lag_s: float) -> None:
         """A replica promoted with what it had ``lag_s`` ago: later writes are lost."""
@@ -425,6 +429,7 @@ class World:
         self.epoch += 1
         self.events.append((at, "failover"))
         self.events.append((self.now, "promoted"))
+        self.cuts += [(at, self.epoch), (self.now, self.epoch)]
         return None
 
     def rate(self, kind: str, keys: list[str], argv: list[Any]) -> bytes:
@@ -1029,6 +1034,9 @@ class Admission:
     #: from when its permits count as given out one by one (``_most_over``); a
     #: lease's stored permits spent in-process: all at once, when they went ahead
     given: float | None = None
+    #: the store's epoch its permits left (a restart at the moment it was decided
+    #: comes before it or after it)
+    epoch: int = 0
 
 
 @dataclass
@@ -1532,6 +1540,7 @@ class Run:
         rank: int = 0,
         taken: float | None = None,
         spent: bool = False,
+        epoch: int | None = None,
     ) -> None:
         outage = len(self.outages) - 1 if self.outages else -1
         self.admissions.append(
@@ -1548,6 +1557,7 @@ class Run:
                 self._parts(self.limiters[p], rule),
                 rank,
                 self.world.now + wait if spent else None,
+                self.world.epoch if epoch is None else epoch,
             )
         )
 
@@ -1631,8 +1641,18 @@ class Run:
         # waiter the breaker kept from asking) may be claimed later
         leased = None if held.local else self.world.leased_slots.get(held.lease_id or "")
         taken = None if leased is None else leased.at
+        epoch = None if leased is None else leased.epoch
         self._admitted(
-            q.process, a["url"], a["key"], 1, q.rule, by_store, held.wait_s, q.rank, taken
+            q.process,
+            a["url"],
+            a["key"],
+            1,
+            q.rule,
+            by_store,
+            held.wait_s,
+            q.rank,
+            taken,
+            epoch=epoch,
         )
 
     def _resume(self) -> None:
@@ -1767,6 +1787,7 @@ def _args(a: dict[str, Any]) -> str:
 
 
 Apart = tuple[float, int, int, float, float]
+Stored = tuple[tuple[float, int], float, int, int, float]
 
 
 def _limit_keys(world: World, rule: Rule, key: str | None) -> Iterator[tuple[str, Rule]]:
@@ -1881,9 +1902,8 @@ class Checker:
     def finish(self, run: Run) -> None:
         """Every span of every limit: the store's admissions, and each outage's."""
         world = run.world
-        store: dict[tuple[str, tuple[Any, ...]], list[tuple[float, float, int, int, float]]] = (
-            defaultdict(list)
-        )
+        # ((decided, epoch), went ahead, permits, class, given from)
+        store: dict[tuple[str, tuple[Any, ...]], list[Stored]] = defaultdict(list)
         # (went ahead, permits, process, its part, decided)
         alone: dict[tuple[str, int, tuple[Any, ...]], list[Apart]] = defaultdict(list)
         specs: dict[tuple[Any, ...], Rule] = {}
@@ -1893,13 +1913,14 @@ class Checker:
                 specs[(key, spec)] = r
                 if adm.by_store:
                     given = adm.decided if adm.given is None else adm.given
-                    store[(key, spec)].append((adm.decided, adm.at, adm.permits, adm.rank, given))
+                    decided = (adm.decided, adm.epoch)
+                    store[(key, spec)].append((decided, adm.at, adm.permits, adm.rank, given))
                 else:
                     part = adm.parts[1] if r.caps_channel else adm.parts[0]
                     alone[(key, adm.outage, spec)].append(
                         (adm.at, adm.permits, adm.process, part, adm.decided)
                     )
-        allowance = [t for t, what in world.events if what in ("restart", "failover", "promoted")]
+        allowance = world.cuts
         for (key, spec), seen in store.items():
             r = specs[(key, spec)]
             seen.sort()
@@ -1959,20 +1980,21 @@ class Checker:
 
 
 def _split(
-    seen: list[tuple[float, float, int, int, float]], cuts: list[float]
+    seen: list[Stored], cuts: list[tuple[float, int]]
 ) -> Iterator[list[tuple[float, int, int, float]]]:
-    """``seen`` (decided, went ahead, permits, class, given from) cut where the store
-    lost its state: each part's admissions (went ahead, permits, class, given from),
-    decided between two cuts."""
+    """``seen`` ((decided, the store's epoch then), went ahead, permits, class, given
+    from) cut where the store lost its state (``cuts``: when, and the epoch from then
+    on; at one moment the epoch says which side): each part's admissions (went ahead,
+    permits, class, given from), decided between two cuts."""
     segment: list[tuple[float, int, int, float]] = []
     cut = iter(sorted(cuts))
-    nxt = next(cut, math.inf)
+    nxt = next(cut, (math.inf, 0))
     for decided, t, n, c, given in seen:
         while decided >= nxt:
             if segment:
                 yield segment
             segment = []
-            nxt = next(cut, math.inf)
+            nxt = next(cut, (math.inf, 0))
         segment.append((t, n, c, given))
     if segment:
         yield segment
@@ -2077,8 +2099,8 @@ def _hold(
 
 def _hold_calendar(
     r: Rule,
-    seen: list[tuple[float, float, int, int, float]],
-    cuts: list[float],
+    seen: list[Stored],
+    cuts: list[tuple[float, int]],
     epoch_s: float,
     key: str,
 ) -> None:
