@@ -241,6 +241,7 @@ class QueueOrder:
         self.waiting.clear()
 
     def killed(self, process: int) -> None:
+        """``process`` vanished: its waiters wait no more (their places lapse)."""
         for places in self.waiting.values():
             for who in [w for w, place in places.items() if place.process == process]:
                 del places[who]
@@ -298,9 +299,7 @@ class QueueOrder:
         places = self.waiting[key]
         if op == "take":
             state, held = int(reply[0]), int(reply[1])
-            if (
-                state == 1 and who not in leases
-            ):  # taken by asking, not handed over  # a slot taken by asking, not handed over
+            if state == 1 and who not in leases:  # taken by asking, not handed over
                 mine = places.get(who)
                 ahead = self._ahead(key, who, None if mine is None else mine.ticket, queue)
                 self._took(key, who, ahead, held - 1, float(argv[1]), "took")
