@@ -250,3 +250,54 @@ def test_a_grant_claimed_after_a_restart_counts_as_the_old_stores() -> None:
     restarted = run.world.epoch
     claimed = [s for s in run.world.leased_slots.values() if s.epoch < restarted and s.at > 0.6]
     assert claimed, "no grant of the store before the restart"
+
+
+def test_a_grant_heard_while_the_breaker_is_open_is_taken_at_once() -> None:
+    """Seed 18522, shrunk: process 0's breaker opened on a pushback while the store was
+    slow; at 2.80 s a release handed its third queued caller the slot (leased 1 s),
+    which it heard, but it waited for the breaker (the failure policy had no slot for
+    it) and claimed the grant at 3.80 s, as its lease lapsed: it went on with a slot the
+    store no longer counted. A grant is heard from Redis: the caller takes it at once."""
+    sc = Scenario(
+        seed=18522,
+        processes=[0.0, -2.40587286876762, 0.16827294462297715],
+        policy="share",
+        rows=[
+            {**CAPPED, "config_id": 2, "cache": None, "max_concurrent": 2},
+            {
+                "config_id": 5,
+                "interface_url": "/d",
+                "rate_limit": 1000000,
+                "cache": 0.5,
+                "status": 1,
+                "algorithm": "fixed_window",
+                "period_seconds": 1,
+                "max_concurrent": 5,
+                "channel_type": "SUP",
+            },
+        ],
+        steps=[
+            Step(1.7192, "slot", {"p": 2, "url": "/a", "key": "vip", "hold": 0.5, "n": 1}),
+            Step(2.4131, "slow", {"for": 0.3, "lag": 0.5}),
+            Step(2.4204, "pushback", {"p": 0, "url": "/d", "retry": 1.0}),
+            Step(
+                1.7998,
+                "queue",
+                {
+                    "p": 0,
+                    "url": "/a",
+                    "key": None,
+                    "hold": 1.0,
+                    "budget": 2.0,
+                    "n": 3,
+                    "priority": "critical",
+                },
+            ),
+        ],
+        epoch_s=1774745997.926,
+    )
+    run = Run(sc)
+    run.run(Checker())
+    run.close()
+    went = [round(a.at, 4) for a in run.admissions if a.process == 0]
+    assert went == [1.7998, 2.2192, 2.7998]
