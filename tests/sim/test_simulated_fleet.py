@@ -791,3 +791,93 @@ def test_a_call_decided_at_the_moment_of_a_restart_but_before_it_counts_before_i
     run.close()
     assert [(a.permits, a.epoch) for a in run.admissions] == [(2, 0), (1, 1)]
     Checker().finish(run)
+
+
+@pytest.mark.xfail(strict=True, raises=Violation, reason="seed 20703: not yet settled")
+def test_a_channel_shared_out_while_a_named_caller_waits_out_its_window() -> None:
+    """Seed 20703, shrunk (open): during an outage under ``share`` at N = 2, ``/d``'s
+    named caller ``{x}`` (a window of 1 a second of its own) acquires twice at 2.26 s
+    and goes at 3.24 s and 4.48 s on a channel of 2 a second (1 a second here); a
+    ``try_acquire`` on ``}c{`` at 2.29 s goes at 2.48 s: 1.24 permits beyond R x T + C
+    on the channel. Whether the in-process policy or the harness (a call that sleeps in
+    the engine is carried out whole at its step's moment) is at fault is not known."""
+    sc = Scenario(
+        seed=20703,
+        processes=[2.2532321941791746, -0.4816637771237877],
+        policy="share",
+        rows=[
+            {
+                "config_id": 1,
+                "interface_url": "}c{",
+                "rate_limit": 3,
+                "cache": 0.5,
+                "status": 1,
+                "algorithm": "fixed_window",
+                "period_seconds": 1,
+                "channel_type": "SUP",
+            },
+            {
+                "config_id": 3,
+                "interface_url": "/d",
+                "rate_limit": 1,
+                "cache": 2.0,
+                "status": 1,
+                "algorithm": "fixed_window",
+                "period_seconds": 1,
+                "per_caller": 1,
+                "caller_key": "{x}",
+                "channel_type": "SUP",
+            },
+            {
+                "config_id": 4,
+                "interface_url": "*",
+                "channel_type": "SUP",
+                "rate_limit": 2,
+                "cache": 0.5,
+                "status": 1,
+            },
+        ],
+        steps=[
+            Step(2.1525, "paused", {"for": 1.5, "lag": 0.05}),
+            Step(
+                2.2368,
+                "call",
+                {
+                    "p": 1,
+                    "op": "reserve",
+                    "url": "}c{",
+                    "permits": 2,
+                    "timeout": 1.0,
+                    "key": "k1",
+                    "n": 2,
+                },
+            ),
+            Step(
+                2.2633,
+                "call",
+                {
+                    "p": 1,
+                    "op": "acquire",
+                    "url": "/d",
+                    "permits": 1,
+                    "timeout": 0.05,
+                    "key": "{x}",
+                    "n": 2,
+                },
+            ),
+            Step(
+                2.2914,
+                "call",
+                {
+                    "p": 1,
+                    "op": "try_acquire",
+                    "url": "}c{",
+                    "permits": 1,
+                    "timeout": None,
+                    "key": "bad",
+                    "n": 1,
+                },
+            ),
+        ],
+    )
+    run_scenario(sc)
