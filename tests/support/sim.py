@@ -43,7 +43,13 @@ from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.scripts import REPLY, ScriptCall
 from gateway_limiter.backends.slots import SLOT_KEYS, TIMEOUT_ARG
-from gateway_limiter.backends.state import caller_part, own_limits, state_key
+from gateway_limiter.backends.state import (
+    bucket_and_quota,
+    bucket_home,
+    caller_part,
+    own_limits,
+    state_key,
+)
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule, build_rules
 from gateway_limiter.config.settings import Settings
@@ -542,9 +548,11 @@ class World:
 
 
 def _keys(world: World, rule: Rule, caller: str | None) -> list[str]:
+    """The decision's keys: each limit's, or a bucket and its calendar quota in one key,
+    the quota's (``bucket_and_quota``)."""
+    limits = [bucket_home(rule)] if bucket_and_quota(rule) else rule.limits
     return [
-        state_key(world.prefix, r) + (caller_part(caller) if r.per_caller else "")
-        for r in rule.limits
+        state_key(world.prefix, r) + (caller_part(caller) if r.per_caller else "") for r in limits
     ]
 
 
