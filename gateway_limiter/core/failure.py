@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from enum import StrEnum
 from typing import ParamSpec, Protocol, TypeVar, runtime_checkable
 
@@ -178,6 +179,23 @@ class HoldsCounts(Protocol):
     def hold_count(self, limit: Rule, caller: str | None, start_us: float, used: float) -> None: ...
 
 
+def same_limits(old: Rule, new: Rule) -> Iterator[tuple[Rule, Rule]]:
+    """Each limit of ``new`` with the limit of ``old`` that is the same row's (its
+    configId, URL, channel and caller), perhaps at another part, each alone (what
+    ``Carries.carry`` is given). Two Rules of one interface may hold different limits
+    (a named caller's has its row besides the interface's; a reload adds or drops
+    rows), so their limits are never paired by position: the channel's state would go
+    to a named caller's row, and the channel start afresh."""
+    left = list(old.limits)
+    for limit in new.limits:
+        row = (limit.config_id, limit.url, limit.channel, limit.caller, limit.per_caller)
+        for i, was in enumerate(left):
+            if (was.config_id, was.url, was.channel, was.caller, was.per_caller) == row:
+                del left[i]
+                yield replace(was, also=()), replace(limit, also=())
+                break
+
+
 class Policy:
     """The failure policy at work: the verdict of a call the backend cannot be asked about.
 
@@ -189,8 +207,9 @@ class Policy:
     A heartbeat may answer while the breaker is still open and change this process's
     part: the rule then comes at the new part, and its limits carry on from the old
     part's state, rescaled (``MemoryBackend.carry``: a bucket's stored permits to the
-    new capacity, its debt kept; a window's admissions kept), never started afresh. So
-    the process admits at most the largest part it held in the outage, never the sum.
+    new capacity, its debt kept; a window's admissions kept), never started afresh; a
+    channel's cap carries on from the part any of its interfaces last decided it at.
+    So the process admits at most the largest part it held in the outage, never the sum.
 
     A calendar quota is not a bucket that refills in a second: started empty, its part
     would be a part of the whole period, given again whatever the fleet had spent. So
@@ -201,6 +220,7 @@ class Policy:
     """
 
     __slots__ = (
+        "_channels",
         "_empty_first",
         "_fresh",
         "_parts",
@@ -228,6 +248,9 @@ class Policy:
         #: url -> the rule at the part ``share`` last decided it at, any caller: what
         #: its limits shared by every caller carry on from
         self._shared_parts: dict[str, Rule] = {}
+        #: channel -> its cap's limit at the part ``share`` last decided it at, by any
+        #: of its interfaces: what the cap carries on from
+        self._channels: dict[str, Rule] = {}
         self._empty_first = True
         #: A calendar quota's count in its period as this process last knew it, by the
         #: (whole) limit and the caller: (the period's start, epoch µs; used), or None.
@@ -242,6 +265,7 @@ class Policy:
             self._started = set()
             self._parts = {}
             self._shared_parts = {}
+            self._channels = {}
             self._empty_first = start_empty
 
     def _start_empty(self, local: Backend, rule: Rule, key: str | None) -> None:
@@ -279,10 +303,24 @@ class Policy:
         ):
             # a caller deciding at this part first, after another moved the interface
             # to it: the limits every caller shares carry on from the part they were at
-            local.carry(before, new, None)
+            for was, now in same_limits(before, new):
+                local.carry(was, now, None)
         if old is not None and isinstance(local, Carries):
             self._started.add((new, key))
-            local.carry(old, new, caller)
+            for was, now in same_limits(old, new):
+                local.carry(was, now, caller)
+        channels = self._channels
+        for limit in new.limits:
+            # a channel's cap spans its interfaces: its part (1/N) changed while another
+            # interface decided it carries on here, whichever interface asks first
+            if limit.caps_channel and limit.channel is not None and not limit.per_caller:
+                cap = replace(limit, also=())
+                last = channels.get(limit.channel)
+                if len(channels) >= _STARTED_KEPT:
+                    channels.clear()
+                channels[limit.channel] = cap
+                if last is not None and last != cap and isinstance(local, Carries):
+                    local.carry(last, cap, None)
 
     def _hold_counts(self, local: Backend, whole: Rule, part: Rule, key: str | None) -> None:
         """Start each calendar quota of ``part`` (``whole`` at this process's part) at

@@ -455,10 +455,13 @@ def take_slot(core: LimiterCore, state: SlotState, taking: Taking, waiter: Waite
     while True:
         seen = state.wakeups.generation(url)
         remaining = taking.remaining()
-        if core._shared and not failed and core._breaker.allows():
+        # a release handed this caller a slot: go, whatever the breaker says (Redis
+        # published it), before the lease it was handed lapses
+        granted = waiter.claim() if core._shared else None
+        if granted is not None or (core._shared and not failed and core._breaker.allows()):
             if not state.subscribed:
                 yield SUBSCRIBE
-            reply = waiter.claim()  # a release handed this caller a slot: go
+            reply = granted
             if reply is None:
                 call = taking.call(state, core.settings, remaining)
                 abandoned = giving_back(state, given_up(rule, taking.lease_id))

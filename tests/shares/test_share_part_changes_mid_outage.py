@@ -10,6 +10,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 
+import pytest
+
 from gateway_limiter.backends.base import Clocks
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.memory import MemoryBackend
@@ -143,3 +145,77 @@ def test_a_caller_first_seen_after_the_part_changed_counts_what_the_others_admit
         for j in range(i, len(went)):
             worst = max(worst, (j - i + 1) - shared.burst - shared.rate * (went[j] - start))
     assert worst <= 1e-6
+
+
+def test_a_named_caller_first_seen_in_an_outage_keeps_the_channels_debt() -> None:
+    # A channel of 5 a second over two interfaces: a caller of one books the channel 7
+    # permits deep; then a caller with a row of its own on the other asks for the first
+    # time in the outage, after an unnamed caller there. Its Rule has one limit more
+    # (its row) than the interface's, and the carry from the interface's Rule paired
+    # their limits by position: the channel's state went to the named row's key, and
+    # the channel started afresh beside the debt (seed 2514, shrunk: three slots at
+    # once on a channel booked until 0.9 s later).
+    channel, other = "SUP", "/other"
+    rows = [
+        ConfRow(1, channel, None, URL, 1000, 10.0, 1, algorithm="token_bucket"),
+        ConfRow(2, channel, None, URL, 1000, 10.0, 1, per_caller=1, caller_key="k1"),
+        ConfRow(3, channel, None, other, 1000, 10.0, 1),
+        ConfRow(4, channel, None, "*", 5, 10.0, 1),
+    ]
+    ruleset = build_rules(rows, 0.5, "UTC")
+    rule, named = ruleset.rules[URL], ruleset.named[(URL, "k1")]
+    fleet = Fleet(Settings(redis_url="redis://unused"), shared=True)
+    fleet.beat(Heartbeat(live=1, claims={}))
+    now = [0.0]
+    policy = Policy("share", MemoryBackend)
+    policy.outage_began(start_empty=True)
+    policy.local = MemoryBackend(clocks=Clocks(lambda: now[0]))
+    # the channel starts empty; one permit on the interface, then 7 on the other
+    first = policy.reserve(fleet.share(rule), 1, None, "a", whole=rule)
+    booked = policy.reserve(fleet.share(ruleset.rules[other]), 7, None, "b")
+    assert first.allowed and booked.allowed
+    assert booked.wait_us / 1e6 == pytest.approx(1.6)
+    went = []
+    for ms in range(10, 3000, 10):
+        now[0] = ms * 1000.0
+        if policy.reserve(fleet.share(named), 1, 0.0, "k1", whole=named).allowed:
+            went.append(ms / 1000)
+    # the channel is the named caller's too: nothing before the booked permits go,
+    # then 5 a second
+    assert went, "the named caller never got a permit"
+    assert min(went) >= 1.6 - 1e-9
+    assert len(went) <= 5 * (3.0 - 1.6) + 1
+
+
+def test_a_channels_part_changed_mid_outage_carries_over_to_its_other_interfaces() -> None:
+    # A channel of 2 a second over two interfaces; the process thought itself alone
+    # (N = 1) and one interface booked the channel 10 permits deep (to 5 s); a heartbeat
+    # then says N = 2 and the other interface asks for the first time in the outage: the
+    # channel's part is 0.5 now, and its state must carry on from part 1's. Before, the
+    # carry followed the interface only: the channel started apart at 0.5 beside the
+    # debt (seed 6274, shrunk: 5.3 permits beyond R x T + C).
+    channel, other = "SUP", "/other"
+    rows = [
+        ConfRow(1, channel, None, URL, 1000, 10.0, 1),
+        ConfRow(2, channel, None, other, 1000, 10.0, 1),
+        ConfRow(3, channel, None, "*", 2, 10.0, 1),
+    ]
+    rules = build_rules(rows, 0.5, "UTC").rules
+    fleet = Fleet(Settings(redis_url="redis://unused"), shared=True)
+    fleet.beat(Heartbeat(live=1, claims={}))
+    now = [0.0]
+    policy = Policy("share", MemoryBackend)
+    policy.outage_began(start_empty=True)
+    policy.local = MemoryBackend(clocks=Clocks(lambda: now[0]))
+    booked = policy.reserve(fleet.share(rules[URL]), 10, None, "a", whole=rules[URL])
+    assert booked.allowed
+    assert booked.wait_us / 1e6 == pytest.approx(5.0)
+    fleet.beat(Heartbeat(live=2, claims={}))  # a heartbeat answers while the breaker is open
+    went = []
+    for ms in range(10, 8000, 10):
+        now[0] = ms * 1000.0
+        if policy.reserve(fleet.share(rules[other]), 1, 0.0, "b", whole=rules[other]).allowed:
+            went.append(ms / 1000)
+    assert went, "the other interface never got a permit"
+    assert min(went) >= 5.0 - 1e-9
+    assert len(went) <= 1 * (8.0 - 5.0) + 1  # the channel at part 0.5: 1 a second

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Engine, Table, create_engine, delete, insert
 from sqlalchemy.pool import StaticPool
@@ -43,7 +43,13 @@ from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.scripts import REPLY, ScriptCall
 from gateway_limiter.backends.slots import SLOT_KEYS, TIMEOUT_ARG
-from gateway_limiter.backends.state import caller_part, own_limits, state_key
+from gateway_limiter.backends.state import (
+    bucket_and_quota,
+    bucket_home,
+    caller_part,
+    own_limits,
+    state_key,
+)
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule, build_rules
 from gateway_limiter.config.settings import Settings
@@ -58,7 +64,15 @@ from gateway_limiter.config.table import (
 from gateway_limiter.core.decision import Reason
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.core.pipeline import call_class
-from gateway_limiter.core.slots import Held, Taking, Waiter, fallback_cap, given_up, take_slot
+from gateway_limiter.core.slots import (
+    ASK_AGAIN_S,
+    Held,
+    Taking,
+    Waiter,
+    fallback_cap,
+    given_up,
+    take_slot,
+)
 from gateway_limiter.core.steps import Await
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, Refused
 from gateway_limiter.model.bucket import US_PER_S, Verdict
@@ -192,6 +206,146 @@ def key_slot(key: str) -> int:
     return crc % 16384
 
 
+class Leased(NamedTuple):
+    """A slot lease as the store gave it (taken, or handed over by a release)."""
+
+    at: float  # when (world time)
+    until: float  # until when (ms: the rate's wait and a lease)
+    key: str  # its interface's leases key
+    epoch: int  # the store's epoch then (a slot heard of later is of that store)
+
+
+@dataclass
+class Place:
+    """A caller's place in an interface's slot queue, as the store gave it."""
+
+    ticket: int
+    process: int
+    asked: float  # when it last asked (world time): its place lapses 2 s later
+
+
+class QueueOrder:
+    """The callers waiting for a slot with a place in the store's queue, and the order
+    they get slots in (docs/concurrency.md, "Waiting"): a caller takes a slot through
+    the store, by its own take or handed over by a release, only while fewer callers
+    still waiting are queued ahead of it (all of them, for a caller with no place: a
+    newcomer, or a class below critical, which takes none) than slots are free; and a
+    live waiter keeps its place while it waits. Excused: places lost with the store
+    (restart, failover), lapsed while the store was away (the waiter's asks failed)
+    or in a clock jump, and a killed process's waiters. Kept from each slot script
+    call's effect on the store's model, whether or not its reply reached the caller."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        #: leases key (one interface's queue) -> lease id -> its place
+        self.waiting: dict[str, dict[str, Place]] = defaultdict(dict)
+        #: when the store last came back (world time): places may have lapsed before
+        self.back_at = -math.inf
+
+    def forget(self) -> None:
+        """Every place is gone: the store lost them, or the clock jumped past them."""
+        self.waiting.clear()
+
+    def killed(self, process: int) -> None:
+        """``process`` vanished: its waiters wait no more (their places lapse)."""
+        for places in self.waiting.values():
+            for who in [w for w, place in places.items() if place.process == process]:
+                del places[who]
+
+    def done(self, who: str) -> None:
+        """``who``'s ``slot()`` is no longer waiting (it has its slot, or gave up)."""
+        for places in self.waiting.values():
+            places.pop(who, None)
+
+    def _excused(self, place: Place) -> bool:
+        """A place that may have lapsed without a fault of the engine or the store."""
+        return not self.world.reachable or self.back_at >= place.asked
+
+    def _ahead(self, key: str, who: str, ticket: int | None, queue: dict[str, int]) -> int:
+        """The callers still waiting queued before ``who`` (``ticket`` its place; None:
+        it has none): each should still hold its place in ``queue`` (the store's, as
+        the call found it)."""
+        ahead = 0
+        for other, place in self.waiting[key].items():
+            if other == who or (ticket is not None and place.ticket >= ticket):
+                continue
+            if queue.get(other) != place.ticket:
+                if self._excused(place):
+                    continue
+                self.world.violations.append(
+                    f"at {self.world.now:.3f}: {key}: the place of {other} (process "
+                    f"{place.process}, ticket {place.ticket}, asked at {place.asked:.3f}), "
+                    f"still waiting, is gone from the store's queue"
+                )
+            ahead += 1
+        return ahead
+
+    def _took(self, key: str, who: str, ahead: int, held: int, cap: float, how: str) -> None:
+        # with none ahead, a slot beyond the cap is maxConcurrent's to name (Checker.step)
+        if ahead > 0 and held + ahead >= cap:
+            self.world.violations.append(
+                f"at {self.world.now:.3f}: {key}: {who} {how} a slot with {held} held "
+                f"of {cap:g} and {ahead} still waiting ahead of it"
+            )
+
+    def ran(
+        self,
+        key: str,
+        argv: list[str],
+        process: int,
+        queue: dict[str, int],
+        leases: set[str],
+        published: int,
+        reply: Any,
+    ) -> None:
+        """A ``slot.lua`` call (``argv``: its first five) on the queue ``key`` ran on the
+        store's model, by ``process``: ``queue``, the places it counted, and ``leases``,
+        the leases it found; ``published``, the grants published before it."""
+        op, who = argv[0], argv[3]
+        places = self.waiting[key]
+        if op == "take":
+            state, held = int(reply[0]), int(reply[1])
+            if state == 1 and who not in leases:  # taken by asking, not handed over
+                mine = places.get(who)
+                ahead = self._ahead(key, who, None if mine is None else mine.ticket, queue)
+                self._took(key, who, ahead, held - 1, float(argv[1]), "took")
+            if state != 2:
+                places.pop(who, None)
+                return
+            ticket = self.world.slots.interfaces[key].queue.get(who)
+            if ticket is None:  # no place taken (no time to wait, or a lower class)
+                places.pop(who, None)
+                return
+            mine = places.get(who)
+            if mine is not None and float(argv[4]) <= 0:
+                return  # asked with no time left: its place kept, not renewed
+            if mine is not None and mine.ticket != ticket and not self._excused(mine):
+                self.world.violations.append(
+                    f"at {self.world.now:.3f}: {key}: {who} (process {process}) lost its "
+                    f"place (ticket {mine.ticket}, asked at {mine.asked:.3f}) while it "
+                    f"waited, and queued again at the back (ticket {ticket})"
+                )
+            if who not in queue:  # a new place (one a failover kept is not new)
+                last = max((p.ticket for p in places.values()), default=0)
+                if ticket <= last:
+                    self.world.violations.append(
+                        f"at {self.world.now:.3f}: {key}: {who} queued with ticket "
+                        f"{ticket}, ahead of a caller already waiting (ticket {last})"
+                    )
+            places[who] = Place(ticket, process, self.world.now)
+            return
+        # a release: its caller leaves, and the grants it published in ticket order
+        places.pop(who, None)
+        for _, message in self.world.slots.published[published:]:
+            head, granted, after, _ = message.split(b"\n", 3)
+            taker = head.decode("utf-8", "surrogateescape")
+            if granted == b"1":
+                ticket = queue.get(taker)
+                ahead = self._ahead(key, taker, ticket, queue)
+                self._took(key, taker, ahead, int(after) - 1, float(argv[1]), "was handed")
+            places.pop(taker, None)
+
+
 class World:
     """The timeline, the shared store and its faults, and what the checker needs."""
 
@@ -217,6 +371,9 @@ class World:
         self.leased: list[tuple[int, str, float]] = []
         #: lease id -> the process that took it
         self.owners: dict[str, int] = {}
+        #: slot lease id -> when the store leased it (taken or handed over), until when
+        #: (ms: the rate's wait and a lease), and its interface's leases key
+        self.leased_slots: dict[str, Leased] = {}
         #: how many times the store lost its state (restart, failover)
         self.epoch = 0
         self.down = False  # refused at once
@@ -228,6 +385,11 @@ class World:
         self.violations: list[str] = []
         #: (time, what) of every fault, for the checker's allowances
         self.events: list[tuple[float, str]] = []
+        #: (time, the epoch from then on) where the store lost its state: a restart,
+        #: and a failover (from the replica's moment, and from the promotion)
+        self.cuts: list[tuple[float, int]] = []
+        #: the callers queued for slots, and the order they get them in
+        self.order = QueueOrder(self)
 
     @property
     def reachable(self) -> bool:
@@ -251,8 +413,10 @@ class World:
         self.store.close()
         self.fleet = Fleet()
         self.slots = SlotModel()
+        self.order.forget()
         self.epoch += 1
         self.events.append((self.now, "restart"))
+        self.cuts.append((self.now, self.epoch))
 
     def failover(self, lag_s: float) -> None:
         """A replica promoted with what it had ``lag_s`` ago: later writes are lost."""
@@ -266,9 +430,11 @@ class World:
             fleet.copy(),
             slots.copy(),
         )
+        self.order.forget()
         self.epoch += 1
         self.events.append((at, "failover"))
         self.events.append((self.now, "promoted"))
+        self.cuts += [(at, self.epoch), (self.now, self.epoch)]
         return None
 
     def rate(self, kind: str, keys: list[str], argv: list[Any]) -> bytes:
@@ -382,9 +548,11 @@ class World:
 
 
 def _keys(world: World, rule: Rule, caller: str | None) -> list[str]:
+    """The decision's keys: each limit's, or a bucket and its calendar quota in one key,
+    the quota's (``bucket_and_quota``)."""
+    limits = [bucket_home(rule)] if bucket_and_quota(rule) else rule.limits
     return [
-        state_key(world.prefix, r) + (caller_part(caller) if r.per_caller else "")
-        for r in rule.limits
+        state_key(world.prefix, r) + (caller_part(caller) if r.per_caller else "") for r in limits
     ]
 
 
@@ -463,7 +631,30 @@ class SimBackend:
                 )
             world.asked[tuple(decision)] = self.taking
             world.owners[str(call.args[1 + numkeys + 3])] = self.process
-        return world.call(keys, lambda: world.slots.run(call, world.now * 1000.0, world.rate))
+        return world.call(keys, lambda: self._slot(call, keys))
+
+    def _slot(self, call: ScriptCall, keys: list[str]) -> Any:
+        """A slot script call on the store's model; the queue's order kept beside it."""
+        world = self.world
+        now_ms = world.now * 1000.0
+        found = world.slots.interfaces.get(keys[0])
+        # the places the call counts (those lapsed by now it drops first) and the leases
+        queue = (
+            {}
+            if found is None
+            else {w: t for w, t in found.queue.items() if found.lapses.get(w, 0.0) > now_ms}
+        )
+        leases = set() if found is None else set(found.leases)
+        published = len(world.slots.published)
+        reply = world.slots.run(call, now_ms, world.rate)
+        after = world.slots.interfaces.get(keys[0])
+        for who, until in () if after is None else after.leases.items():
+            if who not in leases:  # leased now (taken, or handed over): when, how long
+                world.leased_slots[who] = Leased(world.now, until, keys[0], world.epoch)
+        if call.name == "slot":
+            argv = [str(a) for a in call.args[1 + len(keys) : 1 + len(keys) + 5]]
+            world.order.ran(keys[0], argv, self.process, queue, leases, published, reply)
+        return reply
 
     def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
@@ -819,6 +1010,13 @@ def scenario(seed: int, length_s: float = 3.0) -> Scenario:
                 "n": queue.choice((2, 3, 4)),  # callers at once: some wait in the queue
             }
             steps.append(Step(round(queue.uniform(0.0, length_s), 4), "queue", args))
+    # an eighth: where a row holds a reserve or a class, the queued callers' classes
+    # (critical takes a place in the queue, the classes below it none)
+    classes = random.Random(seed * 86_028_121 + 8)
+    if any("reserve" in row or "priority" in row for row in rows):
+        for step in steps:
+            if step.what == "queue":
+                step.args["priority"] = classes.choice((None, "critical", *PRIORITIES))
     return Scenario(seed, processes, policy, rows, steps, epoch_s=epoch_s, table=table)
 
 
@@ -843,6 +1041,9 @@ class Admission:
     #: from when its permits count as given out one by one (``_most_over``); a
     #: lease's stored permits spent in-process: all at once, when they went ahead
     given: float | None = None
+    #: the store's epoch its permits left (a restart at the moment it was decided
+    #: comes before it or after it)
+    epoch: int = 0
 
 
 @dataclass
@@ -858,6 +1059,7 @@ class Queued:
     rule: Rule
     since: float  # when it asked
     until: float = 0.0
+    rank: int = 0  # its class (Priority.rank)
 
 
 @dataclass
@@ -873,6 +1075,13 @@ class Hold:
     lease_id: str | None  # its lease in the store (None: none, as decide's)
     taken: float
     epoch: int  # the store's epoch it was taken in
+
+    def keys(self, world: World) -> str | None:
+        """The leases key of the slots it was taken among (None: no lease). A channel
+        row added or removed moves an interface's keys (docs/cluster.md): slots held
+        under the old ones are not counted under the new, as after a restart."""
+        leased = None if self.lease_id is None else world.leased_slots.get(self.lease_id)
+        return None if leased is None else leased.key
 
 
 class Violation(AssertionError):
@@ -1111,6 +1320,7 @@ class Run:
                 by = step.args["by"]
                 self.world.now += by
                 self.world.events.append((self.world.now, "jump"))
+                self.world.order.forget()  # every place lapses with the jump
                 steps[i:] = [dataclasses.replace(s, at=s.at + by) for s in steps[i:]]
                 ends[:] = [(t + by, what) for t, what in ends]
                 next_beat, next_reload, next_renew = (
@@ -1144,6 +1354,7 @@ class Run:
             self.outages.append([self.world.now, -1.0])
         if not away and self.outages and self.outages[-1][1] < 0:
             self.outages[-1][1] = self.world.now
+            self.world.order.back_at = self.world.now
 
     def _end_fault(self, what: str) -> None:
         world = self.world
@@ -1163,6 +1374,7 @@ class Run:
             # kept referenced: a slot's generator, collected, would give its slot back
             self.corpses += [h for h in self.held if h.process == a["p"]]
             self.held = [h for h in self.held if h.process != a["p"]]
+            world.order.killed(a["p"])
             world.events.append((world.now, "kill"))
             return
         if w in ("down", "paused", "slow"):
@@ -1335,6 +1547,7 @@ class Run:
         rank: int = 0,
         taken: float | None = None,
         spent: bool = False,
+        epoch: int | None = None,
     ) -> None:
         outage = len(self.outages) - 1 if self.outages else -1
         self.admissions.append(
@@ -1351,6 +1564,7 @@ class Run:
                 self._parts(self.limiters[p], rule),
                 rank,
                 self.world.now + wait if spent else None,
+                self.world.epoch if epoch is None else epoch,
             )
         )
 
@@ -1361,8 +1575,10 @@ class Run:
         a = step.args
         lim = self.limiters[a["p"]]
         rule = self._route(lim, a["url"], a["key"])
+        cls = a.get("priority")
+        rank = 0 if rule is None else _rank(rule, cls)
         if rule is not None and rule.classed:  # as slot() routes it
-            rule = rule.for_class(call_class(rule, None))
+            rule = rule.for_class(call_class(rule, None if cls is None else Priority(cls)))
         if rule is None or rule.max_concurrent is None or rule.shadow or rule.closed:
             return self._slot(step)
         clock = cast(SimClock, lim.clock)
@@ -1372,7 +1588,9 @@ class Run:
         taking = Taking(rule, a["key"], lease_id, clock.monotonic() + budget, budget, clock=clock)
         waiter = lim._slotting.waiter(lease_id, None)
         steps = take_slot(lim, lim._slotting, taking, waiter)
-        self._drive(Queued(a["p"], step, steps, waiter, taking, rule, self.world.now), None)
+        self._drive(
+            Queued(a["p"], step, steps, waiter, taking, rule, self.world.now, rank=rank), None
+        )
         return None
 
     def _drive(self, q: Queued, got: Any) -> None:
@@ -1391,9 +1609,11 @@ class Run:
                 got = lim._carry_out(step)
         except StopIteration as done:
             lim._slotting.forget(q.taking.lease_id)
+            self.world.order.done(q.taking.lease_id)
             self._queued_held(q, done.value)
         except Exception as e:
             lim._slotting.forget(q.taking.lease_id)
+            self.world.order.done(q.taking.lease_id)
             if q.taking.placed:  # as the shell does: leave the queue
                 lim._give_back(given_up(q.rule, q.taking.lease_id))
             if not _documented(e, q.step):
@@ -1419,10 +1639,28 @@ class Run:
                 by_store,
                 None if held.local else held.lease_id,
                 self.world.now,
-                self.world.epoch,
+                self._epoch(None if held.local else held.lease_id),
             )
         )
-        self._admitted(q.process, a["url"], a["key"], 1, q.rule, by_store, held.wait_s)
+        if by_store and not held.local and q.rank > 0 and q.rule.max_concurrent is not None:
+            self._within_room(a["url"], q.rule.max_concurrent, q.rule, a.get("priority"))
+        # its permit left the store when its slot was leased: a grant heard earlier (a
+        # waiter the breaker kept from asking) may be claimed later
+        leased = None if held.local else self.world.leased_slots.get(held.lease_id or "")
+        taken = None if leased is None else leased.at
+        epoch = None if leased is None else leased.epoch
+        self._admitted(
+            q.process,
+            a["url"],
+            a["key"],
+            1,
+            q.rule,
+            by_store,
+            held.wait_s,
+            q.rank,
+            taken,
+            epoch=epoch,
+        )
 
     def _resume(self) -> None:
         """The grants the store published, heard by every live process; then each
@@ -1474,7 +1712,7 @@ class Run:
                 by_store,
                 None if held is None or held.local else held.lease_id,
                 self.world.now,
-                self.world.epoch,
+                self._epoch(None if held is None or held.local else held.lease_id),
             )
         )
         if not by_store and rule is not None and cap is not None:
@@ -1496,22 +1734,39 @@ class Run:
             # a class below critical leaves its share of the slots: it takes one only
             # while the slots held, its own included, are within the rest
             crule = rule.for_class(call_class(rule, Priority(a.get("priority") or "default")))
-            if crule.shares is not None and cap is not None:
-                share = max(crule.shares[: own_limits(crule)], default=0.0)
-                room = math.floor(cap - share * cap)
-                counted = [
-                    h
-                    for h in self.held
-                    if h.url == a["url"] and h.by_store and h.epoch == self.world.epoch
-                ]
-                if len(counted) > room:
-                    raise Violation(
-                        f"at {self.world.now:.3f}: a {a.get('priority') or 'default'} slot "
-                        f"of {a['url']} taken with {len(counted)} held, its room {room} of "
-                        f"{cap}"
-                    )
+            if cap is not None:
+                self._within_room(a["url"], cap, crule, a.get("priority"))
         if rule is not None and not rule.shadow and not rule.closed and decision.allowed:
             self._admitted(a["p"], a["url"], a["key"], 1, rule, by_store, clock.slept, rank)
+
+    def _epoch(self, lease_id: str | None) -> int:
+        """The store's epoch a slot was leased in: a grant heard before a restart may be
+        claimed after it (a waiter the breaker kept from asking), of the store before."""
+        leased = None if lease_id is None else self.world.leased_slots.get(lease_id)
+        return self.world.epoch if leased is None else leased.epoch
+
+    def _within_room(self, url: str, cap: int, crule: Rule, cls: str | None) -> None:
+        """A slot just taken (the last held) by a class below critical, decided by its
+        class's Rule ``crule``: it leaves its share of the slots, so the slots held
+        through the store, its own included, are within the rest."""
+        if crule.shares is None:
+            return
+        share = max(crule.shares[: own_limits(crule)], default=0.0)
+        room = math.floor(cap - share * cap)
+        among = self.held[-1].keys(self.world)
+        counted = [
+            h
+            for h in self.held
+            if h.url == url
+            and h.by_store
+            and h.epoch == self.world.epoch
+            and h.keys(self.world) == among
+        ]
+        if len(counted) > room:
+            raise Violation(
+                f"at {self.world.now:.3f}: a {cls or 'default'} slot of {url} taken with "
+                f"{len(counted)} held, its room {room} of {cap}"
+            )
 
     def _give_back(self, held: Hold) -> None:
         self.held.remove(held)
@@ -1539,6 +1794,7 @@ def _args(a: dict[str, Any]) -> str:
 
 
 Apart = tuple[float, int, int, float, float]
+Stored = tuple[tuple[float, int], float, int, int, float]
 
 
 def _limit_keys(world: World, rule: Rule, key: str | None) -> Iterator[tuple[str, Rule]]:
@@ -1604,40 +1860,57 @@ class Checker:
             # the store's: at most maxConcurrent across the fleet, counting each slot
             # until the store may have lost it (restarted, failed over, or its lease
             # lapsed while the store was away for its renewals)
-            counted = [
-                h
-                for h in holds
-                if h.by_store
-                and h.cap is not None
-                and h.epoch == world.epoch
-                and self._kept(run, h)
-            ]
-            if counted and len(counted) > max(h.cap or 0 for h in counted):
+            among: dict[str | None, list[Hold]] = defaultdict(list)
+            for h in holds:
+                if (
+                    h.by_store
+                    and h.cap is not None
+                    and h.epoch == world.epoch
+                    and self._kept(run, h)
+                ):
+                    among[h.keys(world)].append(h)
+            for counted in among.values():
+                if len(counted) <= max(h.cap or 0 for h in counted):
+                    continue
                 raise Violation(
                     f"at {world.now:.3f}: {len(counted)} slots of {url} held through the "
                     f"store, maxConcurrent {max(h.cap or 0 for h in counted)} "
                     f"(processes {[h.process for h in counted]}, leases "
                     f"{[h.lease_id for h in counted]})"
                 )
-        # a killed holder's slots are free within its lease: no live lease of a dead
-        # process runs past its death plus one lease
+        # a killed holder's slots are free within its lease (docs/concurrency.md): no
+        # live lease of a dead process runs past its death plus one lease, or past
+        # what it was leased for (a slot is leased for the rate's wait and a lease from
+        # when it is taken: the holder may die during that wait); a dead waiter's place
+        # lapses within 2 x ASK_AGAIN_S of its last ask, so no slot is handed to it later
         for key, iface in world.slots.interfaces.items():
             for lease_id, until in iface.leases.items():
                 owner = world.owners.get(lease_id, -1)
                 died = run.killed.get(owner)
-                if died is not None and until > now_ms and until > died * 1000 + lease_ms:
+                if died is None or until <= now_ms:
+                    continue
+                leased_at, leased_until, _, _ = world.leased_slots.get(
+                    lease_id, Leased(-math.inf, 0.0, key, world.epoch)
+                )
+                if leased_at > died + 2 * ASK_AGAIN_S + 1e-6:
+                    raise Violation(
+                        f"at {world.now:.3f}: {key}: lease {lease_id} handed to a waiter of "
+                        f"process {owner} at {leased_at:.3f}, killed at {died:.3f}: its "
+                        f"place outlived {2 * ASK_AGAIN_S:g} s without an ask"
+                    )
+                if until > max(died * 1000 + lease_ms, leased_until):
                     raise Violation(
                         f"at {world.now:.3f}: {key}: lease {lease_id} of process {owner}, "
-                        f"killed at {died:.3f}, runs to {until / 1000:.3f}"
+                        f"killed at {died:.3f}, runs to {until / 1000:.3f} (leased at "
+                        f"{leased_at:.3f} until {leased_until / 1000:.3f})"
                     )
         self.checked += 1
 
     def finish(self, run: Run) -> None:
         """Every span of every limit: the store's admissions, and each outage's."""
         world = run.world
-        store: dict[tuple[str, tuple[Any, ...]], list[tuple[float, float, int, int, float]]] = (
-            defaultdict(list)
-        )
+        # ((decided, epoch), went ahead, permits, class, given from)
+        store: dict[tuple[str, tuple[Any, ...]], list[Stored]] = defaultdict(list)
         # (went ahead, permits, process, its part, decided)
         alone: dict[tuple[str, int, tuple[Any, ...]], list[Apart]] = defaultdict(list)
         specs: dict[tuple[Any, ...], Rule] = {}
@@ -1647,13 +1920,14 @@ class Checker:
                 specs[(key, spec)] = r
                 if adm.by_store:
                     given = adm.decided if adm.given is None else adm.given
-                    store[(key, spec)].append((adm.decided, adm.at, adm.permits, adm.rank, given))
+                    decided = (adm.decided, adm.epoch)
+                    store[(key, spec)].append((decided, adm.at, adm.permits, adm.rank, given))
                 else:
                     part = adm.parts[1] if r.caps_channel else adm.parts[0]
                     alone[(key, adm.outage, spec)].append(
                         (adm.at, adm.permits, adm.process, part, adm.decided)
                     )
-        allowance = [t for t, what in world.events if what in ("restart", "failover", "promoted")]
+        allowance = world.cuts
         for (key, spec), seen in store.items():
             r = specs[(key, spec)]
             seen.sort()
@@ -1713,20 +1987,21 @@ class Checker:
 
 
 def _split(
-    seen: list[tuple[float, float, int, int, float]], cuts: list[float]
+    seen: list[Stored], cuts: list[tuple[float, int]]
 ) -> Iterator[list[tuple[float, int, int, float]]]:
-    """``seen`` (decided, went ahead, permits, class, given from) cut where the store
-    lost its state: each part's admissions (went ahead, permits, class, given from),
-    decided between two cuts."""
+    """``seen`` ((decided, the store's epoch then), went ahead, permits, class, given
+    from) cut where the store lost its state (``cuts``: when, and the epoch from then
+    on; at one moment the epoch says which side): each part's admissions (went ahead,
+    permits, class, given from), decided between two cuts."""
     segment: list[tuple[float, int, int, float]] = []
     cut = iter(sorted(cuts))
-    nxt = next(cut, math.inf)
+    nxt = next(cut, (math.inf, 0))
     for decided, t, n, c, given in seen:
         while decided >= nxt:
             if segment:
                 yield segment
             segment = []
-            nxt = next(cut, math.inf)
+            nxt = next(cut, (math.inf, 0))
         segment.append((t, n, c, given))
     if segment:
         yield segment
@@ -1831,8 +2106,8 @@ def _hold(
 
 def _hold_calendar(
     r: Rule,
-    seen: list[tuple[float, float, int, int, float]],
-    cuts: list[float],
+    seen: list[Stored],
+    cuts: list[tuple[float, int]],
     epoch_s: float,
     key: str,
 ) -> None:
