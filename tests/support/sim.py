@@ -41,8 +41,8 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.base import BackendError, Clocks
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.memory import MemoryBackend
-from gateway_limiter.backends.scripts import REPLY, ScriptCall
-from gateway_limiter.backends.slots import SLOT_KEYS, TIMEOUT_ARG
+from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.backends.slots import SLOT_KEYS
 from gateway_limiter.backends.state import caller_part, own_limits, state_key
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule, build_rules
@@ -205,14 +205,12 @@ class World:
         #: after the world's)
         self.lag = 0.0
         self.store = MemoryBackend(
-            clocks=Clocks(lambda: (self.now + self.lag) * US_PER_S, lambda: epoch_s + self.now)
+            Settings(key_prefix=prefix),
+            clocks=Clocks(lambda: (self.now + self.lag) * US_PER_S, lambda: epoch_s + self.now),
         )
         self.fleet = Fleet()
         #: slot.lua's and slot_renew.lua's keys (the Python model, pinned to the Lua)
         self.slots = SlotModel()
-        #: a take's decision keys -> the Rule and caller its process asked with: what
-        #: the rate part of slot.lua decides (the store's model, on those same keys)
-        self.asked: dict[tuple[str, ...], tuple[Rule, str | None]] = {}
         #: every lease.lua call that asked for permits: (process, key, its moment)
         self.leased: list[tuple[int, str, float]] = []
         #: lease id -> the process that took it
@@ -238,8 +236,8 @@ class World:
         self.history.append(
             (
                 self.now,
-                dict(self.store._shared),
-                dict(self.store._callers),
+                dict(self.store.models._shared),
+                dict(self.store.models._callers),
                 self.fleet.copy(),
                 self.slots.copy(),
             )
@@ -260,7 +258,8 @@ class World:
         if not older:
             return self.restart_empty()
         at, shared, callers, fleet, slots = older[-1]
-        self.store._shared, self.store._callers, self.fleet, self.slots = (
+        models = self.store.models
+        models._shared, models._callers, self.fleet, self.slots = (
             dict(shared),
             dict(callers),
             fleet.copy(),
@@ -272,14 +271,11 @@ class World:
         return None
 
     def rate(self, kind: str, keys: list[str], argv: list[Any]) -> bytes:
-        """slot.lua's rate part: the decision script's reply for the caller whose take
-        left these keys, decided by the store's model (one permit, its budget as sent)."""
-        rule, caller = self.asked[tuple(keys)]
-        budget = str(argv[TIMEOUT_ARG[kind] - 1])
-        timeout = None if budget == "-1" else float(budget) / US_PER_S
-        v = self.store.reserve(rule, 1, timeout, caller)
-        allowed = 1.0 if v.allowed else (-1.0 if v.reserved else 0.0)
-        return REPLY.pack(allowed, v.wait_us, v.stored, v.next_free_us, v.factor, v.held_us)
+        """slot.lua's rate part: the decision script ``kind`` on the keys and ARGV the
+        take left (its budget as the release rewrote it), answered by the store's
+        models (``memory://``'s, the same interpreter of the same calls)."""
+        reply: bytes = self.store.models.call(ScriptCall(kind, [len(keys), *keys, *argv]))
+        return reply
 
     def lease(self, key: str, argv: list[Any]) -> bytes:
         """``lease.lua`` on ``key`` (the prefixed bucket key; ARGV as sent), decided by
@@ -287,8 +283,7 @@ class World:
         no pushback holds) on the store's state. A pushback's hold and factor are not
         applied: the lease admits no fewer than the script would, so the checks are no
         easier to pass."""
-        store = self.store
-        mine = key[len(self.prefix) :]  # the store's keys have no prefix
+        models = self.store.models
         now_us = (self.now + self.lag) * US_PER_S
         config = bytes(argv[0]) if not isinstance(argv[0], str) else argv[0].encode()
         rate, capacity = struct.unpack_from("<dd", config)
@@ -301,8 +296,7 @@ class World:
         taken_us = float(argv[6]) if argv[6] not in ("", None) else None
         span_us = float(argv[7]) if len(argv) > 7 else 0.0
         floor = float(argv[8]) if len(argv) > 8 else 0.0
-        entry = store._shared.get(mine)
-        state = None if entry is None or entry[1] <= now_us else entry[0]
+        state = models.live(key, now_us)
         reply, after = lease(
             state,
             rate,
@@ -318,7 +312,7 @@ class World:
             floor,
         )
         if after is not None and after is not state:
-            store._shared[mine] = (after, now_us + bucket_expiry_ms(after, now_us) * 1000.0)
+            models.put(key, after, now_us + bucket_expiry_ms(after, now_us) * 1000.0)
         v = reply.verdict
         allowed = 1.0 if v.allowed else (-1.0 if v.reserved else 0.0)
         if permits <= 0:
@@ -349,7 +343,7 @@ class World:
             raise BackendError(
                 "ResponseError: CROSSSLOT Keys in request don't hash to the same slot"
             )
-        store = self.store
+        store = self.store.models
         before = (dict(store._shared), dict(store._callers))
         try:
             answer = run()
@@ -461,7 +455,6 @@ class SimBackend:
                 world.violations.append(
                     f"at {world.now:.3f}: a take's keys {decision} are not its rule's {expected}"
                 )
-            world.asked[tuple(decision)] = self.taking
             world.owners[str(call.args[1 + numkeys + 3])] = self.process
         return world.call(keys, lambda: world.slots.run(call, world.now * 1000.0, world.rate))
 
