@@ -4,9 +4,9 @@ Each process is a real ``GatewayLimiter`` (its ``LimiterCore``, its failure poli
 breaker, its fleet membership, its local refusals, its shell) given a ``SimClock``: one
 timeline for the whole world, each process's clocks skewed by its own amount, and no
 real sleep (a wait a caller honours is recorded: the call goes ahead at its moment). The
-store is the Python model of the scripts (``MemoryBackend``'s reference model, which
-the suite pins to the Lua bit for bit) on the world's clock, shared by every process,
-with the fleet's heartbeat script ported beside it. Nothing runs on a thread: the
+store is ``memory://``'s (``backends/script_models.py``: each script call answered by
+the Python model the suite pins to its Lua bit for bit) on the world's clock, shared by
+every process, with the fleet's heartbeat script ported beside it. Nothing runs on a thread: the
 scenario is a list of steps carried out in order, so a seed reproduces it exactly.
 
 Faults: the store unreachable (refused at once), slow (the reply comes after the read
@@ -58,7 +58,8 @@ from gateway_limiter.config.table import (
 from gateway_limiter.core.decision import Reason
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.core.pipeline import call_class
-from gateway_limiter.core.slots import Held, Taking, Waiter, fallback_cap, given_up, take_slot
+from gateway_limiter.core.slot_steps import take_slot
+from gateway_limiter.core.slots import Held, Taking, Waiter, fallback_cap, given_up
 from gateway_limiter.core.steps import Await
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, Refused
 from gateway_limiter.model.bucket import US_PER_S, Verdict
