@@ -75,6 +75,8 @@ MAX_CALLERS = 100_000
 #: so). ``bucket.lua`` keeps it in the bucket's own string, after its five doubles.
 IN_BUCKET = "\x00pb"
 #: Decoded configs (a row's packed doubles) kept at most; past this they start over.
+#: One dict for the three kinds: their lengths differ (bucket.lua's 3 or 4 doubles, a
+#: quota's 5 or 6, limits.lua's at least 7).
 DECODED = 4096
 
 _KINDS = {code: kind for kind, code in KIND_CODES.items()}
@@ -306,6 +308,8 @@ class ScriptModels:
         """``quota_config``'s doubles as the quota's Limit, on this store's clock."""
         decoded = self._decoded.get(quota)
         if decoded is None:
+            if len(self._decoded) >= DECODED:
+                self._decoded.clear()
             fields = struct.unpack(f"<{len(quota) // 8}d", quota)
             off = self.wall_offset_us
             bounds = tuple(b - off for b in fields[1:5])

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from gateway_limiter.backends import script_models
 from gateway_limiter.backends.base import BackendError, Clocks
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.redis import RedisBackend
@@ -105,3 +106,12 @@ def test_per_caller_keys_are_known_by_their_caller_part() -> None:
     assert per_caller_key(state_key("gwl", keyed) + ":k=caller:1")
     assert per_caller_key(state_key("gwl", keyed) + ":k#" + "0" * 40)
     assert not per_caller_key(state_key("gwl", keyed))
+
+
+def test_decoded_configs_are_kept_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(script_models, "DECODED", 3)
+    memory = MemoryBackend()
+    for n in range(1, 8):  # a new row each time: a bucket and a daily quota, each decoded
+        rule = Rule(f"/r{n}", n, 0.0, 1, capacity=2, also=(_daily(f"/r{n}", 5 + n),))
+        assert memory.reserve(rule, 1, 0.0).allowed
+        assert len(memory.models._decoded) <= 3
