@@ -19,9 +19,9 @@ from gateway_limiter.backends.calls import Batch
 from gateway_limiter.backends.operations import Operations
 from gateway_limiter.backends.operations_async import AsyncOperations
 from gateway_limiter.backends.schemes import register, register_async
-from gateway_limiter.backends.script_models import MAX_CALLERS, ScriptModels
+from gateway_limiter.backends.script_models import MAX_CALLERS, PAIRED, ScriptModels
 from gateway_limiter.backends.scripts import ScriptCall
-from gateway_limiter.backends.state import caller_part, limit, state_key
+from gateway_limiter.backends.state import bucket_and_quota, caller_part, limit, state_key
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import US_PER_S
@@ -95,10 +95,11 @@ class MemoryBackend(Operations):
         models = self.models
         with models.lock:
             now_us = models.now()
-            for o, n in zip(old.limits, new.limits, strict=False):
+            keys = zip(self._keys(old, caller), self._keys(new, caller), strict=True)
+            pairs = zip(old.limits, new.limits, keys, strict=False)
+            for o, n, (old_key, new_key) in pairs:
                 if o.closed or n.closed or o.algorithm != n.algorithm:
                     continue
-                old_key, new_key = self._key(o, caller), self._key(n, caller)
                 if old_key == new_key:
                     continue
                 if caller is not None and not n.per_caller and models.live(new_key, now_us):
@@ -144,6 +145,14 @@ class MemoryBackend(Operations):
     def _key(self, rule: Rule, caller: str | None) -> str:
         key = state_key(self._prefix, rule)
         return key + caller_part(caller) if rule.per_caller else key
+
+    def _keys(self, rule: Rule, caller: str | None) -> list[str]:
+        """Where each of ``rule.limits`` keeps its state here: its key; the bucket of a
+        pair (``state.bucket_and_quota``), the quota's key and ``PAIRED``."""
+        keys = [self._key(r, caller) for r in rule.limits]
+        if bucket_and_quota(rule):
+            keys[0] = keys[1] + PAIRED
+        return keys
 
 
 @register_async("memory")

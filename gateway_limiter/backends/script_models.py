@@ -37,6 +37,7 @@ from gateway_limiter.backends.base import BackendError, Clocks
 from gateway_limiter.backends.calls import Command
 from gateway_limiter.backends.scripts import (
     FIXED,
+    OWN_KEY,
     PACED,
     PUSHBACK,
     PUSHBACK_REPLY,
@@ -64,7 +65,7 @@ from gateway_limiter.model.pushback import (
     until_of,
 )
 
-__all__ = ["IN_BUCKET", "MAX_CALLERS", "SWEEP_EVERY", "ScriptModels"]
+__all__ = ["IN_BUCKET", "MAX_CALLERS", "PAIRED", "SWEEP_EVERY", "ScriptModels"]
 
 #: Sweep expired state after this many writes, so idle interfaces cost no memory.
 SWEEP_EVERY = 1024
@@ -74,6 +75,12 @@ MAX_CALLERS = 100_000
 #: Where a bucket's pushback state lives: its key and this (no key of the keyspace ends
 #: so). ``bucket.lua`` keeps it in the bucket's own string, after its five doubles.
 IN_BUCKET = "\x00pb"
+#: Where the bucket of a pair (a bucket and a calendar quota, ``state.bucket_and_quota``)
+#: lives: the quota's key and this. ``bucket.lua`` keeps it in the quota's string,
+#: after the count.
+PAIRED = "\x00tb"
+#: ``pair_config``: the bucket's two, the quota's six, a class's share.
+PAIR_CONFIG = struct.Struct("<9d")
 #: Decoded configs (a row's packed doubles) kept at most; past this they start over.
 #: One dict for the three kinds: their lengths differ (bucket.lua's 3 or 4 doubles, a
 #: quota's 5 or 6, limits.lua's at least 7).
@@ -182,19 +189,21 @@ class ScriptModels:
         raise BackendError(f"memory:// runs no {name} script: it is shared state's alone")
 
     def _bucket(self, args: list[Any]) -> bytes:
-        """``bucket.lua``: KEYS[1] the bucket; ARGV its config, permits, timeout, now; a
-        calendar quota beside it: KEYS[2], and its config as ARGV[5]."""
-        if args[0] == 2:
-            _, key, quota_key, config, permits, timeout, now, quota = args
-        else:
-            key, config, permits, timeout = args[1:5]
-            now = args[5] if len(args) > 5 else ""
+        """``bucket.lua``: KEYS[1] the bucket's (a calendar quota's beside it: the
+        quota's, the bucket's state kept after its count, ``PAIRED``); ARGV its config
+        (a pair's: nine doubles), permits, timeout, now."""
+        key, config, permits, timeout = args[1:5]
+        now = args[5] if len(args) > 5 else ""
         now_us = self._clock() if now == "" else float(now)
-        rate, capacity, warmup_us, share = self._bucket_config(config)
+        paired = len(config) == PAIR_CONFIG.size
+        if paired:
+            rate, capacity, quota, share = self._pair_config(config)
+        else:
+            rate, capacity, warmup_us, share = self._bucket_config(config)
         pushed = self.live(key + IN_BUCKET, now_us)
         factor = factor_at(pushed, rate, now_us)
         until_us = until_of(pushed)
-        if args[0] != 2:
+        if not paired:
             verdict, new = reserve(
                 self.live(key, now_us),
                 rate,
@@ -211,8 +220,8 @@ class ScriptModels:
                 self.put(key, new, now_us + expiry_ms(new, now_us) * 1000.0)
                 self._written(now_us)
             return _reply(verdict)
-        limits = [Limit(LimitKind.TOKEN_BUCKET, rate, capacity), self._quota_config(quota)]
-        keys = (key, quota_key)
+        limits = [Limit(LimitKind.TOKEN_BUCKET, rate, capacity), quota]
+        keys = (key + PAIRED, key)
         shares = None if share is None else (share, _NO_SHARE)
         return self._decide(keys, limits, 2, shares, permits, timeout, now_us, factor, until_us)
 
@@ -285,7 +294,7 @@ class ScriptModels:
         retry_after (µs, "" none), now, and "1" when KEYS[1] is a bucket's key."""
         _, key, rate, retry, now, in_bucket = args
         now_us = self._clock() if now == "" else float(now)
-        if in_bucket == "1":
+        if in_bucket != OWN_KEY:  # a bucket's key, or a pair's (its quota's)
             key += IN_BUCKET
         retry_us = None if retry == "" else float(retry)
         new, factor, next_free_us = push(self.live(key, now_us), float(rate), retry_us, now_us)
@@ -304,17 +313,18 @@ class ScriptModels:
             self._decoded[config] = decoded
         return decoded
 
-    def _quota_config(self, quota: bytes) -> Limit:
-        """``quota_config``'s doubles as the quota's Limit, on this store's clock."""
-        decoded = self._decoded.get(quota)
+    def _pair_config(self, config: bytes) -> tuple[float, float, Limit, float | None]:
+        """``pair_config``'s doubles: the bucket's rate and capacity, the quota as its
+        Limit (on this store's clock), a class's share of the bucket (None: none)."""
+        decoded = self._decoded.get(config)
         if decoded is None:
             if len(self._decoded) >= DECODED:
                 self._decoded.clear()
-            fields = struct.unpack(f"<{len(quota) // 8}d", quota)
+            rate, capacity, qrate, *bounds, size, share = PAIR_CONFIG.unpack(config)
             off = self.wall_offset_us
-            bounds = tuple(b - off for b in fields[1:5])
-            size = fields[5] if len(fields) > 5 else 0.0
-            decoded = self._decoded[quota] = Limit(LimitKind.CALENDAR, fields[0], size, bounds)
+            quota = Limit(LimitKind.CALENDAR, qrate, size, tuple(b - off for b in bounds))
+            decoded = (rate, capacity, quota, None if share < 0 else share)
+            self._decoded[config] = decoded
         return decoded
 
     # --- the batches' commands ---------------------------------------------------------
@@ -334,7 +344,7 @@ class ScriptModels:
                     key = args[0]
                     if key.endswith(_CALENDAR_TAILS):
                         offset = self.wall_offset_us
-                    replies.append(self._get(key, now_us))
+                    replies.append(self._get(key, now_us, offset))
                 elif name == "lrange":
                     replies.append(self.live(args[0], now_us))
                 elif name == "time":  # all in the µs: ``clock_us`` sums them exactly
@@ -349,22 +359,24 @@ class ScriptModels:
                     replies.append(BackendError(f"memory:// answers no {name.upper()}"))
             return replies
 
-    def _get(self, key: str, now_us: float) -> bytes | BackendError | None:
-        """GET of ``key``, packed as the scripts pack its state."""
+    def _get(self, key: str, now_us: float, offset: float) -> bytes | BackendError | None:
+        """GET of ``key``, packed as the scripts pack its state (a calendar quota's key:
+        its count, a pair's bucket and pushback after it), its moments ``offset`` later
+        (a calendar quota's key is read on the wall clock)."""
         state = self.live(key, now_us)
         if isinstance(state, BucketState) or state is None:
-            pushed = self.live(key + IN_BUCKET, now_us)
-            bucket = _EMPTY_BUCKET if state is None else _bucket_fields(state)
-            if pushed is not None:
-                return STATE.pack(*bucket) + PUSHBACK.pack(*pushed)
-            return None if state is None else STATE.pack(*bucket)
+            return _bucket_and_pushback(b"", state, self.live(key + IN_BUCKET, now_us), offset)
         if isinstance(state, PushbackState):
             return PUSHBACK.pack(*state)
         if isinstance(state, CalendarWindow):
-            window = state.window + self.wall_offset_us
+            window = state.window + offset
             if state.stored < 0:
-                return FIXED.pack(window, state.used)
-            return PACED.pack(window, state.used, state.stored, state.balance)
+                count = FIXED.pack(window, state.used)
+            else:
+                count = PACED.pack(window, state.used, state.stored, state.balance)
+            bucket = self.live(key + PAIRED, now_us)
+            pushed = self.live(key + IN_BUCKET, now_us)
+            return _bucket_and_pushback(count, bucket, pushed, offset) or count
         if isinstance(state, FixedWindow):
             return FIXED.pack(*state)
         return BackendError(f"WRONGTYPE {key} holds a list")  # an error reply, not raised
@@ -423,8 +435,29 @@ def _is_callers(key: str) -> bool:
     return per_caller_key(key[: -len(IN_BUCKET)] if key.endswith(IN_BUCKET) else key)
 
 
-def _bucket_fields(state: BucketState) -> tuple[float, float, float, float, float]:
-    return (state.stored, state.balance_us, state.rate, state.capacity, state.refill_us)
+def _bucket_and_pushback(
+    count: bytes, bucket: BucketState | None, pushed: PushbackState | None, offset: float
+) -> bytes | None:
+    """``count`` (a pair's), then a bucket's five doubles and what pushbacks left after
+    them, as ``bucket.lua`` and ``pushback.lua`` lay them in one string; None when
+    neither is there. Moments ``offset`` later (a calendar quota's key: the wall clock)."""
+    if bucket is None and pushed is None:
+        return None
+    if bucket is None:
+        fields = _EMPTY_BUCKET
+    else:
+        fields = (
+            bucket.stored,
+            bucket.balance_us + offset,
+            bucket.rate,
+            bucket.capacity,
+            bucket.refill_us,
+        )
+    if pushed is None:
+        return count + STATE.pack(*fields)
+    until_us, factor, since_us, rate = pushed
+    moved = (until_us + offset if until_us else until_us, factor, since_us + offset, rate)
+    return count + STATE.pack(*fields) + PUSHBACK.pack(*moved)
 
 
 def _allowed(verdict: Verdict) -> float:

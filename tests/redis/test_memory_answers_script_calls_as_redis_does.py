@@ -17,7 +17,9 @@ from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.backends.state import per_caller_key, state_key
 from gateway_limiter.config.rules import CALENDAR_SECONDS, Algorithm, Rule
 from gateway_limiter.config.settings import Settings
+from gateway_limiter.model.bucket import BucketState
 from gateway_limiter.model.calendar import Calendar, QuotaPeriod
+from gateway_limiter.model.limits import CalendarWindow
 from tests.support.services import RedisServer
 
 US = 1_000_000.0
@@ -115,3 +117,19 @@ def test_decoded_configs_are_kept_to_a_bound(monkeypatch: pytest.MonkeyPatch) ->
         rule = Rule(f"/r{n}", n, 0.0, 1, capacity=2, also=(_daily(f"/r{n}", 5 + n),))
         assert memory.reserve(rule, 1, 0.0).allowed
         assert len(memory.models._decoded) <= 3
+
+
+def test_a_pairs_bucket_and_quota_are_peeked_each_on_its_own_clock() -> None:
+    """memory:// decides on the limiter's clock; a calendar quota's key is read on the
+    wall clock (its periods are the calendar's), the pair's bucket in it too, with the
+    time beside it: each peek's state and time on one clock."""
+    now = [5_000_000.0]  # µs, far from the wall clock's epoch µs
+    memory = MemoryBackend(clocks=Clocks(lambda: now[0], lambda: NOW_S))
+    rule = RULES["bucket and daily quota"]
+    assert memory.reserve(rule, 2, 0.0).allowed
+    bucket, clock_us = memory.peek(rule)
+    assert isinstance(bucket, BucketState) and bucket.stored == 4.0  # 6 held, 2 taken
+    assert abs(bucket.balance_us - clock_us) < 1.0  # no debt: balanced at the decision
+    count, wall_us = memory.peek(rule.also[0])
+    assert isinstance(count, CalendarWindow) and count.used == 2.0
+    assert count.window <= NOW_S * US < count.window + 86_400 * US and wall_us == NOW_S * US
