@@ -43,7 +43,7 @@ from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.memory import MemoryBackend
 from gateway_limiter.backends.scripts import ScriptCall
 from gateway_limiter.backends.slots import SLOT_KEYS
-from gateway_limiter.backends.state import caller_part, own_limits, state_key
+from gateway_limiter.backends.state import bucket_and_quota, caller_part, own_limits, state_key
 from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.rules import Rule, build_rules
 from gateway_limiter.config.settings import Settings
@@ -377,9 +377,11 @@ class World:
 
 
 def _keys(world: World, rule: Rule, caller: str | None) -> list[str]:
+    """The keys a decision on ``rule`` sends: each limit's, or a bucket and a calendar
+    quota's one, the quota's (``bucket_and_quota``: the bucket's state after the count)."""
+    limits = [rule.also[0]] if bucket_and_quota(rule) else rule.limits
     return [
-        state_key(world.prefix, r) + (caller_part(caller) if r.per_caller else "")
-        for r in rule.limits
+        state_key(world.prefix, r) + (caller_part(caller) if r.per_caller else "") for r in limits
     ]
 
 
