@@ -34,7 +34,8 @@ from gateway_limiter.core import engine, steps
 from gateway_limiter.core.clock import microseconds
 from gateway_limiter.core.failure import attempt_async
 from gateway_limiter.core.pipeline import LimiterCore
-from gateway_limiter.core.slots import Held, SlotState, giving_back, holding, renewing
+from gateway_limiter.core.slot_steps import giving_back, holding, renewing
+from gateway_limiter.core.slots import Held, SlotState
 
 __all__ = ["AsyncShell"]
 
@@ -135,16 +136,16 @@ class AsyncShell(LimiterCore):
     # --- slots (core/slots.py): the steps, run -------------------------------------
 
     async def _take_slot(self, rule: Rule, budget_s: float, key: str | None) -> Held:
-        """``slot()``'s slot of ``rule`` (``core.slots.holding``)."""
+        """``slot()``'s slot of ``rule`` (``core.slot_steps.holding``)."""
         loop = event_loop_async()
         return await self._run(holding(self, self._slotting, rule, budget_s, key, loop))
 
     async def _give_back(self, held: Held) -> None:
-        """Give back a slot (``core.slots.giving_back``)."""
+        """Give back a slot (``core.slot_steps.giving_back``)."""
         await self._run(giving_back(self._slotting, held))
 
     async def _renew_slots(self) -> None:
-        """Renew every slot lease this limiter holds (``core.slots.renewing``; every
+        """Renew every slot lease this limiter holds (``core.slot_steps.renewing``; every
         third of ``slot_lease``, once a slot is taken: ``_renewer``)."""
         await self._run(renewing(self._slotting))
 

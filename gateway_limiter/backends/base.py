@@ -11,7 +11,8 @@ A Redis backend (one Redis, Sentinel, Cluster) is those operations written once
 (``backends/operations_async.py`` and its generated twin ``operations.py``, over
 ``backends/calls.py``'s call builders and reply parsers) on top of a ``Transport``,
 which only sends: a script call, a batch of commands, a subscription, and closes.
-``memory://`` has no scripts to send: it is the model, deciding in this process.
+``memory://`` is the same operations over a transport that stays in this process: the
+scripts' models answer its calls (``backends/script_models.py``).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class Backend(Protocol):
     def script(self, call: ScriptCall) -> Any:
         """Send one script call the core packed (``backends/scripts.py``, ``slots.py``)
         where its keys live; its raw reply. BackendError when it cannot be answered
-        (always, in-process: ``memory://`` runs no scripts)."""
+        (in-process, any but a decision's: ``memory://`` has no slots or leases)."""
 
     def heartbeat(
         self, member: str, ttl_ms: int, demand: str = "", tallies: str | None = None
@@ -178,8 +179,9 @@ class AsyncBackend(Protocol):
 
 
 class Transport(Protocol):
-    """What a threaded Redis backend implements; ``backends/operations.py`` makes every
-    operation of ``Backend`` from these (``backends/calls.py`` says what each sends)."""
+    """What a threaded backend implements (Redis's, and ``memory://``'s in-process);
+    ``backends/operations.py`` makes every operation of ``Backend`` from these
+    (``backends/calls.py`` says what each sends)."""
 
     def call(self, call: ScriptCall) -> tuple[Any, float]:
         """Send one script call where its keys live: its raw reply, and how long after it

@@ -504,9 +504,11 @@ def is_sliding(rule: Rule) -> bool:
 def parse_limit_state(rule: Rule, raw: object) -> LimitState | None:
     """What ``peek`` read of ``rule``'s own limit: a bucket's state, a fixed window's
     counter or a calendar quota's count (GET), a sliding window's admission times
-    (LRANGE), or None when there is none (or the key holds something else: lost state,
-    as the scripts treat it)."""
+    (LRANGE; ``memory://`` answers the model's runs as they are), or None when there is
+    none (or the key holds something else: lost state, as the scripts treat it)."""
     if is_sliding(rule):
+        if isinstance(raw, SlidingLog):
+            return raw
         if not isinstance(raw, list) or not raw:
             return None
         return SlidingLog.of([float(t) for t in raw])

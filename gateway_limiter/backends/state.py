@@ -18,6 +18,8 @@ from gateway_limiter.model.limits import LIMIT_MODELS, Limit
 #: Plain caller keys are kept as they are up to this many characters.
 MAX_PLAIN_CALLER = 64
 _PLAIN_CALLER = re.compile(rf"[A-Za-z0-9._:@/+=-]{{0,{MAX_PLAIN_CALLER}}}")
+#: A key's caller part at its end (``caller_part``'s two forms).
+_CALLER_TAIL = re.compile(rf":k(?:=[A-Za-z0-9._:@/+=-]{{0,{MAX_PLAIN_CALLER}}}|#[0-9a-f]{{40}})\Z")
 
 
 def state_key(prefix: str, rule: Rule) -> str:
@@ -56,6 +58,14 @@ def caller_part(caller: str | None) -> str:
     if _PLAIN_CALLER.fullmatch(caller):
         return f":k={caller}"
     return f":k#{sha1(caller.encode('utf-8', 'surrogatepass')).hexdigest()}"
+
+
+def per_caller_key(key: str) -> bool:
+    """True when ``key`` ends in a caller part: a per-caller limit's or pushback's, whose
+    number grows with the callers (``memory://`` bounds them). A shared key never does
+    unless its URL, outside the braces of a hash tag (a channel's keys, a URL that
+    begins with ``}``), holds ``:k=`` or ``:k#`` itself."""
+    return _CALLER_TAIL.search(key) is not None
 
 
 def limit(rule: Rule, now_s: float | None = None) -> Limit:

@@ -180,7 +180,7 @@ class Rule:
     def quota_most(self) -> int:
         """The most permits one call can ever get from this calendar quota (or window):
         its rate, and a paced quota's no more than its burst, all its pacing saves up
-        (``model/limits.py``, ``calendar_most``)."""
+        (``model/calendar.py``, ``calendar_most``)."""
         if self.calendar is not None and self.pacing:
             return min(self.rate, self.pace_burst)
         return self.rate

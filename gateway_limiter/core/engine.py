@@ -5,7 +5,7 @@ as a generator of steps (``core/steps.py``) that their shells carry out (``_run`
 decisions (``reserving``, ``trying``, ``deciding``, ``acquiring``: the one round trip,
 then the wait slept on the limiter's clock), what the supplier reports (``pushing``,
 ``observing``), what the limiter reports (``statuses``, ``in_flight``), ``slot()`` on an
-interface without a cap (``slot_decided``; a capped one is ``core.slots.holding``), and
+interface without a cap (``slot_decided``; a capped one is ``core.slot_steps.holding``), and
 the fleet's heartbeats (``joining``, ``beating``, ``leaving``). The engine reads time
 only through the limiter's clock, and starts no thread and opens no socket.
 
@@ -33,7 +33,8 @@ from gateway_limiter.core.outcomes import (
     slot_rule,
 )
 from gateway_limiter.core.pipeline import LimiterCore
-from gateway_limiter.core.slots import SlotState, counting, refused
+from gateway_limiter.core.slot_steps import counting
+from gateway_limiter.core.slots import SlotState, refused
 from gateway_limiter.core.status import BucketStatus, chosen, describing
 from gateway_limiter.core.steps import Ask, Beat, PushBack, Reserve, Send, Sleep, Steps, raw
 from gateway_limiter.errors import NotStarted
@@ -175,7 +176,7 @@ def slot_of(
     priority: Priority | str | None,
 ) -> tuple[Rule | None, Priority | None, float | None]:
     """``slot()``'s arguments checked: the rule it is decided by, the call's class, and
-    the wait budget for one of the rule's slots (``core.slots.holding``), or None: no
+    the wait budget for one of the rule's slots (``core.slot_steps.holding``), or None: no
     cap to hold (not limited, no ``maxConcurrent``, a shadow or closed row), decided as
     ``decide`` would (``slot_decided``)."""
     check_args(url, 1, timeout, key)

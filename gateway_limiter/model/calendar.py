@@ -52,7 +52,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+if TYPE_CHECKING:  # a quota's limit, as limits.lua is told it
+    from gateway_limiter.model.limit_state import Limit
 
 #: The longest ``timeZone`` (the column is VARCHAR(64)).
 MAX_ZONE_NAME = 64
@@ -255,3 +259,26 @@ class Calendar:
         while len(out) < count:
             out.append(self.period_at(out[-1][1]))
         return out
+
+
+# --- a calendar quota as a limit (``model/limits.py``, ``CalendarLimit``) ---------------
+
+
+def calendar_beyond(limit: Limit, earliest_us: float, now_us: float) -> tuple[bool, float]:
+    """Whether a calendar quota would let a call go only past the periods it knows (a
+    moment later than b3, the end of the next period, but now: the period from b3 has a
+    guessed end), and its earliest time as told then: b3, before which the call surely
+    cannot go (while the clock is past b3, the guess). Such a call is refused whatever
+    its budget; so is one whose T another limit sets past b3 (``reserve_limits``)."""
+    b3 = limit.bounds[3]
+    if earliest_us > b3 and earliest_us > now_us:
+        return True, b3 if b3 > now_us else earliest_us
+    return False, earliest_us
+
+
+def calendar_most(limit: Limit) -> float:
+    """The most permits a calendar quota ever lets one call have: its permits per
+    period, and a paced one's no more than its burst (its bucket never holds more)."""
+    if limit.size > 0.0 and limit.size < limit.rate:
+        return limit.size
+    return limit.rate

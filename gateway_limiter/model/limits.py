@@ -88,6 +88,7 @@ from gateway_limiter.model.bucket import (
     reconfigure,
     resync,
 )
+from gateway_limiter.model.calendar import calendar_beyond, calendar_most
 from gateway_limiter.model.limit_state import (
     EMPTY_LOG,
     WINDOW_GUARD_US,
@@ -125,9 +126,7 @@ __all__ = [
     "LimitState",
     "SlidingLimit",
     "SlidingLog",
-    "calendar_beyond",
     "calendar_end",
-    "calendar_most",
     "calendar_start",
     "fixed_window_now",
     "limit_expiry_ms",
@@ -453,26 +452,6 @@ LIMIT_MODELS: dict[LimitKind, LimitModel] = {
     LimitKind.CALENDAR: CalendarLimit(),
 }
 _CALENDAR = CalendarLimit()
-
-
-def calendar_beyond(limit: Limit, earliest_us: float, now_us: float) -> tuple[bool, float]:
-    """Whether a calendar quota would let a call go only past the periods it knows (a
-    moment later than b3, the end of the next period, but now: the period from b3 has a
-    guessed end), and its earliest time as told then: b3, before which the call surely
-    cannot go (while the clock is past b3, the guess). Such a call is refused whatever
-    its budget; so is one whose T another limit sets past b3 (``reserve_limits``)."""
-    b3 = limit.bounds[3]
-    if earliest_us > b3 and earliest_us > now_us:
-        return True, b3 if b3 > now_us else earliest_us
-    return False, earliest_us
-
-
-def calendar_most(limit: Limit) -> float:
-    """The most permits a calendar quota ever lets one call have: its permits per
-    period, and a paced one's no more than its burst (its bucket never holds more)."""
-    if limit.size > 0.0 and limit.size < limit.rate:
-        return limit.size
-    return limit.rate
 
 
 def quota_left(

@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.core import engine
 from gateway_limiter.core.pipeline import route
-from gateway_limiter.core.slots import holding
+from gateway_limiter.core.slot_steps import holding
 from gateway_limiter.core.status import BucketStatus
 from gateway_limiter.core.steps import Beat, Peek, PeekPushback, PushBack, Reserve, Shield, Sleep
 from tests.support.limiting import write_row

@@ -42,7 +42,7 @@ def test_the_transport_is_five_methods() -> None:
 
 @pytest.mark.parametrize(
     "backend",
-    [RedisBackend, SentinelBackend, RedisClusterBackend],
+    [RedisBackend, SentinelBackend, RedisClusterBackend, MemoryBackend],
 )
 def test_threaded_redis_backends_write_only_the_transport(backend: type) -> None:
     assert issubclass(backend, Operations)
@@ -52,7 +52,7 @@ def test_threaded_redis_backends_write_only_the_transport(backend: type) -> None
 
 @pytest.mark.parametrize(
     "backend",
-    [AsyncRedisBackend, AsyncSentinelBackend, AsyncRedisClusterBackend],
+    [AsyncRedisBackend, AsyncSentinelBackend, AsyncRedisClusterBackend, AsyncMemoryBackend],
 )
 def test_asyncio_redis_backends_write_only_the_transport(backend: type) -> None:
     assert issubclass(backend, AsyncOperations)

@@ -47,7 +47,7 @@ def test_permits_in_bulk_are_one_run_of_the_log() -> None:
     for _ in range(3):
         assert memory.reserve(rule, 1_000, 0.0).allowed
         now[0] += 1.0
-    log = memory._live(state_key("", rule), False, now[0])  # the 1 s window's log
+    log = memory.models.live(state_key("gwl", rule), now[0])  # the 1 s window's log
     assert isinstance(log, SlidingLog) and log.total == 3_000 and len(log.times) == 3
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway_limiter.backends import memory
+from gateway_limiter.backends import scripts, state
 from gateway_limiter.model.limit_state import Limit
 from tests.support.sim import Checker, Run, Scenario, Step, Violation, run_scenario
 
@@ -85,15 +85,15 @@ def test_the_checker_catches_a_store_that_renews_an_hour_early(
     """A store whose quotas' periods run an hour ahead (the zone's summer time taken
     a day early): it renews at 02:30 EST, 1.5 s into this scenario's world, before the
     skipped hour, so 3 + 3 go in the one period; the checker names the period."""
-    limit = memory.MemoryBackend._limit  # what memory.py decides with
+    limit = state.limit  # the boundaries the calls are sent with (scripts.py's)
 
-    def an_hour_early(self: memory.MemoryBackend, rule: Any, now_us: float) -> Limit:
-        spec = limit(self, rule, now_us + 3_600e6)
+    def an_hour_early(rule: Any, now_s: float | None = None) -> Limit:
+        spec = limit(rule, None if now_s is None else now_s + 3_600.0)
         if not spec.bounds:
             return spec
         return spec._replace(bounds=tuple(b - 3_600e6 for b in spec.bounds))
 
-    monkeypatch.setattr(memory.MemoryBackend, "_limit", an_hour_early)
+    monkeypatch.setattr(scripts, "limit", an_hour_early)
     sc = _across_the_skipped_hour()
     sc.epoch_s = SKIPPED - 3_600.0 - 1.5
     with pytest.raises(Violation, match=r"calendar quota 3 a day in America/New_York: 4 admitted"):

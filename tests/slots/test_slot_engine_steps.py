@@ -1,4 +1,4 @@
-"""Taking a slot is written once, with no I/O (``core.slots.take_slot``): it answers the
+"""Taking a slot is written once, with no I/O (``core.slot_steps.take_slot``): it answers the
 next step for the shell to carry out (reserve, send, wait until woken) and is sent back
 what the step got. Driven here by hand, step by step: no thread, no sleep, no socket."""
 
@@ -12,7 +12,8 @@ from sqlalchemy import Engine
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.pipeline import route
-from gateway_limiter.core.slots import Moved, Taking, take_slot
+from gateway_limiter.core.slot_steps import take_slot
+from gateway_limiter.core.slots import Moved, Taking
 from gateway_limiter.core.steps import Await, Reserve
 from gateway_limiter.errors import Refused
 from tests.support.limiting import write_row

@@ -4,9 +4,9 @@ Each process is a real ``GatewayLimiter`` (its ``LimiterCore``, its failure poli
 breaker, its fleet membership, its local refusals, its shell) given a ``SimClock``: one
 timeline for the whole world, each process's clocks skewed by its own amount, and no
 real sleep (a wait a caller honours is recorded: the call goes ahead at its moment). The
-store is the Python model of the scripts (``MemoryBackend``'s reference model, which
-the suite pins to the Lua bit for bit) on the world's clock, shared by every process,
-with the fleet's heartbeat script ported beside it. Nothing runs on a thread: the
+store is ``memory://``'s (``backends/script_models.py``: each script call answered by
+the Python model the suite pins to its Lua bit for bit) on the world's clock, shared by
+every process, with the fleet's heartbeat script ported beside it. Nothing runs on a thread: the
 scenario is a list of steps carried out in order, so a seed reproduces it exactly.
 
 Faults: the store unreachable (refused at once), slow (the reply comes after the read
@@ -41,8 +41,8 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.base import BackendError, Clocks
 from gateway_limiter.backends.fleet import Heartbeat
 from gateway_limiter.backends.memory import MemoryBackend
-from gateway_limiter.backends.scripts import REPLY, ScriptCall
-from gateway_limiter.backends.slots import SLOT_KEYS, TIMEOUT_ARG
+from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.backends.slots import SLOT_KEYS
 from gateway_limiter.backends.state import (
     bucket_and_quota,
     bucket_home,
@@ -64,15 +64,8 @@ from gateway_limiter.config.table import (
 from gateway_limiter.core.decision import Reason
 from gateway_limiter.core.failure import attempt
 from gateway_limiter.core.pipeline import call_class
-from gateway_limiter.core.slots import (
-    ASK_AGAIN_S,
-    Held,
-    Taking,
-    Waiter,
-    fallback_cap,
-    given_up,
-    take_slot,
-)
+from gateway_limiter.core.slot_steps import take_slot
+from gateway_limiter.core.slots import ASK_AGAIN_S, Held, Taking, Waiter, fallback_cap, given_up
 from gateway_limiter.core.steps import Await
 from gateway_limiter.errors import BackendUnavailable, InterfaceClosed, Refused
 from gateway_limiter.model.bucket import US_PER_S, Verdict
@@ -359,14 +352,12 @@ class World:
         #: after the world's)
         self.lag = 0.0
         self.store = MemoryBackend(
-            clocks=Clocks(lambda: (self.now + self.lag) * US_PER_S, lambda: epoch_s + self.now)
+            Settings(key_prefix=prefix),
+            clocks=Clocks(lambda: (self.now + self.lag) * US_PER_S, lambda: epoch_s + self.now),
         )
         self.fleet = Fleet()
         #: slot.lua's and slot_renew.lua's keys (the Python model, pinned to the Lua)
         self.slots = SlotModel()
-        #: a take's decision keys -> the Rule and caller its process asked with: what
-        #: the rate part of slot.lua decides (the store's model, on those same keys)
-        self.asked: dict[tuple[str, ...], tuple[Rule, str | None]] = {}
         #: every lease.lua call that asked for permits: (process, key, its moment)
         self.leased: list[tuple[int, str, float]] = []
         #: lease id -> the process that took it
@@ -400,8 +391,8 @@ class World:
         self.history.append(
             (
                 self.now,
-                dict(self.store._shared),
-                dict(self.store._callers),
+                dict(self.store.models._shared),
+                dict(self.store.models._callers),
                 self.fleet.copy(),
                 self.slots.copy(),
             )
@@ -424,7 +415,8 @@ class World:
         if not older:
             return self.restart_empty()
         at, shared, callers, fleet, slots = older[-1]
-        self.store._shared, self.store._callers, self.fleet, self.slots = (
+        models = self.store.models
+        models._shared, models._callers, self.fleet, self.slots = (
             dict(shared),
             dict(callers),
             fleet.copy(),
@@ -438,14 +430,11 @@ class World:
         return None
 
     def rate(self, kind: str, keys: list[str], argv: list[Any]) -> bytes:
-        """slot.lua's rate part: the decision script's reply for the caller whose take
-        left these keys, decided by the store's model (one permit, its budget as sent)."""
-        rule, caller = self.asked[tuple(keys)]
-        budget = str(argv[TIMEOUT_ARG[kind] - 1])
-        timeout = None if budget == "-1" else float(budget) / US_PER_S
-        v = self.store.reserve(rule, 1, timeout, caller)
-        allowed = 1.0 if v.allowed else (-1.0 if v.reserved else 0.0)
-        return REPLY.pack(allowed, v.wait_us, v.stored, v.next_free_us, v.factor, v.held_us)
+        """slot.lua's rate part: the decision script ``kind`` on the keys and ARGV the
+        take left (its budget as the release rewrote it), answered by the store's
+        models (``memory://``'s, the same interpreter of the same calls)."""
+        reply: bytes = self.store.models.call(ScriptCall(kind, [len(keys), *keys, *argv]))
+        return reply
 
     def lease(self, key: str, argv: list[Any]) -> bytes:
         """``lease.lua`` on ``key`` (the prefixed bucket key; ARGV as sent), decided by
@@ -453,8 +442,7 @@ class World:
         no pushback holds) on the store's state. A pushback's hold and factor are not
         applied: the lease admits no fewer than the script would, so the checks are no
         easier to pass."""
-        store = self.store
-        mine = key[len(self.prefix) :]  # the store's keys have no prefix
+        models = self.store.models
         now_us = (self.now + self.lag) * US_PER_S
         config = bytes(argv[0]) if not isinstance(argv[0], str) else argv[0].encode()
         rate, capacity = struct.unpack_from("<dd", config)
@@ -467,8 +455,7 @@ class World:
         taken_us = float(argv[6]) if argv[6] not in ("", None) else None
         span_us = float(argv[7]) if len(argv) > 7 else 0.0
         floor = float(argv[8]) if len(argv) > 8 else 0.0
-        entry = store._shared.get(mine)
-        state = None if entry is None or entry[1] <= now_us else entry[0]
+        state = models.live(key, now_us)
         reply, after = lease(
             state,
             rate,
@@ -484,7 +471,7 @@ class World:
             floor,
         )
         if after is not None and after is not state:
-            store._shared[mine] = (after, now_us + bucket_expiry_ms(after, now_us) * 1000.0)
+            models.put(key, after, now_us + bucket_expiry_ms(after, now_us) * 1000.0)
         v = reply.verdict
         allowed = 1.0 if v.allowed else (-1.0 if v.reserved else 0.0)
         if permits <= 0:
@@ -515,7 +502,7 @@ class World:
             raise BackendError(
                 "ResponseError: CROSSSLOT Keys in request don't hash to the same slot"
             )
-        store = self.store
+        store = self.store.models
         before = (dict(store._shared), dict(store._callers))
         try:
             answer = run()
@@ -629,7 +616,6 @@ class SimBackend:
                 world.violations.append(
                     f"at {world.now:.3f}: a take's keys {decision} are not its rule's {expected}"
                 )
-            world.asked[tuple(decision)] = self.taking
             world.owners[str(call.args[1 + numkeys + 3])] = self.process
         return world.call(keys, lambda: self._slot(call, keys))
 
@@ -1053,7 +1039,7 @@ class Queued:
 
     process: int
     step: Step
-    steps: Any  # the engine's generator (core/slots.py, take_slot)
+    steps: Any  # the engine's generator (core/slot_steps.py, take_slot)
     waiter: Waiter
     taking: Taking
     rule: Rule
