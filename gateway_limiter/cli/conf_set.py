@@ -73,7 +73,8 @@ _CLEARABLE: Final[tuple[tuple[str, str, Callable[[str], object], str], ...]] = (
 )
 _CLEARABLE_HELP: Final = {
     "--max-permits": f"token_bucket capacity (maxPermits, >= 1); '{NONE_WORD}': NULL, one "
-    "second's worth (the rate)",
+    "second's worth (the rate). On a paced calendar quota (--pacing): its burst, the most "
+    "the pacing saves up",
     "--warmup": "warm_up: seconds from cold to the full rate (warmupPeriod, 0 < S <= 3600); "
     f"'{NONE_WORD}': NULL",
     "--max-concurrent": "at most N calls to the URL in flight across the fleet "
@@ -277,8 +278,8 @@ def cmd_conf_set(ctx: Context) -> int:
             "conf set",
         )
     if quota is not None and getattr(a, "quota_renews", None) is not None:
-        try:
-            parse_renewal(quota, a.quota_renews)
+        try:  # stored as every view shows it: 'Mon 0:00' is written 'mon 00:00'
+            a.quota_renews = parse_renewal(quota, a.quota_renews).text
         except RenewalError as e:
             raise UsageError(f"argument --renews: {e}", "conf set") from None
     scope: dict[str, Any] = {
@@ -323,7 +324,22 @@ def cmd_conf_set(ctx: Context) -> int:
         everything = [r for r in table.rows if r.interface_url == a.url]
         before = [r for r in everything if same_scope(r, scope)]
         old = before[0] if before else None
-        problem = algorithm_args_problem(given, old, period, per_caller)
+        if quota is None:
+            problem = algorithm_args_problem(given, old, period, per_caller)
+        else:  # a calendar quota's maxPermits is its pacing burst, checked as such
+            burst = given.get("max_permits")
+            if burst is not None and burst < 1:
+                raise UsageError(
+                    f"argument --max-permits: {burst}: a paced quota's burst must be at "
+                    "least 1 (or 'none': the default burst)",
+                    "conf set",
+                )
+            problem = algorithm_args_problem(
+                {k: v for k, v in given.items() if k != "max_permits"},
+                None if old is None else replace(old, max_permits=None),
+                period,
+                per_caller,
+            )
         if problem:
             raise UsageError(problem, "conf set")
         if a.rate is None and old is None:

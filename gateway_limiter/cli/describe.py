@@ -172,7 +172,7 @@ def _rule_brief(rule: Rule, cache: float) -> str:
         return f"{shadow}closed"
     caller = ", per caller" if rule.per_caller else ""
     if rule.calendar is not None:  # named as status names it: its algorithm is the quota
-        paced = ", paced" if rule.pacing else ""
+        paced = f", paced, burst {rule.pace_burst:,}" if rule.pacing else ""
         return f"{shadow}{_per(rule)}, {Quota.CALENDAR}{paced}{caller}, wait <= {cache:g} s"
     shaped = {
         Algorithm.SLIDING_WINDOW: f"{_per(rule)} in any {rule.period} s",

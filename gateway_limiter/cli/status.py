@@ -367,8 +367,9 @@ def _watch_status(ctx: Context, limiter: GatewayLimiter) -> int:
 
 def _quota_state(s: BucketStatus) -> str:
     """A calendar quota's state: "used 1,200 of 50,000; renews 2026-11-30 00:00 CST";
-    "spent: " before it when no permit can go now; a paced one's burst and, between
-    permits, when the next one comes ("paced, burst 30, next permit in 1.7 s; ")."""
+    "spent: " before it when no permit can go now, "idle: " when none is used; a paced
+    one's burst and, between permits, when the next one comes ("paced, burst 30, next
+    permit in 1.7 s; ")."""
     rule = s.rule
     assert rule.calendar is not None
     renews = calendar_text(rule)
@@ -380,7 +381,10 @@ def _quota_state(s: BucketStatus) -> str:
         return renews
     when = dt.datetime.fromtimestamp(s.renews_at, rule.calendar.zone)
     used_up = s.quota_used >= rule.rate
-    spent = "spent: " if condition(s) == "spent" and s.held_until is None else ""
+    state = condition(s)
+    spent = "spent: " if state == "spent" and s.held_until is None else ""
+    if state == "idle":  # as a window and --json say it
+        spent = "idle: "
     paced = ""
     if rule.pacing:
         paced = f"paced, burst {rule.pace_burst:,}"

@@ -80,7 +80,9 @@ class FieldError(ValueError):
     """A value that cannot be written; ``field`` is the column it is for."""
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
+        # "timeZone 'X' is not ...": the message names its column already
+        named = message.startswith(f"{field} ")
+        super().__init__(message if named else f"{field}: {message}")
         self.field = field
 
 

@@ -6,7 +6,7 @@ rows of an interface and of the table mean together is ``config/rules.py``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from gateway_limiter.config.row_checks import (
@@ -224,9 +224,17 @@ class Skipped:
 
     config_id: int
     reason: str
+    #: the row's ``interfaceUrl`` (None: not known where the row was judged)
+    url: str | None = None
 
     def __str__(self) -> str:
-        return f"configId {self.config_id}: {self.reason}"
+        where = "" if self.url is None else f" (interfaceUrl {_shown_url(self.url)})"
+        return f"configId {self.config_id}: {self.reason}{where}"
+
+
+def _shown_url(url: str) -> str:
+    """``url`` as a log line shows it: quoted, control characters escaped, cut at 80."""
+    return repr(url if len(url) <= 80 else url[:77] + "...")
 
 
 def rule_from_row(
@@ -235,7 +243,18 @@ def rule_from_row(
     default_time_zone: str = DEFAULT_TIME_ZONE,
     pacing_burst: int = DEFAULT_PACING_BURST,
 ) -> Rule | Skipped | None:
-    """The rule of one row, a Skipped with the reason, or None for a disabled row."""
+    """The rule of one row, a Skipped with the reason and the row's URL, or None for a
+    disabled row."""
+    judged = _judged(row, default_cache, default_time_zone, pacing_burst)
+    if isinstance(judged, Skipped) and isinstance(row.interface_url, str):
+        return replace(judged, url=row.interface_url)
+    return judged
+
+
+def _judged(
+    row: ConfRow, default_cache: float, default_time_zone: str, pacing_burst: int
+) -> Rule | Skipped | None:
+    """``rule_from_row``, the URL not yet named in a Skipped."""
     if row.status not in (0, 1):
         return Skipped(row.config_id, f"status {row.status!r} is not 0 or 1")
     if row.status == 0:

@@ -15,6 +15,7 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.cli import main
 from tests.support.commandline import Command, settings_file
 from tests.support.commandline import db_cli as cli
+from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
 URL = "/ibe/flight/search"
@@ -93,3 +94,44 @@ def test_the_cache_footer_says_what_null_counts_as_and_that_the_smallest_binds(
         "rows waits up to the smallest cache of its rows"
     )
     assert "callers wait up to default_cache" not in listed
+
+
+def test_a_paced_quotas_burst_below_1_is_refused_as_its_burst(
+    command: Command, migrated_any_db: tuple[str, Engine]
+) -> None:
+    """``maxPermits`` on a paced quota is its burst, not a token bucket's capacity."""
+    argv = ("conf", "set", URL, "--rate", "5", "--quota-period", "day", "--pacing")
+    ran = command(*argv, "--max-permits", "0")
+    assert ran.code == 2
+    assert "argument --max-permits: 0: a paced quota's burst must be at least 1" in ran.err
+    assert "token_bucket" not in ran.err
+    assert json.loads(command("conf", "list", "--json").out)["rows"] == []
+    ran = command(*argv, "--max-permits", "3", "--enable")
+    assert ran.code == 0, ran.err
+    assert "paced, burst 3" in ran.out
+    listed = command("conf", "list")
+    assert "5 per day, calendar, paced, burst 3, wait <= " in row_line(listed.out, "5")
+    assert "burst" in command("conf", "set", "--help").out.split("--max-permits", 2)[-1]
+
+
+def test_a_renewal_is_stored_as_every_view_shows_it(
+    command: Command, migrated_any_db: tuple[str, Engine]
+) -> None:
+    ran = command(
+        *("conf", "set", URL, "--rate", "700", "--quota-period", "week", "--renews", "Mon 0:00")
+    )
+    assert ran.code == 0, ran.err
+    (stored,) = json.loads(command("conf", "list", "--json").out)["rows"]
+    assert stored["quotaRenews"] == "mon 00:00"
+    assert "from mon 00:00" in command("conf", "list").out
+
+
+def test_enabling_a_row_the_reload_would_skip_names_its_column_once(
+    command: Command, migrated_any_db: tuple[str, Engine]
+) -> None:
+    _, engine = migrated_any_db
+    write_row(engine, URL, rateLimit=3, quotaPeriod="day", timeZone="Asia/Beijing", status=0)
+    ran = command("conf", "enable", URL, "--quota-period", "day")
+    assert ran.code == 2
+    assert "timeZone 'Asia/Beijing' is not" in ran.err
+    assert "timeZone: timeZone" not in ran.err

@@ -243,7 +243,7 @@ def test_status_says_a_quota_is_paced_its_burst_and_when_its_next_permit_comes(
     capsys.readouterr()
     assert main(argv) == 0
     line = " ".join(capsys.readouterr().out.split())
-    assert "used 0 of 100; paced, burst 2; renews " in line
+    assert "idle: used 0 of 100; paced, burst 2; renews " in line
     with GatewayLimiter.from_settings(settings) as limiter:
         assert sum(limiter.try_acquire(URL, timeout=0) for _ in range(3)) == 2
     _, day_ends = Calendar.of("day", "UTC").period_at(time.time())
@@ -335,5 +335,5 @@ def test_status_json_has_each_quotas_figures_and_every_view_names_it_calendar(
     assert " calendar " in line and "fixed_window" not in line
     listed = cli(capsys, db, "conf", "list")
     line = next(line for line in listed.out.splitlines() if " 500 " in line)
-    assert " calendar " in line and "500 per day, calendar, paced, wait <= 0 s" in line
+    assert " calendar " in line and "500 per day, calendar, paced, burst 7, wait <= 0 s" in line
     assert "token_bucket" not in line and "aligned windows" not in line

@@ -182,7 +182,9 @@ def test_shadow_rows_become_shadow_rules_and_bad_shadow_values_are_skipped() -> 
     ruleset = build_rules(rows, 0.5)
     shadows = {u: r.shadow for u, r in ruleset.rules.items()}
     assert shadows == {"/a": True, "/b": False, "/c": False}
-    assert [str(s) for s in ruleset.skipped] == ["configId 4: shadow 2 is not 0 or 1"]
+    assert [str(s) for s in ruleset.skipped] == [
+        "configId 4: shadow 2 is not 0 or 1 (interfaceUrl '/d')"
+    ]
 
 
 def test_an_enforced_row_beats_a_stricter_shadow_row() -> None:

@@ -307,8 +307,9 @@ def test_a_value_of_the_wrong_type_in_sqlite_skips_its_row_and_the_rest_apply(
     summary = sqlite_lim.reload()
     assert summary.ok
     assert list(sqlite_lim.registry.snapshot.rules) == ["/good"]
-    assert [str(s) for s in summary.skipped] == [f"configId 2: {reason}"]
-    assert re.search(f"row skipped: configId 2: {re.escape(reason)}", caplog.text)
+    named = "" if column == "interfaceUrl" else " (interfaceUrl '/bad')"  # when it is text
+    assert [str(s) for s in summary.skipped] == [f"configId 2: {reason}{named}"]
+    assert re.search(f"row skipped: configId 2: {re.escape(reason + named)}", caplog.text)
     check_conf_list(sqlite_db, sqlite_lim, capsys)
 
 
@@ -350,7 +351,8 @@ def test_text_that_is_not_utf8_skips_its_row_and_later_edits_still_load(
     summary = sqlite_lim.reload()
     assert summary.ok, summary.error
     assert list(sqlite_lim.registry.snapshot.rules) == ["/good"]
-    assert [str(s) for s in summary.skipped] == [f"configId 2: {reason}"]
+    named = "" if column == "interfaceUrl" else " (interfaceUrl '/bad')"  # when it is text
+    assert [str(s) for s in summary.skipped] == [f"configId 2: {reason}{named}"]
     assert "NO LIMITS" not in caplog.text
     check_conf_list(sqlite_db, sqlite_lim, capsys)
     with sqlite_engine.begin() as conn:  # a later edit is loaded
@@ -387,6 +389,7 @@ def test_a_warm_up_too_short_to_compute_is_skipped_naming_it_not_an_outage(
     summary = sqlite_lim.reload()
     assert [str(s) for s in summary.skipped] == [
         f"configId 2: warm_up needs warmupPeriod from 0.001 to 3600 seconds, got {warmup!r}"
+        " (interfaceUrl '/wu')"
     ]
     assert sqlite_lim.try_acquire("/wu", timeout=0) and sqlite_lim.try_acquire("/good", timeout=0)
     assert sqlite_lim.backend_healthy and sqlite_lim.backend_fallbacks == 0
@@ -409,7 +412,7 @@ def test_a_bucket_that_takes_over_a_year_to_fill_is_skipped_naming_it(
     summary = sqlite_lim.reload()
     assert [str(s) for s in summary.skipped] == [
         f"configId 1: maxPermits {max_permits} takes more than a year to fill at rateLimit "
-        f"{rate} per {period} s"
+        f"{rate} per {period} s (interfaceUrl '/big')"
     ]
     replace_rows(sqlite_engine, untyped_table(sqlite_engine), [row | {"maxPermits": 365}])
     assert sqlite_lim.reload().skipped == ()

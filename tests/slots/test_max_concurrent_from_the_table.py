@@ -33,7 +33,9 @@ def test_the_reload_reads_max_concurrent_and_skips_a_negative_one_naming_its_row
     assert ruleset.rules["/zero"].max_concurrent is None  # 0: no concurrency limit, as NULL
     assert ruleset.rules["/two-rows"].max_concurrent == 2  # the stricter row's cap
     assert "/negative" not in ruleset.rules
-    assert [str(s) for s in ruleset.skipped] == [f"configId {bad}: maxConcurrent -1 is negative"]
+    assert [str(s) for s in ruleset.skipped] == [
+        f"configId {bad}: maxConcurrent -1 is negative (interfaceUrl '/negative')"
+    ]
 
 
 def test_conf_set_writes_and_clears_max_concurrent_and_conf_list_shows_it(
