@@ -1,5 +1,5 @@
 """Callers queued for a slot in the simulated fleet: a ``slot()`` with a wait budget
-runs the shell's steps (``core/slots.py``, ``take_slot``) parked at each wait while the
+runs the shell's steps (``core/slot_steps.py``, ``take_slot``) parked at each wait while the
 world goes on, woken by the grants the store's ``slot.lua`` model publishes; the
 checker holds ``maxConcurrent`` across the fleet throughout."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway_limiter.core import slots
+from gateway_limiter.core import slot_steps
 from tests.support.sim import Checker, Run, Scenario, Step, Violation, run_scenario
 from tests.support.slot_model import Interface, SlotModel
 
@@ -92,7 +92,7 @@ def test_the_checker_catches_a_waiter_that_loses_its_place(
     """A waiter that never asks again while it waits (the engine's pause its whole
     budget): its place lapses after 2 s, the slot freed at 3.1 s goes to nobody, and
     a newcomer takes it while the waiter still waits."""
-    monkeypatch.setattr(slots, "pause_s", lambda remaining, lapses, listening: remaining)
+    monkeypatch.setattr(slot_steps, "pause_s", lambda remaining, lapses, listening: remaining)
     sc = Scenario(
         seed=0,
         processes=[0.0, 0.0],
