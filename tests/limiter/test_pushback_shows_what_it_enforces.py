@@ -27,6 +27,7 @@ from gateway_limiter.config.settings import Settings
 from gateway_limiter.core.local_refusal import LocalRefusals
 from gateway_limiter.core.status import BucketStatus
 from gateway_limiter.model.bucket import US_PER_S
+from gateway_limiter.model.pushback import RECOVERY_PER_S
 from tests.support.commandline import cli
 from tests.support.limiting import evalsha_calls, limiter, write_row
 from tests.support.services import RedisServer
@@ -92,13 +93,17 @@ def test_a_refusal_during_a_long_hold_reports_the_hold_left_without_round_trips(
 def test_a_caller_whose_budget_reaches_the_hold_still_asks_redis(
     lim: GatewayLimiter, other: GatewayLimiter, limiter_redis_url: str
 ) -> None:
+    pushed_s = time.monotonic()
     lim.pushback(URL, retry_after=0.4)
     assert not other.try_acquire(URL, timeout=0)
     client = redis.Redis.from_url(limiter_redis_url)
     calls = evalsha_calls(client)
     started = time.monotonic()
     assert other.try_acquire(URL, timeout=2.0)  # it can wait for the hold's end: asks
-    assert 0.1 <= time.monotonic() - started <= 1.5
+    # admitted at the hold's end, not before (timed from the pushback, since a loaded
+    # host may spend most of the hold on the round trips above), nor a budget later
+    assert time.monotonic() - pushed_s >= 0.4 - 0.02
+    assert time.monotonic() - started <= 1.5
     assert evalsha_calls(client) == calls + 1
 
 
@@ -196,10 +201,18 @@ def test_a_window_reports_the_rate_it_enforces(
 # --- status shows the hold and the effective rate -----------------------------------
 
 
-def _check_status(shown: list[BucketStatus], hold_s: float) -> None:
+def _most_since(pushed_s: float) -> float:
+    """The highest effective rate a pushback at ``pushed_s`` (monotonic) can have
+    recovered to by now: half the rate, plus what the time since gave back, however
+    long a loaded host took to show it."""
+    return RATE * min(1.0, 0.5 + RECOVERY_PER_S * (time.monotonic() - pushed_s))
+
+
+def _check_status(shown: list[BucketStatus], hold_s: float, pushed_s: float) -> None:
     assert len(shown) == 1
     (status,) = shown
-    assert status.effective_rate is not None and RATE * 0.5 <= status.effective_rate < RATE * 0.55
+    assert status.effective_rate is not None
+    assert RATE * 0.5 <= status.effective_rate <= _most_since(pushed_s)
     assert hold_s - 10 <= status.held_ms / 1000.0 <= hold_s
     assert status.held_until is not None
     assert abs(status.held_until - (time.time() + status.held_ms / 1000.0)) < 5.0
@@ -213,15 +226,17 @@ def _check_status(shown: list[BucketStatus], hold_s: float) -> None:
 
 def test_status_shows_the_hold_and_the_effective_rate(lim: GatewayLimiter) -> None:
     assert lim.status(URL)[0].held_ms == 0.0 and lim.status(URL)[0].effective_rate == RATE
+    pushed_s = time.monotonic()
     lim.pushback(URL)
     lim.pushback(URL, retry_after=HOLD_S)
-    _check_status(lim.status(URL), HOLD_S)
+    _check_status(lim.status(URL), HOLD_S, pushed_s)
 
 
 async def test_asyncio_status_shows_them_too(alim: AsyncGatewayLimiter) -> None:
+    pushed_s = time.monotonic()
     await alim.pushback(URL)
     await alim.pushback(URL, retry_after=HOLD_S)
-    _check_status(await alim.status(URL), HOLD_S)
+    _check_status(await alim.status(URL), HOLD_S, pushed_s)
 
 
 def test_status_of_a_window_shows_its_slowed_count(
@@ -244,6 +259,7 @@ def test_the_command_line_shows_them_once_and_watching(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    pushed_s = time.monotonic()
     lim.pushback(URL)
     lim.pushback(URL, retry_after=HOLD_S)
     settings = tmp_path / "settings.toml"
@@ -257,6 +273,8 @@ def test_the_command_line_shows_them_once_and_watching(
         header = next(line for line in ran.out.splitlines() if line.startswith("interfaceUrl"))
         assert "next free ms  effective rate  hold s  algorithm" in header
         row = next(line for line in ran.out.splitlines() if line.startswith(URL + " ")).split()
-        assert RATE * 0.5 <= float(row[8]) < RATE * 0.55
+        # a loaded host can take seconds to start the command: the rate recovered
+        # meanwhile, never past what that time gives back (0.1: the rounding shown)
+        assert RATE * 0.5 <= float(row[8]) <= _most_since(pushed_s) + 0.1
         assert HOLD_S - 10 <= float(row[9]) <= HOLD_S
         assert "held until" in " ".join(row[10:])

@@ -76,7 +76,9 @@ def test_a_waiter_gets_a_released_slot_promptly(
     for t in holders:
         t.start()
     assert entered.wait(5)
+    held_by = time.monotonic() + 5.0
     while lim.in_flight(URL) != 2:
+        assert time.monotonic() < held_by, "the holders never held both slots"
         time.sleep(0.005)
     got: list[float] = []
 

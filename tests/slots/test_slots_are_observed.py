@@ -47,8 +47,9 @@ def test_in_flight_waits_and_refusals_are_in_the_metrics(lim: GatewayLimiter) ->
     assert _sample("gateway_limiter_in_flight") == 0
 
 
-def _one_at_a_time(lim: GatewayLimiter, url: str = URL) -> None:
-    """Two callers on a cap of 1: the second gets the slot when the first gives it back."""
+def _one_at_a_time(lim: GatewayLimiter, queue: str, url: str = URL) -> None:
+    """Two callers on a cap of 1: the second gets the slot when the first gives it back
+    (``queue``: the interface's queue key, where the second is seen waiting)."""
     got: list[float] = []
 
     def second() -> None:
@@ -59,7 +60,10 @@ def _one_at_a_time(lim: GatewayLimiter, url: str = URL) -> None:
         assert first.in_flight == 1
         waiter = threading.Thread(target=second)
         waiter.start()
-        time.sleep(0.2)
+        queued_by = time.monotonic() + 5.0
+        while not lim.backend.client.zcard(queue):  # its place in the queue, not a guess
+            assert time.monotonic() < queued_by, "the second caller never queued"
+            time.sleep(0.005)
         assert got == []
         let_go = time.monotonic()
     waiter.join(10)
@@ -77,7 +81,7 @@ def test_slots_on_redis_cluster(
         key_prefix=key_prefix,
         reload_interval=3600,
     ) as lim:
-        _one_at_a_time(lim)
+        _one_at_a_time(lim, slot_keys(key_prefix, URL)[1])
 
 
 @pytest.mark.slow
@@ -99,7 +103,7 @@ def test_slots_of_a_channel_capped_interface_on_redis_cluster(
             assert decision.allowed and decision.in_flight == 1
             assert client.zcard(leases) == 1
         assert client.zcard(leases) == 0
-        _one_at_a_time(lim, CAPPED)
+        _one_at_a_time(lim, slot_keys(key_prefix, CAPPED, "B2B")[1], CAPPED)
         assert lim.in_flight(CAPPED) == 0
 
 
@@ -113,7 +117,7 @@ def test_slots_through_sentinel(
         key_prefix=key_prefix,
         reload_interval=3600,
     ) as lim:
-        _one_at_a_time(lim)
+        _one_at_a_time(lim, slot_keys(key_prefix, URL)[1])
 
 
 @pytest.mark.slow
