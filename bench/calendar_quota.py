@@ -6,6 +6,7 @@ Run from the checkout, with the venv's Python::
 
     python bench/calendar_quota.py            # full run, about a minute
     python bench/calendar_quota.py --quick    # smoke run, about 15 s
+    python bench/calendar_quota.py --quick --day-calls 3000    # a shorter day
     python bench/calendar_quota.py --cost-only --instructions   # part 2 alone, about 30 s
     python bench/calendar_quota.py --redis-url redis://127.0.0.1:6379/0   # an existing Redis
 
@@ -57,7 +58,7 @@ import redis
 # Run as a script from anywhere: the checkout's package wins over any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness.args import description, reachable_redis
+from bench.harness.args import description, int_at_least, reachable_redis
 from bench.harness.report import machine_facts, table
 from bench.harness.runs import delete_keys, raise_interrupt
 from bench.harness.servers import private_redis
@@ -265,6 +266,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--cost-only", action="store_true", help="only what a decision costs Redis (part 2)"
     )
+    parser.add_argument(
+        "--day-calls",
+        type=int_at_least(1000),
+        help="calls over the simulated day (default 30,000; --quick: 15,000)",
+    )
     parser.add_argument("--redis-url", help="an existing Redis instead of a private one")
     parser.add_argument(
         "--instructions",
@@ -280,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.redis_url:
         reachable_redis(args.redis_url)
     signal.signal(signal.SIGTERM, raise_interrupt)
-    total = 15_000 if args.quick else 30_000
+    total = args.day_calls or (15_000 if args.quick else 30_000)
     calls, repeats = (500, 3) if args.quick else (2000, 7)
     try:
         with ExitStack() as stack:

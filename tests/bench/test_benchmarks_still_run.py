@@ -53,13 +53,17 @@ SMOKE = [
     ("fleet_outage.py", ["--quick", "--only", "local"], ["Fleet outage:", "local, even demand"]),
     (
         "calendar_quota.py",
-        ["--quick"],
+        ["--quick", "--day-calls", "3000"],
         ["1. A simulated day", "paced (burst 10)", "per-second + daily row (bucket.lua)"],
     ),
     ("fleet_membership.py", ["--quick"], ["Fleet membership:", "EVAL per heartbeat"]),
     ("console_tally_cost.py", ["--quick"], ["tally on (as shipped)", "Tallies.add alone"]),
     ("failover_loss.py", ["--quick"], ["Failover loss:", "1. sentinel", "lost bytes"]),
-    ("lease_cost.py", ["--quick"], ["Lease cost:", "without leases", "leaseMs 20"]),
+    (
+        "lease_cost.py",
+        ["--seconds", "1", "--processes", "2", "--threads", "2"],
+        ["Lease cost:", "without leases", "leaseMs 20"],
+    ),
     (
         "priority.py",
         ["--seconds", "1.5", "--rounds", "2", "--calls", "2000"],
@@ -114,6 +118,7 @@ REFUSED = [
     ("failover_loss.py", ["--write-calls", "0"], "argument --write-calls: 0: must be >= 1"),
     ("pushback_supplier.py", ["--seconds", "0"], "argument --seconds: 0: must be > 0"),
     ("redis_cpu.py", ["--processes", "0"], "argument --processes: 0: must be >= 1"),
+    ("calendar_quota.py", ["--day-calls", "10"], "argument --day-calls: 10: must be >= 1000"),
     ("priority.py", ["--rounds", "0"], "argument --rounds: 0: must be >= 1"),
     ("priority.py", ["--calls", "5", "--rounds", "10"], "argument --calls: 5: must be >= --rounds"),
     ("decision_cost.py", ["--threads", "two"], "argument --threads: 'two' is not an integer"),
