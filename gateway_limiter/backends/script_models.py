@@ -277,15 +277,7 @@ class ScriptModels:
         if verdict.quota_left >= 0:  # its period's end, back on the wall clock
             reset_us = verdict.quota_reset_us + self.wall_offset_us
             return QUOTA_REPLY.pack(
-                _allowed(verdict),
-                verdict.wait_us,
-                verdict.stored,
-                verdict.next_free_us,
-                verdict.factor,
-                verdict.held_us,
-                verdict.quota_left,
-                reset_us,
-                verdict.quota_limit,
+                *_six(verdict), verdict.quota_left, reset_us, verdict.quota_limit
             )
         return _reply(verdict)
 
@@ -469,7 +461,13 @@ def _allowed(verdict: Verdict) -> float:
 
 def _reply(verdict: Verdict) -> bytes:
     """A decision script's reply of six doubles."""
-    return REPLY.pack(
+    return REPLY.pack(*_six(verdict))
+
+
+def _six(verdict: Verdict) -> tuple[float, float, float, float, float, float]:
+    """The six doubles every decision script's reply starts with (a calendar quota's
+    three follow them)."""
+    return (
         _allowed(verdict),
         verdict.wait_us,
         verdict.stored,

@@ -382,9 +382,12 @@ def _quota_state(s: BucketStatus) -> str:
     when = dt.datetime.fromtimestamp(s.renews_at, rule.calendar.zone)
     used_up = s.quota_used >= rule.rate
     state = condition(s)
-    spent = "spent: " if state == "spent" and s.held_until is None else ""
-    if state == "idle":  # as a window and --json say it
-        spent = "idle: "
+    if state == "spent" and s.held_until is None:
+        said = "spent: "
+    elif state == "idle":  # as a window and --json say it
+        said = "idle: "
+    else:
+        said = ""
     paced = ""
     if rule.pacing:
         paced = f"paced, burst {rule.pace_burst:,}"
@@ -392,7 +395,7 @@ def _quota_state(s: BucketStatus) -> str:
             paced += f", next permit in {fmt_duration(s.next_free_ms / 1000.0)}"
         paced += "; "
     return (
-        f"{spent}used {fmt_amount(s.quota_used)} of {fmt_amount(rule.rate)}; {paced}"
+        f"{said}used {fmt_amount(s.quota_used)} of {fmt_amount(rule.rate)}; {paced}"
         f"renews {when:%Y-%m-%d %H:%M %Z} ({rule.calendar.zone.key})"
     )
 
