@@ -309,18 +309,30 @@ class Policy:
             self._started.add((new, key))
             for was, now in same_limits(old, new):
                 local.carry(was, now, caller)
+
+    def _channel_caps(self, local: Backend, rule: Rule) -> None:
+        """Each channel cap of ``rule`` carries on from the cap its channel was last
+        decided at, by any of its interfaces. Checked at every decision, not only when
+        ``rule``'s own part changes: a cap spans interfaces, and while this one's part
+        stood still another may have moved the channel's state to its own cap (a part
+        1/N that changed, or the same 1/N written otherwise: an interface with a claim
+        has its channel at ``rate x S`` per ``S`` periods, one without at ``rate`` per
+        ``N`` periods; another key either way). Deciding on the key it had left, this
+        interface would find the channel gone and start it afresh, full, beside what
+        the other booked (seed 20703)."""
         channels = self._channels
-        for limit in new.limits:
-            # a channel's cap spans its interfaces: its part (1/N) changed while another
-            # interface decided it carries on here, whichever interface asks first
-            if limit.caps_channel and limit.channel is not None and not limit.per_caller:
-                cap = replace(limit, also=())
-                last = channels.get(limit.channel)
-                if len(channels) >= _STARTED_KEPT:
-                    channels.clear()
-                channels[limit.channel] = cap
-                if last is not None and last != cap and isinstance(local, Carries):
-                    local.carry(last, cap, None)
+        for limit in rule.limits:
+            if not limit.caps_channel or limit.channel is None or limit.per_caller:
+                continue
+            last = channels.get(limit.channel)
+            if last is limit:
+                continue
+            cap = replace(limit, also=()) if limit.also else limit
+            if len(channels) >= _STARTED_KEPT:
+                channels.clear()
+            channels[limit.channel] = cap
+            if last is not None and last != cap and isinstance(local, Carries):
+                local.carry(last, cap, None)
 
     def _hold_counts(self, local: Backend, whole: Rule, part: Rule, key: str | None) -> None:
         """Start each calendar quota of ``part`` (``whole`` at this process's part) at
@@ -371,6 +383,7 @@ class Policy:
                     if last is None and whole is not None:
                         self._hold_counts(local, whole, rule, key)
                     self._part_changed(local, last, rule, key)
+                self._channel_caps(local, rule)
                 if self._empty_first:
                     self._start_empty(local, rule, key)
             return local.reserve(rule, permits, timeout_s, key)

@@ -219,3 +219,57 @@ def test_a_channels_part_changed_mid_outage_carries_over_to_its_other_interfaces
     assert went, "the other interface never got a permit"
     assert min(went) >= 5.0 - 1e-9
     assert len(went) <= 1 * (8.0 - 5.0) + 1  # the channel at part 0.5: 1 a second
+
+
+def _channel_went_back(claims: dict[str, float], live_after: int) -> list[float]:
+    """A channel of 2 a second over two interfaces at N = 2; ``URL`` decides first (the
+    channel started empty), then the other interface books it 3 permits deep after a
+    heartbeat said N = ``live_after`` (at 1/2, 1 a second: to 4 s); the heartbeat then says
+    N = 2 again and ``URL``, whose part is what it was, asks every 10 ms with no wait.
+    When it goes."""
+    channel, other = "SUP", "/other"
+    rows = [
+        ConfRow(1, channel, None, URL, 1000, 10.0, 1),
+        ConfRow(2, channel, None, other, 1000, 10.0, 1),
+        ConfRow(3, channel, None, "*", 2, 10.0, 1),
+    ]
+    rules = build_rules(rows, 0.5, "UTC").rules
+    fleet = Fleet(Settings(redis_url="redis://unused"), shared=True)
+    fleet.beat(Heartbeat(live=2, claims=claims))
+    now = [0.0]
+    policy = Policy("share", MemoryBackend)
+    policy.outage_began(start_empty=True)
+    policy.local = MemoryBackend(clocks=Clocks(lambda: now[0]))
+    assert not policy.reserve(fleet.share(rules[URL]), 1, 0.0, "a", whole=rules[URL]).allowed
+    fleet.beat(Heartbeat(live=live_after, claims=claims))
+    booked = policy.reserve(fleet.share(rules[other]), 3, None, "b", whole=rules[other])
+    assert booked.allowed
+    fleet.beat(Heartbeat(live=2, claims=claims))
+    went = []
+    for ms in range(10, 8000, 10):
+        now[0] = ms * 1000.0
+        if policy.reserve(fleet.share(rules[URL]), 1, 0.0, "a", whole=rules[URL]).allowed:
+            went.append(ms / 1000)
+    return went
+
+
+def test_a_channel_another_interface_booked_at_the_same_part_holds_for_a_claimed_one() -> None:
+    # N = 2 throughout: the channel at 1/2 is 1 a second, written as 1,000,000 per
+    # 1,000,000 s on the interface with a claim and as 2 per 2 s on the one without:
+    # two keys. The other moved the channel's state to its key and booked it to 4 s;
+    # the first, its part unchanged, decided on its own key, found it empty and took
+    # a fresh full bucket at 0.01 s (seed 20703, shrunk).
+    went = _channel_went_back({URL: 0.475}, 2)
+    assert went, "the interface never got a permit"
+    assert min(went) >= 4.0 - 1e-9
+    assert len(went) <= 1 * (8.0 - 4.0) + 1
+
+
+def test_a_channel_booked_at_another_n_holds_when_the_first_n_comes_back() -> None:
+    # N = 2 -> 3 -> 2: the other interface moved the channel to 1/3 (2/3 a second)
+    # and booked it to 6 s; back at 1/2, the first interface's part was what it had
+    # been, and it found the channel's 1/2 key empty: a fresh full bucket.
+    went = _channel_went_back({}, 3)
+    assert went, "the interface never got a permit"
+    assert min(went) >= 6.0 - 1e-9
+    assert len(went) <= 1 * (8.0 - 6.0) + 1

@@ -793,14 +793,19 @@ def test_a_call_decided_at_the_moment_of_a_restart_but_before_it_counts_before_i
     Checker().finish(run)
 
 
-@pytest.mark.xfail(strict=True, raises=Violation, reason="seed 20703: not yet settled")
 def test_a_channel_shared_out_while_a_named_caller_waits_out_its_window() -> None:
-    """Seed 20703, shrunk (open): during an outage under ``share`` at N = 2, ``/d``'s
-    named caller ``{x}`` (a window of 1 a second of its own) acquires twice at 2.26 s
-    and goes at 3.24 s and 4.48 s on a channel of 2 a second (1 a second here); a
-    ``try_acquire`` on ``}c{`` at 2.29 s goes at 2.48 s: 1.24 permits beyond R x T + C
-    on the channel. Whether the in-process policy or the harness (a call that sleeps in
-    the engine is carried out whole at its step's moment) is at fault is not known."""
+    """Seed 20703, shrunk: during an outage under ``share`` at N = 2, the channel (2 a
+    second, 1 here) starts empty at 2.24 s on ``}c{``, whose claim (0.475) writes it as
+    10**6 per 10**6 s; ``/d``'s named caller ``{x}``, with no claim, writes it as 2 per
+    2 s, another key: its first decision carried the channel there and booked it for
+    3.24 s and 4.48 s. The ``try_acquire`` on ``}c{`` at 2.29 s, its part unchanged, did
+    not look where the channel had gone, found its own key empty and went at 2.48 s: 2
+    permits in 0.76 s with ``{x}``'s first, 1.24 beyond R x T where C allows 1. By hand
+    the channel's next permit was free at 5.48 s, beyond the call's 0.5 s budget. The
+    policy's fault, not the harness': an ``acquire`` books its permit when it asks, then
+    sleeps, so carrying it out whole at 2.26 s leaves the state a real process would.
+    A channel's cap now follows the channel at every decision
+    (``Policy._channel_caps``), and the call is refused."""
     sc = Scenario(
         seed=20703,
         processes=[2.2532321941791746, -0.4816637771237877],
