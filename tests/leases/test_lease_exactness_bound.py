@@ -10,7 +10,23 @@ row. Each admission is stamped when its call returns; the permit was debited in 
 or taken from a lease between the call's start and that stamp, so a window of stamps
 holds what went in a window longer by the slowest admitted call (``late_s``): the bound
 checked is C + R x (1 + L/1000 + late_s). The lower bound: leases never admit much less
-than a plain bucket would (C + R x D over D seconds), less the leases still unspent.
+than a plain bucket would, less the leases still unspent.
+
+The bound holds while Redis answers: a busy host must not be taken for an outage
+(generous timeouts, as the slot fleet test), and should it be anyway, the failure
+policy is ``deny``, which never admits beyond the bucket, and its refusals are asks
+the bucket never heard.
+
+The lower bound is counted on what the threads asked, not on the wall clock: a plain
+bucket of the same capacity and rate, asked at the same moments, admits greedily
+(``_plain``); on a quiet host the threads ask many times faster than the rate and
+that is C + R x D over D seconds, the bound as it was. On a loaded host the threads
+ask less often, and a lease whose reply came late, or whose process was then kept off
+the CPU, passes L half spent: what is left is dropped (the price docs/algorithms.md
+names for a host that leaves its leases stale, counted by each limiter as
+``dropped``), so the bound is that plain bucket's admissions less one lease per
+limiter less what the limiters dropped. The wall-clock floor, C + R x D, fell to
+5,460 admissions against 5,983 at load 17, with 713 permits dropped stale.
 """
 
 from __future__ import annotations
@@ -18,10 +34,12 @@ from __future__ import annotations
 import random
 import threading
 import time
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine
 
+from gateway_limiter.core.decision import Reason
 from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
 
@@ -37,6 +55,19 @@ def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
     return limiter_db
 
 
+def _plain(asks: list[float], capacity: int = RATE, rate: int = RATE) -> int:
+    """What a plain token bucket, full at the first ask, admits of one permit asked at
+    each of ``asks`` (admitting whenever it holds a permit, which no bucket beats)."""
+    asks = sorted(asks)
+    tokens, admitted = float(capacity), 0
+    for before, now in zip(asks[:1] + asks[:-1], asks, strict=True):
+        tokens = min(float(capacity), tokens + rate * (now - before))
+        if tokens >= 1.0:
+            tokens -= 1.0
+            admitted += 1
+    return admitted
+
+
 def _peak(stamps: list[float], window_s: float = 1.0) -> int:
     stamps.sort()
     most, start = 0, 0
@@ -49,18 +80,30 @@ def _peak(stamps: list[float], window_s: float = 1.0) -> int:
 
 @pytest.mark.parametrize("paced", [False, True], ids=["hammering", "mixed"])
 def test_admissions_in_any_second_stay_within_the_lease_bound(
-    limiter_db: tuple[str, Engine], redis_server: RedisServer, key_prefix: str, paced: bool
+    limiter_db: tuple[str, Engine],
+    redis_server: RedisServer,
+    key_prefix: str,
+    paced: bool,
+    figures: Any,
 ) -> None:
     url = redis_server.url
-    limiters = [
-        limiter(limiter_db[0], url, key_prefix, reload_interval=3600) for _ in range(LIMITERS)
-    ]
+    settings = {
+        "reload_interval": 3600,
+        # a loaded box can take longer than the default 50 ms to answer: no false outages,
+        # and none admitted beside the bucket should one be seen anyway
+        "redis_timeout": 0.5,
+        "redis_timeout_ceiling": 1.0,
+        "on_backend_error": "deny",
+    }
+    limiters = [limiter(limiter_db[0], url, key_prefix, **settings) for _ in range(LIMITERS)]
     stamps: list[list[float]] = [[] for _ in range(LIMITERS * THREADS)]
+    asks: list[list[float]] = [[] for _ in range(LIMITERS * THREADS)]  # Redis decided
+    unheard = [0] * (LIMITERS * THREADS)  # asks decided by the failure policy
     late = [0.0] * (LIMITERS * THREADS)
     go = threading.Event()
 
     def hammer(i: int) -> None:
-        lim, mine = limiters[i % LIMITERS], stamps[i]
+        lim, mine, asked = limiters[i % LIMITERS], stamps[i], asks[i]
         # mixed: the second limiter's threads call every few ms, so its leases go stale
         # (and are dropped), while the first limiter's hammer the bucket empty
         slow = paced and i % LIMITERS == 1
@@ -69,7 +112,12 @@ def test_admissions_in_any_second_stay_within_the_lease_bound(
         end = time.monotonic() + SECONDS
         slowest = 0.0
         while (started := time.monotonic()) < end:
-            if lim.try_acquire("/hot", timeout=0):
+            decision = lim.decide("/hot", timeout=0)
+            if decision.reason == Reason.BACKEND_FALLBACK:
+                unheard[i] += 1
+            else:
+                asked.append(started)
+            if decision.allowed:
                 now = time.monotonic()
                 mine.append(now)
                 slowest = max(slowest, now - started)
@@ -96,10 +144,24 @@ def test_admissions_in_any_second_stay_within_the_lease_bound(
         assert dropped > 0
         assert handed_back == 0
     bound = RATE + RATE * (1 + LEASE_MS / 1000 + late_s)  # the same for both
+    plain = _plain([s for mine in asks for s in mine])
+    floor = plain - LIMITERS * size - dropped
+    figures(
+        f"leases: {LIMITERS} limiters x {THREADS} threads, R = C = {RATE}, L = {LEASE_MS} ms",
+        admitted=len(every),
+        peak=peak,
+        bound=round(bound),
+        late_ms=round(late_s * 1000, 1),
+        plain=plain,
+        dropped=dropped,
+        floor=round(floor),
+        unheard=sum(unheard),
+    )
     assert peak <= bound, (
         f"peak {peak} in a second, bound {bound:.0f} (late {late_s * 1000:.1f} ms)"
     )
-    if not paced:  # below: a plain bucket's C + R x D, less each limiter's last lease
-        span = max(every) - min(every)
-        floor = RATE + RATE * span - LIMITERS * size
-        assert len(every) >= 0.9 * floor, f"{len(every)} in {span:.2f} s, floor {floor:.0f}"
+    if not paced:  # below: a plain bucket's, less each limiter's last lease and stale ones
+        assert len(every) >= 0.9 * floor, (
+            f"{len(every)} admitted, floor {floor:.0f}: a plain bucket {plain}, "
+            f"{dropped} dropped stale, {sum(unheard)} asks decided without Redis"
+        )

@@ -6,7 +6,12 @@ limiter has started the process prints "ready" and reads one line from stdin,
 "START_AT STOP_AT" (time.time()), so that every process of a test starts together
 however long a loaded host takes to start each. Each caller loops: a slot, one
 supplier call, the slot back, until STOP_AT; the process prints JSON
-{"calls", "refused"} and exits.
+{"calls", "refused", "spans"} and exits. ``spans`` holds one
+``[asked, entered, left, released]`` per ``slot()`` call, on ``time.monotonic()`` (one
+clock for every process of the host): when the caller asked, when it was inside the
+block holding the slot, when it left the block, and when ``slot()`` had given the slot
+back (for a refusal: ``entered`` and ``released`` null, ``left`` when ``Refused`` was
+raised).
 
 Mode "hold": take ``callers`` slots and hold them forever, printing "held" once all are
 held (the test kills the process).
@@ -34,8 +39,12 @@ def _ready(config: dict[str, Any]) -> None:
     config["start_at"], config["stop_at"] = map(float, sys.stdin.readline().split())
 
 
-def _threads(config: dict[str, Any]) -> dict[str, int]:
+Span = list[float | None]
+
+
+def _threads(config: dict[str, Any]) -> dict[str, Any]:
     counts = {"calls": 0, "refused": 0}
+    spans: list[Span] = []
     lock = threading.Lock()
     with GatewayLimiter(
         database_url=config["database_url"],
@@ -63,28 +72,32 @@ def _threads(config: dict[str, Any]) -> dict[str, int]:
         def caller() -> None:
             time.sleep(max(0.0, config["start_at"] - time.time()))
             while time.time() < config["stop_at"]:
+                asked = time.monotonic()
                 try:
-                    with (
-                        limiter.slot(config["url"], timeout=5.0),
-                        urllib.request.urlopen(config["supplier"] + "/call", timeout=10),
-                    ):
-                        pass
+                    with limiter.slot(config["url"], timeout=5.0):
+                        entered = time.monotonic()
+                        with urllib.request.urlopen(config["supplier"] + "/call", timeout=10):
+                            pass
+                        left = time.monotonic()
                     with lock:
                         counts["calls"] += 1
+                        spans.append([asked, entered, left, time.monotonic()])
                 except Refused:
                     with lock:
                         counts["refused"] += 1
+                        spans.append([asked, None, time.monotonic(), None])
 
         threads = [threading.Thread(target=caller) for _ in range(config["callers"])]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-    return counts
+    return {**counts, "spans": spans}
 
 
-async def _tasks(config: dict[str, Any]) -> dict[str, int]:
+async def _tasks(config: dict[str, Any]) -> dict[str, Any]:
     counts = {"calls": 0, "refused": 0}
+    spans: list[Span] = []
     async with (
         AsyncGatewayLimiter(
             database_url=config["database_url"],
@@ -99,15 +112,20 @@ async def _tasks(config: dict[str, Any]) -> dict[str, int]:
         async def caller() -> None:
             await asyncio.sleep(max(0.0, config["start_at"] - time.time()))
             while time.time() < config["stop_at"]:
+                asked = time.monotonic()
                 try:
                     async with limiter.slot(config["url"], timeout=5.0):
+                        entered = time.monotonic()
                         (await client.get(config["supplier"] + "/call")).raise_for_status()
+                        left = time.monotonic()
+                    spans.append([asked, entered, left, time.monotonic()])
                     counts["calls"] += 1
                 except Refused:
                     counts["refused"] += 1
+                    spans.append([asked, None, time.monotonic(), None])
 
         await asyncio.gather(*(caller() for _ in range(config["callers"])))
-    return counts
+    return {**counts, "spans": spans}
 
 
 def main() -> None:

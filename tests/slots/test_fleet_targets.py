@@ -58,6 +58,39 @@ def _worker(config: dict[str, Any]) -> subprocess.Popen[str]:
     )
 
 
+def _slot_time(spans: list[list[float | None]], cap: int) -> tuple[int, float, float, float]:
+    """From the callers' ``[asked, entered, left, released]`` spans (slot_worker.py):
+    the most slots held at once; the slot-time that stood idle while a caller waited (at
+    each moment, as many slots as there were callers waiting, at most the slots no
+    caller held); the slot-time held; and the time the callers took to give their
+    slots back (from leaving the block until ``slot()`` returned), all in s.
+
+    "Held" is a caller's own time inside its ``with slot()`` block: the slot is leased
+    before the block begins and given back after it ends, so this undercounts what Redis
+    held, never overcounts it (which is why never more than ``cap`` are seen).
+    """
+    moves: list[tuple[float, int, int]] = []  # (moment, waiting +-1, held +-1)
+    release_s = 0.0
+    for asked, entered, left, released in spans:
+        assert asked is not None and left is not None
+        moves.append((asked, 1, 0))
+        if entered is None:  # refused: waited until it was told so
+            moves.append((left, -1, 0))
+        else:
+            assert released is not None
+            moves += [(entered, -1, 1), (left, 0, -1)]
+            release_s += released - left
+    moves.sort(key=lambda m: (m[0], m[1] + m[2]))  # at one moment, the ends first
+    waiting = held = most = 0
+    idle_s = held_s = 0.0
+    for (at, dw, dh), (then, _, _) in zip(moves, moves[1:] + moves[-1:], strict=True):
+        waiting, held = waiting + dw, held + dh
+        most = max(most, held)
+        idle_s += max(0, min(waiting, cap - held)) * (then - at)
+        held_s += held * (then - at)
+    return most, idle_s, held_s, release_s
+
+
 def test_a_fleet_never_has_more_than_max_concurrent_calls_at_the_supplier(
     limiter_db: tuple[str, Engine],
     limiter_redis_url: str,
@@ -65,6 +98,31 @@ def test_a_fleet_never_has_more_than_max_concurrent_calls_at_the_supplier(
     supplier: Supplier,
     figures: Any,
 ) -> None:
+    """56 callers in 4 processes share 4 slots: the supplier never sees more than 4
+    calls at once (nor do the callers, by their own clocks), all 4 are used, and the
+    fleet keeps the supplier busy: a freed slot does not stand idle while a caller
+    waits for one.
+
+    "Idle while a caller waits" is measured from each caller's own clock around
+    ``slot()`` (``time.monotonic``: one clock for every process of the host): at each
+    moment, as many free slots as there are callers waiting for one. It is compared
+    with what the callers took to give their slots back in the same run, since on a
+    hand-over that release is the whole of the limiter's work: the release's script
+    hands the slot to the first caller queued and tells its process, which wakes it
+    (docs/concurrency.md, "Waiting"). Both are a few round trips and wake-ups, both
+    stretch alike on a loaded host, so their ratio does not follow its speed: 1.1-1.8
+    measured at load 3-18 on this 2-core box, the release taking 1.4-25 ms a call.
+    Waiters that find a freed slot only on their own next ask leave it idle for longer:
+    every 20 ms (the pace without the subscriber) 14.7 at load 3 and 3.5-5.0 at load
+    10-14; every second (grants heard by nobody) 236.
+
+    Calls per second at the supplier, once the measure (at least 56/s, 0.7 of the ideal
+    80/s), measured the host as much as the limiter: each call also holds its slot for
+    the callers' and the supplier's own HTTP work (a TCP connect per call from the
+    threads, a thread per call at the supplier), which a loaded host stretches (30-57/s
+    at load 6-18 with the fleet as it is), and the 20 ms asks passed it on a quieter
+    host (60/s at load 3). They are reported, not asserted.
+    """
     seconds = 6.0
     base = {
         "database_url": limiter_db[0],
@@ -85,28 +143,37 @@ def test_a_fleet_never_has_more_than_max_concurrent_calls_at_the_supplier(
     for w in workers:  # each started, however long a loaded host took
         assert w.stdout is not None and w.stdout.readline().strip() == "ready"
     start_at = time.time() + 0.5
-    outputs = [w.communicate(f"{start_at} {start_at + seconds}\n", timeout=120)[0] for w in workers]
+    for w in workers:  # every one told before any is waited for: they run together
+        assert w.stdin is not None
+        w.stdin.write(f"{start_at} {start_at + seconds}\n")
+        w.stdin.flush()
+    outputs = [w.communicate(timeout=120)[0] for w in workers]
     assert all(w.returncode == 0 for w in workers), outputs
     counts = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
     stats = supplier.stats()
-    assert stats["most_in_flight"] <= MAX
-    assert stats["calls"] == sum(c["calls"] for c in counts)
+    most_held, idle_s, held_s, release_s = _slot_time([s for c in counts for s in c["spans"]], MAX)
     per_s = stats["calls"] / (stats["last_s"] - stats["first_s"])
     figures(
         "slots: 3 processes x 8 threads + 32 asyncio tasks, maxConcurrent 4, 50 ms supplier",
+        idle_per_release=round(idle_s / release_s, 2),
+        release_ms=round(1000 * release_s / stats["calls"], 2),
+        idle_ms_per_call=round(1000 * idle_s / stats["calls"], 2),
+        held_ms_per_call=round(1000 * held_s / stats["calls"], 2),
         calls_per_s=round(per_s, 1),
         ideal_per_s=MAX / DELAY_S,
         most_in_flight=stats["most_in_flight"],
         refused=sum(c["refused"] for c in counts),
         calls_by_process=[c["calls"] for c in counts],
     )
+    assert stats["most_in_flight"] <= MAX
+    assert most_held <= MAX  # the callers' side of the same cap
+    assert stats["calls"] == sum(c["calls"] for c in counts)
+    assert all(c["calls"] > 0 for c in counts)  # a fleet: every process had its turns
     assert stats["most_in_flight"] == MAX  # the slots were all used, not just never exceeded
-    # The target is 0.85 x 80/s = 68/s, measured at 69-74/s at load 2-5 on this
-    # 2-core box (docs/concurrency.md). Four gateway processes, the supplier and Redis
-    # compete for those cores with other test runs, so the bound here leaves a margin
-    # for a busier box; the limiter before the hand-over (and the supplier before
-    # TCP_NODELAY): 48-53/s, which fails it.
-    assert per_s >= 0.7 * MAX / DELAY_S
+    assert idle_s <= 2.5 * release_s, (
+        f"slots idle {idle_s:.2f} s while callers waited, "
+        f"{idle_s / release_s:.1f} x the {release_s:.2f} s their releases took"
+    )
 
 
 def test_a_killed_process_s_slots_come_back_within_a_lease(
