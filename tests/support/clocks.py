@@ -18,17 +18,20 @@ EPOCH_S = 1_767_571_200.0
 
 class DrivenClock:
     """Monotonic and wall time that move only by ``advance`` and by the sleeps asked of
-    it (which return at once); ``slept`` adds up those sleeps."""
+    it (which return at once); ``slept`` adds up those sleeps. Wall time starts at
+    ``wall`` (``time.time()`` for a calendar the test reads off the real date)."""
 
-    def __init__(self, now: float = 1_000.0) -> None:
+    def __init__(self, now: float = 1_000.0, wall: float | None = None) -> None:
         self.now = now
         self.slept = 0.0
+        #: Wall time less monotonic: it starts at ``wall`` (``EPOCH_S`` by default).
+        self._wall_s = (EPOCH_S if wall is None else wall) - now
 
     def monotonic(self) -> float:
         return self.now
 
     def time(self) -> float:
-        return EPOCH_S + self.now
+        return self._wall_s + self.now
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
@@ -66,3 +69,12 @@ class WatchedClock:
         self.sleeps += 1
         self.sleeping.set()
         await asyncio.sleep(seconds)  # real time: Redis' clock decides the wait
+
+
+def let_pass(clock: object, seconds: float) -> None:
+    """``seconds`` on the clock that decides: a driven clock is moved on (``memory://``,
+    the fallback); on any other the limiter is on Redis, whose clock is real time."""
+    if isinstance(clock, DrivenClock):
+        clock.advance(seconds)
+    else:
+        time.sleep(seconds)  # real time: Redis' clock decides there
