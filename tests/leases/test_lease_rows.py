@@ -155,7 +155,7 @@ def test_a_short_lease_refuses_in_process_until_the_bucket_can_have_refilled(
     before = evalsha_calls(redis_client)  # the last lease call found the bucket dry
     assert not any(lim.try_acquire("/hot", timeout=0) for _ in range(50))
     assert evalsha_calls(redis_client) == before  # the 50: refused without a round trip
-    time.sleep(1.2)  # a lease's worth (1 s of the rate) refilled meanwhile
+    time.sleep(1.2)  # real time: Redis refills a lease's worth (1 s of the rate) meanwhile
     assert sum(lim.try_acquire("/hot", timeout=0) for _ in range(100)) == 100
     assert evalsha_calls(redis_client) - before == 1
     assert lim.try_acquire("/hot", timeout=0.5)  # a caller who can wait goes to Redis

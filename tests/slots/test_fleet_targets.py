@@ -136,6 +136,7 @@ def test_a_killed_process_s_slots_come_back_within_a_lease(
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"
         # held past several leases: the live process renews them
+        # real time: held past leases on Redis' clock, renewed
         time.sleep(1.5 * lease_s)
         assert redis_client.zcard(slot_keys(key_prefix, URL)[0]) == MAX
         with GatewayLimiter(
