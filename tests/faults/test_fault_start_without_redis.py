@@ -22,6 +22,7 @@ from tests.support.clusters import LocalCluster, LocalSentinel
 from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
 from tests.support.traffic import stat
+from tests.support.waiting import wait_for
 
 URL = "/start/without-redis"
 #: deny: a decision the policy made is a refusal, one Redis made (rate 50/s) an admission
@@ -93,11 +94,7 @@ KINDS = ["redis", "sentinel", "cluster"]
 
 
 def wait_until(what: str, check: Callable[[], bool], seconds: float = RESUME_S) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {seconds} s")
-        time.sleep(0.05)
+    wait_for(check, seconds, what, every=0.05)
 
 
 @pytest.mark.slow
