@@ -22,6 +22,7 @@ from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.config.settings import Settings
 from tests.support.limiting import evalsha_calls
 from tests.support.services import AclUser, RedisServer
+from tests.support.waiting import wait_for_async
 
 #: Scheduling noise of a loaded 2-core host (as in test_async_survives_redis_outages).
 NOISE = 0.45
@@ -81,6 +82,17 @@ async def no_lanes_left() -> None:
     while asyncio.all_tasks() != {asyncio.current_task()}:
         assert time.monotonic() < deadline, f"tasks left: {asyncio.all_tasks()}"
         await asyncio.sleep(0.01)
+
+
+def queued(backend: AsyncRedisBackend) -> int:
+    """Decisions queued in ``backend``, not yet taken by a lane to be sent."""
+    return len(backend._lanes._queue)
+
+
+def all_taken(backend: AsyncRedisBackend) -> bool:
+    """A lane took every queued decision and is on its round trip with them."""
+    lanes = backend._lanes
+    return lanes._active > 0 and not lanes._collecting and not lanes._queue
 
 
 class Paused:
@@ -253,7 +265,10 @@ async def test_redis_killed_mid_batch_fails_every_caller_promptly(
     assert (await backend.reserve(OPEN, 1, 0)).allowed
     with Paused(private_redis):
         calls = [asyncio.create_task(backend.reserve(OPEN, 1, 0)) for _ in range(400)]
-        await asyncio.sleep(0.2)  # two batches sent and unanswered, the rest queued
+        # a batch taken by a lane, sent and unanswered, the rest queued (the second lane
+        # may be still connecting: a silent server does not answer its handshake)
+        await wait_for_async(lambda: queued(backend) <= 400 - AsyncRedisBackend.BATCH, 5)
+        await asyncio.sleep(0)  # a turn of the loop: the lanes' writes
         assert not any(c.done() for c in calls)
         killed_at = time.monotonic()
         await asyncio.to_thread(private_redis.kill)
@@ -300,17 +315,18 @@ async def test_callers_cancelled_in_flight_or_queued_leave_the_connection_in_ste
 
     with Paused(private_redis):
         in_flight = [asyncio.create_task(backend.reserve(OPEN, 1, 0)) for _ in range(20)]
-        await asyncio.sleep(0.1)  # sent, unanswered
-        queued = [asyncio.create_task(backend.reserve(OPEN, 1, 0)) for _ in range(20)]
-        await asyncio.sleep(0.1)  # waiting for the only lane
+        await wait_for_async(lambda: all_taken(backend), 5, "the first 20 taken")
+        await asyncio.sleep(0)  # a turn of the loop: the lane's write; sent, unanswered
+        waiting = [asyncio.create_task(backend.reserve(OPEN, 1, 0)) for _ in range(20)]
+        await wait_for_async(lambda: queued(backend) == 20, 5, "20 queued for the only lane")
         cancelled_at = time.monotonic()
-        for task in in_flight[::2] + queued[::2]:
+        for task in in_flight[::2] + waiting[::2]:
             task.cancel()
-        for task in in_flight[::2] + queued[::2]:
+        for task in in_flight[::2] + waiting[::2]:
             with pytest.raises(asyncio.CancelledError):
                 await task
         assert time.monotonic() - cancelled_at < NOISE  # at once, Redis still silent
-    answered = await asyncio.gather(*in_flight[1::2], *queued[1::2])
+    answered = await asyncio.gather(*in_flight[1::2], *waiting[1::2])
 
     assert all(v.allowed for v in answered)
     # the in-flight batch ran whole; the cancelled queued callers were never sent
@@ -327,7 +343,9 @@ async def test_aclose_mid_batch_fails_its_callers_and_leaves_no_task(
     await backend.prepare()
     with Paused(private_redis):
         calls = [asyncio.create_task(backend.reserve(OPEN, 1, 0)) for _ in range(300)]
-        await asyncio.sleep(0.1)
+        # a batch in flight on the only lane, the rest queued
+        await wait_for_async(lambda: queued(backend) == 300 - AsyncRedisBackend.BATCH, 5)
+        await asyncio.sleep(0)  # a turn of the loop: the lane's write
         await backend.aclose()
         outcomes = await asyncio.gather(*calls, return_exceptions=True)
     assert all(isinstance(o, BackendError) for o in outcomes)
@@ -352,7 +370,8 @@ async def test_a_peek_gets_a_connection_in_turn_under_a_steady_stream_of_decisio
 
     workers = [asyncio.create_task(decide()) for _ in range(3 * AsyncRedisBackend.BATCH)]
     try:
-        await asyncio.sleep(0.1)
+        # the lanes busy: every worker decided once, and the stream goes on
+        await wait_for_async(lambda: decided > 3 * AsyncRedisBackend.BATCH, 5)
         slowest = 0.0
         for _ in range(10):
             started = time.monotonic()

@@ -16,8 +16,10 @@ import redis
 from sqlalchemy import Engine
 
 from gateway_limiter.aio import AsyncGatewayLimiter
+from tests.support.clocks import WatchedClock
 from tests.support.limiting import evalsha_calls, write_row
 from tests.support.services import RedisServer, mariadb_connection
+from tests.support.waiting import wait_for_async
 
 RATE = 10
 #: CancelledError reaches the caller on the loop's next turn; allow a loaded host (its
@@ -40,8 +42,19 @@ def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
 
 
 @pytest.fixture
-def limiter_settings() -> dict[str, Any]:
-    return {"reload_interval": 60}
+def clock() -> WatchedClock:
+    """Real sleeps (Redis' clock decides), and an event when a caller begins one."""
+    return WatchedClock()
+
+
+@pytest.fixture
+def limiter_settings(clock: WatchedClock) -> dict[str, Any]:
+    return {"reload_interval": 60, "clock": clock}
+
+
+async def sleeping(clock: WatchedClock) -> None:
+    """Until a caller sleeps out its wait on ``clock`` (it has reserved its permits)."""
+    await asyncio.wait_for(clock.sleeping.wait(), 10)
 
 
 async def drain(lim: AsyncGatewayLimiter) -> None:
@@ -56,11 +69,11 @@ async def drain(lim: AsyncGatewayLimiter) -> None:
 
 @pytest.mark.parametrize("call", list(WAITERS))
 async def test_a_caller_cancelled_while_it_waits_gets_cancelled_error_at_once(
-    call: str, alim: AsyncGatewayLimiter
+    call: str, alim: AsyncGatewayLimiter, clock: WatchedClock
 ) -> None:
     await drain(alim)
     waiter = asyncio.create_task(WAITERS[call](alim))
-    await asyncio.sleep(0.05)  # reserved 5 permits: due in ~0.5 s, sleeping
+    await sleeping(clock)  # reserved 5 permits: due in ~0.5 s, sleeping
     assert not waiter.done()
     cancelled_at = time.monotonic()
     waiter.cancel()
@@ -71,12 +84,12 @@ async def test_a_caller_cancelled_while_it_waits_gets_cancelled_error_at_once(
 
 @pytest.mark.parametrize("call", list(WAITERS))
 async def test_the_permits_of_a_cancelled_caller_stay_spent(
-    call: str, alim: AsyncGatewayLimiter
+    call: str, alim: AsyncGatewayLimiter, clock: WatchedClock
 ) -> None:
     drained_at = time.monotonic()  # the refill after the drain is at most what came since
     await drain(alim)
     waiter = asyncio.create_task(WAITERS[call](alim))
-    await asyncio.sleep(0.05)
+    await sleeping(clock)
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
@@ -102,7 +115,7 @@ async def test_decisions_cancelled_in_flight_leave_the_limiter_healthy(
         for turns in range(4):  # cancel at different points: queued, sending, reading
             calls = [asyncio.create_task(alim.try_acquire("/quick")) for _ in range(200)]
             for _ in range(turns):
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # a turn of the loop, not a wait
             for task in calls:
                 task.cancel()
             outcomes = await asyncio.gather(*calls, return_exceptions=True)
@@ -118,8 +131,11 @@ async def test_decisions_cancelled_in_flight_leave_the_limiter_healthy(
         assert evalsha_calls(redis_client) - before == 300
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     # connections dropped by cancellation were closed, not left open on the server
-    await asyncio.sleep(0.1)
-    assert len(redis_client.client_list()) <= clients_before + pool_size
+    await wait_for_async(
+        lambda: len(redis_client.client_list()) <= clients_before + pool_size,
+        5,
+        "the dropped connections closed on the server",
+    )
 
 
 async def test_a_cancelled_reload_still_completes_in_its_thread(
@@ -137,7 +153,9 @@ async def test_a_cancelled_reload_still_completes_in_its_thread(
                 "values ('/late', 3, 0, 1)"
             )
         reload = asyncio.create_task(alim.reload())
-        await asyncio.sleep(0.2)  # the reload waits for the lock, in a thread
+        await wait_for_async(
+            lambda: waits_for_the_table(database), 10, "the reload to wait for the lock"
+        )
         cancelled_at = time.monotonic()
         reload.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -149,7 +167,24 @@ async def test_a_cancelled_reload_still_completes_in_its_thread(
     finally:
         locker.close()
 
-    deadline = time.monotonic() + 10  # ... and the thread finishes the reload
-    while "/late" not in alim.registry.snapshot.rules:
-        assert time.monotonic() < deadline, "the cancelled reload never completed"
-        await asyncio.sleep(0.02)
+    # ... and the thread finishes the reload
+    await wait_for_async(
+        lambda: "/late" in alim.registry.snapshot.rules, 10, "the cancelled reload to complete"
+    )
+
+
+def waits_for_the_table(database: str) -> bool:
+    """A session of ``database`` waits for a table lock (the reload's read, in its
+    thread), as the server's process list tells."""
+    watcher = mariadb_connection(database)
+    try:
+        with watcher.cursor() as cur:
+            cur.execute(
+                "select count(*) from information_schema.PROCESSLIST "
+                "where DB = %s and STATE like 'Waiting for table%%'",
+                (database,),
+            )
+            (waiting,) = cur.fetchone()
+        return bool(waiting)
+    finally:
+        watcher.close()

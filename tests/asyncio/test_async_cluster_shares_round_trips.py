@@ -32,6 +32,7 @@ from gateway_limiter.model.bucket import Verdict
 from tests.support.cluster_nodes import command, errors, reads, urls_on
 from tests.support.clusters import LocalCluster
 from tests.support.traffic import stat
+from tests.support.waiting import wait_for_async
 
 DAY = 86_400
 
@@ -65,17 +66,28 @@ def _rule(url: str, capacity: int, **more: Any) -> Rule:
     return Rule(url, capacity, 0.0, 0, period=DAY, **more)
 
 
+def _sent(backend: AsyncRedisClusterBackend, port: int) -> bool:
+    """A lane of the master on ``port`` is on its way with the first call: connecting (a
+    paused master holds a new connection's handshake too) or on its round trip; calls
+    that come now queue behind it."""
+    lanes = [lanes for name, lanes in backend._lanes.items() if name.endswith(f":{port}")]
+    return any(la._active > 0 for la in lanes)
+
+
 async def _held_then(
     client: redis.Redis,
     pause_ms: int,
     first: Callable[[], Awaitable[Any]],
     rest: Sequence[Callable[[], Awaitable[Any]]],
+    sent: Callable[[], bool],
 ) -> list[Any]:
-    """One master pauses; ``first`` goes (its round trip held in flight), then every
-    call of ``rest`` arrives while it is held; each result or error, ``first``'s first."""
+    """One master pauses; ``first`` goes (its round trip held in flight, once ``sent``
+    says so), then every call of ``rest`` arrives while it is held; each result or
+    error, ``first``'s first."""
     command(client, "CLIENT", "PAUSE", pause_ms, "ALL")
     lead = asyncio.ensure_future(first())
-    await asyncio.sleep(0.05)  # the first call is written by now, and held
+    await wait_for_async(sent, 5, "the first call in flight", 0.001)
+    await asyncio.sleep(0)  # a turn of the loop: the lane's write
     followers = [call() for call in rest]
     return await asyncio.gather(lead, *followers, return_exceptions=True)
 
@@ -131,7 +143,9 @@ async def test_calls_queued_on_a_held_master_go_together_and_hold_no_other_maste
 
     read_before = reads(node)
     rest = [ask(held, "held")] * 20 + [ask(r, "other") for r in others] * 5
-    results = await _held_then(node, 1000, ask(held, "held"), rest)
+    results = await _held_then(
+        node, 1000, ask(held, "held"), rest, lambda: _sent(backend, held_port)
+    )
 
     assert _stored(results[:21]) == list(range(1000 - 21, 1000))  # one permit each, in turn
     assert _stored(results[21:]) == sorted(list(range(1000 - 5, 1000)) * 2)
@@ -166,7 +180,13 @@ async def test_an_error_reply_and_a_lost_script_in_a_batch_are_each_callers_own(
         # the path every decision takes, with a call Redis refuses: more keys than arguments
         return await backend.script(ScriptCall("bucket", [3, bucket_key(key_prefix, urls[0])]))
 
-    results = await _held_then(node, 400, first, [decide] * 10 + [push, refused] + [decide] * 10)
+    results = await _held_then(
+        node,
+        400,
+        first,
+        [decide] * 10 + [push, refused] + [decide] * 10,
+        lambda: _sent(backend, port),
+    )
 
     errors = [r for r in results if isinstance(r, BaseException)]
     assert len(errors) == 1 and isinstance(errors[0], BackendError), results
@@ -212,7 +232,13 @@ async def test_ask_and_moved_in_a_batch_are_followed_losing_none(
     command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
     command(source, "MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
     asks, askings = errors(source, "ASK"), stat(target, "asking")
-    results = await _held_then(source, 400, hold, [decide] * 20)
+
+    def on_source() -> bool:
+        return _sent(backend, source_port)
+
+    results = await _held_then(
+        source, 400, hold, [decide] * 20, lambda: _sent(backend, source_port)
+    )
     assert _stored(results[:1]) == [999]
     assert _stored(results[1:]) == list(range(999 - 20, 999))  # each once: none lost or twice
     assert errors(source, "ASK") - asks == 20  # the batch's calls were redirected,
@@ -222,7 +248,9 @@ async def test_ask_and_moved_in_a_batch_are_followed_losing_none(
     for node in (target, source, third):
         command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
     moved = errors(source, "MOVED")
-    results = await _held_then(source, 400, hold, [decide] * 20)
+    results = await _held_then(
+        source, 400, hold, [decide] * 20, lambda: _sent(backend, source_port)
+    )
     assert _stored(results[:1]) == [998]
     assert _stored(results[1:]) == list(range(999 - 40, 999 - 20))
     assert errors(source, "MOVED") - moved == 20  # all 20 in the batch, once each

@@ -169,16 +169,20 @@ class TableLock:
 
 async def test_the_ticker_sees_a_loop_held_by_a_blocking_call_or_by_cpu_work() -> None:
     async with LoopTicker() as ticker:
+        # real time: the ticker ticks on the real loop
         await asyncio.sleep(0.02)
-        time.sleep(0.15)  # a blocking call inside a coroutine: the bug this file guards
+        time.sleep(0.15)  # real time: a blocking call in a coroutine, the bug this file guards
+        # real time: the ticker ticks on the real loop
         await asyncio.sleep(0.02)
     assert ticker.worst > STALL, ticker
 
     async with LoopTicker() as ticker:
+        # real time: the ticker ticks on the real loop
         await asyncio.sleep(0.02)
         until = time.thread_time() + 0.15
         while time.thread_time() < until:  # 150 ms of CPU on the loop holds it just the same
             pass
+        # real time: the ticker ticks on the real loop
         await asyncio.sleep(0.02)
     assert ticker.worst > STALL, ticker
 
@@ -190,6 +194,7 @@ async def test_callers_waiting_their_turn_on_redis_do_not_hold_the_loop(
     waited: list[float] = []
 
     async def caller(arrives_after: float) -> None:
+        # real time: callers arrive over 200 ms, as traffic does
         await asyncio.sleep(arrives_after)
         waited.append(await alim.acquire("/wait"))
 
@@ -232,6 +237,7 @@ async def test_a_reload_stuck_in_the_database_does_not_hold_the_loop(
                         assert await lim.try_acquire("/quick", timeout=0)
                     # less what the OS kept this process's threads waiting for a CPU
                     slowest = max(slowest, time.perf_counter() - started - off_cpu_since(before))
+                    # real time: requests paced while the reload is stuck
                     await asyncio.sleep(0.01)
                 assert not stuck.done()  # still waiting for the table lock, in its thread
                 lock.release()

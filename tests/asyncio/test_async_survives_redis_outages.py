@@ -9,7 +9,7 @@ import logging
 import math
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.state import bucket_key
 from tests.support.limiting import evalsha_calls, write_row
 from tests.support.services import RedisServer
+from tests.support.waiting import wait_for_async
 
 REDIS_TIMEOUT = 0.05
 CONNECT_TIMEOUT = 0.3
@@ -78,16 +79,12 @@ class Load:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
+    def called(self, phase: str, calls: int = 20) -> bool:
+        """At least ``calls`` decided in ``phase``."""
+        return len(self.outcomes.get(phase, ())) >= calls
+
     def slowest(self, *phases: str) -> float:
         return max((t for p in phases for t in self.latencies.get(p, [])), default=0.0)
-
-
-async def wait_for(condition: Callable[[], bool], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {seconds} s")
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -105,20 +102,20 @@ async def test_redis_killed_and_restarted_under_load(
 ) -> None:
     lim = limiter(db, private_redis, key_prefix, on_backend_error=policy)
     async with lim, Load(lim, "/r") as load:
-        await asyncio.sleep(0.5)
+        await wait_for_async(lambda: load.called("before"), 5, "traffic decided on Redis")
         load.phase = "killing"  # calls may still reach Redis until it is dead
         await asyncio.to_thread(private_redis.kill)
         # Until the next permit the last reply named (50 ms at most), callers are
         # refused in-process as Redis would have refused them: nobody asks it yet.
-        await wait_for(lambda: not lim.backend_healthy, 2)
+        await wait_for_async(lambda: not lim.backend_healthy, 2)
         load.phase = "outage"
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(1.5)  # real time: traffic through the outage, its bound counts 1.5 s
         load.phase = "after"
         await asyncio.to_thread(private_redis.start)
-        await wait_for(lambda: lim.backend_healthy, 5)
+        await wait_for_async(lambda: lim.backend_healthy, 5)
         load.phase = "rejoined"
         started = time.monotonic()
-        await asyncio.sleep(1.2)
+        await asyncio.sleep(1.2)  # real time: traffic on Redis' bucket, bounded by its seconds
         rejoined_for = time.monotonic() - started
 
     assert load.errors == []
@@ -143,16 +140,16 @@ async def test_redis_that_stops_answering_costs_a_caller_about_redis_timeout(
 ) -> None:
     assert private_redis.proc is not None
     async with limiter(db, private_redis, key_prefix) as lim, Load(lim, "/quick") as load:
-        await asyncio.sleep(0.3)
+        await wait_for_async(lambda: load.called("before"), 5, "traffic decided on Redis")
         load.phase = "stopped"
         private_redis.proc.send_signal(signal.SIGSTOP)  # up, connected, silent
         try:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)  # real time: Redis silent for 1 s, the probes' bound counts it
         finally:
             private_redis.proc.send_signal(signal.SIGCONT)
         load.phase = "after"
-        await wait_for(lambda: lim.backend_healthy, 5)
-        await asyncio.sleep(0.2)
+        await wait_for_async(lambda: lim.backend_healthy, 5)
+        await wait_for_async(lambda: load.called("after"), 5, "traffic decided on Redis again")
 
     assert load.errors == []
     stopped = load.latencies["stopped"]
@@ -185,7 +182,8 @@ async def test_a_busy_loop_is_not_taken_for_a_slow_redis(
         with caplog.at_level(logging.WARNING, logger="gateway_limiter"):
             calls = [asyncio.create_task(lim.try_acquire("/quick")) for _ in range(64)]
             await asyncio.sleep(0)  # they send their EVALSHAs (or start connecting) ...
-            time.sleep(4 * timeout)  # ... and the application hogs the loop
+            # real time: the application hogs the loop, what this test is about
+            time.sleep(4 * timeout)
             admitted = await asyncio.gather(*calls)
         assert all(admitted)
         assert lim.backend_healthy

@@ -27,11 +27,13 @@ def test_live_numbers_are_the_fleets(console: Served, workers: list[subprocess.P
         # The first readings hold the full bucket's burst; past it the fleet is admitted
         # what the row allows, 20/s in all however much more the two ask. Each reading
         # covers one 0.2 s heartbeat per member, so a few are averaged.
+        # real time: tallies of real traffic, over 0.2 s heartbeats
         time.sleep(1.5)
         readings = []
         for _ in range(6):
             status = http.get("/api/status").json()
             readings.append(status["fleet"]["tallies"].get(URL, {}))
+            # real time: readings a heartbeat apart
             time.sleep(0.3)
         admitted = sum(r.get("admitted", 0.0) for r in readings) / len(readings)
         refused = sum(r.get("refused", 0.0) for r in readings) / len(readings)

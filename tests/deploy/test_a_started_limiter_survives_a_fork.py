@@ -162,7 +162,8 @@ def test_a_forked_child_renews_its_own_slots(lim: GatewayLimiter) -> None:
 
         def hold_past_the_lease() -> dict[str, Any]:
             with lim.slot(SLOT_URL, timeout=0):
-                time.sleep(2.5 * SLOT_LEASE_S)  # the lease lapses unless renewed
+                # real time: the lease lapses on Redis' clock unless renewed
+                time.sleep(2.5 * SLOT_LEASE_S)
                 return {"in_flight": lim.in_flight(SLOT_URL)}
 
         in_child(write, hold_past_the_lease)

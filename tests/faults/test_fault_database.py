@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import Engine, delete, event, insert, update
 from sqlalchemy.engine import make_url
 
@@ -26,6 +27,7 @@ from gateway_limiter.config.reload import Snapshot
 from gateway_limiter.config.table import make_engine
 from tests.support.limiting import CONF, write_row
 from tests.support.services import RedisServer, TcpProxy
+from tests.support.waiting import wait_for
 
 #: A decision reads the snapshot and asks Redis: a database problem must not show in
 #: its latency. A call that waited on the database would wait out the driver's
@@ -85,11 +87,9 @@ def proxied(migrated_db: tuple[str, Engine]) -> Iterator[tuple[str, TcpProxy]]:
     proxy.cut()
 
 
-def wait_for(condition: Callable[[], bool], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {seconds} s"
-        time.sleep(0.05)
+def failed_reloads() -> float:
+    """Reloads that failed in this process, as the metrics count them."""
+    return REGISTRY.get_sample_value("gateway_limiter_reloads_total", {"outcome": "failed"}) or 0.0
 
 
 @pytest.mark.slow
@@ -112,7 +112,7 @@ def test_a_database_that_goes_away_or_stops_answering_never_reaches_a_caller(
         assert lim.start().ok
         good = lim.registry.snapshot
         with Callers(lim, ["/a", "/b", "/unlimited"]) as callers:
-            time.sleep(0.5)
+            wait_for(lambda: callers.calls >= 50, 5, "the callers deciding")
             getattr(proxy, fault)()
             # A caller of reload() gets a summary, never an exception (a hung database
             # costs it the driver's timeouts; callers of try_acquire, nothing).
@@ -123,7 +123,8 @@ def test_a_database_that_goes_away_or_stops_answering_never_reaches_a_caller(
             # From now on every scheduled reload fails: the last good snapshot stays.
             held = lim.registry.snapshot
             assert held.rules == good.rules
-            time.sleep(1.0)
+            failed = failed_reloads()
+            wait_for(lambda: failed_reloads() >= failed + 2, 30, "two scheduled reloads failing")
             assert lim.registry.snapshot is held
             proxy.restore()
             wait_for(lambda: lim.registry.snapshot is not held, 30)
@@ -217,7 +218,7 @@ def test_rows_edited_during_reloads_never_give_half_a_table(
         with Callers(lim, urls) as callers:
             for th in threads:
                 th.start()
-            time.sleep(3.0)
+            time.sleep(3.0)  # real time: how long the writer and the reloaders race
             stop.set()
             for th in threads:
                 th.join(30)

@@ -100,6 +100,7 @@ def run_fleet(
         start = fleet.start()
 
         def at(offset: float) -> None:
+            # real time: each fault at its moment of the fleet's run
             time.sleep(max(0.0, start + offset - time.time()))
 
         def since() -> float:

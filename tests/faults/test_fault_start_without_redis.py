@@ -17,10 +17,12 @@ from sqlalchemy import Engine
 
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.state import bucket_key
+from tests.support.clocks import DrivenClock
 from tests.support.clusters import LocalCluster, LocalSentinel
 from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
 from tests.support.traffic import stat
+from tests.support.waiting import wait_for
 
 URL = "/start/without-redis"
 #: deny: a decision the policy made is a refusal, one Redis made (rate 50/s) an admission
@@ -92,11 +94,7 @@ KINDS = ["redis", "sentinel", "cluster"]
 
 
 def wait_until(what: str, check: Callable[[], bool], seconds: float = RESUME_S) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {seconds} s")
-        time.sleep(0.05)
+    wait_for(check, seconds, what, every=0.05)
 
 
 @pytest.mark.slow
@@ -151,10 +149,11 @@ def test_cluster_url_on_a_server_not_in_cluster_mode_starts(
     db_url, engine = migrated_db
     write_row(engine, URL, rateLimit=50, cache=0.0, status=1)
     url = f"redis+cluster://127.0.0.1:{private_redis.port}"
-    lim = limiter(db_url, url, key_prefix, **SETTINGS)
+    clock = DrivenClock()  # the breaker's seconds are the limiter's clock's
+    lim = limiter(db_url, url, key_prefix, clock=clock, **SETTINGS)
     try:
         assert not lim.try_acquire(URL, timeout=0)
-        time.sleep(SETTINGS["breaker_seconds"] * 2)  # the probe fails the same way
+        clock.advance(SETTINGS["breaker_seconds"] * 2)  # the probe fails the same way
         assert not lim.try_acquire(URL, timeout=0)
         assert lim.backend_fallbacks >= 2
         assert not lim.backend_healthy
@@ -168,11 +167,12 @@ async def test_asyncio_cluster_url_on_a_server_not_in_cluster_mode_starts(
     db_url, engine = migrated_db
     write_row(engine, URL, rateLimit=50, cache=0.0, status=1)
     url = f"redis+cluster://127.0.0.1:{private_redis.port}"
+    clock = DrivenClock()  # the breaker's seconds are the limiter's clock's
     async with AsyncGatewayLimiter(
-        database_url=db_url, redis_url=url, key_prefix=key_prefix, **SETTINGS
+        database_url=db_url, redis_url=url, key_prefix=key_prefix, clock=clock, **SETTINGS
     ) as lim:
         assert not await lim.try_acquire(URL, timeout=0)
-        await asyncio.sleep(SETTINGS["breaker_seconds"] * 2)
+        clock.advance(SETTINGS["breaker_seconds"] * 2)  # the probe fails the same way
         assert not await lim.try_acquire(URL, timeout=0)
         assert lim.backend_fallbacks >= 2
         assert not lim.backend_healthy

@@ -141,6 +141,7 @@ def test_a_reload_stuck_on_the_database_is_one_error_not_a_warning_each_tick(
             cur.execute("LOCK TABLES t_ratelimite_conf WRITE")
         # Each reload waits out the read timeout while the scheduler ticks 10 times a
         # second: about 25 ticks find a reload running within these 2.5 s.
+        # real time: the driver's read timeout, waited out 2.5 times
         time.sleep(2.5 * READ_TIMEOUT_S)
         skipped = [r for r in caplog.records if "maximum number" in r.getMessage()]
         stuck = [r for r in caplog.records if "reload still running" in r.getMessage()]

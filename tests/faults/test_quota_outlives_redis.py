@@ -133,9 +133,11 @@ def test_a_redis_restart_mid_day_gives_away_at_most_one_checkpoint_interval(
     procs = fleet(db_url, private_redis.url, key_prefix, RUN_S)
     start_at = go(procs)
     try:
+        # real time: the kill at its moment of the fleet's run
         time.sleep(max(0.0, start_at + KILL_AT_S - time.time()))
         killed = time.time()
         private_redis.kill()
+        # real time: Redis down for DOWN_S while the fleet runs
         time.sleep(DOWN_S)
         private_redis.start()  # empty: no save, no append-only file
         restarted = time.time()

@@ -87,7 +87,8 @@ def test_the_fleet_admits_no_more_than_was_left_while_redis_is_away(
             say(p, str(SPENT if i == 0 else 0))
         for p in procs:
             assert p.stdout is not None and p.stdout.readline().strip() == "spent"
-        time.sleep(1.5)  # every process has read the counter (every 0.3 s) since
+        # real time: every process has read the counter (every 0.3 s) since
+        time.sleep(1.5)
         private_redis.kill()
         for p in procs:
             say(p, "gone")

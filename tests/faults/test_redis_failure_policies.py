@@ -14,6 +14,7 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.state import bucket_key
 from tests.support.limiting import evalsha_calls, limiter, write_row
 from tests.support.services import RedisServer
+from tests.support.waiting import wait_for
 
 REDIS_TIMEOUT = 0.05
 #: A call may take the socket timeout plus scheduling noise on a loaded 2-core host.
@@ -56,13 +57,9 @@ class Load:
         for t in self.threads:
             t.join(5)
 
-
-def wait_for(condition: object, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {seconds} s")
-        time.sleep(0.02)
+    def called(self, phase: str, calls: int = 20) -> bool:
+        """At least ``calls`` decided in ``phase``."""
+        return len(self.outcomes.get(phase, ())) >= calls
 
 
 @pytest.mark.slow
@@ -83,20 +80,20 @@ def test_redis_killed_and_restarted_under_load(
     )
     try:
         with Load(lim, "/r") as load:
-            time.sleep(0.5)
+            wait_for(lambda: load.called("before"), 5, "traffic decided on Redis")
             load.phase = "noticing"
             private_redis.kill()
             # Until the next permit the last reply named (50 ms at most), callers are
             # refused in-process as Redis would have refused them: nobody asks it yet.
             wait_for(lambda: not lim.backend_healthy, 2)
             load.phase = "outage"
-            time.sleep(1.5)
+            time.sleep(1.5)  # real time: traffic through the outage, its bound counts 1.5 s
             load.phase = "after"
             private_redis.start()
             wait_for(lambda: lim.backend_healthy, 5)
             load.phase = "rejoined"
             started = time.monotonic()
-            time.sleep(1.2)
+            time.sleep(1.2)  # real time: traffic on Redis' bucket, bounded by its seconds
             rejoined_for = time.monotonic() - started
         assert load.errors == []
         assert load.slowest < CALL_BOUND
@@ -134,10 +131,10 @@ def test_redis_paused_longer_than_the_timeout_never_stalls_a_call(
     admin = private_redis.client()
     try:
         with Load(lim, "/r") as load:
-            time.sleep(0.3)
+            wait_for(lambda: load.called("before"), 5, "traffic decided on Redis")
             admin.client_pause(1000, all=True)
-            time.sleep(1.3)
-            wait_for(lambda: lim.backend_healthy, 5)
+            wait_for(lambda: not lim.backend_healthy, 2, "the pause noticed")
+            wait_for(lambda: lim.backend_healthy, 5, "Redis answering again")
         assert load.errors == []
         assert load.slowest < CALL_BOUND
         assert lim.backend_healthy
@@ -177,7 +174,7 @@ def test_redis_restarted_empty_recreates_the_bucket_full(
         # the last reply gave (the next permit, a second after the first call) it still
         # refuses in-process, stricter than the empty Redis, never looser.
         assert not lim.try_acquire("/r")
-        time.sleep(1.1)
+        time.sleep(1.1)  # real time: Redis' clock refills the permit the refusal named
         assert [lim.try_acquire("/r") for _ in range(6)] == [True] * 5 + [False]
     finally:
         lim.close()
@@ -194,9 +191,12 @@ def test_redis_down_at_start_starts_anyway_and_joins_when_it_comes_up(
         assert not lim.backend_healthy
         assert [lim.try_acquire("/r") for _ in range(4)] == [True] * 3 + [False]  # local
         private_redis.start()
-        time.sleep(0.15)
-        lim.try_acquire("/r")
-        assert lim.backend_healthy
+
+        def probed() -> bool:  # past the breaker's 0.1 s, a call asks the restarted Redis
+            lim.try_acquire("/r")
+            return lim.backend_healthy
+
+        wait_for(probed, 5, "a call to close the breaker")
         assert private_redis.client().exists(bucket_key(key_prefix, "/r"))
     finally:
         lim.close()

@@ -24,6 +24,7 @@ from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.integrations.asgi import RateLimitMiddleware, header_key
 from tests.support.limiting import write_row
 from tests.support.services import free_port
+from tests.support.waiting import wait_for_async
 
 # A minute's period: a loaded box cannot refill a permit between a test's calls.
 SEARCH = "/api/search"  # 2 a minute for everyone, no wait budget
@@ -67,12 +68,8 @@ async def gateway(alim: AsyncGatewayLimiter) -> AsyncIterator[Gateway]:
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())
-    for _ in range(500):  # up to 10 s on a loaded box
-        if server.started:
-            break
-        assert not serving.done(), "uvicorn stopped before it started"
-        await asyncio.sleep(0.02)
-    assert server.started
+    await wait_for_async(lambda: server.started or serving.done(), 10, "uvicorn to start")
+    assert server.started, "uvicorn stopped before it started"
     try:
         yield gateway
     finally:

@@ -98,12 +98,14 @@ def held_for(get: Get, supplier: Supplier, pushed: float, seconds: float, upto: 
     after the hold: on a loaded box the pushback's own round trip moves its start."""
     before = supplier.count(PUSHED)
     for at in (0.2, seconds - 0.8):
+        # real time: inside the hold, on Redis' clock
         time.sleep(max(0.0, pushed + at - time.monotonic()))
         with pytest.raises(Refused) as refused:
             get(supplier.url(PUSHED))
         retry_after = refused.value.decision.retry_after
         assert retry_after is not None and 0 < retry_after <= upto
     assert supplier.count(PUSHED) == before
+    # real time: past the hold, on Redis' clock
     time.sleep(max(0.0, pushed + upto + 0.5 - time.monotonic()))
     assert get(supplier.url(PUSHED)) == 200
     assert supplier.count(PUSHED) == before + 1

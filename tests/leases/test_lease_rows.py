@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.scripts import STATE
 from gateway_limiter.backends.state import bucket_key
+from tests.support.clocks import DrivenClock
 from tests.support.limiting import evalsha_calls, limiter, set_switch, write_row
 from tests.support.services import RedisServer
 
@@ -73,17 +74,31 @@ def test_a_lease_where_it_cannot_apply_is_ignored_with_a_warning(
     assert evalsha_calls(redis_client) - before == 20
 
 
-def test_the_lease_does_not_outlast_leasems(lim: GatewayLimiter, redis_client: redis.Redis) -> None:
-    assert lim.try_acquire("/hot", timeout=0)  # a lease of 100, 99 left in it
-    before = evalsha_calls(redis_client)
-    assert lim.try_acquire("/hot", timeout=0)  # from the lease
-    assert evalsha_calls(redis_client) == before
-    time.sleep(1.1)  # older than leaseMs: not spent any more, renewed
-    assert lim.try_acquire("/hot", timeout=0)
-    assert evalsha_calls(redis_client) - before == 1
-    leases = lim._leases
-    assert leases is not None  # its 98 are dropped, not handed back: the bucket refilled
-    assert (leases.dropped, leases.handed_back) == (98, 0)  # more than that meanwhile
+def test_the_lease_does_not_outlast_leasems(
+    limiter_db: tuple[str, Engine],
+    limiter_redis_url: str,
+    limiter_settings: dict[str, float],
+    key_prefix: str,
+    redis_client: redis.Redis,
+) -> None:
+    clock = DrivenClock()  # a lease's age is read on the limiter's clock
+    lim = limiter(limiter_db[0], limiter_redis_url, key_prefix, clock=clock, **limiter_settings)
+    try:
+        assert lim.try_acquire("/hot", timeout=0)  # a lease of 100, 99 left in it
+        before = evalsha_calls(redis_client)
+        assert lim.try_acquire("/hot", timeout=0)  # from the lease
+        assert evalsha_calls(redis_client) == before
+        clock.advance(0.9)  # younger than leaseMs: still spent from
+        assert lim.try_acquire("/hot", timeout=0)
+        assert evalsha_calls(redis_client) == before
+        clock.advance(0.2)  # older than leaseMs: not spent any more, renewed
+        assert lim.try_acquire("/hot", timeout=0)
+        assert evalsha_calls(redis_client) - before == 1
+        leases = lim._leases
+        assert leases is not None  # its 97 are dropped, not handed back: the bucket
+        assert (leases.dropped, leases.handed_back) == (97, 0)  # refilled more meanwhile
+    finally:
+        lim.close()
 
 
 def test_closing_hands_the_lease_back(
@@ -140,7 +155,7 @@ def test_a_short_lease_refuses_in_process_until_the_bucket_can_have_refilled(
     before = evalsha_calls(redis_client)  # the last lease call found the bucket dry
     assert not any(lim.try_acquire("/hot", timeout=0) for _ in range(50))
     assert evalsha_calls(redis_client) == before  # the 50: refused without a round trip
-    time.sleep(1.2)  # a lease's worth (1 s of the rate) refilled meanwhile
+    time.sleep(1.2)  # real time: Redis refills a lease's worth (1 s of the rate) meanwhile
     assert sum(lim.try_acquire("/hot", timeout=0) for _ in range(100)) == 100
     assert evalsha_calls(redis_client) - before == 1
     assert lim.try_acquire("/hot", timeout=0.5)  # a caller who can wait goes to Redis

@@ -15,8 +15,10 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.state import limit
 from gateway_limiter.config.rules import CALENDAR_SECONDS, Rule
+from gateway_limiter.core.clock import SYSTEM_CLOCK, Clock
 from gateway_limiter.model.calendar import Calendar, QuotaPeriod
 from gateway_limiter.model.limits import reserve_limits
+from tests.support.clocks import DrivenClock, let_pass
 from tests.support.limiting import write_row
 
 URL = "/ibe/flight/search"
@@ -24,13 +26,25 @@ QUOTA = 3
 
 
 @pytest.fixture(params=["redis", "memory"])
-def limiter_redis_url(request: pytest.FixtureRequest, limiter_redis_url: str) -> str:
-    return limiter_redis_url if request.param == "redis" else "memory://"
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture
-def limiter_settings() -> dict[str, Any]:
-    return {"reload_interval": 3600}
+def limiter_redis_url(backend: str, limiter_redis_url: str) -> str:
+    return limiter_redis_url if backend == "redis" else "memory://"
+
+
+@pytest.fixture
+def clock(backend: str) -> Clock:
+    """Redis decides on its own clock, real time; ``memory://`` on the limiter's: one the
+    test moves, its wall time starting at today's (the quota's day is the real one)."""
+    return SYSTEM_CLOCK if backend == "redis" else DrivenClock(wall=time.time())
+
+
+@pytest.fixture
+def limiter_settings(clock: Clock) -> dict[str, Any]:
+    return {"reload_interval": 3600, "clock": clock}
 
 
 @pytest.fixture
@@ -76,7 +90,7 @@ def test_a_daily_quota_is_told_back_and_refuses_until_beijing_midnight(
 
 
 def test_a_call_the_per_second_row_refuses_takes_nothing_from_the_quota(
-    lim: GatewayLimiter, limiter_db: tuple[str, Engine]
+    lim: GatewayLimiter, limiter_db: tuple[str, Engine], clock: Clock
 ) -> None:
     with limiter_db[1].begin() as conn:  # the per-second row: 2 a second
         conn.execute(text("update t_ratelimite_conf set rateLimit = 2 where quotaPeriod is null"))
@@ -86,10 +100,10 @@ def test_a_call_the_per_second_row_refuses_takes_nothing_from_the_quota(
     # the bucket binds while it has no more left than the quota: no reset_at
     assert (second.limit, second.remaining, second.reset_at) == (2, 0, None)
     assert not third.allowed and third.reset_at is None  # refused by the rate
-    time.sleep(0.6)  # a permit of the rate again
+    let_pass(clock, 0.6)  # a permit of the rate again
     fourth = lim.decide(URL)
     assert fourth.allowed  # the refused call took nothing from the quota: 1 was left
-    time.sleep(0.6)
+    let_pass(clock, 0.6)
     spent = lim.decide(URL)
     assert not spent.allowed
     assert (spent.limit, spent.remaining, spent.reset_at) == (3, 0, beijing_midnight())

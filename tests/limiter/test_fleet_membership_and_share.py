@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import time
 
@@ -19,21 +20,15 @@ from gateway_limiter.backends.fleet import decode_member, fleet_key
 from gateway_limiter.config.rules import Algorithm, Rule
 from gateway_limiter.config.settings import Settings, SettingsError
 from gateway_limiter.core.fleet import shared_out
+from tests.support.clocks import DrivenClock
 from tests.support.clusters import LocalCluster, LocalSentinel
 from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
+from tests.support.waiting import wait_for, wait_for_async
 
 #: Short beats keep the tests quick; a member is dropped after three missed ones, so
 #: 0.25 s lets a loaded 2-core host stall a heartbeat thread for 0.75 s unnoticed.
 HEARTBEAT_S = 0.25
-
-
-def wait_for(condition: object, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {seconds} s")
-        time.sleep(0.02)
 
 
 # --- shared_out: 1/N of a rule, never more -------------------------------------------
@@ -140,6 +135,7 @@ def test_membership_costs_one_round_trip_per_heartbeat(
     try:
         admin.config_resetstat()
         started = time.monotonic()
+        # real time: heartbeats counted over real seconds
         time.sleep(2.0)
         stats = admin.info("commandstats")
         elapsed = time.monotonic() - started
@@ -164,13 +160,8 @@ async def test_the_asyncio_limiter_beats_too(
             fleet_heartbeat=HEARTBEAT_S,
         ) as alim:
             assert alim.fleet_size == 2  # the first heartbeat is part of start()
-            for _ in range(100):
-                if sync.fleet_size == 2:
-                    break
-                await asyncio.sleep(0.02)
-            assert sync.fleet_size == 2
-        await asyncio.sleep(0.1)
-        wait_for(lambda: sync.fleet_size == 1, 2)  # aclose() left the fleet
+            await wait_for_async(lambda: sync.fleet_size == 2, 2, "the sync limiter to see it")
+        await wait_for_async(lambda: sync.fleet_size == 1, 2, "aclose() to leave the fleet")
     finally:
         sync.close()
 
@@ -205,16 +196,6 @@ def burst(lim: GatewayLimiter, url: str, calls: int = 60) -> int:
     return sum(lim.try_acquire(url, timeout=0) for _ in range(calls))
 
 
-def admitted_in(lim: GatewayLimiter, url: str, seconds: float) -> int:
-    """Calls admitted by ``lim`` on ``url`` asking as fast as it can for ``seconds``."""
-    end = time.monotonic() + seconds
-    admitted = 0
-    while time.monotonic() < end:
-        admitted += lim.try_acquire(url, timeout=0)
-        time.sleep(0.001)
-    return admitted
-
-
 @pytest.mark.parametrize("algorithm", ["token_bucket", "sliding_window"])
 def test_share_decides_at_one_nth_of_the_rule_while_redis_is_away(
     algorithm: str, migrated_db: tuple[str, Engine], private_redis: RedisServer, key_prefix: str
@@ -222,23 +203,34 @@ def test_share_decides_at_one_nth_of_the_rule_while_redis_is_away(
     url, engine = migrated_db
     write_row(engine, "/s", rateLimit=40, cache=0.0, algorithm=algorithm)
     write_row(engine, "/probe", rateLimit=1000, cache=0.0)
-    lim = limiter(url, private_redis.url, key_prefix, fleet_heartbeat=HEARTBEAT_S)
+    # the fallback decides on the limiter's clock: this one moves only when told to
+    clock = DrivenClock()
+    lim = limiter(url, private_redis.url, key_prefix, fleet_heartbeat=HEARTBEAT_S, clock=clock)
     try:
         for n in range(3):  # three other live processes
             lim.backend.heartbeat(f'{{"host":"other","pid":{n}}}', 60_000)
         wait_for(lambda: lim.fleet_size == 4, 2)
-        killed_at = time.monotonic()
         private_redis.kill()
+
+        def probed() -> bool:  # decided by share on a clock that stands still: refused
+            lim.try_acquire("/probe", timeout=0)
+            return not lim.backend_healthy
+
         # a call on another interface finds Redis gone; the breaker is the process's
-        wait_for(lambda: lim.try_acquire("/probe", timeout=0) and not lim.backend_healthy, 2)
+        wait_for(probed, 2, "a call to find Redis gone")
         assert lim.fleet_size == 4  # the last N seen stays while Redis is away
-        # share starts its part of the bucket empty: what R/N = 10/s refills meanwhile
-        # (3 in a quick run; a loaded host that took longer over it refilled more)
-        admitted = burst(lim, "/s")
-        assert admitted <= 3 + 10 * max(0.0, time.monotonic() - killed_at - 0.2)
-        time.sleep(0.3)
-        steady = admitted_in(lim, "/s", 1.0)
-        assert 6 <= steady <= 10 + 4  # R/N = 10 per second
+        # share starts its part of the bucket empty: on a clock that has not moved, nothing
+        assert burst(lim, "/s") == 0
+        # R/N: 40/s over 4 processes, its part 0.95 of a quarter (its demand is the
+        # fleet's average): 9.5/s, asked for every quarter of a second over 4 s
+        rate = 40 * lim._fleet.part(lim.registry.snapshot.rules["/s"])
+        assert 9.0 <= rate <= 10.0
+        got = []
+        for _ in range(16):
+            clock.advance(0.25)
+            got.append(burst(lim, "/s"))
+        assert max(sum(got[i : i + 4]) for i in range(len(got) - 3)) <= math.ceil(rate)
+        assert 3 * math.floor(rate) <= sum(got) <= 4 * rate, got
     finally:
         lim.close()
 
@@ -274,11 +266,13 @@ def test_never_reached_redis_uses_fleet_size_or_decides_as_local_with_one_warnin
     private_redis.kill()
     caplog.set_level(logging.WARNING, logger="gateway_limiter")
     unknown = limiter(url, private_redis.url, key_prefix)
-    known = limiter(url, private_redis.url, key_prefix, fleet_size=4)
+    clock = DrivenClock()  # the fallback's clock: it moves only when told to
+    known = limiter(url, private_redis.url, key_prefix, fleet_size=4, clock=clock)
     try:
         assert (unknown.fleet_size, known.fleet_size) == (0, 4)
-        assert burst(known, "/n") <= 3  # its part (10) starts empty: what refills
-        assert 6 <= admitted_in(known, "/n", 1.0) <= 14  # R/4 = 10 per second
+        assert burst(known, "/n") == 0  # its part (10) starts empty: nothing refilled yet
+        clock.advance(1.0)
+        assert burst(known, "/n") == 10  # R/4 = 10 per second
         assert burst(unknown, "/n") >= 40  # the whole rule, as local
         burst(unknown, "/n")
         warnings = [r for r in caplog.records if "fleet_size is 0" in r.getMessage()]

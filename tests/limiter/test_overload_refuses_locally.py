@@ -21,6 +21,7 @@ from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.decision import Reason
 from gateway_limiter.core.local_refusal import LocalRefusals
 from gateway_limiter.model.bucket import US_PER_S
+from tests.support.clocks import DrivenClock
 from tests.support.limiting import evalsha_calls, set_switch, write_row
 from tests.support.services import RedisServer
 
@@ -113,7 +114,7 @@ def test_a_local_refusal_says_why_and_when_to_come_back(
 def test_after_the_next_permit_is_due_callers_go_to_redis_again(lim: GatewayLimiter) -> None:
     assert lim.try_acquire("/slow")
     assert not lim.try_acquire("/slow")
-    time.sleep(1.05)
+    time.sleep(1.05)  # real time: the permit is due on Redis' clock
     assert lim.try_acquire("/slow")  # the local refusal passed: asked, and admitted
 
 
@@ -187,14 +188,18 @@ def test_a_window_far_ahead_is_asked_about_again_within_a_second(
     url, engine = db
     write_row(engine, "/hourly", rateLimit=1, cache=0.0, periodSeconds=3600,
                algorithm="fixed_window")  # fmt: skip
+    clock = DrivenClock()  # the moment a process keeps is on the limiter's clock
     with GatewayLimiter(
-        database_url=url, redis_url=private_redis.url, key_prefix=key_prefix
+        database_url=url, redis_url=private_redis.url, key_prefix=key_prefix, clock=clock
     ) as lim:
         assert lim.try_acquire("/hourly")
         assert not lim.try_acquire("/hourly")
         assert lim.local_refusals == 1
         private_redis.client().flushall()  # an operator resets the quota by hand
-        time.sleep(1.05)
+        clock.advance(0.9)
+        assert not lim.try_acquire("/hourly")  # within the second: refused in-process
+        assert lim.local_refusals == 2
+        clock.advance(0.15)
         assert lim.try_acquire("/hourly")  # asked Redis again: a fresh window
 
 

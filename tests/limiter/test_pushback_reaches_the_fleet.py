@@ -77,13 +77,16 @@ def test_retry_after_holds_another_process_back_then_traffic_resumes(
     proc.start()
     try:
         assert out.get(timeout=60)[0] == "ready"
-        time.sleep(1.0)  # the other process is calling at the row's rate
+        admitted: list[float] = []
+        while len(admitted) < 3:  # the other process is calling at the row's rate
+            kind, at_s = out.get(timeout=10)
+            if kind == "admitted":
+                admitted.append(at_s)
         before_s = time.time()
         lim.pushback(URL, retry_after=2)
         after_s = time.time()
-        time.sleep(4.0)
+        time.sleep(4.0)  # real time: the 2 s hold is on Redis' clock, then traffic resumes
         stop.set()
-        admitted = []
         while True:
             kind, at_s = out.get(timeout=10)
             if kind == "admitted":
@@ -120,7 +123,7 @@ def test_a_hold_drains_the_bucket_so_traffic_resumes_at_the_rate_without_a_burst
     # moment the hold ends, at a supplier that has just said to stop.
     pushed_s = time.monotonic()
     lim.pushback(URL, retry_after=1.0)
-    time.sleep(max(0.0, pushed_s + 1.0 - time.monotonic()))
+    time.sleep(max(0.0, pushed_s + 1.0 - time.monotonic()))  # real time: Redis' hold of 1 s
     admitted, started_s = 0, time.monotonic()
     while time.monotonic() - started_s < 0.3:
         admitted += other.try_acquire(URL, timeout=0)
@@ -160,11 +163,11 @@ def test_without_retry_after_the_rate_halves_once_per_burst_and_recovers(
     assert RATE * 0.5 <= first < RATE * 0.52  # halved once, recovering already
     header = other.decide(URL).headers()["X-RateLimit-Effective-Rate"]
     assert RATE * 0.5 <= float(header) < RATE * 0.52
-    time.sleep(1.05)  # the next burst counts again
+    time.sleep(1.05)  # real time: the next burst counts again, a second on Redis' clock
     lim.pushback(URL)
     second = effective(other.decide(URL))
     assert RATE * 0.25 * 1.0 <= second < RATE * 0.30
-    time.sleep(1.0)
+    time.sleep(1.0)  # real time: recovery per second on Redis' clock
     recovered = effective(other.decide(URL)) - second
     # recovery: RECOVERY_PER_S of the row's rate per second (a loaded box sleeps longer)
     assert RATE * RECOVERY_PER_S * 0.9 <= recovered <= RATE * RECOVERY_PER_S * 2

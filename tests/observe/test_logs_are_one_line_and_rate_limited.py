@@ -5,7 +5,6 @@ with a count of what was held back."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +14,7 @@ from gateway_limiter import GatewayLimiter
 from gateway_limiter.backends.base import BackendError
 from gateway_limiter.core import failure, outcomes
 from gateway_limiter.core.failure import Breaker
-from gateway_limiter.observe.logs import LOGGER_NAME, Throttle, one_line
+from gateway_limiter.observe.logs import LOGGER_NAME, SHADOW_REPORT_SECONDS, Throttle, one_line
 from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
 
@@ -95,14 +94,21 @@ def test_a_flapping_redis_is_reported_once_per_interval_with_a_count(
 
 
 @pytest.fixture
+def report_clock() -> Clock:
+    """The clock the shadow refusals' reports are throttled on: moved by the test."""
+    return Clock()
+
+
+@pytest.fixture
 def shadow_limiter(
     migrated_db: tuple[str, Engine],
     redis_server: RedisServer,
     key_prefix: str,
+    report_clock: Clock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[GatewayLimiter]:
-    # a second: the ten refusals below fall well within it, even on a loaded host
-    monkeypatch.setattr(outcomes, "SHADOW_REPORT_SECONDS", 1.0)
+    # the ten refusals below fall within one report's seconds however loaded the host
+    monkeypatch.setattr(outcomes, "Throttle", lambda seconds: Throttle(seconds, report_clock))
     db, engine = migrated_db
     write_row(engine, "/trial", rateLimit=1, cache=0.0, status=1, shadow=1)
     lim = limiter(db, redis_server.url, key_prefix)
@@ -111,17 +117,23 @@ def shadow_limiter(
 
 
 def test_shadow_refusals_are_logged_at_a_bounded_rate(
-    shadow_limiter: GatewayLimiter, caplog: pytest.LogCaptureFixture
+    shadow_limiter: GatewayLimiter, report_clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER_NAME)
     reasons = [shadow_limiter.decide("/trial").reason for _ in range(11)]
     assert reasons == ["admitted"] + ["shadow"] * 10
     (line,) = messages(caplog, "would have refused")
     assert line.startswith("shadow rule /trial (1/s, configId 1) would have refused a call")
-    time.sleep(1.05)
-    # The next refusal (a permit may have come back meanwhile on a slow host) is logged.
-    while shadow_limiter.decide("/trial").reason != "shadow":
-        pass
+
+    def refused() -> None:  # a permit may come back meanwhile on a slow host
+        while shadow_limiter.decide("/trial").reason != "shadow":
+            pass
+
+    report_clock.now += SHADOW_REPORT_SECONDS - 0.05
+    refused()  # not yet: held back
+    assert len(messages(caplog, "would have refused")) == 1
+    report_clock.now += 0.1
+    refused()  # the report's seconds have passed: logged
     lines = messages(caplog, "would have refused")
     assert len(lines) == 2
-    assert lines[-1].endswith("(9 more since the last report)")
+    assert lines[-1].endswith("(10 more since the last report)")

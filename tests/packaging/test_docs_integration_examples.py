@@ -25,6 +25,7 @@ from gateway_limiter.errors import NotStarted
 from tests.support.deploy import limiter_env
 from tests.support.limiting import write_row
 from tests.support.services import RedisServer, free_port
+from tests.support.waiting import wait_for_async
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "integrations.md"
 
@@ -71,11 +72,8 @@ async def test_asgi_example_starts_in_the_lifespan_and_limits_callers(
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())
     try:
-        for _ in range(300):
-            if server.started or serving.done():
-                break
-            await asyncio.sleep(0.02)
-        assert server.started
+        await wait_for_async(lambda: server.started or serving.done(), 10, "uvicorn to start")
+        assert server.started, "uvicorn stopped before it started"
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             answers = [
                 await client.get("/ibe/flight/search", headers={"X-Api-Key": "alice"})

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter, Priority
 from gateway_limiter.aio import AsyncGatewayLimiter
+from gateway_limiter.core.clock import SYSTEM_CLOCK, Clock
+from tests.support.clocks import DrivenClock
 from tests.support.limiting import write_row
 from tests.support.services import RedisServer
 
@@ -45,8 +47,27 @@ def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
 
 
 @pytest.fixture(params=["redis", "memory"])
-def limiter_redis_url(request: pytest.FixtureRequest, redis_server: RedisServer) -> str:
-    return redis_server.url if request.param == "redis" else "memory://"
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def limiter_redis_url(backend: str, redis_server: RedisServer) -> str:
+    return redis_server.url if backend == "redis" else "memory://"
+
+
+@pytest.fixture
+def clock(backend: str) -> Clock:
+    """The clock the limiter decides and waits on: on Redis the server's clock decides
+    (a refill is a real second), so the system's; ``memory://`` decides on the
+    limiter's, so one that moves only as the waits are slept, and a refill costs no
+    real time."""
+    return SYSTEM_CLOCK if backend == "redis" else DrivenClock()
+
+
+@pytest.fixture
+def limiter_settings(clock: Clock) -> dict[str, Any]:
+    return {"clock": clock}
 
 
 def test_searches_leave_the_reserve_that_bookings_then_take(lim: GatewayLimiter) -> None:
@@ -75,24 +96,28 @@ def test_the_row_class_is_overridden_by_the_call(lim: GatewayLimiter) -> None:
     assert sum(lim.try_acquire("/p/search", timeout=0, priority="critical") for _ in range(8)) == 5
 
 
-def test_a_lower_class_waits_without_reserving_and_asks_again(lim: GatewayLimiter) -> None:
+def test_a_lower_class_waits_without_reserving_and_asks_again(
+    lim: GatewayLimiter, clock: Clock
+) -> None:
     assert sum(lim.try_acquire("/p/search", timeout=0) for _ in range(6)) == 5
-    began = time.monotonic()
+    began = clock.monotonic()
     waited = lim.decide("/p/search", timeout=3.0)  # one permit comes back in 1 s
-    took = time.monotonic() - began
+    took = clock.monotonic() - began
     assert waited.allowed and waited.reason == "admitted"
     assert 0.5 <= took < 3.0
     # it took nothing ahead: a booking now still finds the whole reserve
     assert sum(lim.try_acquire("/p/book", timeout=0) for _ in range(8)) == 5
 
 
-def test_with_no_higher_demand_a_lower_class_gets_the_whole_rate(lim: GatewayLimiter) -> None:
+def test_with_no_higher_demand_a_lower_class_gets_the_whole_rate(
+    lim: GatewayLimiter, clock: Clock
+) -> None:
     """The reserve is a floor held back at each moment: once the burst above it is
     spent, searches alone still go at the cap's rate (within their budget)."""
     assert sum(lim.try_acquire("/p/search", timeout=0) for _ in range(6)) == 5
-    began = time.monotonic()
+    began = clock.monotonic()
     admitted = sum(lim.try_acquire("/p/search", timeout=2.0) for _ in range(2))
-    took = time.monotonic() - began
+    took = clock.monotonic() - began
     assert admitted == 2
     assert 1.0 <= took < 4.0  # one a second, as the cap refills
 
@@ -138,27 +163,6 @@ def test_the_metrics_count_each_class_apart(lim: GatewayLimiter) -> None:
     assert (after[0] - before[0], after[1] - before[1]) == (1.0, 1.0)
 
 
-class SteppedClock:
-    """A clock that moves only when slept on (as ``clock=`` takes it)."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-        self.slept = 0.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return 1_767_571_200.0 + self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept += seconds
-        self.now += seconds
-
-    async def sleep_async(self, seconds: float) -> None:
-        self.sleep(seconds)
-
-
 def test_a_lower_class_waits_on_the_limiters_clock(
     limiter_db: tuple[str, Engine], key_prefix: str
 ) -> None:
@@ -167,7 +171,7 @@ def test_a_lower_class_waits_on_the_limiters_clock(
     on, the permit comes back after that clock's second (the wait was an event no one
     set, waited on the system's clock, and ``memory://`` read the system's clock: found
     by the simulated fleet, whose clock is its own)."""
-    clock = SteppedClock()
+    clock = DrivenClock()
     with GatewayLimiter(
         database_url=limiter_db[0],
         redis_url="memory://",
@@ -194,7 +198,7 @@ def test_a_lower_class_asking_more_than_a_bucket_holds_is_refused_at_once(
     holds 3) under the channel's reserve: it can never go now, so it should be refused
     at once rather than wait out its budget (seed 80 of the simulated fleet)."""
     write_row(limiter_db[1], "/p/small", channelType=CHANNEL, rateLimit=3, cache=0.0)
-    clock = SteppedClock()
+    clock = DrivenClock()
     with GatewayLimiter(
         database_url=limiter_db[0],
         redis_url="memory://",
@@ -235,32 +239,32 @@ def edge_rows(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
 
 @pytest.mark.parametrize("path", list(PATHS))
 def test_a_lower_class_gets_all_its_bucket_gives_it_after_a_wait(
-    edge_rows: tuple[str, Engine], lim: GatewayLimiter, path: str
+    edge_rows: tuple[str, Engine], lim: GatewayLimiter, clock: Clock, path: str
 ) -> None:
     """Exactly the most a default call can get at once: once spent, the same again is
     admitted after the bucket refills (2 or 3 s), not refused."""
     url, most = PATHS[path]
     lim.reload()
     assert lim.decide(url, most, timeout=0, priority="default").allowed
-    began = time.monotonic()
+    began = clock.monotonic()
     again = lim.decide(url, most, timeout=5.0, priority="default")
-    took = time.monotonic() - began
+    took = clock.monotonic() - began
     assert again.allowed and again.reason == "admitted"
     assert 1.0 <= took < 5.0
 
 
 @pytest.mark.parametrize("path", list(PATHS))
 def test_one_permit_more_than_its_bucket_gives_it_is_refused_at_once(
-    edge_rows: tuple[str, Engine], lim: GatewayLimiter, path: str
+    edge_rows: tuple[str, Engine], lim: GatewayLimiter, clock: Clock, path: str
 ) -> None:
     """One more than a default call can ever get at once: refused at once with no
     retry_after, whatever its budget, full bucket or not; ``acquire`` names permits."""
     url, most = PATHS[path]
     lim.reload()
     for _ in range(2):  # a full bucket, then a spent one
-        began = time.monotonic()
+        began = clock.monotonic()
         refused = lim.decide(url, most + 1, timeout=5.0, priority="default")
-        assert time.monotonic() - began < 1.0
+        assert clock.monotonic() - began < 1.0
         assert not refused.allowed and refused.retry_after is None
         assert refused.reason == "reserved" and refused.priority == "default"
         lim.decide(url, most, timeout=0, priority="default")

@@ -27,6 +27,7 @@ from gateway_limiter.integrations.requests import LimiterAdapter
 from tests.support.limiting import write_row
 from tests.support.services import free_port
 from tests.support.supplier import Supplier
+from tests.support.waiting import wait_for_async
 
 SEARCH, BOOK = "/c/search", "/c/book"
 
@@ -92,11 +93,8 @@ async def gateway(alim: AsyncGatewayLimiter) -> AsyncIterator[str]:
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     )
     serving = asyncio.create_task(server.serve())
-    for _ in range(500):  # up to 10 s on a loaded box
-        if server.started:
-            break
-        assert not serving.done(), "uvicorn stopped before it started"
-        await asyncio.sleep(0.02)
+    await wait_for_async(lambda: server.started or serving.done(), 10, "uvicorn to start")
+    assert server.started, "uvicorn stopped before it started"
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

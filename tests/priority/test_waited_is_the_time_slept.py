@@ -35,10 +35,12 @@ class RecordingClock:
 
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
+        # real time: this clock's sleeps are the system's
         time.sleep(seconds)
 
     async def sleep_async(self, seconds: float) -> None:
         self.slept.append(seconds)
+        # real time: this clock's sleeps are the system's
         await asyncio.sleep(seconds)
 
 

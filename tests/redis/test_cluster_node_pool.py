@@ -36,14 +36,15 @@ def _race(pool: redis.BlockingConnectionPool, rounds: int) -> list[Exception]:
                 continue
             try:
                 conn.send_command("PING")
-                time.sleep(0.0005)  # a round trip in flight: sent, its reply not yet read
+                # real time: a race window held open, a round trip in flight (sent, unread)
+                time.sleep(0.0005)
                 assert conn.read_response() in (b"PONG", "PONG")
             except Exception as e:
                 errors.append(e)
                 conn.disconnect()
             finally:
                 pool.release(conn)
-            time.sleep(0.0002)  # free a while, for the drop to find it
+            time.sleep(0.0002)  # real time: a race window, free a while for the drop to find it
 
     def drop() -> None:
         while not done.is_set():
@@ -68,6 +69,7 @@ class _SlowToChoose(NodePool):
     free connections and closing them, when another thread may take one, made wide."""
 
     def _should_update_connection(self, *args: Any, **kwargs: Any) -> bool:
+        # real time: a race window held open
         time.sleep(0.001)
         return bool(super()._should_update_connection(*args, **kwargs))
 

@@ -5,7 +5,6 @@ a slot resharded mid-traffic (ASK, then MOVED) is followed without a single fail
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import redis
@@ -15,7 +14,7 @@ from gateway_limiter.backends.scripts import SHAS
 from gateway_limiter.backends.state import bucket_key
 from tests.support.clusters import LocalCluster, wait_for
 from tests.support.limiting import write_row
-from tests.support.traffic import RATE, Traffic, limiting_resumes, stat
+from tests.support.traffic import RATE, Traffic, flowing, limiting_resumes, stat
 
 
 def master_of(cluster: LocalCluster, key: str) -> int:
@@ -50,7 +49,7 @@ def test_a_master_failover_mid_traffic_raises_nothing_and_limiting_resumes(
         on_backend_error="local",
     ).start()
     try:
-        time.sleep(0.5)
+        flowing(traffic, what="traffic on the cluster")
         assert traffic.fallbacks == 0
         victim.kill()
         # Callers refused in-process (the last reply named the next permit) ask no one:
@@ -93,10 +92,18 @@ def test_a_node_that_lost_its_scripts_costs_a_script_load_not_a_failure(
         on_backend_error="deny",
     ).start()
     try:
-        time.sleep(0.3)
+        flowing(traffic, what="traffic on the cluster")
         loads = stat(node, "script|load") + stat(node, "eval")
         node.script_flush()
-        time.sleep(0.5)
+        wait_for(
+            "the script loaded again",
+            lambda: (
+                stat(node, "script|load") + stat(node, "eval") > loads
+                and node.script_exists(SHAS["bucket"]) == [True]
+            ),
+            10,
+        )
+        flowing(traffic, what="traffic after the flush")
     finally:
         traffic.stop()
     assert traffic.errors == [] and traffic.fallbacks == 0
@@ -132,21 +139,23 @@ def test_a_slot_resharded_mid_traffic_is_followed_through_ask_and_moved(
         on_backend_error="deny",
     ).start()
     try:
-        time.sleep(0.5)
+        flowing(traffic, what="traffic on the source")
         assert source.exists(key)
         command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
         command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
-        time.sleep(0.3)  # the key still on the source: served there
+        flowing(traffic, what="traffic served on the source, its slot migrating")
         keys = command(source, "CLUSTER", "GETKEYSINSLOT", slot, 100)
         command(source, "MIGRATE", "127.0.0.1", target_port, "", 0, 5000, "KEYS", *keys)
-        time.sleep(0.5)  # the key gone from the source: ASK sends callers to the target
+        # the key gone from the source: ASK sends callers to the target
+        wait_for("an ASK taken", lambda: stat(target, "asking") > asking_before, 10)
+        flowing(traffic, what="traffic asking the target")
         for node in (target, source):
             command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
         for port in redis_cluster.master_ports() - {source_port, target_port}:
             command(
                 redis_cluster.node_on(port).client(), "CLUSTER", "SETSLOT", slot, "NODE", target_id
             )
-        time.sleep(0.5)  # MOVED: callers learn the slot's new master
+        flowing(traffic, what="traffic told MOVED")  # callers learn the slot's new master
         assert master_of(redis_cluster, key) == target_port
         limiting_resumes(traffic, seconds=1.5)
     finally:

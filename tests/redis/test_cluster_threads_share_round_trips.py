@@ -32,6 +32,7 @@ from gateway_limiter.model.bucket import Verdict
 from tests.support.cluster_nodes import command, errors, master_of, reads, urls_on
 from tests.support.clusters import LocalCluster
 from tests.support.traffic import stat
+from tests.support.waiting import wait_for
 
 NOW_US = 1_700_000_000_000_000.0
 #: The period of the rows here. A fixed ``now`` stops refill, not the key's expiry, which
@@ -84,12 +85,11 @@ def _paused_then(
     pause_ms: int,
     first: Callable[[], Any],
     rest: list[Callable[[], Any]],
-    in_flight: Callable[[], bool] | None = None,
+    in_flight: Callable[[], bool],
 ) -> list[Any]:
     """One master pauses; ``first`` goes (its round trip held in flight), then every call
     of ``rest`` arrives while it is held; the results, ``first``'s first. ``in_flight``
-    says when the master's round trip is: the calls of ``rest`` wait for it (without
-    it, 50 ms after ``first`` started, which a loaded host can outrun)."""
+    says when the master's round trip is: the calls of ``rest`` wait for it."""
     command(client, "CLIENT", "PAUSE", pause_ms, "ALL")
     started = threading.Event()
 
@@ -100,17 +100,19 @@ def _paused_then(
     def follow(call: Callable[[], Any]) -> Callable[[], Any]:
         def run() -> Any:
             started.wait(5)
-            if in_flight is None:
-                time.sleep(0.05)  # the first call is written by now, and held
-            else:
-                deadline = time.monotonic() + 5
-                while not in_flight() and time.monotonic() < deadline:
-                    time.sleep(0.001)
+            wait_for(in_flight, 5, "the first call in flight", 0.001)
             return call()
 
         return run
 
     return _in_threads([lead, *[follow(c) for c in rest]])
+
+
+def _busy(backend: RedisClusterBackend, port: int) -> Callable[[], bool]:
+    """Whether the master on ``port`` has a round trip in flight (its calls queue)."""
+    return lambda: any(
+        sharing._busy for name, sharing in backend._sharing.items() if name.endswith(f":{port}")
+    )
 
 
 def _stored(results: list[Any]) -> list[int]:
@@ -174,7 +176,7 @@ def test_calls_queued_on_a_held_master_go_in_one_more_and_hold_no_other_master(
 
     read_before = reads(node)
     rest = [ask(held, "held")] * 20 + [ask(r, "other") for r in others] * 5
-    results = _paused_then(node, 1000, ask(held, "held"), rest)
+    results = _paused_then(node, 1000, ask(held, "held"), rest, _busy(backend, held_port))
 
     held_results = [results[0], *results[1:21]]
     assert _stored(held_results) == list(range(1000 - 21, 1000))  # one permit each, in turn
@@ -206,7 +208,9 @@ def test_an_error_reply_and_a_lost_script_in_a_batch_are_each_callers_own(
     # the path every decision takes, with a call Redis refuses: more keys than arguments
     refused = lambda: backend.call(ScriptCall("bucket", [3, bucket_key(key_prefix, urls[0])]))  # noqa: E731
 
-    results = _paused_then(node, 400, first, [decide] * 10 + [push, refused] + [decide] * 10)
+    results = _paused_then(
+        node, 400, first, [decide] * 10 + [push, refused] + [decide] * 10, _busy(backend, port)
+    )
 
     errors = [r for r in results if isinstance(r, Exception)]
     assert len(errors) == 1 and isinstance(errors[0], BackendError), results

@@ -28,6 +28,7 @@ from gateway_limiter.config.settings import Settings
 from gateway_limiter.model.bucket import Verdict
 from tests.support.clusters import LocalSentinel
 from tests.support.services import RedisServer
+from tests.support.waiting import wait_for
 
 NOW_US = 1_700_000_000_000_000.0
 #: The period of the rows here. A fixed ``now`` stops refill, not the key's expiry, which
@@ -83,10 +84,15 @@ def _evalsha_calls(client: redis.Redis) -> int:
 
 
 def _paused_then(
-    client: redis.Redis, pause_ms: int, first: Callable[[], Any], rest: list[Callable[[], Any]]
+    client: redis.Redis,
+    pause_ms: int,
+    first: Callable[[], Any],
+    rest: list[Callable[[], Any]],
+    backend: RedisBackend,
 ) -> list[Any]:
     """Redis pauses; ``first`` goes (its round trip held in flight), then every call of
-    ``rest`` arrives while it is held; the results, ``first``'s first."""
+    ``rest`` arrives while it is held (once ``backend`` has a round trip in flight, so
+    they queue behind it); the results, ``first``'s first."""
     client.execute_command("CLIENT", "PAUSE", pause_ms, "ALL")  # type: ignore[no-untyped-call]
     started = threading.Event()
 
@@ -97,7 +103,7 @@ def _paused_then(
     def follow(call: Callable[[], Any]) -> Callable[[], Any]:
         def run() -> Any:
             started.wait(5)
-            time.sleep(0.05)  # the first call is written by now, and held
+            wait_for(lambda: backend._sharing._busy, 5, "the first call in flight", 0.001)
             return call()
 
         return run
@@ -134,7 +140,7 @@ def test_calls_queued_behind_a_round_trip_in_flight_go_in_one_more(
     def call() -> Verdict:
         return backend.reserve(rule, 1, 0.0, now=NOW_US)
 
-    results = _paused_then(redis_client, 400, call, [call] * 30)
+    results = _paused_then(redis_client, 400, call, [call] * 30, backend)
 
     assert all(isinstance(r, Verdict) and r.allowed for r in results), results
     # 31 decisions: reserved one permit each, one after the other
@@ -155,7 +161,7 @@ def test_an_error_reply_is_that_callers_alone(
         # the path every decision takes, with a call Redis refuses: more keys than args
         return backend.call(ScriptCall("bucket", [3, "only-one-key"]))
 
-    results = _paused_then(redis_client, 300, ask, [ask] * 10 + [refused] + [ask] * 10)
+    results = _paused_then(redis_client, 300, ask, [ask] * 10 + [refused] + [ask] * 10, backend)
 
     errors = [r for r in results if isinstance(r, Exception)]
     assert len(errors) == 1
@@ -180,7 +186,9 @@ def test_noscript_in_a_batch_loads_the_scripts_and_asks_again_for_those_calls(
     decide = lambda: backend.reserve(bucket, 1, 0.0, now=NOW_US)  # noqa: E731
     push = lambda: backend.pushback(bucket, None, now=NOW_US)  # noqa: E731
 
-    results = _paused_then(redis_client, 300, first, [decide] * 12 + [push] + [decide] * 12)
+    results = _paused_then(
+        redis_client, 300, first, [decide] * 12 + [push] + [decide] * 12, backend
+    )
 
     assert not [r for r in results if isinstance(r, Exception)], results
     decisions = [r for r in results[1:] if isinstance(r, Verdict)]
@@ -201,14 +209,14 @@ def test_a_hung_redis_fails_the_round_trip_and_the_queue_and_poisons_nothing_aft
     try:
         began = time.monotonic()
         call = lambda: backend.reserve(Rule("/share/hung", 100, 0.0, 0), 1, 0.0)  # noqa: E731
-        results = _paused_then(redis_client, 1500, call, [call] * 10)
+        results = _paused_then(redis_client, 1500, call, [call] * 10, backend)
         took = time.monotonic() - began
 
         assert all(isinstance(r, BackendError) for r in results), results
         assert "Timeout" in str(results[0])
         # the queue gave up with the round trip it waited on, not 1.5 s later with Redis
         assert took < 1.4, took
-        time.sleep(max(0.0, 1.6 - took))  # Redis answers again
+        redis_client.ping()  # answered once the pause is over: Redis answers again
 
         # Nobody reads a stale reply: each decision gets its own, in order.
         verdicts = [backend.reserve(after, 1, 0.0, now=NOW_US) for _ in range(4)]
@@ -296,11 +304,9 @@ def test_a_follower_whose_wait_runs_out_while_queued_gets_a_backend_error() -> N
     assert sharing.run(ScriptCall("bucket", [1, "c"])) == ("leader's reply", 0.0)
 
 
-def _until(condition: Callable[[], bool], seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.002)
+def _until(condition: Callable[[], bool]) -> None:
+    """A state of the threads below, looked for every 2 ms (they move in milliseconds)."""
+    wait_for(condition, 5.0, every=0.002)
 
 
 @pytest.mark.parametrize("reader_after", [8, 1])

@@ -22,6 +22,7 @@ from gateway_limiter.config.settings import load_settings
 from gateway_limiter.rls.server import SERVICE, RlsServer, serve_until_signalled
 from tests.support.limiting import write_row
 from tests.support.services import RedisServer
+from tests.support.waiting import wait_for_async
 
 HOUR = 3600
 OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
@@ -223,10 +224,13 @@ async def test_a_call_its_caller_gives_up_on_is_counted_cancelled_not_an_error(
                     request({"interface": "/a"}), timeout=0.3
                 )
         assert gave_up.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        for _ in range(100):  # the service hears of it on its own time
-            if sample("gateway_limiter_rls_requests_total", code="cancelled") > before["cancelled"]:
-                break
-            await asyncio.sleep(0.05)
+        await wait_for_async(  # the service hears of it on its own time
+            lambda: (
+                sample("gateway_limiter_rls_requests_total", code="cancelled") > before["cancelled"]
+            ),
+            5,
+            "the cancelled call counted",
+        )
         assert sample("gateway_limiter_rls_requests_total", code="cancelled") == (
             before["cancelled"] + 1
         )
@@ -234,6 +238,18 @@ async def test_a_call_its_caller_gives_up_on_is_counted_cancelled_not_an_error(
         assert sample("gateway_limiter_rls_errors_total") == errors
     finally:
         await running.stop(0.5)
+
+
+async def stop_begun(port: int) -> bool:
+    """The service on ``port`` began to stop: its health check answers NOT_SERVING (the
+    first thing ``stop`` does, going on at once to refuse new calls), or is refused."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        try:
+            reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+        except grpc.aio.AioRpcError:
+            return True
+    return bool(reply.status != health_pb2.HealthCheckResponse.SERVING)
 
 
 async def test_stopping_lets_the_calls_in_flight_finish(
@@ -246,9 +262,17 @@ async def test_stopping_lets_the_calls_in_flight_finish(
     assert (await ask(port, request({"interface": "/a"}))).overall_code == OK
     private_redis.client().client_pause(1500)
     in_flight = asyncio.create_task(ask(port, request({"interface": "/a"})))
-    await asyncio.sleep(0.5)  # the call waits for Redis inside the service
+    lanes = running.limiter.backend._lanes  # type: ignore[attr-defined]
+    await wait_for_async(  # the call waits for Redis inside the service: sent, unanswered
+        lambda: lanes._active > 0 and not lanes._collecting and not lanes._queue,
+        5,
+        "the call in flight to the paused Redis",
+    )
     stopping = asyncio.create_task(running.stop(5.0))
-    await asyncio.sleep(0.1)
+    deadline = asyncio.get_running_loop().time() + 5
+    while not await stop_begun(port):  # the health service says so, or stop refuses it
+        assert asyncio.get_running_loop().time() < deadline, "the service never began to stop"
+        await asyncio.sleep(0.01)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         with pytest.raises(grpc.aio.AioRpcError):  # no new calls while it stops
             await rls_pb2_grpc.RateLimitServiceStub(channel).ShouldRateLimit(

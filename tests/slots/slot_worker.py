@@ -70,6 +70,7 @@ def _threads(config: dict[str, Any]) -> dict[str, Any]:
         _ready(config)
 
         def caller() -> None:
+            # real time: the fleet's callers start at one moment
             time.sleep(max(0.0, config["start_at"] - time.time()))
             while time.time() < config["stop_at"]:
                 asked = time.monotonic()
@@ -110,6 +111,7 @@ async def _tasks(config: dict[str, Any]) -> dict[str, Any]:
         await asyncio.to_thread(_ready, config)
 
         async def caller() -> None:
+            # real time: the fleet's callers start at one moment
             await asyncio.sleep(max(0.0, config["start_at"] - time.time()))
             while time.time() < config["stop_at"]:
                 asked = time.monotonic()

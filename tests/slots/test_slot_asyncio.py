@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 import pytest
 import redis
@@ -12,6 +13,7 @@ from gateway_limiter.aio import AsyncGatewayLimiter
 from gateway_limiter.backends.slots import slot_keys
 from gateway_limiter.errors import Refused
 from tests.support.limiting import evalsha_calls, write_row
+from tests.support.waiting import wait_for_async
 
 URL = "/supplier/book"
 
@@ -20,6 +22,15 @@ URL = "/supplier/book"
 def limiter_db(limiter_db: tuple[str, Engine]) -> tuple[str, Engine]:
     write_row(limiter_db[1], URL, rateLimit=1000, cache=0.2, maxConcurrent=2)
     return limiter_db
+
+
+def queued(client: redis.Redis, prefix: str) -> int:
+    """Callers in the slot queue of URL, as Redis holds it."""
+    return int(client.zcard(slot_keys(prefix, URL)[1]))
+
+
+def queued_are(client: redis.Redis, prefix: str, callers: int) -> bool:
+    return queued(client, prefix) == callers
 
 
 async def test_slots_are_held_and_given_back(
@@ -43,7 +54,7 @@ async def test_a_cancelled_holder_gives_its_slot_back(
     async def hold() -> None:
         async with alim.slot(URL):
             inside.set()
-            await asyncio.sleep(30)
+            await asyncio.Event().wait()  # held until cancelled
 
     task = asyncio.create_task(hold())
     await asyncio.wait_for(inside.wait(), 5)
@@ -59,7 +70,7 @@ async def test_a_cancelled_waiter_holds_nothing_and_the_queue_moves_on(
 ) -> None:
     async with alim.slot(URL), alim.slot(URL):
         waiter = asyncio.create_task(alim.slot(URL, timeout=5).__aenter__())
-        await asyncio.sleep(0.2)
+        await wait_for_async(lambda: queued(redis_client, key_prefix) == 1, 5, "the waiter queued")
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
@@ -69,7 +80,9 @@ async def test_a_cancelled_waiter_holds_nothing_and_the_queue_moves_on(
     assert redis_client.zcard(slot_keys(key_prefix, URL)[0]) == 0
 
 
-async def test_waiters_are_woken_by_a_release_in_arrival_order(alim: AsyncGatewayLimiter) -> None:
+async def test_waiters_are_woken_by_a_release_in_arrival_order(
+    alim: AsyncGatewayLimiter, redis_client: redis.Redis, key_prefix: str
+) -> None:
     order: list[int] = []
     leave = [asyncio.Event() for _ in range(6)]  # holders 0-1, then waiters 2-5
 
@@ -83,7 +96,8 @@ async def test_waiters_are_woken_by_a_release_in_arrival_order(alim: AsyncGatewa
         await asyncio.sleep(0.01)
     for n in range(2, 6):
         tasks.append(asyncio.create_task(hold(n)))
-        await asyncio.sleep(0.1)  # each is queued before the next arrives
+        # each is queued before the next arrives
+        await wait_for_async(partial(queued_are, redis_client, key_prefix, n - 1), 5)
     # one slot at a time: whoever leaves, the longest waiter goes next
     for n, leaving in enumerate((1, 0, 3, 2)):
         leave[leaving].set()

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 
 from gateway_limiter import GatewayLimiter
 from gateway_limiter.aio import AsyncGatewayLimiter
+from gateway_limiter.backends.slots import slot_keys
 from tests.support.clusters import LocalSentinel, wait_for
 from tests.support.limiting import write_row
 from tests.support.slots import handed_over_after_recovery, subscribers_on_master
@@ -52,7 +53,11 @@ async def test_an_asyncio_limiter_hears_grants_on_the_sentinels_master(
             wait_for("the subscription", lambda: alim._slotting.listening, 5)
             assert subscribers_on_master(redis_sentinel, key_prefix) == 1
             waiter = asyncio.create_task(second())
-            await asyncio.sleep(0.2)
+            master = redis_sentinel.server_on(redis_sentinel.master_port()).client()
+            queue = slot_keys(key_prefix, URL)[1]
+            while master.zcard(queue) != 1:  # the waiter queued on the master
+                assert not waiter.done()
+                await asyncio.sleep(0.01)
             assert got == []
             let_go = time.monotonic()
         await asyncio.wait_for(waiter, 10)

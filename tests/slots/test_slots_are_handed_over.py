@@ -216,6 +216,7 @@ def test_a_grant_nobody_claims_lapses_with_its_lease(
     assert _take(lim, key_prefix, "dead", lease_s).state == QUEUED  # then its process died
     _release(lim, key_prefix, "h")
     assert _in_flight(lim, key_prefix) == 1  # granted to "dead", leased for 0.3 s
+    # real time: the lease lapses on Redis' clock
     time.sleep(lease_s + 0.1)
     assert _in_flight(lim, key_prefix) == 0
     assert _take(lim, key_prefix, "next").state == TAKEN

@@ -17,6 +17,7 @@ from gateway_limiter.backends.slots import slot_keys
 from gateway_limiter.errors import Refused
 from tests.support.limiting import write_row
 from tests.support.services import RedisServer, TcpProxy, free_port
+from tests.support.waiting import wait_for
 
 URL = "/supplier/pay"
 
@@ -103,11 +104,13 @@ def test_a_slot_whose_release_could_not_be_sent_lapses_within_a_lease(
             proxy.cut()  # the release fails: it is logged nowhere, raised never
         cut_at = time.monotonic()
         proxy.restore()
-        time.sleep(0.3)  # past the breaker: Redis is asked again
-        while lim.in_flight(URL) != 0 and time.monotonic() - cut_at < lease_s + 3:
-            time.sleep(0.02)  # each look drops the lapsed leases, as every slot call does
+
+        def dropped() -> bool:  # past the breaker, Redis is asked again: each look
+            lim.in_flight(URL)  # drops the lapsed leases, as every slot call does
+            return watcher.zcard(leases) == 0
+
+        wait_for(dropped, lease_s + 3, "the lapsed lease dropped")
         gone_s = time.monotonic() - cut_at
-        assert watcher.zcard(leases) == 0
         assert gone_s <= lease_s + 1.0
         assert _held(lim, 10) == 4  # all four slots to be had again
 
@@ -126,7 +129,12 @@ def test_a_redis_restart_mid_call_leaves_no_slot_counted(
             private_redis.kill()
             private_redis.start()  # empty: the lease is gone with the old server
         # releasing a lease the new server never knew was harmless; all four are free
-        time.sleep(0.2)  # the breaker's probe
+
+        def probed() -> bool:  # past the breaker's 0.1 s, a look asks the new server
+            lim.in_flight(URL)
+            return lim.backend_healthy
+
+        wait_for(probed, 5, "a look to close the breaker")
         assert _held(lim, 10) == 4
         client: redis.Redis = private_redis.client()
         assert client.zcard(slot_keys(key_prefix, URL)[0]) == 0

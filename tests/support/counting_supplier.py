@@ -56,6 +56,7 @@ def serve(port: int, delay_s: float) -> None:
                     counts.most = max(counts.most, counts.in_flight)
                     if counts.first_s is None:
                         counts.first_s = time.monotonic()
+                # real time: the supplier's own latency
                 time.sleep(delay_s)
                 with counts.lock:
                     counts.in_flight -= 1

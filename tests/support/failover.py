@@ -315,8 +315,10 @@ def run_failover(
     sampler = LagSampler(master, replica)
     try:
         start = fleet.start()
+        # real time: warm traffic, a second into the fleet's run
         time.sleep(max(0.0, start + 1.0 - time.time()))
         sampler.start()
+        # real time: warm traffic until WARM_S
         time.sleep(max(0.0, start + WARM_S - time.time()))
         sampler.stop()
         watch = redis.Redis(host="127.0.0.1", port=master.port, socket_timeout=2)
@@ -325,6 +327,7 @@ def run_failover(
             # know keeps it out. Connections already open (the fleet's) stay in.
             watch.config_set("requirepass", uuid.uuid4().hex)
             watch.execute_command("CLIENT", "KILL", "TYPE", "replica")  # type: ignore[no-untyped-call]
+            # real time: the replica cut off for cut_ms
             time.sleep(cut_ms / 1000)
         final = int(watch.info("replication")["master_repl_offset"])
         killed = time.time()

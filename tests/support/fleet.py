@@ -139,6 +139,7 @@ def work(config: WorkerConfig) -> dict[str, Any]:
     lim.start()
     print("ready", flush=True)
     start_at = float(sys.stdin.readline())
+    # real time: the fleet's callers start at one moment
     time.sleep(max(0.0, start_at - time.time()))
     end_at = start_at + config.seconds
     calls: list[tuple[float, float, bool, bool, int]] = []

@@ -135,9 +135,11 @@ def run_outage(
     fleet = Fleet(config, len(each), threads=each)
     try:
         start = fleet.start()
+        # real time: warm traffic until WARM_S
         time.sleep(max(0.0, start + WARM_S - time.time()))
         killed = time.time()
         server.kill()
+        # real time: the outage's length
         time.sleep(max(0.0, killed + outage_s - time.time()))
         restarted = time.time()
         server.start()

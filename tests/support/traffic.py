@@ -99,12 +99,19 @@ def stat(client: redis.Redis, command: str) -> int:
     return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
+def flowing(traffic: Traffic, calls: int = 50, what: str = "traffic") -> None:
+    """Until ``calls`` more calls were decided (by Redis or the failure policy): the
+    traffic went on through whatever the test just did."""
+    seen = len(traffic.calls)
+    wait_for(what, lambda: len(traffic.calls) >= seen + calls, 10)
+
+
 def limiting_resumes(traffic: Traffic, seconds: float = 2.0) -> None:
     """Once both limiters are back on Redis: no fallback for ``seconds``, and within
     them the rate holds and is used."""
     wait_for("both limiters to decide on Redis again", lambda: traffic.healthy, 30)
     before, start = traffic.fallbacks, time.monotonic()
-    time.sleep(seconds)
+    time.sleep(seconds)  # real time: the rate over these seconds, on Redis' clock
     end = time.monotonic()
     assert traffic.fallbacks == before  # Redis decided every call
     admitted = traffic.admitted_between(start, end)
