@@ -224,6 +224,7 @@ class Policy:
         "_empty_first",
         "_fresh",
         "_parts",
+        "_share_lock",
         "_shared_parts",
         "_started",
         "kind",
@@ -252,6 +253,11 @@ class Policy:
         #: of its interfaces: what the cap carries on from
         self._channels: dict[str, Rule] = {}
         self._empty_first = True
+        #: ``share`` decides one call at a time: a carry (a part or a channel's cap moved
+        #: to the key it is decided at now) and the reserve on that key are one step, or
+        #: another thread's carry between them empties the key this one then takes a
+        #: full bucket from. Taken only during an outage, and held for no I/O.
+        self._share_lock = threading.Lock()
         #: A calendar quota's count in its period as this process last knew it, by the
         #: (whole) limit and the caller: (the period's start, epoch µs; used), or None.
         self.quota_floor: Callable[[Rule, str | None], tuple[float, float] | None] | None = None
@@ -377,16 +383,19 @@ class Policy:
                 )
             return REFUSE
         if local is not None:
-            if self.kind is FailurePolicy.SHARE:
+            if self.kind is not FailurePolicy.SHARE:
+                return local.reserve(rule, permits, timeout_s, key)
+            with self._share_lock:
                 last = self._parts.get((rule.url, key if rule.keyed else None))
                 if last is not rule and (last is None or last != rule):
                     if last is None and whole is not None:
                         self._hold_counts(local, whole, rule, key)
                     self._part_changed(local, last, rule, key)
-                self._channel_caps(local, rule)
+                if rule.channel is not None:
+                    self._channel_caps(local, rule)
                 if self._empty_first:
                     self._start_empty(local, rule, key)
-            return local.reserve(rule, permits, timeout_s, key)
+                return local.reserve(rule, permits, timeout_s, key)
         if self.kind is FailurePolicy.ALLOW:
             return ADMIT
         if timeout_s is None:

@@ -8,6 +8,7 @@ The outage is decided by the failure policy on a clock the test drives."""
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -20,6 +21,7 @@ from gateway_limiter.config.settings import Settings
 from gateway_limiter.config.table import ConfRow
 from gateway_limiter.core.failure import Policy
 from gateway_limiter.core.fleet import Fleet
+from gateway_limiter.model.bucket import Verdict
 
 RATE = 10  # permits per second, and the bucket's capacity
 URL = "/flapping"
@@ -273,3 +275,72 @@ def test_a_channel_booked_at_another_n_holds_when_the_first_n_comes_back() -> No
     assert went, "the interface never got a permit"
     assert min(went) >= 6.0 - 1e-9
     assert len(went) <= 1 * (8.0 - 6.0) + 1
+
+
+class _Paused(MemoryBackend):
+    """``memory://`` whose next ``reserve`` of ``held`` waits at ``inside`` until
+    ``resume`` is set: a thread stopped between the policy's checks and its reserve."""
+
+    def __init__(self, now: list[float], held: str) -> None:
+        super().__init__(clocks=Clocks(lambda: now[0]))
+        self.held, self.inside, self.resume = held, threading.Event(), threading.Event()
+
+    def reserve(
+        self,
+        rule: Rule,
+        permits: int,
+        timeout: float | None,
+        caller: str | None = None,
+        *,
+        now: float | None = None,
+    ) -> Verdict:
+        if rule.url == self.held and not self.inside.is_set():
+            self.inside.set()
+            assert self.resume.wait(10), "never resumed"
+        return super().reserve(rule, permits, timeout, caller, now=now)
+
+
+def test_threads_of_one_process_never_decide_a_channel_on_a_key_another_just_emptied() -> None:
+    """Two threads of one process under ``share``: ``URL``'s thread has run the policy's
+    checks (its channel's cap is where it last left it) and is about to reserve; the
+    other interface's thread then decides and moves the channel's state to its own key.
+    Were the two steps apart, ``URL``'s reserve would find its key emptied and take a
+    fresh full bucket on a channel booked to 4 s. The other thread waits for the first
+    to finish instead (it is given 0.5 s to overtake, which it must not)."""
+    channel, other = "SUP", "/other"
+    rows = [
+        ConfRow(1, channel, None, URL, 1000, 10.0, 1),
+        ConfRow(2, channel, None, other, 1000, 10.0, 1),
+        ConfRow(3, channel, None, "*", 2, 10.0, 1),
+    ]
+    rules = build_rules(rows, 0.5, "UTC").rules
+    fleet = Fleet(Settings(redis_url="redis://unused"), shared=True)
+    fleet.beat(Heartbeat(live=2, claims={URL: 0.475}))  # two keys for the same 1/2
+    now = [0.0]
+    policy = Policy("share", MemoryBackend)
+    policy.outage_began(start_empty=True)
+    policy.local = local = _Paused(now, held="")
+    mine, theirs = fleet.share(rules[URL]), fleet.share(rules[other])
+    assert not policy.reserve(mine, 1, 0.0, "a", whole=rules[URL]).allowed  # started empty
+    assert policy.reserve(theirs, 3, None, "b", whole=rules[other]).allowed  # booked to 4 s
+    now[0] = 1_000_000.0  # 1 s: the channel is on the other's key, booked to 4 s
+    assert not policy.reserve(mine, 1, 0.0, "a", whole=rules[URL]).allowed  # moved back
+    now[0] = 2_000_000.0
+    local.held = URL
+    verdicts: dict[str, bool] = {}
+
+    def decide(name: str, rule: Rule, whole: Rule) -> None:
+        verdicts[name] = policy.reserve(rule, 1, 0.0, name, whole=whole).allowed
+
+    first = threading.Thread(target=decide, args=("a", mine, rules[URL]))
+    first.start()
+    assert local.inside.wait(10)  # past the checks, about to reserve
+    second = threading.Thread(target=decide, args=("b", theirs, rules[other]))
+    second.start()
+    second.join(0.5)  # real time: the other thread must not get through meanwhile
+    overtook = not second.is_alive()
+    local.resume.set()
+    first.join(10)
+    second.join(10)
+    assert not overtook, "the other interface's decision ran between the checks and the reserve"
+    assert verdicts == {"a": False, "b": False}  # the channel is booked to 4 s
