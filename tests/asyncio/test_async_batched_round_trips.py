@@ -151,17 +151,22 @@ async def test_a_rate_of_k_admits_exactly_k_of_m_concurrent_callers(
     # is exact, not which callers (backends/redis_async.py says so).
 
 
+@pytest.mark.parametrize("lanes", [1, 4])
 async def test_per_caller_decisions_in_one_batch_stay_each_callers_own(
-    backends: Backends,
+    lanes: int, backends: Backends
 ) -> None:
     k, callers, each = 7, 5, 60
     rule = Rule("/mine", k, 0.0, 3, period=3600, per_caller=True)
-    backend = backends()
+    backend = backends(redis_pool_size=lanes)
     keys = [f"caller-{i % callers}" for i in range(callers * each)]
     verdicts = await asyncio.gather(*(backend.reserve(rule, 1, 0, key) for key in keys))
     for caller in set(keys):
         mine = [v.allowed for v, key in zip(verdicts, keys, strict=True) if key == caller]
-        assert mine == [True] * k + [False] * (each - k)
+        assert sum(mine) == k  # each caller's own k, whichever other callers asked
+        if lanes == 1:  # one lane: Redis runs the batches in arrival order
+            assert mine == [True] * k + [False] * (each - k)
+    # Several lanes: batches in flight together may interleave in Redis (as in the k-of-m
+    # test above), so which of a caller's calls got its k is not fixed; how many is.
 
 
 @pytest.mark.parametrize("lanes", [1, 4])

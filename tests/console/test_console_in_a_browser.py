@@ -548,23 +548,27 @@ def test_a_calendar_quota_is_drawn_as_its_burn_down_against_the_even_pace(
             lambda d: d.find_element(By.CSS_SELECTOR, figure).get_attribute("data-used") == "3",
         )
         start, end = Calendar.of("day", "Asia/Shanghai").period_at(time.time())
-        caption = browser.find_element(By.CSS_SELECTOR, f"{figure} figcaption").text
+        # read in one script: the live refresh redraws the figure, and an element found
+        # before a redraw is stale after it
+        drawn = browser.execute_script(
+            """const f = document.querySelector(arguments[0]);
+            const line = f.querySelector('line.pace'), now = f.querySelector('circle.now');
+            return {caption: f.querySelector('figcaption').textContent.trim(),
+                    line: ['x1', 'y1', 'x2', 'y2'].map(a => line.getAttribute(a)),
+                    pace: f.getAttribute('data-pace'),
+                    cx: now.getAttribute('cx'), cy: now.getAttribute('cy')};""",
+            figure,
+        )
+        caption = " ".join(drawn["caption"].split())
         assert caption.startswith(f"{url} (configId {daily}): used 3 of 10 this day (paced)")
         renews = time.strftime("%Y-%m-%d %H:%M", time.gmtime(end + 8 * 3600))
         assert caption.endswith(f"renews {renews} Asia/Shanghai")
         # the even pace line: nothing at the day's start, the quota at its end
-        line = browser.find_element(By.CSS_SELECTOR, f"{figure} line.pace")
-        assert [line.get_attribute(a) for a in ("x1", "y1", "x2", "y2")] == [
-            "0",
-            "120",
-            "360",
-            "0",
-        ]
-        pace = float(browser.find_element(By.CSS_SELECTOR, figure).get_attribute("data-pace"))
+        assert drawn["line"] == ["0", "120", "360", "0"]
+        pace = float(drawn["pace"])
         assert abs(pace - 10 * (time.time() - start) / (end - start)) < 0.05
-        now = browser.find_element(By.CSS_SELECTOR, f"{figure} circle.now")
-        assert float(now.get_attribute("cy")) == pytest.approx(120 - 0.3 * 120, abs=0.1)
-        assert float(now.get_attribute("cx")) == pytest.approx(360 * pace / 10, abs=1.0)
+        assert float(drawn["cy"]) == pytest.approx(120 - 0.3 * 120, abs=0.1)
+        assert float(drawn["cx"]) == pytest.approx(360 * pace / 10, abs=1.0)
         live = browser.find_element(By.CSS_SELECTOR, f"#live tr[data-url='{url}']")
         assert live is not None
         cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#live td.stored")]
