@@ -67,11 +67,10 @@ def _rule(url: str, capacity: int, **more: Any) -> Rule:
 
 
 def _sent(backend: AsyncRedisClusterBackend, port: int) -> bool:
-    """A lane of the master on ``port`` is on its way with the first call: connecting (a
-    paused master holds a new connection's handshake too) or on its round trip; calls
-    that come now queue behind it."""
+    """A lane of the master on ``port`` took every queued call and is on its round trip
+    with them (not connecting, not yet taking): calls that come now queue behind it."""
     lanes = [lanes for name, lanes in backend._lanes.items() if name.endswith(f":{port}")]
-    return any(la._active > 0 for la in lanes)
+    return any(la._active > 0 and not la._collecting and not la._queue for la in lanes)
 
 
 async def _held_then(
@@ -83,7 +82,8 @@ async def _held_then(
 ) -> list[Any]:
     """One master pauses; ``first`` goes (its round trip held in flight, once ``sent``
     says so), then every call of ``rest`` arrives while it is held; each result or
-    error, ``first``'s first."""
+    error, ``first``'s first. The master's lanes must have a connection already: a
+    paused master holds a new connection's handshake, ``first`` still queued."""
     command(client, "CLIENT", "PAUSE", pause_ms, "ALL")
     lead = asyncio.ensure_future(first())
     await wait_for_async(sent, 5, "the first call in flight", 0.001)
@@ -126,9 +126,10 @@ async def test_calls_on_every_master_admit_exactly_and_share_round_trips(
 async def test_calls_queued_on_a_held_master_go_together_and_hold_no_other_master(
     backend: AsyncRedisClusterBackend, redis_cluster: LocalCluster, key_prefix: str
 ) -> None:
-    by_master = urls_on(redis_cluster, key_prefix, "/async-cluster-share/held", 1)
+    by_master = urls_on(redis_cluster, key_prefix, "/async-cluster-share/held", 2)
     held_port, *other_ports = sorted(by_master)
     held = _rule(by_master[held_port][0], 1000)
+    await backend.reserve(_rule(by_master[held_port][1], 1000), 1, 0.0)  # lanes connected
     others = [_rule(by_master[port][0], 1000) for port in other_ports]
     node = redis_cluster.node_on(held_port).client()
     done: dict[str, list[float]] = {"held": [], "other": []}
@@ -165,6 +166,7 @@ async def test_an_error_reply_and_a_lost_script_in_a_batch_are_each_callers_own(
     node = redis_cluster.node_on(port).client()
     bucket = _rule(urls[0], 1000)
     windows = _rule(urls[1], 1000, algorithm=Algorithm.SLIDING_WINDOW)
+    await backend.reserve(bucket, 1, 0.0)  # the master's lanes connected
     node.script_flush()
 
     async def first() -> Verdict:
@@ -232,9 +234,6 @@ async def test_ask_and_moved_in_a_batch_are_followed_losing_none(
     command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
     command(source, "MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
     asks, askings = errors(source, "ASK"), stat(target, "asking")
-
-    def on_source() -> bool:
-        return _sent(backend, source_port)
 
     results = await _held_then(
         source, 400, hold, [decide] * 20, lambda: _sent(backend, source_port)

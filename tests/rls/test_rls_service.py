@@ -242,14 +242,15 @@ async def test_a_call_its_caller_gives_up_on_is_counted_cancelled_not_an_error(
 
 async def stop_begun(port: int) -> bool:
     """The service on ``port`` began to stop: its health check answers NOT_SERVING (the
-    first thing ``stop`` does, going on at once to refuse new calls), or is refused."""
+    first thing ``stop`` does, going on at once to refuse new calls), or is refused
+    (UNAVAILABLE). Any other failure (a deadline missed on a loaded host) says nothing."""
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         health = health_pb2_grpc.HealthStub(channel)
         try:
             reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=1)
-        except grpc.aio.AioRpcError:
-            return True
-    return bool(reply.status != health_pb2.HealthCheckResponse.SERVING)
+        except grpc.aio.AioRpcError as e:
+            return bool(e.code() == grpc.StatusCode.UNAVAILABLE)
+    return bool(reply.status == health_pb2.HealthCheckResponse.NOT_SERVING)
 
 
 async def test_stopping_lets_the_calls_in_flight_finish(
@@ -274,10 +275,11 @@ async def test_stopping_lets_the_calls_in_flight_finish(
         assert asyncio.get_running_loop().time() < deadline, "the service never began to stop"
         await asyncio.sleep(0.01)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        with pytest.raises(grpc.aio.AioRpcError):  # no new calls while it stops
+        with pytest.raises(grpc.aio.AioRpcError) as refused:  # no new calls while it stops
             await rls_pb2_grpc.RateLimitServiceStub(channel).ShouldRateLimit(
                 request({"interface": "/a"}), timeout=2
             )
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
     answered = await in_flight  # decided by Redis once the pause ends
     assert answered.overall_code == OK
     headers = {h.key: h.value for h in answered.response_headers_to_add}
