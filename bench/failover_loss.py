@@ -139,13 +139,15 @@ def write_cost(calls: int) -> list[list[str]]:
         def alone() -> None:
             client.eval(WRITE, 1, "gwl-bench:wait")
 
+        missed = [0]  # WAITs that ran out (a loaded host can hold the replica 100 ms)
+
         def waited() -> None:
             pipe = client.pipeline(transaction=False)
             pipe.eval(WRITE, 1, "gwl-bench:wait")
             pipe.execute_command("WAIT", 1, 100)  # type: ignore[no-untyped-call]
             _, acked = pipe.execute()
             if int(acked) < 1:
-                raise RuntimeError(f"WAIT 1 100 returned {acked}: the replica did not ack")
+                missed[0] += 1
 
         cases: list[tuple[str, Callable[[], None]]] = [
             ("decision alone", alone),
@@ -153,6 +155,8 @@ def write_cost(calls: int) -> list[list[str]]:
         ]
         for label, call in cases:
             rows.append(timed(label, call, calls))
+        if missed[0]:  # timed: min(100, calls) warm-up calls, then calls
+            rows[-1][0] += f" ({missed[0]} of {calls + min(100, calls)} not acked in 100 ms)"
         client.config_set("min-replicas-to-write", 1)
         client.config_set("min-replicas-max-lag", 1)
         rows.append(timed("decision, min-replicas-to-write 1", alone, calls))
