@@ -27,6 +27,17 @@ names for a host that leaves its leases stale, counted by each limiter as
 ``dropped``), so the bound is that plain bucket's admissions less one lease per
 limiter less what the limiters dropped. The wall-clock floor, C + R x D, fell to
 5,460 admissions against 5,983 at load 17, with 713 permits dropped stale.
+
+What is dropped lowers that floor, so it is bounded on its own: a lease may be dropped
+only once it is stale. The test watches ``Leases.refill``, where every drop of these
+runs happens (checked: the permits it saw dropped are all the limiters count): it notes
+the moment each lease is asked for (the caller's clock reading it is given) and, when
+a renewal drops the lease it replaces, holds that drop to a lease older than L by those
+moments, not by the start the lease recorded. A limiter that dropped leases early (at
+L/4: 26 ms) or dated them early (by 80 ms: 20 ms) fails there, where the floor would
+have let it pass. The asks the failure policy decided (``unheard``: Redis taken for
+down on a busy host) are held to 1 % of all asks, so that the floor, counted on the
+others, is the limiter's.
 """
 
 from __future__ import annotations
@@ -39,7 +50,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from gateway_limiter.backends.scripts import ScriptCall
+from gateway_limiter.config.rules import Rule
 from gateway_limiter.core.decision import Reason
+from gateway_limiter.core.leases import Leases
 from tests.support.limiting import limiter, write_row
 from tests.support.services import RedisServer
 
@@ -85,6 +99,7 @@ def test_admissions_in_any_second_stay_within_the_lease_bound(
     key_prefix: str,
     paced: bool,
     figures: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url = redis_server.url
     settings = {
@@ -95,6 +110,26 @@ def test_admissions_in_any_second_stay_within_the_lease_bound(
         "redis_timeout_ceiling": 1.0,
         "on_backend_error": "deny",
     }
+    # Each process's last lease asked for (its caller's moment), and each drop's age by
+    # those moments: the lease it found unspent, to the renewal that dropped it.
+    asked_at: dict[int, float] = {}
+    drop_ages: list[float] = []
+    seen_dropped = [0]  # permits
+    refill = Leases.refill
+
+    def watched(
+        self: Leases, rule: Rule, permits: int, budget_s: float | None, now_s: float
+    ) -> ScriptCall | None:
+        before = self.dropped
+        call = refill(self, rule, permits, budget_s, now_s)
+        if self.dropped > before:
+            drop_ages.append(now_s - asked_at[id(self)])
+            seen_dropped[0] += self.dropped - before
+        if call is not None:  # a lease asked for from now_s (sent after this returns)
+            asked_at[id(self)] = now_s
+        return call
+
+    monkeypatch.setattr(Leases, "refill", watched)
     limiters = [limiter(limiter_db[0], url, key_prefix, **settings) for _ in range(LIMITERS)]
     stamps: list[list[float]] = [[] for _ in range(LIMITERS * THREADS)]
     asks: list[list[float]] = [[] for _ in range(LIMITERS * THREADS)]  # Redis decided
@@ -156,6 +191,17 @@ def test_admissions_in_any_second_stay_within_the_lease_bound(
         dropped=dropped,
         floor=round(floor),
         unheard=sum(unheard),
+        drops=len(drop_ages),
+        youngest_drop_ms=round(min(drop_ages) * 1000, 1) if drop_ages else None,
+    )
+    heard = sum(len(mine) for mine in asks)
+    assert sum(unheard) <= 0.01 * (heard + sum(unheard)), (
+        f"{sum(unheard)} asks decided without Redis, {heard} by Redis"
+    )
+    assert seen_dropped[0] == dropped  # every drop seen: none by another path
+    assert all(age > LEASE_MS / 1000 for age in drop_ages), (
+        f"a lease dropped {min(drop_ages) * 1000:.1f} ms after it was asked for, "
+        f"before it went stale at {LEASE_MS} ms"
     )
     assert peak <= bound, (
         f"peak {peak} in a second, bound {bound:.0f} (late {late_s * 1000:.1f} ms)"

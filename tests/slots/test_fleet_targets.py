@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import redis
@@ -28,6 +28,8 @@ from tests.support.waiting import wait_for
 URL = "/supplier/fares"
 MAX = 4
 DELAY_S = 0.05
+#: The least share of the slots' time held while a caller waits (the first test's docstring).
+USED = 0.5
 
 pytestmark = pytest.mark.slow
 
@@ -59,12 +61,24 @@ def _worker(config: dict[str, Any]) -> subprocess.Popen[str]:
     )
 
 
-def _slot_time(spans: list[list[float | None]], cap: int) -> tuple[int, float, float, float]:
+class SlotTime(NamedTuple):
+    """What ``_slot_time`` measured, in s but ``most``."""
+
+    most: int  # the most slots held at once
+    idle_s: float  # slot-time idle while a caller waited (at most one slot per caller)
+    held_s: float  # slot-time held
+    release_s: float  # the callers' time giving slots back (leaving the block to return)
+    waited_s: float  # the time during which a caller waited
+    busy_s: float  # slot-time held during that time
+
+
+def _slot_time(spans: list[list[float | None]], cap: int) -> SlotTime:
     """From the callers' ``[asked, entered, left, released]`` spans (slot_worker.py):
     the most slots held at once; the slot-time that stood idle while a caller waited (at
     each moment, as many slots as there were callers waiting, at most the slots no
-    caller held); the slot-time held; and the time the callers took to give their
-    slots back (from leaving the block until ``slot()`` returned), all in s.
+    caller held); the slot-time held; the time the callers took to give their slots
+    back (from leaving the block until ``slot()`` returned); the time during which at
+    least one caller waited; and the slot-time held during it.
 
     "Held" is a caller's own time inside its ``with slot()`` block: the slot is leased
     before the block begins and given back after it ends, so this undercounts what Redis
@@ -83,13 +97,16 @@ def _slot_time(spans: list[list[float | None]], cap: int) -> tuple[int, float, f
             release_s += released - left
     moves.sort(key=lambda m: (m[0], m[1] + m[2]))  # at one moment, the ends first
     waiting = held = most = 0
-    idle_s = held_s = 0.0
+    idle_s = held_s = waited_s = busy_s = 0.0
     for (at, dw, dh), (then, _, _) in zip(moves, moves[1:] + moves[-1:], strict=True):
         waiting, held = waiting + dw, held + dh
         most = max(most, held)
         idle_s += max(0, min(waiting, cap - held)) * (then - at)
         held_s += held * (then - at)
-    return most, idle_s, held_s, release_s
+        if waiting > 0:
+            waited_s += then - at
+            busy_s += held * (then - at)
+    return SlotTime(most, idle_s, held_s, release_s, waited_s, busy_s)
 
 
 def test_a_fleet_never_has_more_than_max_concurrent_calls_at_the_supplier(
@@ -101,21 +118,31 @@ def test_a_fleet_never_has_more_than_max_concurrent_calls_at_the_supplier(
 ) -> None:
     """56 callers in 4 processes share 4 slots: the supplier never sees more than 4
     calls at once (nor do the callers, by their own clocks), all 4 are used, and the
-    fleet keeps the supplier busy: a freed slot does not stand idle while a caller
-    waits for one.
+    fleet keeps the supplier busy: the slots are held while callers wait, and a freed
+    slot does not stand idle while a caller waits for one.
 
-    "Idle while a caller waits" is measured from each caller's own clock around
-    ``slot()`` (``time.monotonic``: one clock for every process of the host): at each
-    moment, as many free slots as there are callers waiting for one. It is compared
-    with what the callers took to give their slots back in the same run, since on a
-    hand-over that release is the whole of the limiter's work: the release's script
-    hands the slot to the first caller queued and tells its process, which wakes it
-    (docs/concurrency.md, "Waiting"). Both are a few round trips and wake-ups, both
-    stretch alike on a loaded host, so their ratio does not follow its speed: 1.1-1.8
-    measured at load 3-18 on this 2-core box, the release taking 1.4-25 ms a call.
-    Waiters that find a freed slot only on their own next ask leave it idle for longer:
-    every 20 ms (the pace without the subscriber) 14.7 at load 3 and 3.5-5.0 at load
-    10-14; every second (grants heard by nobody) 236.
+    Both are measured from each caller's own clock around ``slot()``
+    (``time.monotonic``: one clock for every process of the host). The bound: while any
+    caller waited, the callers held at least ``USED`` (half) of the 4 slots' time, each
+    counted only inside its ``with`` block, so the limiter's whole work between one
+    caller leaving and the next entering (the release's round trips, the grant's
+    publication, the wake-up) counts against it, and a slower limiter passes less easily:
+    0.89-0.96 measured at load 7-15 on this 2-core box, 0.71-0.90 with two busy loops
+    beside (load 8-15, a release taking up to 23 ms); 0.08 with grants heard by nobody
+    (each waiter's next ask a second later). Waiters asking every 20 ms (the pace
+    without the subscriber) held 0.77 at load 9: more than a loaded host leaves a sound
+    limiter, so this bound does not catch them.
+
+    The slot-time idle while a caller waited (at each moment, as many free slots as
+    callers waiting) over the callers' release time is reported, and held loosely to 6:
+    on a hand-over the release is the limiter's work (its script hands the slot to the
+    first caller queued and tells its process, which wakes it; docs/concurrency.md,
+    "Waiting"), and both stretch alike on a loaded host, so the ratio follows the
+    wake-up more than the host: 1.2-3.5 measured (1.1-1.8 at load 3-18 in earlier
+    runs), 12.6-20 with the 20 ms asks at load 9 (3.5-5.0 at load 10-14 earlier, which
+    it lets pass), 523 with grants unheard. It counts each release's own time as idle,
+    so it lets a slower release pass more easily; the share held is the bound that
+    does not.
 
     Calls per second at the supplier, once the measure (at least 56/s, 0.7 of the ideal
     80/s), measured the host as much as the limiter: each call also holds its slot for
@@ -152,14 +179,17 @@ def test_a_fleet_never_has_more_than_max_concurrent_calls_at_the_supplier(
     assert all(w.returncode == 0 for w in workers), outputs
     counts = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
     stats = supplier.stats()
-    most_held, idle_s, held_s, release_s = _slot_time([s for c in counts for s in c["spans"]], MAX)
+    st = _slot_time([s for c in counts for s in c["spans"]], MAX)
     per_s = stats["calls"] / (stats["last_s"] - stats["first_s"])
+    used = st.busy_s / (MAX * st.waited_s)
     figures(
         "slots: 3 processes x 8 threads + 32 asyncio tasks, maxConcurrent 4, 50 ms supplier",
-        idle_per_release=round(idle_s / release_s, 2),
-        release_ms=round(1000 * release_s / stats["calls"], 2),
-        idle_ms_per_call=round(1000 * idle_s / stats["calls"], 2),
-        held_ms_per_call=round(1000 * held_s / stats["calls"], 2),
+        used_while_waited=round(used, 3),
+        waited_s=round(st.waited_s, 2),
+        idle_per_release=round(st.idle_s / st.release_s, 2),
+        release_ms=round(1000 * st.release_s / stats["calls"], 2),
+        idle_ms_per_call=round(1000 * st.idle_s / stats["calls"], 2),
+        held_ms_per_call=round(1000 * st.held_s / stats["calls"], 2),
         calls_per_s=round(per_s, 1),
         ideal_per_s=MAX / DELAY_S,
         most_in_flight=stats["most_in_flight"],
@@ -167,13 +197,17 @@ def test_a_fleet_never_has_more_than_max_concurrent_calls_at_the_supplier(
         calls_by_process=[c["calls"] for c in counts],
     )
     assert stats["most_in_flight"] <= MAX
-    assert most_held <= MAX  # the callers' side of the same cap
+    assert st.most <= MAX  # the callers' side of the same cap
     assert stats["calls"] == sum(c["calls"] for c in counts)
     assert all(c["calls"] > 0 for c in counts)  # a fleet: every process had its turns
     assert stats["most_in_flight"] == MAX  # the slots were all used, not just never exceeded
-    assert idle_s <= 2.5 * release_s, (
-        f"slots idle {idle_s:.2f} s while callers waited, "
-        f"{idle_s / release_s:.1f} x the {release_s:.2f} s their releases took"
+    assert used >= USED, (
+        f"{used:.2f} of the {MAX} slots' time held over the {st.waited_s:.2f} s callers "
+        f"waited ({1000 * st.release_s / stats['calls']:.1f} ms a release)"
+    )
+    assert st.idle_s <= 6 * st.release_s, (
+        f"slots idle {st.idle_s:.2f} s while callers waited, "
+        f"{st.idle_s / st.release_s:.1f} x the {st.release_s:.2f} s their releases took"
     )
 
 
