@@ -2181,6 +2181,7 @@ def as_test(sc: Scenario, message: str) -> str:
     """``sc`` as a test to paste into tests/sim/."""
     steps = ",\n".join(f"            {s!r}" for s in sc.steps)
     return f'''
+# paste into tests/sim/test_simulated_fleet.py: it uses that module's imports
 def test_simulated_fleet_seed_{sc.seed}() -> None:
     """Found by the simulated fleet (seed {sc.seed}): {message.splitlines()[0][:200]}"""
     sc = Scenario(
