@@ -52,7 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 #: Test files that take longest, longest first (each file's summed ``--durations`` in a
-#: CI run). A parallel run (``-n 4 --dist loadfile``, with ``--no-loadscope-reorder`` in
+#: CI run). A parallel run (``-n 2 --dist loadfile``, with ``--no-loadscope-reorder`` in
 #: pyproject.toml) hands files out in collection order, so these start first and the
 #: many short files fill in behind them: no worker is left with a minute-long file
 #: when the other has finished.
