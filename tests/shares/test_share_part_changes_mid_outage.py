@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import pytest
 
@@ -189,6 +189,33 @@ def test_a_named_caller_first_seen_in_an_outage_keeps_the_channels_debt() -> Non
     assert len(went) <= 5 * (3.0 - 1.6) + 1
 
 
+OTHER = "/other"
+
+
+def on_one_channel(
+    live: int,
+    claims: dict[str, float],
+    local: Callable[[list[float]], MemoryBackend] | None = None,
+) -> tuple[Mapping[str, Rule], Fleet, Policy, list[float]]:
+    """``URL`` and ``OTHER`` (1,000 a second each) under a channel cap of 2 a second, in
+    an outage under ``share`` as a process sees it that heard of ``live`` members and
+    ``claims``: the rules, the fleet, the policy (started empty; its in-process state
+    ``local(now)``, else ``memory://``, on ``now``) and ``now`` (µs, set by the test)."""
+    rows = [
+        ConfRow(1, "SUP", None, URL, 1000, 10.0, 1),
+        ConfRow(2, "SUP", None, OTHER, 1000, 10.0, 1),
+        ConfRow(3, "SUP", None, "*", 2, 10.0, 1),
+    ]
+    rules = build_rules(rows, 0.5, "UTC").rules
+    fleet = Fleet(Settings(redis_url="redis://unused"), shared=True)
+    fleet.beat(Heartbeat(live=live, claims=claims))
+    now = [0.0]
+    policy = Policy("share", MemoryBackend)
+    policy.outage_began(start_empty=True)
+    policy.local = local(now) if local is not None else MemoryBackend(clocks=Clocks(lambda: now[0]))
+    return rules, fleet, policy, now
+
+
 def test_a_channels_part_changed_mid_outage_carries_over_to_its_other_interfaces() -> None:
     # A channel of 2 a second over two interfaces; the process thought itself alone
     # (N = 1) and one interface booked the channel 10 permits deep (to 5 s); a heartbeat
@@ -196,19 +223,8 @@ def test_a_channels_part_changed_mid_outage_carries_over_to_its_other_interfaces
     # channel's part is 0.5 now, and its state must carry on from part 1's. Before, the
     # carry followed the interface only: the channel started apart at 0.5 beside the
     # debt (seed 6274, shrunk: 5.3 permits beyond R x T + C).
-    channel, other = "SUP", "/other"
-    rows = [
-        ConfRow(1, channel, None, URL, 1000, 10.0, 1),
-        ConfRow(2, channel, None, other, 1000, 10.0, 1),
-        ConfRow(3, channel, None, "*", 2, 10.0, 1),
-    ]
-    rules = build_rules(rows, 0.5, "UTC").rules
-    fleet = Fleet(Settings(redis_url="redis://unused"), shared=True)
-    fleet.beat(Heartbeat(live=1, claims={}))
-    now = [0.0]
-    policy = Policy("share", MemoryBackend)
-    policy.outage_began(start_empty=True)
-    policy.local = MemoryBackend(clocks=Clocks(lambda: now[0]))
+    other = OTHER
+    rules, fleet, policy, now = on_one_channel(live=1, claims={})
     booked = policy.reserve(fleet.share(rules[URL]), 10, None, "a", whole=rules[URL])
     assert booked.allowed
     assert booked.wait_us / 1e6 == pytest.approx(5.0)
@@ -229,19 +245,8 @@ def _channel_went_back(claims: dict[str, float], live_after: int) -> list[float]
     heartbeat said N = ``live_after`` (at 1/2, 1 a second: to 4 s); the heartbeat then says
     N = 2 again and ``URL``, whose part is what it was, asks every 10 ms with no wait.
     When it goes."""
-    channel, other = "SUP", "/other"
-    rows = [
-        ConfRow(1, channel, None, URL, 1000, 10.0, 1),
-        ConfRow(2, channel, None, other, 1000, 10.0, 1),
-        ConfRow(3, channel, None, "*", 2, 10.0, 1),
-    ]
-    rules = build_rules(rows, 0.5, "UTC").rules
-    fleet = Fleet(Settings(redis_url="redis://unused"), shared=True)
-    fleet.beat(Heartbeat(live=2, claims=claims))
-    now = [0.0]
-    policy = Policy("share", MemoryBackend)
-    policy.outage_began(start_empty=True)
-    policy.local = MemoryBackend(clocks=Clocks(lambda: now[0]))
+    other = OTHER
+    rules, fleet, policy, now = on_one_channel(live=2, claims=claims)
     assert not policy.reserve(fleet.share(rules[URL]), 1, 0.0, "a", whole=rules[URL]).allowed
     fleet.beat(Heartbeat(live=live_after, claims=claims))
     booked = policy.reserve(fleet.share(rules[other]), 3, None, "b", whole=rules[other])
@@ -307,19 +312,13 @@ def test_threads_of_one_process_never_decide_a_channel_on_a_key_another_just_emp
     Were the two steps apart, ``URL``'s reserve would find its key emptied and take a
     fresh full bucket on a channel booked to 4 s. The other thread waits for the first
     to finish instead (it is given 0.5 s to overtake, which it must not)."""
-    channel, other = "SUP", "/other"
-    rows = [
-        ConfRow(1, channel, None, URL, 1000, 10.0, 1),
-        ConfRow(2, channel, None, other, 1000, 10.0, 1),
-        ConfRow(3, channel, None, "*", 2, 10.0, 1),
-    ]
-    rules = build_rules(rows, 0.5, "UTC").rules
-    fleet = Fleet(Settings(redis_url="redis://unused"), shared=True)
-    fleet.beat(Heartbeat(live=2, claims={URL: 0.475}))  # two keys for the same 1/2
-    now = [0.0]
-    policy = Policy("share", MemoryBackend)
-    policy.outage_began(start_empty=True)
-    policy.local = local = _Paused(now, held="")
+    other = OTHER
+    # a claim on URL, none on the other: two keys for the same 1/2 of the channel
+    rules, fleet, policy, now = on_one_channel(
+        live=2, claims={URL: 0.475}, local=lambda now: _Paused(now, held="")
+    )
+    local = policy.local
+    assert isinstance(local, _Paused)
     mine, theirs = fleet.share(rules[URL]), fleet.share(rules[other])
     assert not policy.reserve(mine, 1, 0.0, "a", whole=rules[URL]).allowed  # started empty
     assert policy.reserve(theirs, 3, None, "b", whole=rules[other]).allowed  # booked to 4 s
